@@ -1,0 +1,25 @@
+# cohort_layer(NAME <layer> DEPS <targets...> [LIBS <libs...>])
+# Every *.cc under the layer's folder (recursively) that is not a *_test.cc
+# goes into the library target cohort_<layer>; every *_test.cc goes into the
+# test executable cohort_<layer>_tests, whose tests ctest discovers. Adding a
+# file to a layer therefore needs no CMake edit.
+include(GoogleTest)
+
+function(cohort_layer)
+  cmake_parse_arguments(L "" "NAME" "DEPS;LIBS;TEST_LIBS" ${ARGN})
+  file(GLOB_RECURSE all_srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  set(lib_srcs ${all_srcs})
+  list(FILTER lib_srcs EXCLUDE REGEX "_test\\.cc$")
+  set(test_srcs ${all_srcs})
+  list(FILTER test_srcs INCLUDE REGEX "_test\\.cc$")
+  add_library(cohort_${L_NAME} ${lib_srcs})
+  target_include_directories(cohort_${L_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/include)
+  target_link_libraries(cohort_${L_NAME} PUBLIC ${L_DEPS} ${L_LIBS})
+  if(test_srcs AND COHORT_BUILD_TESTS)
+    add_executable(cohort_${L_NAME}_tests ${test_srcs})
+    target_link_libraries(cohort_${L_NAME}_tests PRIVATE cohort_${L_NAME} ${L_TEST_LIBS}
+                          GTest::gtest GTest::gtest_main GTest::gmock)
+    gtest_discover_tests(cohort_${L_NAME}_tests DISCOVERY_TIMEOUT 60
+                         PROPERTIES TIMEOUT 300)
+  endif()
+endfunction()

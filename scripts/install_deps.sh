@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages cohort needs. Idempotent: does nothing when all
+# are present. Uses sudo when not root.
+#   scripts/install_deps.sh          build + run (main job)
+#   scripts/install_deps.sh --tests  also the test peers (PyTorch, OpenMPI runtime)
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build ccache pkg-config
+      libopenblas-dev zlib1g-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev
+      libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+if [[ "${1:-}" == "--tests" ]]; then
+  pkgs+=(python3 python3-torch python3-numpy clang-format)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
