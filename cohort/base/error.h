@@ -63,19 +63,18 @@ namespace detail {
 // COHORT_CHECK(cond, fmt, args...): throws cohort::InvalidArgument naming the
 // message when cond is false. Use it for caller errors; the message must say
 // what was wrong and what would be right.
-#define COHORT_CHECK(cond, ...)                                                    \
-  do {                                                                             \
-    if (!(cond)) [[unlikely]] {                                                    \
-      throw ::cohort::InvalidArgument(::fmt::format(__VA_ARGS__));                 \
-    }                                                                              \
+#define COHORT_CHECK(cond, ...)                                    \
+  do {                                                             \
+    if (!(cond)) [[unlikely]] {                                    \
+      throw ::cohort::InvalidArgument(::fmt::format(__VA_ARGS__)); \
+    }                                                              \
   } while (0)
 
 // COHORT_ASSERT(cond): an internal invariant; failure is a cohort bug and is
 // reported as cohort::Error with file and line.
-#define COHORT_ASSERT(cond, ...)                                                     \
-  do {                                                                               \
-    if (!(cond)) [[unlikely]] {                                                      \
-      ::cohort::detail::check_failed(__FILE__, __LINE__, #cond,                      \
-                                     ::fmt::format("" __VA_ARGS__));                 \
-    }                                                                                \
+#define COHORT_ASSERT(cond, ...)                                                                \
+  do {                                                                                          \
+    if (!(cond)) [[unlikely]] {                                                                 \
+      ::cohort::detail::check_failed(__FILE__, __LINE__, #cond, ::fmt::format("" __VA_ARGS__)); \
+    }                                                                                           \
   } while (0)

@@ -30,8 +30,6 @@ TEST(Error, ThrowErrnoAppendsStrerror) {
   EXPECT_EQ(errno_message("open", ENOENT), "open: No such file or directory");
 }
 
-TEST(Error, PeerLostIsAnIoError) {
-  EXPECT_THROW(throw PeerLost("rank 1 died"), IoError);
-}
+TEST(Error, PeerLostIsAnIoError) { EXPECT_THROW(throw PeerLost("rank 1 died"), IoError); }
 
 }  // namespace cohort

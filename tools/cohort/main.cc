@@ -1,0 +1,37 @@
+// cohort: the command-line tool. Subcommands register themselves (command.h).
+#include <cstdio>
+#include <map>
+
+#include "cohort/base/error.h"
+#include "tools/cohort/command.h"
+
+namespace cohort::cli {
+std::vector<Command>& commands() {
+  static std::vector<Command> all;
+  return all;
+}
+}  // namespace cohort::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"cohort: distributed deep-learning training in C++"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, std::function<int()>> runners;
+  for (auto& c : cohort::cli::commands()) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    runners[sub] = c.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, run] : runners) {
+      if (sub->parsed()) return run();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cohort: error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}
