@@ -1,0 +1,185 @@
+#include "cohort/core/kernels/conv2d.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/error.h"
+#include "cohort/base/parallel.h"
+
+namespace cohort::kernels {
+namespace {
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& e : v) e = d(rng);
+  return v;
+}
+
+std::string name(const Conv2dGeometry& g) {
+  return fmt::format("N{} C{} {}x{} OC{} k{}x{} s{}x{} p{}x{}", g.batch, g.in_channels, g.in_h,
+                     g.in_w, g.out_channels, g.kernel_h, g.kernel_w, g.stride_h, g.stride_w,
+                     g.pad_h, g.pad_w);
+}
+
+// Tolerance scaled by the reduction length: fp32 sums of `terms` products of
+// values in [-1, 1].
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, int64_t terms,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  const float tol = 1e-5f * std::sqrt(static_cast<float>(terms)) * 4.0f + 1e-6f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0f, std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+std::vector<Conv2dGeometry> geometries() {
+  std::vector<Conv2dGeometry> gs;
+  auto add = [&](int64_t n, int64_t c, int64_t h, int64_t w, int64_t oc, int64_t kh, int64_t kw,
+                 int64_t s, int64_t p) {
+    Conv2dGeometry g{n, c, h, w, oc, kh, kw};
+    g.stride_h = g.stride_w = s;
+    g.pad_h = g.pad_w = p;
+    gs.push_back(g);
+  };
+  add(4, 1, 28, 28, 20, 5, 5, 1, 0);   // Net conv1
+  add(3, 20, 24, 24, 20, 5, 5, 1, 0);  // Net conv2
+  add(1, 1, 7, 9, 1, 3, 3, 1, 0);
+  add(1, 3, 11, 13, 5, 3, 3, 1, 1);
+  add(2, 3, 15, 10, 7, 5, 5, 2, 2);
+  add(2, 20, 9, 9, 20, 1, 1, 1, 0);
+  add(3, 20, 13, 17, 20, 3, 3, 2, 1);
+  add(1, 3, 5, 5, 4, 5, 5, 1, 0);  // output 1x1
+  add(2, 1, 12, 19, 3, 5, 5, 2, 0);
+  add(5, 20, 10, 10, 33, 3, 3, 1, 1);  // out_channels not a multiple of anything
+  add(2, 2, 6, 6, 3, 1, 1, 2, 0);      // 1x1 stride 2
+  add(1, 20, 31, 29, 20, 5, 5, 1, 2);
+  add(2, 3, 8, 8, 17, 3, 3, 3, 1);
+  Conv2dGeometry r{2, 3, 9, 14, 6, 3, 5};  // non-square kernel, mixed stride/pad
+  r.stride_h = 2;
+  r.pad_w = 2;
+  gs.push_back(r);
+  return gs;
+}
+
+struct Buffers {
+  std::vector<float> x, w, b, dy;
+};
+
+Buffers make(const Conv2dGeometry& g, uint32_t seed) {
+  return {random_vec(g.batch * g.in_channels * g.in_h * g.in_w, seed),
+          random_vec(g.out_channels * g.in_channels * g.kernel_h * g.kernel_w, seed + 1),
+          random_vec(g.out_channels, seed + 2),
+          random_vec(g.batch * g.out_channels * g.out_h() * g.out_w(), seed + 3)};
+}
+
+class Conv2dThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(Conv2dThreads, ForwardMatchesReference) {
+  ThreadBudgetGuard guard(GetParam());
+  uint32_t seed = 1;
+  for (const auto& g : geometries()) {
+    Buffers d = make(g, seed += 10);
+    const int64_t ysize = g.batch * g.out_channels * g.out_h() * g.out_w();
+    const int64_t terms = g.in_channels * g.kernel_h * g.kernel_w;
+    std::vector<float> want(ysize), got(ysize, 123.0f);
+    conv2d_forward_reference(g, d.x.data(), d.w.data(), d.b.data(), want.data());
+    conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), got.data());
+    expect_close(got, want, terms, "forward " + name(g));
+
+    conv2d_forward_reference(g, d.x.data(), d.w.data(), nullptr, want.data());
+    conv2d_forward(g, d.x.data(), d.w.data(), nullptr, got.data());
+    expect_close(got, want, terms, "forward no bias " + name(g));
+
+    conv2d_forward_reference(g, d.x.data(), d.w.data(), d.b.data(), want.data());
+    for (auto& v : want) v = std::max(v, 0.0f);
+    conv2d_forward_relu(g, d.x.data(), d.w.data(), d.b.data(), got.data());
+    expect_close(got, want, terms, "forward relu " + name(g));
+  }
+}
+
+TEST_P(Conv2dThreads, BackwardInputMatchesReference) {
+  ThreadBudgetGuard guard(GetParam());
+  uint32_t seed = 2;
+  for (const auto& g : geometries()) {
+    Buffers d = make(g, seed += 10);
+    const int64_t xsize = g.batch * g.in_channels * g.in_h * g.in_w;
+    std::vector<float> want(xsize), got(xsize, 123.0f);
+    conv2d_backward_input_reference(g, d.dy.data(), d.w.data(), want.data());
+    conv2d_backward_input(g, d.dy.data(), d.w.data(), got.data());
+    expect_close(got, want, g.out_channels * g.kernel_h * g.kernel_w, "backward_input " + name(g));
+  }
+}
+
+TEST_P(Conv2dThreads, BackwardWeightMatchesReference) {
+  ThreadBudgetGuard guard(GetParam());
+  uint32_t seed = 3;
+  for (const auto& g : geometries()) {
+    Buffers d = make(g, seed += 10);
+    const int64_t wsize = g.out_channels * g.in_channels * g.kernel_h * g.kernel_w;
+    const int64_t terms = g.batch * g.out_h() * g.out_w();
+    std::vector<float> want(wsize), got(wsize, 123.0f), wantb(g.out_channels),
+        gotb(g.out_channels, 123.0f);
+    conv2d_backward_weight_reference(g, d.x.data(), d.dy.data(), want.data(), wantb.data());
+    conv2d_backward_weight(g, d.x.data(), d.dy.data(), got.data(), gotb.data());
+    expect_close(got, want, terms, "backward_weight " + name(g));
+    expect_close(gotb, wantb, terms, "backward_bias " + name(g));
+
+    std::fill(got.begin(), got.end(), 123.0f);
+    conv2d_backward_weight(g, d.x.data(), d.dy.data(), got.data(), nullptr);
+    expect_close(got, want, terms, "backward_weight no bias " + name(g));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, Conv2dThreads, ::testing::Values(1, 2, 3));
+
+TEST(Conv2d, ReferenceMatchesHandComputedValue) {
+  // x = 1..9 in a 3x3 plane, 2x2 kernel of ones, bias 0.5: each output is the
+  // sum of a 2x2 window plus 0.5.
+  Conv2dGeometry g{1, 1, 3, 3, 1, 2, 2};
+  std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8, 9}, w{1, 1, 1, 1}, b{0.5f}, y(4);
+  conv2d_forward_reference(g, x.data(), w.data(), b.data(), y.data());
+  EXPECT_EQ(y, (std::vector<float>{12.5f, 16.5f, 24.5f, 28.5f}));
+  conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+  EXPECT_EQ(y, (std::vector<float>{12.5f, 16.5f, 24.5f, 28.5f}));
+}
+
+TEST(Conv2d, ConcurrentCallersAgree) {
+  // DataParallel replicas call the kernels from several threads at once.
+  Conv2dGeometry g{4, 20, 12, 12, 20, 5, 5};
+  Buffers d = make(g, 77);
+  const int64_t ysize = g.batch * g.out_channels * g.out_h() * g.out_w();
+  std::vector<float> want(ysize);
+  conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), want.data());
+  std::vector<std::vector<float>> got(3, std::vector<float>(ysize));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      ThreadBudgetGuard guard(1);
+      for (int rep = 0; rep < 5; ++rep)
+        conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), got[t].data());
+    });
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(got[t], want);
+}
+
+TEST(Conv2d, RejectsBadGeometry) {
+  std::vector<float> buf(1024);
+  Conv2dGeometry g{1, 1, 3, 3, 1, 5, 5};  // kernel larger than input
+  EXPECT_THROW(conv2d_forward(g, buf.data(), buf.data(), nullptr, buf.data()), InvalidArgument);
+  Conv2dGeometry z{0, 1, 3, 3, 1, 1, 1};
+  EXPECT_THROW(conv2d_backward_input(z, buf.data(), buf.data(), buf.data()), InvalidArgument);
+  Conv2dGeometry s{1, 1, 3, 3, 1, 1, 1};
+  s.stride_h = 0;
+  EXPECT_THROW(conv2d_backward_weight(s, buf.data(), buf.data(), buf.data(), nullptr),
+               InvalidArgument);
+}
+
+}  // namespace
+}  // namespace cohort::kernels
