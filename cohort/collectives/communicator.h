@@ -1,0 +1,164 @@
+// Communicator: one process's membership in one group of `size` ranks, and
+// the collectives over raw buffers `(void*, count, DataType[, ReduceOp])`.
+//
+// Create one per group per process with Communicator::create(store, rank,
+// size, options): the ranks meet through the store (addresses, shared-memory
+// segment names) and connect a pair to every peer: shared memory when the
+// peer runs on the same host (same hostname and boot id), TCP otherwise.
+// `COHORT_TRANSPORT=tcp` (or options.transport) forces TCP for every peer.
+// Every rank of the group must call create with the same store namespace;
+// give each communicator on one store its own options.name.
+//
+// Semantics (PyTorch's c10d names): all ranks call the same collectives in the
+// same order with the same count, dtype, op and root; `count` is elements (not
+// bytes). In-place ops work on `data`; out-of-place ones take `send`/`recv`
+// buffers that must not overlap. Counts of 0 are valid (the op still
+// synchronises the ranks' sequence numbers and checks agreement). Results of
+// all_reduce are bitwise identical on every rank.
+//
+// Algorithms are chosen by message size and world size (see algorithm.h);
+// COHORT_ALLREDUCE_ALGO=ring|direct, COHORT_BROADCAST_ALGO=flat|chain,
+// COHORT_ALLGATHER_ALGO=direct|ring, COHORT_REDUCE_SCATTER_ALGO=direct|ring,
+// COHORT_REDUCE_ALGO=direct|ring override the choice (all ranks must agree;
+// a disagreement is reported as a mismatch).
+//
+// Failures (every one is an exception, and the communicator is then broken:
+// every later op rethrows the first error at once, and the peers are told so
+// that theirs fail too instead of hanging):
+//  - cohort::PeerLost naming the rank when a peer process dies or closes its
+//    communicator while this one still needs it (seen within ~100 ms while
+//    waiting, however the peer died);
+//  - cohort::InvalidArgument for a mismatch: ranks calling different
+//    collectives, or the same one with different count/dtype/op/root; the
+//    message shows both sides; no byte of the payload is written;
+//  - cohort::TimeoutError naming the op, the group, the sequence number and
+//    the ranks that have not arrived (shared memory peers) or that this rank
+//    still waited on (TCP peers);
+//  - cohort::Error "rank R aborted: ..." when a peer failed (its reason
+//    follows).
+//
+// Point-to-point: send/recv are blocking and tagged; messages between two
+// ranks are delivered in the order they were sent and share that order with
+// the collectives (a recv whose next message is a different tag, count or a
+// collective is a mismatch). A large send returns once the receiver has taken
+// the data, so two ranks must not both send large messages to each other
+// before receiving.
+//
+// Thread safety: one operation at a time per communicator (the ProcessGroup
+// runs them on one thread); abort() may be called from any thread.
+// Ownership: owns its sockets, shared-memory mappings and scratch buffers;
+// the store is only used inside create().
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "cohort/collectives/types.h"
+#include "cohort/rendezvous/store.h"
+
+namespace cohort::transport {
+class Context;
+}
+
+namespace cohort::collectives {
+
+enum class TransportKind { kAuto, kTcp, kShm };
+
+struct CommunicatorOptions {
+  // Names the group in errors and namespaces the bootstrap keys in the store.
+  std::string name = "default";
+  // Default timeout of every op (and of create itself).
+  Duration timeout = std::chrono::seconds(300);
+  // kAuto: shared memory to same-host peers, TCP to others, unless
+  // COHORT_TRANSPORT=tcp. kTcp: TCP to every peer. kShm: shared memory to
+  // every peer (create throws InvalidArgument when a peer is on another host).
+  TransportKind transport = TransportKind::kAuto;
+};
+
+class Communicator {
+ public:
+  // Meets the other size-1 ranks through the store and connects to them.
+  // Blocks until all have arrived or options.timeout passes (TimeoutError).
+  static std::unique_ptr<Communicator> create(rendezvous::Store& store, int rank, int size,
+                                              CommunicatorOptions options = {});
+  // Tells the peers this rank left (so they do not mistake it for a crash
+  // unless they still wait on it) and releases everything. Never blocks long.
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return options_.name; }
+  const CommunicatorOptions& options() const { return options_; }
+  // Number of collectives started so far (the next op's sequence number).
+  uint64_t sequence() const { return seq_; }
+  // "self", "shm" or "tcp".
+  std::string transport_name(int peer) const;
+
+  // data[count] on every rank <- reduction over ranks of data[count].
+  void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
+                  Duration timeout = kUseDefaultTimeout);
+  // data[count] on every rank <- data[count] of root.
+  void broadcast(void* data, size_t count, DataType dtype, int root,
+                 Duration timeout = kUseDefaultTimeout);
+  // data[count] on root <- reduction over ranks; other ranks' data unchanged.
+  void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
+              Duration timeout = kUseDefaultTimeout);
+  // recv[size][count] <- send[count] of each rank, in rank order.
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                  Duration timeout = kUseDefaultTimeout);
+  // On root: recv[size][count] <- send[count] of each rank; recv unused elsewhere (may be null).
+  void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
+              Duration timeout = kUseDefaultTimeout);
+  // recv[count] <- root's send[rank][count]; send unused off root (may be null).
+  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
+               Duration timeout = kUseDefaultTimeout);
+  // recv[count] <- reduction over ranks of their send[rank][count] (send holds size*count).
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                      Duration timeout = kUseDefaultTimeout);
+  // recv[j][count] <- send[rank][count] of rank j (both hold size*count elements).
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
+                  Duration timeout = kUseDefaultTimeout);
+  // Returns once every rank has entered the barrier.
+  void barrier(Duration timeout = kUseDefaultTimeout);
+  // Tagged point-to-point (see the header paragraph for ordering).
+  void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag = 0,
+            Duration timeout = kUseDefaultTimeout);
+  void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag = 0,
+            Duration timeout = kUseDefaultTimeout);
+
+  // True once an op has failed; error() is that failure.
+  bool broken() const { return static_cast<bool>(error_); }
+  std::exception_ptr error() const { return error_; }
+  // Breaks the communicator with `reason` and tells the peers (their pending
+  // and later ops fail with "rank R aborted: reason"). Safe from any thread.
+  void abort(const std::string& reason);
+
+  // For the algorithm classes (algorithm.h): the pairs, the sequence number
+  // and failure bookkeeping. Not for users.
+  transport::Context& context() { return *context_; }
+  uint64_t next_sequence() { return seq_++; }
+  Duration resolve(Duration timeout) const {
+    return timeout == kUseDefaultTimeout ? options_.timeout : timeout;
+  }
+  // Rethrows the stored error when broken.
+  void check_usable() const;
+  // Records the first failure, tells the peers, and rethrows it.
+  [[noreturn]] void fail(std::exception_ptr error);
+
+ private:
+  Communicator(int rank, int size, CommunicatorOptions options,
+               std::unique_ptr<transport::Context> context);
+
+  int rank_;
+  int size_;
+  CommunicatorOptions options_;
+  std::unique_ptr<transport::Context> context_;
+  uint64_t seq_ = 0;
+  std::exception_ptr error_;
+};
+
+}  // namespace cohort::collectives
