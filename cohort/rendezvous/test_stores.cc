@@ -8,11 +8,12 @@
 #include "cohort/rendezvous/file_store.h"
 #include "cohort/rendezvous/hash_store.h"
 #include "cohort/rendezvous/prefix_store.h"
+#include "cohort/rendezvous/tcp_store.h"
 
 namespace cohort::rendezvous {
 
 std::vector<StoreKind> all_store_kinds() {
-  return {StoreKind::kHash, StoreKind::kFile, StoreKind::kPrefix};
+  return {StoreKind::kHash, StoreKind::kFile, StoreKind::kPrefix, StoreKind::kTcp};
 }
 
 std::string store_kind_name(StoreKind kind) {
@@ -57,8 +58,13 @@ std::unique_ptr<TestStoreFixture> make_test_store(StoreKind kind) {
     case StoreKind::kPrefix:
       f->store = std::make_shared<PrefixStore>("pfx", std::make_shared<HashStore>());
       break;
-    case StoreKind::kTcp:
+    case StoreKind::kTcp: {
+      TcpStoreOptions o;
+      o.is_server = true;
+      o.token = "test-token";
+      f->store = std::make_shared<TcpStore>(o);
       break;
+    }
   }
   return f;
 }
