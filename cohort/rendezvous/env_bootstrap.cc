@@ -1,0 +1,176 @@
+#include "cohort/rendezvous/env_bootstrap.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "cohort/base/error.h"
+#include "cohort/rendezvous/file_store.h"
+#include "cohort/rendezvous/prefix_store.h"
+#include "cohort/rendezvous/tcp_store.h"
+
+namespace cohort::rendezvous {
+namespace {
+
+std::optional<int64_t> parse_int(std::string_view s) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// Reads the first of names that is set; throws naming it when malformed.
+std::optional<int> env_int(std::initializer_list<const char*> names, const char** found = nullptr) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    auto n = parse_int(v);
+    COHORT_CHECK(n && *n >= 0 && *n <= INT32_MAX,
+                 "bootstrap: {}='{}' is not a non-negative integer", name, v);
+    if (found) *found = name;
+    return static_cast<int>(*n);
+  }
+  return std::nullopt;
+}
+
+uint16_t parse_port(const std::string& text, const std::string& what) {
+  auto n = parse_int(text);
+  COHORT_CHECK(n && *n > 0 && *n <= 65535, "bootstrap: {}='{}' is not a port in 1..65535", what,
+               text);
+  return static_cast<uint16_t>(*n);
+}
+
+}  // namespace
+
+InitMethod parse_init_method(const std::string& url) {
+  InitMethod m;
+  auto sep = url.find("://");
+  COHORT_CHECK(sep != std::string::npos,
+               "bootstrap: init method '{}' must look like env://, tcp://host:port or "
+               "file:///path",
+               url);
+  m.scheme = url.substr(0, sep);
+  std::string rest = url.substr(sep + 3);
+  std::string query;
+  if (auto q = rest.find('?'); q != std::string::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  size_t pos = 0;
+  while (pos < query.size()) {
+    size_t amp = query.find('&', pos);
+    std::string item = query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
+    pos = amp == std::string::npos ? query.size() : amp + 1;
+    auto eq = item.find('=');
+    std::string key = item.substr(0, eq);
+    std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    auto n = parse_int(value);
+    if (key == "rank" || key == "world_size") {
+      COHORT_CHECK(n && *n >= 0 && *n <= INT32_MAX,
+                   "bootstrap: init method '{}': {}='{}' is not a non-negative integer", url, key,
+                   value);
+      (key == "rank" ? m.rank : m.world_size) = static_cast<int>(*n);
+    } else {
+      throw InvalidArgument(fmt::format(
+          "bootstrap: init method '{}': unknown parameter '{}' (known: rank, world_size)", url,
+          key));
+    }
+  }
+  if (m.scheme == "env") {
+    COHORT_CHECK(rest.empty(), "bootstrap: env:// takes no address, got '{}'", url);
+  } else if (m.scheme == "tcp") {
+    size_t colon;
+    if (!rest.empty() && rest[0] == '[') {  // [v6 address]:port
+      auto close = rest.find(']');
+      COHORT_CHECK(close != std::string::npos, "bootstrap: '{}': unclosed '['", url);
+      m.host = rest.substr(1, close - 1);
+      colon = close + 1;
+      COHORT_CHECK(colon < rest.size() && rest[colon] == ':', "bootstrap: '{}' needs :port", url);
+    } else {
+      colon = rest.rfind(':');
+      COHORT_CHECK(colon != std::string::npos, "bootstrap: '{}' must be tcp://host:port", url);
+      m.host = rest.substr(0, colon);
+    }
+    COHORT_CHECK(!m.host.empty(), "bootstrap: '{}' has no host", url);
+    m.port = parse_port(rest.substr(colon + 1), "tcp:// port");
+  } else if (m.scheme == "file") {
+    COHORT_CHECK(!rest.empty(), "bootstrap: '{}' has no path (file:///path/to/file)", url);
+    m.path = rest;
+  } else {
+    throw InvalidArgument(
+        fmt::format("bootstrap: unknown init method scheme '{}' in '{}' (known: env, tcp, file)",
+                    m.scheme, url));
+  }
+  return m;
+}
+
+BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options) {
+  InitMethod m = parse_init_method(init_method);
+  BootstrapResult r;
+
+  const char* rank_var = nullptr;
+  std::optional<int> rank =
+      options.rank >= 0 ? std::optional<int>(options.rank)
+      : m.rank >= 0     ? std::optional<int>(m.rank)
+                        : env_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_var);
+  std::optional<int> world = options.world_size >= 0 ? std::optional<int>(options.world_size)
+                             : m.world_size >= 0
+                                 ? std::optional<int>(m.world_size)
+                                 : env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"});
+  COHORT_CHECK(rank.has_value(),
+               "bootstrap {}: the rank is not known: RANK is not set (nor OMPI_COMM_WORLD_RANK or "
+               "SLURM_PROCID); run under `cohort run`, torchrun, mpirun or srun, or pass the "
+               "rank",
+               init_method);
+  COHORT_CHECK(world.has_value(),
+               "bootstrap {}: the world size is not known: WORLD_SIZE is not set (nor "
+               "OMPI_COMM_WORLD_SIZE or SLURM_NTASKS); run under `cohort run`, torchrun, mpirun "
+               "or srun, or pass the world size",
+               init_method);
+  COHORT_CHECK(*world >= 1 && *rank < *world,
+               "bootstrap {}: rank must be in [0, world_size), got rank {} and world_size {}",
+               init_method, *rank, *world);
+  r.rank = *rank;
+  r.world_size = *world;
+  // Without a local rank the job is taken to run on one host.
+  r.local_rank =
+      env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}).value_or(r.rank);
+  r.local_world_size =
+      env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}).value_or(r.world_size);
+
+  std::shared_ptr<Store> store;
+  if (m.scheme == "file") {
+    store = std::make_shared<FileStore>(m.path, options.timeout);
+  } else {
+    if (m.scheme == "env") {
+      const char* addr = std::getenv("MASTER_ADDR");
+      COHORT_CHECK(addr && *addr,
+                   "bootstrap env://: MASTER_ADDR is not set (the host of rank 0 or of the "
+                   "launcher's store); `cohort run` and torchrun set it, under mpirun/srun "
+                   "export it");
+      const char* port = std::getenv("MASTER_PORT");
+      COHORT_CHECK(port && *port,
+                   "bootstrap env://: MASTER_PORT is not set (the store's port); `cohort run` "
+                   "and torchrun set it, under mpirun/srun export it");
+      m.host = addr;
+      m.port = parse_port(port, "MASTER_PORT");
+    }
+    const char* hosted = std::getenv(kStoreHostedEnv);
+    bool launcher_hosts = hosted && std::string(hosted) == "1";
+    TcpStoreOptions o;
+    o.host = m.host;
+    o.port = m.port;
+    o.is_server = !launcher_hosts && r.rank == 0;
+    o.token = options.token;
+    o.timeout = options.timeout;
+    store = std::make_shared<TcpStore>(o);
+  }
+  r.master_addr = m.host;
+  r.master_port = m.port;
+  if (const char* restart = std::getenv(kRestartCountEnv); restart && *restart) {
+    store = std::make_shared<PrefixStore>(std::string("attempt") + restart, store);
+  }
+  r.store = std::move(store);
+  return r;
+}
+
+}  // namespace cohort::rendezvous

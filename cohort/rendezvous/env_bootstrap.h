@@ -1,0 +1,67 @@
+// Bootstrap: turns an init method into this process's place in the job (rank,
+// world size, local rank) and a connected Store, as PyTorch's
+// init_process_group does. Init methods:
+//
+//   env://            MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+//                     LOCAL_WORLD_SIZE as torchrun and `cohort run` set them;
+//                     when RANK/WORLD_SIZE/LOCAL_RANK are unset, OpenMPI's
+//                     OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, then
+//                     Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID.
+//   tcp://host:port   rank and world size from options or the URL query
+//                     (?rank=R&world_size=W), else from the variables above.
+//   file:///path      a FileStore at /path; rank and world size as for tcp://.
+//
+// Who serves the TcpStore: when COHORT_STORE_HOSTED=1 (set by `cohort run`
+// and cohort::spawn, which host the store themselves), every rank connects as
+// a client; otherwise rank 0 serves it on MASTER_PORT (and must outlive the
+// others' use of it). The token comes from options.token or COHORT_TOKEN.
+// When COHORT_RESTART_COUNT is set, the store returned is a PrefixStore
+// "attempt<N>/", so a restarted group never sees the keys of an earlier try.
+//
+// Errors: InvalidArgument naming the missing or malformed variable or URL
+// part; TimeoutError when the store cannot be reached in time.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "cohort/rendezvous/store.h"
+
+namespace cohort::rendezvous {
+
+inline constexpr const char* kStoreHostedEnv = "COHORT_STORE_HOSTED";
+inline constexpr const char* kRestartCountEnv = "COHORT_RESTART_COUNT";
+
+struct BootstrapOptions {
+  int rank = -1;        // -1: from the URL query or the environment
+  int world_size = -1;  // -1: from the URL query or the environment
+  Duration timeout = kDefaultStoreTimeout;
+  std::optional<std::string> token;  // nullopt: COHORT_TOKEN
+};
+
+struct BootstrapResult {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        // rank among the processes on this host
+  int local_world_size = 1;  // processes on this host
+  std::string master_addr;   // tcp/env: the store's host
+  uint16_t master_port = 0;  // tcp/env: the store's port
+  std::shared_ptr<Store> store;
+};
+
+// Parses init_method, connects (or serves) the store, and returns the result.
+BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options = {});
+
+// The parts of an init method URL (exposed for tests and the launcher).
+struct InitMethod {
+  std::string scheme;   // "env", "tcp" or "file"
+  std::string host;     // tcp
+  uint16_t port = 0;    // tcp
+  std::string path;     // file
+  int rank = -1;        // from ?rank=
+  int world_size = -1;  // from ?world_size=
+};
+InitMethod parse_init_method(const std::string& init_method);
+
+}  // namespace cohort::rendezvous

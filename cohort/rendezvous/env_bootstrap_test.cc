@@ -1,0 +1,166 @@
+#include "cohort/rendezvous/env_bootstrap.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "cohort/base/error.h"
+#include "cohort/base/unique_fd.h"
+#include "cohort/rendezvous/socket.h"
+#include "cohort/rendezvous/tcp_store.h"
+
+namespace cohort::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Sets variables for one test and restores the previous values after it.
+class EnvGuard {
+ public:
+  explicit EnvGuard(std::map<std::string, std::string> vars) {
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+          "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+          "COHORT_TOKEN", "COHORT_STORE_HOSTED", "COHORT_RESTART_COUNT"}) {
+      const char* v = std::getenv(name);
+      saved_[name] = v ? std::optional<std::string>(v) : std::nullopt;
+      ::unsetenv(name);
+    }
+    for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~EnvGuard() {
+    for (auto& [k, v] : saved_) {
+      if (v) {
+        ::setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        ::unsetenv(k.c_str());
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+uint16_t free_port() {
+  uint16_t port = 0;
+  UniqueFd probe = net::listen_tcp("127.0.0.1", 0, &port);
+  return port;
+}
+
+TEST(ParseInitMethod, Forms) {
+  auto t = parse_init_method("tcp://10.1.2.3:29500?rank=1&world_size=4");
+  EXPECT_EQ(t.scheme, "tcp");
+  EXPECT_EQ(t.host, "10.1.2.3");
+  EXPECT_EQ(t.port, 29500);
+  EXPECT_EQ(t.rank, 1);
+  EXPECT_EQ(t.world_size, 4);
+  auto v6 = parse_init_method("tcp://[::1]:80");
+  EXPECT_EQ(v6.host, "::1");
+  EXPECT_EQ(v6.port, 80);
+  EXPECT_EQ(parse_init_method("file:///tmp/x").path, "/tmp/x");
+  EXPECT_EQ(parse_init_method("env://").scheme, "env");
+  EXPECT_THROW(parse_init_method("tcp://host"), InvalidArgument);
+  EXPECT_THROW(parse_init_method("tcp://host:99999"), InvalidArgument);
+  EXPECT_THROW(parse_init_method("udp://host:1"), InvalidArgument);
+  EXPECT_THROW(parse_init_method("localhost:1"), InvalidArgument);
+  EXPECT_THROW(parse_init_method("tcp://h:1?rank=x"), InvalidArgument);
+  EXPECT_THROW(parse_init_method("tcp://h:1?color=1"), InvalidArgument);
+}
+
+TEST(Bootstrap, EnvMissingVariableIsNamed) {
+  EnvGuard env({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+  try {
+    bootstrap("env://");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK is not set"), std::string::npos) << e.what();
+  }
+  ::setenv("RANK", "0", 1);
+  ::unsetenv("MASTER_ADDR");
+  try {
+    bootstrap("env://");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos) << e.what();
+  }
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "http", 1);
+  EXPECT_THROW(bootstrap("env://"), InvalidArgument);
+  ::setenv("RANK", "2", 1);
+  ::setenv("MASTER_PORT", "1", 1);
+  EXPECT_THROW(bootstrap("env://"), InvalidArgument);  // rank >= world size
+}
+
+TEST(Bootstrap, EnvTwoRanksRankZeroServes) {
+  uint16_t port = free_port();
+  EnvGuard env({{"WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", std::to_string(port)},
+                {"COHORT_TOKEN", "tok"}});
+  BootstrapOptions o0, o1;
+  o0.rank = 0;
+  o1.rank = 1;
+  o0.timeout = o1.timeout = 10s;
+  BootstrapResult r1;
+  std::thread t([&] { r1 = bootstrap("env://", o1); });  // may start before rank 0 serves
+  BootstrapResult r0 = bootstrap("env://", o0);
+  t.join();
+  EXPECT_EQ(r0.world_size, 2);
+  EXPECT_EQ(r1.rank, 1);
+  EXPECT_EQ(r1.local_rank, 1);  // no LOCAL_RANK: one host assumed
+  EXPECT_EQ(r1.local_world_size, 2);
+  r1.store->set("hello", std::string("from 1"));
+  EXPECT_EQ(r0.store->get_string("hello"), "from 1");
+}
+
+TEST(Bootstrap, OpenMpiAndSlurmFallbacks) {
+  {
+    EnvGuard env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "1"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+    auto path =
+        std::filesystem::temp_directory_path() / ("cohort_boot_" + std::to_string(::getpid()));
+    auto r = bootstrap("file://" + path.string());
+    EXPECT_EQ(r.rank, 0);
+    EXPECT_EQ(r.world_size, 1);
+    r.store->set("k", std::string("v"));
+    std::filesystem::remove(path);
+  }
+  {
+    EnvGuard env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}});
+    auto path =
+        std::filesystem::temp_directory_path() / ("cohort_boot2_" + std::to_string(::getpid()));
+    auto r = bootstrap("file://" + path.string());
+    EXPECT_EQ(r.rank, 3);
+    EXPECT_EQ(r.world_size, 8);
+    EXPECT_EQ(r.local_rank, 1);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(Bootstrap, TcpQueryAndHostedStoreAndRestartPrefix) {
+  uint16_t port = free_port();
+  EnvGuard env(std::map<std::string, std::string>{{"COHORT_TOKEN", "tok"}});
+  BootstrapOptions o;
+  o.timeout = 10s;
+  std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  auto r0 = bootstrap(url + "?rank=0&world_size=2", o);
+  EXPECT_NE(dynamic_cast<TcpStore*>(r0.store.get()), nullptr);
+  ::setenv("COHORT_STORE_HOSTED", "1", 1);  // rank 0 as well would now be a client
+  ::setenv("COHORT_RESTART_COUNT", "1", 1);
+  o.rank = 1;
+  o.world_size = 2;
+  auto r1 = bootstrap(url, o);
+  r1.store->set("k", std::string("v"));
+  EXPECT_EQ(r0.store->get_string("attempt1/k"), "v");
+}
+
+}  // namespace
+}  // namespace cohort::rendezvous
