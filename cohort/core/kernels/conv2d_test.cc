@@ -61,9 +61,26 @@ std::vector<Conv2dGeometry> geometries() {
   add(2, 2, 6, 6, 3, 1, 1, 2, 0);      // 1x1 stride 2
   add(1, 20, 31, 29, 20, 5, 5, 1, 2);
   add(2, 3, 8, 8, 17, 3, 3, 3, 1);
+  // Batches of 8 and more take the batch-16 direct path; 17 and 33 leave a
+  // partly filled last group.
+  add(16, 1, 28, 28, 20, 5, 5, 1, 0);  // Net conv1, one full group
+  add(9, 20, 24, 24, 20, 5, 5, 1, 0);  // Net conv2
+  add(17, 20, 12, 12, 20, 5, 5, 1, 0);
+  add(8, 3, 11, 13, 5, 3, 3, 1, 1);
+  add(33, 3, 15, 10, 7, 5, 5, 2, 2);
+  add(9, 20, 9, 9, 20, 1, 1, 1, 0);
+  add(17, 20, 13, 17, 13, 3, 3, 2, 1);
+  add(10, 1, 12, 19, 3, 5, 5, 2, 0);
+  add(12, 6, 10, 10, 33, 3, 3, 1, 1);
+  add(8, 2, 6, 6, 3, 1, 1, 2, 0);
+  add(8, 4, 31, 29, 2, 5, 5, 1, 2);
+  add(8, 2, 6, 6, 4, 7, 7, 1, 4);  // padding > kernel/2
+  add(8, 3, 9, 11, 8, 8, 8, 1, 0);  // kernel wider than one weight tile
   Conv2dGeometry r{2, 3, 9, 14, 6, 3, 5};  // non-square kernel, mixed stride/pad
   r.stride_h = 2;
   r.pad_w = 2;
+  gs.push_back(r);
+  r.batch = 11;
   gs.push_back(r);
   return gs;
 }

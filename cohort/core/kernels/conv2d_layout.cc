@@ -1,0 +1,118 @@
+#include "cohort/core/kernels/conv2d_layout.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace cohort::kernels::detail {
+namespace {
+
+// In-register transpose of a 16x16 block of floats.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    for (int j = 0; j < 2; ++j) {
+      __m512d a = _mm512_castps_pd(t[i + j]), b = _mm512_castps_pd(t[i + j + 2]);
+      r[i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+      r[i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    }
+  }
+  for (int i = 0; i < 16; i += 8) {
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+
+inline __mmask16 first_k(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); }
+
+// Columns [col, col + k) of 16 rows (null rows read as zero) -> k vectors at
+// dst, dst + 16, ...
+inline void rows_to_vecs(const float* const rows[16], int64_t col, int64_t k, float* dst) {
+  __m512 r[16];
+  const __mmask16 m = first_k(k);
+  for (int i = 0; i < 16; ++i)
+    r[i] = rows[i] ? _mm512_maskz_loadu_ps(m, rows[i] + col) : _mm512_setzero_ps();
+  transpose16(r);
+  for (int64_t j = 0; j < k; ++j) _mm512_store_ps(dst + j * 16, r[j]);
+}
+
+// k vectors at src, src + 16, ... -> columns [col, col + k) of the non-null rows.
+inline void vecs_to_rows(const float* src, int64_t k, float* const rows[16], int64_t col) {
+  __m512 r[16];
+  for (int64_t j = 0; j < 16; ++j)
+    r[j] = j < k ? _mm512_load_ps(src + j * 16) : _mm512_setzero_ps();
+  transpose16(r);
+  const __mmask16 m = first_k(k);
+  for (int i = 0; i < 16; ++i)
+    if (rows[i]) _mm512_mask_storeu_ps(rows[i] + col, m, r[i]);
+}
+
+}  // namespace
+
+float* ensure_vecs(std::vector<Vec16>& buf, int64_t vecs) {
+  if (static_cast<int64_t>(buf.size()) < vecs) {
+    buf = std::vector<Vec16>();
+    buf.resize(vecs);
+  }
+  return reinterpret_cast<float*>(buf.data());
+}
+
+void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad_left,
+                  int64_t pad_right, int64_t g0, int64_t g1, float* dst) {
+  const int64_t wp = pad_left + w + pad_right;
+  const int64_t plane = h * w;
+  const float* rows[16];
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int i = 0; i < 16; ++i) {
+        const int64_t s = g * 16 + i;
+        rows[i] = s < n ? src + (s * c + ch) * plane : nullptr;
+      }
+      float* out = dst + ((g - g0) * c + ch) * h * wp * 16;
+      if (pad_left == 0 && pad_right == 0) {
+        // Unpadded planes are contiguous: transpose them as one long row.
+        for (int64_t col = 0; col < plane; col += 16)
+          rows_to_vecs(rows, col, std::min<int64_t>(16, plane - col), out + col * 16);
+        continue;
+      }
+      for (int64_t y = 0; y < h; ++y) {
+        float* orow = out + y * wp * 16;
+        std::memset(orow, 0, sizeof(float) * 16 * pad_left);
+        std::memset(orow + (pad_left + w) * 16, 0, sizeof(float) * 16 * pad_right);
+        for (int64_t col = 0; col < w; col += 16)
+          rows_to_vecs(rows, y * w + col, std::min<int64_t>(16, w - col),
+                       orow + (pad_left + col) * 16);
+      }
+    }
+  }
+}
+
+void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t g0,
+                    int64_t g1, float* dst) {
+  const int64_t plane = h * w;
+  float* rows[16];
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int i = 0; i < 16; ++i) {
+        const int64_t s = g * 16 + i;
+        rows[i] = s < n ? dst + (s * c + ch) * plane : nullptr;
+      }
+      const float* in = src + ((g - g0) * c + ch) * plane * 16;
+      for (int64_t col = 0; col < plane; col += 16)
+        vecs_to_rows(in + col * 16, std::min<int64_t>(16, plane - col), rows, col);
+    }
+  }
+}
+
+}  // namespace cohort::kernels::detail
