@@ -1,6 +1,8 @@
 // Fast max pooling: planes split over the caller's thread budget, with a
-// branch-free inner loop for windows that lie fully inside the input.
+// vectorized path for the usual 2x2 / stride 2 window.
 #include "cohort/core/kernels/pool2d.h"
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -40,16 +42,63 @@ void pool_plane(const Pool2dGeometry& g, const float* xp, float* yp, int32_t* ap
   }
 }
 
+// Kernel 2x2, stride 2, no padding (the common case, and Net's): 16 outputs
+// per step from two pairs of input vectors split into even and odd columns.
+void pool_plane_2x2(const Pool2dGeometry& g, const float* xp, float* yp, int32_t* ap) {
+  const int64_t oh_n = g.out_h(), ow_n = g.out_w(), w = g.in_w;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i two_lanes = even;  // output lane j reads input column 2j
+  for (int64_t oh = 0; oh < oh_n; ++oh) {
+    const float* r0 = xp + 2 * oh * w;
+    const float* r1 = r0 + w;
+    for (int64_t ow = 0; ow < ow_n; ow += 16) {
+      const int64_t n = std::min<int64_t>(16, ow_n - ow);
+      // 2n input columns starting at 2*ow; the masks keep reads in the row.
+      const __mmask16 m_lo = static_cast<__mmask16>(n >= 8 ? 0xffff : (1u << (2 * n)) - 1u);
+      const __mmask16 m_hi = static_cast<__mmask16>(n <= 8 ? 0 : (1u << (2 * n - 16)) - 1u);
+      const __mmask16 m_out = static_cast<__mmask16>((1u << n) - 1u);
+      const __m512 a0 = _mm512_maskz_loadu_ps(m_lo, r0 + 2 * ow);
+      const __m512 a1 = _mm512_maskz_loadu_ps(m_hi, r0 + 2 * ow + 16);
+      const __m512 b0 = _mm512_maskz_loadu_ps(m_lo, r1 + 2 * ow);
+      const __m512 b1 = _mm512_maskz_loadu_ps(m_hi, r1 + 2 * ow + 16);
+      const __m512 cand[4] = {
+          _mm512_permutex2var_ps(a0, even, a1), _mm512_permutex2var_ps(a0, odd, a1),
+          _mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1)};
+      const __m512i base =
+          _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(2 * oh * w + 2 * ow)), two_lanes);
+      const int32_t off[4] = {0, 1, static_cast<int32_t>(w), static_cast<int32_t>(w + 1)};
+      __m512 best = cand[0];
+      __m512i idx = base;
+      for (int k = 1; k < 4; ++k) {
+        // PyTorch's rule: a larger value or any NaN replaces the best.
+        const __mmask16 take = _mm512_cmp_ps_mask(cand[k], best, _CMP_GT_OQ) |
+                               _mm512_cmp_ps_mask(cand[k], cand[k], _CMP_UNORD_Q);
+        best = _mm512_mask_mov_ps(best, take, cand[k]);
+        idx = _mm512_mask_mov_epi32(idx, take, _mm512_add_epi32(base, _mm512_set1_epi32(off[k])));
+      }
+      _mm512_mask_storeu_ps(yp + oh * ow_n + ow, m_out, best);
+      _mm512_mask_storeu_epi32(ap + oh * ow_n + ow, m_out, idx);
+    }
+  }
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Pool2dGeometry& g, const float* x, float* y, int32_t* argmax) {
   check_pool2d_geometry(g, "max_pool2d_forward");
   const int64_t plane_in = g.in_h * g.in_w, plane_out = g.out_h() * g.out_w();
   const int64_t planes = g.batch * g.channels;
+  const bool fast_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 &&
+                        g.pad_h == 0 && g.pad_w == 0;
   parallel_for(0, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_in, 1)),
                [&](int64_t p0, int64_t p1) {
-                 for (int64_t p = p0; p < p1; ++p)
-                   pool_plane(g, x + p * plane_in, y + p * plane_out, argmax + p * plane_out);
+                 for (int64_t p = p0; p < p1; ++p) {
+                   if (fast_2x2)
+                     pool_plane_2x2(g, x + p * plane_in, y + p * plane_out, argmax + p * plane_out);
+                   else
+                     pool_plane(g, x + p * plane_in, y + p * plane_out, argmax + p * plane_out);
+                 }
                });
 }
 
