@@ -1,0 +1,147 @@
+#include "cohort/launch/launcher.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "cohort/base/error.h"
+#include "cohort/base/unique_fd.h"
+#include "cohort/launch/cpu_split.h"
+#include "cohort/launch/line_prefixer.h"
+#include "cohort/rendezvous/env_bootstrap.h"
+#include "cohort/rendezvous/socket.h"
+#include "cohort/rendezvous/tcp_store_server.h"
+#include "cohort/rendezvous/token.h"
+
+namespace cohort::launch {
+namespace {
+
+void validate(const LaunchOptions& o) {
+  COHORT_CHECK(!o.argv.empty(), "cohort run: no program given (cohort run [options] -- PROGRAM)");
+  COHORT_CHECK(o.nproc_per_node >= 1, "cohort run: --nproc-per-node must be >= 1, got {}",
+               o.nproc_per_node);
+  COHORT_CHECK(o.nnodes >= 1, "cohort run: --nnodes must be >= 1, got {}", o.nnodes);
+  COHORT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
+               "cohort run: --node-rank must be in [0, {}), got {}", o.nnodes, o.node_rank);
+  COHORT_CHECK(o.master_port >= 0 && o.master_port <= 65535,
+               "cohort run: --master-port must be in 0..65535, got {}", o.master_port);
+  COHORT_CHECK(o.max_restarts >= 0, "cohort run: --max-restarts must be >= 0, got {}",
+               o.max_restarts);
+  COHORT_CHECK(o.nnodes == 1 || o.master_port != 0,
+               "cohort run: a job of {} nodes needs --master-port (the same on every node)",
+               o.nnodes);
+  COHORT_CHECK(!o.master_addr.empty(), "cohort run: --master-addr must not be empty");
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& o, int local_rank,
+                                                            int master_port,
+                                                            const std::string& token,
+                                                            int restart_count, int num_threads) {
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"RANK", std::to_string(o.node_rank * o.nproc_per_node + local_rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(master_port)},
+      {rendezvous::kTokenEnv, token},
+      {rendezvous::kStoreHostedEnv, o.host_store ? "1" : "0"},
+      {rendezvous::kRestartCountEnv, std::to_string(restart_count)},
+  };
+  if (num_threads > 0) {
+    for (const char* name : {"COHORT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+      env.emplace_back(name, std::to_string(num_threads));
+    }
+  }
+  for (const auto& kv : o.extra_env) env.push_back(kv);
+  return env;
+}
+
+LaunchResult launch(const LaunchOptions& o) {
+  validate(o);
+  auto report = fd_sink(o.stderr_fd);
+
+  std::string token;
+  if (const char* env = std::getenv(rendezvous::kTokenEnv); env && *env) {
+    token = env;
+  } else {
+    COHORT_CHECK(o.nnodes == 1,
+                 "cohort run: a job of {} nodes needs COHORT_TOKEN set to the same secret on "
+                 "every node",
+                 o.nnodes);
+    token = rendezvous::generate_token();
+  }
+
+  // Signals are blocked before the store thread starts, so it inherits the block.
+  SignalWatcher signals({SIGINT, SIGTERM, SIGCHLD});
+
+  std::unique_ptr<rendezvous::TcpStoreServer> server;
+  int port = o.master_port;
+  if (o.node_rank == 0 && o.host_store) {
+    rendezvous::TcpStoreServerOptions so;
+    so.bind_host =
+        o.nnodes == 1 && rendezvous::net::is_loopback(o.master_addr) ? "127.0.0.1" : "0.0.0.0";
+    so.port = static_cast<uint16_t>(o.master_port);
+    so.token = token;
+    server = std::make_unique<rendezvous::TcpStoreServer>(so);
+    port = server->port();
+  } else if (port == 0) {
+    // Not hosting: reserve-and-release a free port for rank 0 to serve on.
+    uint16_t picked = 0;
+    UniqueFd probe = rendezvous::net::listen_tcp("127.0.0.1", 0, &picked);
+    port = picked;
+  }
+
+  std::vector<std::vector<int>> shares;
+  if (o.pin) shares = split_cpus(allowed_cpus(), o.nproc_per_node);
+
+  LaunchResult result;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<WorkerSpec> specs;
+    for (int local = 0; local < o.nproc_per_node; ++local) {
+      WorkerSpec s;
+      s.local_rank = local;
+      s.rank = o.node_rank * o.nproc_per_node + local;
+      s.child.argv = o.argv;
+      int threads = o.pin ? static_cast<int>(shares[static_cast<size_t>(local)].size()) : 0;
+      s.child.env = environment_with(worker_env(o, local, port, token, attempt, threads));
+      if (o.pin) s.child.cpus = shares[static_cast<size_t>(local)];
+      specs.push_back(std::move(s));
+    }
+    WorkerGroupOptions go;
+    go.grace = o.grace;
+    go.prefix_output = o.prefix_output;
+    go.stdout_fd = o.stdout_fd;
+    go.stderr_fd = o.stderr_fd;
+    AttemptResult a = WorkerGroup(std::move(specs), go).run(signals);
+    result.failure = a.failure;
+    result.interrupted_by = a.interrupted_by;
+    result.restarts = attempt;
+    if (a.interrupted_by) {
+      result.exit_code = 128 + a.interrupted_by;
+      report(fmt::format("cohort run: stopped by signal {}\n", a.interrupted_by));
+      return result;
+    }
+    if (!a.failure) {
+      result.exit_code = 0;
+      return result;
+    }
+    const WorkerFailure& f = *a.failure;
+    if (attempt < o.max_restarts) {
+      report(fmt::format("cohort run: restarting the group (restart {} of {})\n", attempt + 1,
+                         o.max_restarts));
+      continue;
+    }
+    result.exit_code = f.status.shell_code() != 0 ? f.status.shell_code() : 1;
+    report(fmt::format("cohort run: job failed: rank {} (local rank {} on node {}, pid {}) {}{}\n",
+                       f.rank, f.local_rank, o.node_rank, f.pid, f.status.describe(),
+                       attempt > 0
+                           ? fmt::format(" (after {} restart{})", attempt, attempt > 1 ? "s" : "")
+                           : std::string()));
+    return result;
+  }
+}
+
+}  // namespace cohort::launch

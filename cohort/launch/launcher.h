@@ -1,0 +1,74 @@
+// launch(): runs a program as the workers of a distributed job on this node,
+// like torchrun; the engine of `cohort run`.
+//
+// Each worker gets RANK (= node_rank * nproc_per_node + local_rank),
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK (the node rank),
+// MASTER_ADDR, MASTER_PORT, COHORT_TOKEN (the job's store token),
+// COHORT_STORE_HOSTED, COHORT_RESTART_COUNT, and unless pinning is off its CPU
+// share: pinned with sched_setaffinity, with COHORT_NUM_THREADS,
+// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to the share's size.
+//
+// The store: node 0 hosts a TcpStoreServer on MASTER_PORT for the whole job
+// (restarts included; a restarted group uses fresh keys under
+// "attempt<N>/", see env_bootstrap.h) and workers on every node connect to
+// it as clients. MASTER_PORT 0 on a one-node job: a free port is picked.
+// The token is COHORT_TOKEN from the launcher's environment when set, else a
+// fresh random one (a multi-node job needs COHORT_TOKEN set alike on every
+// node).
+//
+// Failure: when a worker fails, the others get SIGTERM and, after the grace
+// period, SIGKILL; the group restarts while restarts remain, else launch()
+// returns a non-zero exit code and prints a summary naming the failed rank and
+// its exit code or signal. SIGINT/SIGTERM to the launcher are forwarded to the
+// workers (a second one kills them) and end the job without restart.
+//
+// Thread safety: call from one thread; it blocks SIGINT, SIGTERM and SIGCHLD
+// in that thread while it runs (signals reach it through a signalfd).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/launch/worker_group.h"
+
+namespace cohort::launch {
+
+struct LaunchOptions {
+  std::vector<std::string> argv;  // the worker program and its arguments
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: pick a free port (one-node jobs only)
+  int max_restarts = 0;
+  bool pin = true;            // split the CPUs between local workers
+  bool host_store = true;     // node 0 serves the rendezvous store on MASTER_PORT
+  bool prefix_output = true;  // "[rank N] " before every output line
+  std::chrono::milliseconds grace = std::chrono::seconds(5);  // SIGTERM -> SIGKILL
+  int stdout_fd = 1;
+  int stderr_fd = 2;  // workers' stderr and the launcher's own messages
+  std::vector<std::pair<std::string, std::string>> extra_env;
+};
+
+struct LaunchResult {
+  int exit_code = 0;  // 0 on success; the failed worker's code (128 + signal when killed)
+  int restarts = 0;   // restarts performed
+  std::optional<WorkerFailure> failure;  // first failure of the last attempt
+  int interrupted_by = 0;                // the signal that ended the job, or 0
+};
+
+// Runs the job to its end. Throws InvalidArgument for bad options and IoError
+// when a worker cannot be started.
+LaunchResult launch(const LaunchOptions& options);
+
+// The environment variables launch() gives the worker with this local rank
+// (store address and token already decided); exposed for spawn() and tests.
+std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options,
+                                                            int local_rank, int master_port,
+                                                            const std::string& token,
+                                                            int restart_count, int num_threads);
+
+}  // namespace cohort::launch

@@ -1,0 +1,163 @@
+#include "cohort/launch/worker_group.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "cohort/base/error.h"
+#include "cohort/launch/line_prefixer.h"
+
+namespace cohort::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Worker {
+  const WorkerSpec* spec;
+  ChildProcess proc;
+  std::unique_ptr<LinePrefixer> out, err;
+  std::optional<ExitStatus> status;
+};
+
+// Reads what is available on fd into prefixer; returns false at end of stream.
+bool pump(int fd, LinePrefixer& prefixer) {
+  char buf[64 * 1024];
+  for (int round = 0; round < 16; ++round) {  // bounded, so one chatty worker cannot starve
+    ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r > 0) {
+      prefixer.feed(std::string_view(buf, static_cast<size_t>(r)));
+      continue;
+    }
+    if (r == 0) return false;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+  return true;
+}
+
+const char* signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? abbrev : "?";
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(std::vector<WorkerSpec> workers, WorkerGroupOptions options)
+    : specs_(std::move(workers)), options_(options) {}
+
+AttemptResult WorkerGroup::run(SignalWatcher& signals) {
+  auto report = fd_sink(options_.stderr_fd);
+  std::vector<Worker> workers;
+  workers.reserve(specs_.size());
+  for (const auto& spec : specs_) {
+    ChildSpec child = spec.child;
+    child.capture_output = true;
+    Worker w{&spec, ChildProcess::exec(child), nullptr, nullptr, std::nullopt};
+    std::string prefix =
+        options_.prefix_output ? fmt::format("[rank {}] ", spec.rank) : std::string();
+    w.out = std::make_unique<LinePrefixer>(prefix, fd_sink(options_.stdout_fd));
+    w.err = std::make_unique<LinePrefixer>(prefix, fd_sink(options_.stderr_fd));
+    workers.push_back(std::move(w));
+  }
+
+  AttemptResult result;
+  bool stopping = false, killed = false;
+  Clock::time_point kill_deadline;
+  auto stop_all = [&](int sig) {
+    for (auto& w : workers) {
+      if (!w.status) w.proc.signal(sig);
+    }
+  };
+  auto begin_stop = [&] {
+    if (stopping) return;
+    stopping = true;
+    kill_deadline = Clock::now() + options_.grace;
+    stop_all(SIGTERM);
+  };
+
+  while (true) {
+    bool all_ended = true;
+    for (auto& w : workers) {
+      if (!w.status) w.status = w.proc.poll();
+      if (!w.status) {
+        all_ended = false;
+        continue;
+      }
+      if (!w.status->success() && !result.failure && !result.interrupted_by) {
+        result.failure = WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status};
+        report(
+            fmt::format("cohort run: rank {} (local rank {}, pid {}) {}; stopping the other "
+                        "workers\n",
+                        w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe()));
+        begin_stop();
+      }
+    }
+    if (all_ended) break;
+    if (stopping && !killed && Clock::now() >= kill_deadline) {
+      stop_all(SIGKILL);
+      killed = true;
+    }
+
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, bool>> owners;  // (worker, is_stdout) per pipe fd
+    fds.push_back({signals.fd(), POLLIN, 0});
+    for (auto& w : workers) {
+      if (w.proc.stdout_fd() >= 0) {
+        fds.push_back({w.proc.stdout_fd(), POLLIN, 0});
+        owners.emplace_back(&w, true);
+      }
+      if (w.proc.stderr_fd() >= 0) {
+        fds.push_back({w.proc.stderr_fd(), POLLIN, 0});
+        owners.emplace_back(&w, false);
+      }
+    }
+    // SIGCHLD wakes the poll; the cap is a backstop for a missed wake-up.
+    auto wake = Clock::now() + std::chrono::milliseconds(250);
+    if (stopping && !killed) wake = std::min(wake, kill_deadline);
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(ms, 0)));
+    if (rc < 0 && errno != EINTR) throw_errno("cohort run: poll", errno);
+    if (rc <= 0) continue;
+
+    if (fds[0].revents) {
+      for (int sig : signals.take()) {
+        if (sig != SIGINT && sig != SIGTERM) continue;  // SIGCHLD: reaped at the loop top
+        if (!result.interrupted_by) {
+          result.interrupted_by = sig;
+          report(fmt::format("cohort run: got SIG{}; forwarding it to the workers\n",
+                             signal_name(sig)));
+          stopping = true;
+          kill_deadline = Clock::now() + options_.grace;
+          stop_all(sig);
+        } else if (!killed) {
+          report("cohort run: second signal; killing the workers\n");
+          stop_all(SIGKILL);
+          killed = true;
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      auto [w, is_out] = owners[i - 1];
+      LinePrefixer& p = is_out ? *w->out : *w->err;
+      if (!pump(fds[i].fd, p)) {
+        p.finish();
+        is_out ? w->proc.close_stdout() : w->proc.close_stderr();
+      }
+    }
+  }
+
+  // Everything has ended: take what is still in the pipes (a grandchild that
+  // keeps them open is not waited for) and end partial lines.
+  for (auto& w : workers) {
+    if (w.proc.stdout_fd() >= 0) pump(w.proc.stdout_fd(), *w.out);
+    if (w.proc.stderr_fd() >= 0) pump(w.proc.stderr_fd(), *w.err);
+    w.out->finish();
+    w.err->finish();
+  }
+  return result;
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,58 @@
+// WorkerGroup: one attempt of a job on this node: starts the local workers,
+// forwards their output line by line with a "[rank N] " prefix (stdout and
+// stderr kept apart), forwards SIGINT/SIGTERM, and when a worker fails stops
+// the others (SIGTERM, then SIGKILL after the grace period). Used by
+// launch(); one object per attempt.
+//
+// Every wait is driven by child exit, output, signals or the grace deadline.
+// Thread safety: none.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/launch/child_process.h"
+#include "cohort/launch/signal_watcher.h"
+
+namespace cohort::launch {
+
+struct WorkerSpec {
+  int rank = 0;
+  int local_rank = 0;
+  ChildSpec child;  // capture_output is set by the group
+};
+
+struct WorkerFailure {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  ExitStatus status;
+};
+
+struct AttemptResult {
+  std::optional<WorkerFailure> failure;  // the first worker to fail
+  int interrupted_by = 0;                // SIGINT/SIGTERM received, or 0
+};
+
+struct WorkerGroupOptions {
+  std::chrono::milliseconds grace = std::chrono::seconds(5);
+  bool prefix_output = true;
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(std::vector<WorkerSpec> workers, WorkerGroupOptions options);
+  // Starts the workers and returns when all have ended. Throws IoError if a
+  // worker cannot be started (those already started are killed).
+  AttemptResult run(SignalWatcher& signals);
+
+ private:
+  std::vector<WorkerSpec> specs_;
+  WorkerGroupOptions options_;
+};
+
+}  // namespace cohort::launch

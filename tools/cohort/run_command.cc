@@ -1,0 +1,60 @@
+// `cohort run`: the launcher, like torchrun. Runs PROGRAM as the local
+// workers of a distributed job (see cohort/launch/launcher.h for the
+// environment each worker gets, the store, restarts and failure handling).
+#include <memory>
+
+#include "cohort/launch/launcher.h"
+#include "tools/cohort/command.h"
+
+namespace cohort::cli {
+namespace {
+
+struct RunArgs {
+  launch::LaunchOptions options;
+  bool no_pin = false;
+  bool no_prefix = false;
+  bool no_host_store = false;
+  double grace_s = 5.0;
+};
+
+std::function<int()> setup_run(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto& o = args->options;
+  app.add_option("--nproc-per-node", o.nproc_per_node, "Workers on this node")
+      ->capture_default_str();
+  app.add_option("--nnodes", o.nnodes, "Nodes in the job")->capture_default_str();
+  app.add_option("--node-rank", o.node_rank, "This node's rank in [0, nnodes)")
+      ->capture_default_str();
+  app.add_option("--master-addr", o.master_addr, "Address of node 0 (the rendezvous store)")
+      ->capture_default_str();
+  app.add_option("--master-port", o.master_port,
+                 "Port of the rendezvous store on node 0 (0: pick a free one, one node only)")
+      ->capture_default_str();
+  app.add_option("--max-restarts", o.max_restarts,
+                 "Restart the whole group up to K times after a worker fails")
+      ->capture_default_str();
+  app.add_flag("--no-pin", args->no_pin,
+               "Do not pin workers to CPU shares or set their thread counts");
+  app.add_flag("--no-prefix", args->no_prefix, "Do not prefix output lines with [rank N]");
+  app.add_flag("--no-host-store", args->no_host_store,
+               "Do not host the store; rank 0 serves it on MASTER_PORT");
+  app.add_option("--grace-period", args->grace_s,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+  app.add_option("program", o.argv, "PROGRAM ARGS... (after --)")->required()->expected(-1);
+  app.footer("Example: cohort run --nproc-per-node 2 -- cohort train --model net");
+  return [args]() -> int {
+    launch::LaunchOptions o = args->options;
+    o.pin = !args->no_pin;
+    o.prefix_output = !args->no_prefix;
+    o.host_store = !args->no_host_store;
+    o.grace = std::chrono::milliseconds(static_cast<int64_t>(args->grace_s * 1000));
+    return launch::launch(o).exit_code;
+  };
+}
+
+CommandRegistrar reg({"run", "Run a program as the workers of a distributed job (like torchrun)",
+                      setup_run});
+
+}  // namespace
+}  // namespace cohort::cli
