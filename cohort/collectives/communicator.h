@@ -50,10 +50,12 @@
 // the store is only used inside create().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/collectives/types.h"
 #include "cohort/rendezvous/store.h"
@@ -148,6 +150,16 @@ class Communicator {
   void check_usable() const;
   // Records the first failure, tells the peers, and rethrows it.
   [[noreturn]] void fail(std::exception_ptr error);
+  // A scratch buffer of at least `bytes`, reused across ops (one op at a time).
+  std::byte* scratch(size_t bytes);
+  // Per-pair message numbers of send/recv (checked like collective sequence numbers).
+  uint64_t next_send_number(int peer) { return sent_[static_cast<size_t>(peer)]++; }
+  uint64_t next_recv_number(int peer) { return received_[static_cast<size_t>(peer)]++; }
+  // Algorithm overrides from the environment (empty: choose by size).
+  struct AlgoOverrides {
+    std::string all_reduce, broadcast, reduce, all_gather, reduce_scatter;
+  };
+  const AlgoOverrides& overrides() const { return overrides_; }
 
  private:
   Communicator(int rank, int size, CommunicatorOptions options,
@@ -159,6 +171,10 @@ class Communicator {
   std::unique_ptr<transport::Context> context_;
   uint64_t seq_ = 0;
   std::exception_ptr error_;
+  std::vector<std::byte> scratch_;
+  std::vector<uint64_t> sent_;
+  std::vector<uint64_t> received_;
+  AlgoOverrides overrides_;
 };
 
 }  // namespace cohort::collectives

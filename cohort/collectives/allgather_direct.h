@@ -1,0 +1,28 @@
+// AllgatherDirect: every rank sends its block to every other rank at once (small messages).
+//
+// Set up once with the buffers, run() any number of times (each run is one
+// collective with a new sequence number). Ownership: borrows the
+// communicator and the buffers, which must outlive the object. Thread safety:
+// one run at a time per communicator. Failures: see communicator.h.
+#pragma once
+
+#include <cstddef>
+
+#include "cohort/collectives/communicator.h"
+
+namespace cohort::collectives {
+
+class AllgatherDirect {
+ public:
+  AllgatherDirect(Communicator& comm, const void* send, void* recv, size_t count, DataType dtype);
+  void run(Duration timeout = kUseDefaultTimeout);
+
+ private:
+  Communicator& comm_;
+  const std::byte* send_;
+  std::byte* recv_;
+  size_t count_;
+  DataType dtype_;
+};
+
+}  // namespace cohort::collectives

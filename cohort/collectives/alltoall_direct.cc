@@ -1,0 +1,33 @@
+#include "cohort/collectives/alltoall_direct.h"
+
+#include <cstring>
+
+#include "cohort/collectives/engine.h"
+
+namespace cohort::collectives {
+
+AlltoallDirect::AlltoallDirect(Communicator& comm, const void* send, void* recv, size_t count,
+                               DataType dtype)
+    : comm_(comm),
+      send_(static_cast<const std::byte*>(send)),
+      recv_(static_cast<std::byte*>(recv)),
+      count_(count),
+      dtype_(dtype) {}
+
+void AlltoallDirect::run(Duration timeout) {
+  Engine e(comm_, {OpKind::kAllToAll, dtype_, ReduceOp::kSum, Algo::kDirect, -1, count_}, timeout);
+  int n = e.size(), r = e.rank();
+  size_t bytes = count_ * e.elem();
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    e.send(p).add(const_cast<std::byte*>(send_ + static_cast<size_t>(p) * bytes), bytes);
+    e.recv(p).add(recv_ + static_cast<size_t>(p) * bytes, bytes);
+  }
+  e.run();
+  if (bytes > 0) {
+    std::memmove(recv_ + static_cast<size_t>(r) * bytes, send_ + static_cast<size_t>(r) * bytes,
+                 bytes);
+  }
+}
+
+}  // namespace cohort::collectives

@@ -1,0 +1,280 @@
+#include "cohort/collectives/engine.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cohort/base/error.h"
+#include "cohort/collectives/reduce_kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace cohort::collectives {
+
+namespace {
+
+// Bytes moved per step of one stream before the others get a turn: small
+// enough that a reduce-and-forward pipeline keeps its data in cache.
+constexpr size_t kChunk = 64 * 1024;
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
+
+Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
+    : comm_(comm),
+      ctx_(comm.context()),
+      desc_(desc),
+      elem_(element_size(desc.dtype)),
+      timeout_(comm.resolve(timeout)),
+      header_sent_(static_cast<size_t>(comm.size()), 0),
+      header_received_(static_cast<size_t>(comm.size()), 0) {
+  comm_.check_usable();
+  if (desc_.kind != OpKind::kSendRecv) {
+    desc_.seq = comm_.next_sequence();
+    ctx_.set_op_seq(desc_.seq + 1);
+  }
+  deadline_ = transport::Clock::now() + timeout_;
+}
+
+Stream& Engine::send(int peer) {
+  Stream& s = streams_.emplace_back();
+  s.pair = ctx_.pair(peer);
+  s.send = true;
+  s.header = to_wire(desc_);
+  if (header_sent_[static_cast<size_t>(peer)]) s.header_done = sizeof(WireHeader);
+  header_sent_[static_cast<size_t>(peer)] = 1;
+  return s;
+}
+
+Stream& Engine::recv(int peer) {
+  Stream& s = streams_.emplace_back();
+  s.pair = ctx_.pair(peer);
+  s.send = false;
+  s.header = to_wire(desc_);
+  if (header_received_[static_cast<size_t>(peer)]) {
+    s.header_done = sizeof(WireHeader);
+    s.got = s.header;
+  }
+  header_received_[static_cast<size_t>(peer)] = 1;
+  return s;
+}
+
+size_t Engine::stream_bytes(const Stream& s) const {
+  size_t n = 0;
+  for (const Piece& p : s.pieces) n += p.len;
+  return n;
+}
+
+void Engine::run() {
+  try {
+    for (Stream& s : streams_) {
+      s.pad = (8 - stream_bytes(s) % 8) % 8;
+      if (!s.send && !s.pair->can_peek()) {
+        for (const Piece& p : s.pieces) {
+          if (p.reduce) {
+            s.bounce.resize(kChunk + elem_);
+            break;
+          }
+        }
+      }
+    }
+    drive();
+  } catch (...) {
+    streams_.clear();
+    comm_.fail(std::current_exception());
+  }
+  streams_.clear();
+}
+
+void Engine::drive() {
+  int idle = 0;
+  transport::Clock::time_point idle_since;
+  const bool yield = ctx_.oversubscribed();
+  while (true) {
+    bool progress = false;
+    bool all_done = true;
+    for (Stream& s : streams_) {
+      if (s.finished) continue;
+      progress |= s.send ? step_send(s) : step_recv(s);
+      all_done &= s.finished;
+    }
+    if (all_done) return;
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    if (idle++ == 0) idle_since = transport::Clock::now();
+    if ((idle & 63) != 0 && !yield) {
+      cpu_relax();
+      continue;
+    }
+    auto now = transport::Clock::now();
+    if (!yield && now - idle_since < kSpin) continue;
+    if (yield && idle < 4) {
+      ::sched_yield();
+      continue;
+    }
+    if (now >= deadline_) throw_timeout();
+    wants_.clear();
+    for (const Stream& s : streams_) {
+      if (!s.finished) wants_.push_back({s.pair, s.send});
+    }
+    ctx_.wait(wants_, deadline_);
+    if (ctx_.aborted()) ctx_.check_peers();
+    idle = yield ? 0 : 1;
+    if (!yield) idle_since = transport::Clock::now() - kSpin;  // after a sleep, go straight back
+  }
+}
+
+bool Engine::step_send(Stream& s) {
+  bool progress = false;
+  if (s.header_done < sizeof(WireHeader)) {
+    size_t w = s.pair->write_some(reinterpret_cast<const std::byte*>(&s.header) + s.header_done,
+                                  sizeof(WireHeader) - s.header_done);
+    s.header_done += w;
+    if (s.header_done < sizeof(WireHeader)) return w > 0;
+    progress = true;
+  }
+  while (s.current < s.pieces.size()) {
+    Piece& p = s.pieces[s.current];
+    size_t limit = p.gate != nullptr ? std::min(p.len, p.gate->done) : p.len;
+    if (p.done < limit) {
+      size_t k = std::min(limit - p.done, kChunk);
+      size_t w = s.pair->write_some(p.data + p.done, k);
+      p.done += w;
+      return progress || w > 0;
+    }
+    if (p.done < p.len) return progress;  // gated
+    ++s.current;
+  }
+  if (s.pad_done < s.pad) {
+    static const std::byte zeros[8] = {};
+    size_t w = s.pair->write_some(zeros, s.pad - s.pad_done);
+    s.pad_done += w;
+    progress |= w > 0;
+    if (s.pad_done < s.pad) return progress;
+  }
+  s.finished = true;
+  return true;
+}
+
+void Engine::check_header(const Stream& s) const {
+  const WireHeader& a = s.header;
+  const WireHeader& b = s.got;
+  int peer = s.pair->peer();
+  if (b.magic != kWireMagic) {
+    throw IoError(fmt::format(
+        "{} in group '{}': rank {} received a corrupt header from rank {} (magic {:#x})",
+        describe(desc_), comm_.name(), rank(), peer, b.magic));
+  }
+  if (std::memcmp(&a, &b, sizeof(WireHeader)) != 0) {
+    throw InvalidArgument(fmt::format(
+        "collective mismatch in group '{}' between rank {} and rank {}: rank {} called {}, rank "
+        "{} called {}",
+        comm_.name(), rank(), peer, rank(), describe(a), peer, describe(b)));
+  }
+}
+
+bool Engine::recv_piece(Stream& s, Piece& p) {
+  size_t want = std::min(p.len - p.done, kChunk);
+  if (!p.reduce) {
+    size_t r = s.pair->read_some(p.data + p.done, want);
+    p.done += r;
+    return r > 0;
+  }
+  if (s.pair->can_peek()) {
+    std::span<const std::byte> v = s.pair->peek();
+    size_t k = std::min(v.size(), want);
+    k -= k % elem_;
+    if (k == 0) return false;
+    reduce_into(p.data + p.done, v.data(), k / elem_, desc_.dtype, desc_.op);
+    s.pair->consume(k);
+    p.done += k;
+    return true;
+  }
+  size_t space = std::min(s.bounce.size() - s.bounce_fill, p.len - p.done - s.bounce_fill);
+  size_t r = s.pair->read_some(s.bounce.data() + s.bounce_fill, space);
+  s.bounce_fill += r;
+  size_t k = s.bounce_fill - s.bounce_fill % elem_;
+  if (k > 0) {
+    reduce_into(p.data + p.done, s.bounce.data(), k / elem_, desc_.dtype, desc_.op);
+    std::memmove(s.bounce.data(), s.bounce.data() + k, s.bounce_fill - k);
+    s.bounce_fill -= k;
+    p.done += k;
+  }
+  return r > 0;
+}
+
+bool Engine::step_recv(Stream& s) {
+  bool progress = false;
+  if (s.header_done < sizeof(WireHeader)) {
+    size_t r = s.pair->read_some(reinterpret_cast<std::byte*>(&s.got) + s.header_done,
+                                 sizeof(WireHeader) - s.header_done);
+    s.header_done += r;
+    if (s.header_done < sizeof(WireHeader)) return r > 0;
+    check_header(s);
+    progress = true;
+  }
+  while (s.current < s.pieces.size()) {
+    Piece& p = s.pieces[s.current];
+    if (p.done < p.len) {
+      bool moved = recv_piece(s, p);
+      if (p.done < p.len) return progress || moved;
+      progress = true;
+    }
+    ++s.current;
+  }
+  if (s.pad_done < s.pad) {
+    std::byte sink[8];
+    size_t r = s.pair->read_some(sink, s.pad - s.pad_done);
+    s.pad_done += r;
+    progress |= r > 0;
+    if (s.pad_done < s.pad) return progress;
+  }
+  s.finished = true;
+  return true;
+}
+
+void Engine::throw_timeout() const {
+  std::vector<int> waiting;
+  std::vector<int> absent;
+  bool all_known = true;
+  for (const Stream& s : streams_) {
+    if (s.finished) continue;
+    int p = s.pair->peer();
+    if (std::find(waiting.begin(), waiting.end(), p) == waiting.end()) waiting.push_back(p);
+  }
+  if (desc_.kind != OpKind::kSendRecv) {
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank()) continue;
+      auto seq = ctx_.peer_op_seq(p);
+      if (!seq.has_value()) {
+        all_known = false;
+      } else if (*seq < desc_.seq + 1) {
+        absent.push_back(p);
+      }
+    }
+  } else {
+    all_known = false;
+  }
+  std::sort(waiting.begin(), waiting.end());
+  std::string msg = fmt::format(
+      "{} in group '{}' timed out after {} ms on rank {} of {}; ranks that did not arrive: {}; "
+      "still waiting on ranks [{}]",
+      describe(desc_), comm_.name(), timeout_.count(), rank(), size(),
+      all_known || !absent.empty() ? fmt::format("[{}]", fmt::join(absent, ", "))
+                                   : std::string("unknown (TCP peers)"),
+      fmt::join(waiting, ", "));
+  throw TimeoutError(msg);
+}
+
+}  // namespace cohort::collectives

@@ -1,0 +1,98 @@
+// Engine: runs one op's transfers. An algorithm describes, per peer and
+// direction, a Stream: the pieces of its buffers to send or receive, in
+// order. A received piece is either copied or reduced into place (from the
+// shared-memory ring directly, without a staging copy); a sent piece may be
+// gated on a received one (send only the bytes of it that have arrived),
+// which is what pipelines rings and chains. The Engine puts the op header
+// ahead of the first stream to each peer, checks the peers' headers, makes
+// progress on all streams at once (so no send can block a receive), spins
+// briefly when nothing moves, then blocks in the transport (futex or poll).
+//
+// Internal to the collectives layer. One Engine per op; not thread safe.
+// Failure: every error goes through Communicator::fail (the communicator is
+// broken and the peers are told), then propagates.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+#include "cohort/collectives/communicator.h"
+#include "cohort/collectives/wire.h"
+#include "cohort/transport/context.h"
+
+namespace cohort::collectives {
+
+struct Piece {
+  std::byte* data;
+  size_t len;
+  size_t done = 0;
+  const Piece* gate = nullptr;  // send: only gate->done bytes may go
+  bool reduce = false;          // recv: reduce into data instead of copying
+};
+
+struct Stream {
+  transport::Pair* pair = nullptr;
+  bool send = false;
+  WireHeader header{};  // to send, or the one expected
+  WireHeader got{};     // received
+  size_t header_done = 0;
+  std::deque<Piece> pieces;
+  size_t current = 0;
+  size_t pad = 0;
+  size_t pad_done = 0;
+  bool finished = false;
+  // TCP receive-and-reduce staging.
+  std::vector<std::byte> bounce;
+  size_t bounce_fill = 0;
+
+  // Appends a piece; returns it so later send pieces can gate on it.
+  Piece* add(void* data, size_t len, const Piece* gate = nullptr, bool reduce = false) {
+    pieces.push_back(Piece{static_cast<std::byte*>(data), len, 0, gate, reduce});
+    return &pieces.back();
+  }
+};
+
+class Engine {
+ public:
+  // Starts an op: rethrows a broken communicator's error, takes the next
+  // sequence number (collectives) and publishes it, sets the deadline.
+  // desc.seq must already be set for kSendRecv.
+  Engine(Communicator& comm, OpDesc desc, Duration timeout);
+
+  const OpDesc& desc() const { return desc_; }
+  Communicator& comm() { return comm_; }
+  int rank() const { return comm_.rank(); }
+  int size() const { return comm_.size(); }
+  size_t elem() const { return elem_; }
+
+  // A stream to / from peer for the next run().
+  Stream& send(int peer);
+  Stream& recv(int peer);
+  // Drives every stream added since the last run to completion. Two streams
+  // in one direction on one pair must go in separate runs.
+  void run();
+
+ private:
+  void drive();
+  bool step_send(Stream& s);
+  bool step_recv(Stream& s);
+  bool recv_piece(Stream& s, Piece& p);
+  void check_header(const Stream& s) const;
+  [[noreturn]] void throw_timeout() const;
+  size_t stream_bytes(const Stream& s) const;
+
+  Communicator& comm_;
+  transport::Context& ctx_;
+  OpDesc desc_;
+  size_t elem_;
+  Duration timeout_;
+  transport::Clock::time_point deadline_;
+  std::deque<Stream> streams_;
+  std::vector<char> header_sent_;
+  std::vector<char> header_received_;
+  std::vector<transport::Want> wants_;
+};
+
+}  // namespace cohort::collectives

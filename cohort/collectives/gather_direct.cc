@@ -1,0 +1,33 @@
+#include "cohort/collectives/gather_direct.h"
+
+#include <cstring>
+
+#include "cohort/collectives/engine.h"
+
+namespace cohort::collectives {
+
+GatherDirect::GatherDirect(Communicator& comm, const void* send, void* recv, size_t count,
+                           DataType dtype, int root)
+    : comm_(comm),
+      send_(static_cast<const std::byte*>(send)),
+      recv_(static_cast<std::byte*>(recv)),
+      count_(count),
+      dtype_(dtype),
+      root_(root) {}
+
+void GatherDirect::run(Duration timeout) {
+  Engine e(comm_, {OpKind::kGather, dtype_, ReduceOp::kSum, Algo::kDirect, root_, count_}, timeout);
+  int n = e.size(), r = e.rank();
+  size_t bytes = count_ * e.elem();
+  if (r == root_) {
+    if (bytes > 0) std::memmove(recv_ + static_cast<size_t>(r) * bytes, send_, bytes);
+    for (int p = 0; p < n; ++p) {
+      if (p != r) e.recv(p).add(recv_ + static_cast<size_t>(p) * bytes, bytes);
+    }
+  } else {
+    e.send(root_).add(const_cast<std::byte*>(send_), bytes);
+  }
+  e.run();
+}
+
+}  // namespace cohort::collectives

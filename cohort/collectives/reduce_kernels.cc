@@ -1,0 +1,192 @@
+#include "cohort/collectives/reduce_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "cohort/base/error.h"
+
+namespace cohort::collectives {
+
+float bf16_to_float(uint16_t v) {
+  uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float f16_to_float(uint16_t v) {
+#if defined(__F16C__)
+  return _cvtsh_ss(v);
+#else
+  uint32_t sign = (v & 0x8000u) << 16;
+  uint32_t exp = (v >> 10) & 0x1fu;
+  uint32_t man = v & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      u = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | man << 13;
+  } else {
+    u = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+uint16_t float_to_f16(float f) {
+#if defined(__F16C__)
+  return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (abs >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (abs < 0x38800000u) {  // subnormal or zero in half
+    float af;
+    std::memcpy(&af, &abs, 4);
+    // Scale so the half subnormal unit (2^-24) becomes 1 and round to even.
+    float scaled = af * 16777216.0f;
+    uint32_t m = static_cast<uint32_t>(std::nearbyint(scaled));
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t mant = abs + 0xc8000fffu + ((abs >> 13) & 1u);  // rebias exponent and round to even
+  return static_cast<uint16_t>(sign | (mant >> 13));
+#endif
+}
+
+namespace {
+
+template <typename T, typename F>
+void apply(void* dst_v, const void* src_v, size_t n, F f) {
+  T* __restrict dst = static_cast<T*>(dst_v);
+  const T* __restrict src = static_cast<const T*>(src_v);
+  for (size_t i = 0; i < n; ++i) dst[i] = f(dst[i], src[i]);
+}
+
+template <typename T>
+void reduce_typed(void* dst, const void* src, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      apply<T>(dst, src, n, [](T a, T b) { return static_cast<T>(a + b); });
+      return;
+    case ReduceOp::kProduct:
+      apply<T>(dst, src, n, [](T a, T b) { return static_cast<T>(a * b); });
+      return;
+    case ReduceOp::kMin:
+      apply<T>(dst, src, n, [](T a, T b) { return b < a ? b : a; });
+      return;
+    case ReduceOp::kMax:
+      apply<T>(dst, src, n, [](T a, T b) { return a < b ? b : a; });
+      return;
+  }
+}
+
+float combine(float a, float b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return a + b;
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kMin:
+      return b < a ? b : a;
+    case ReduceOp::kMax:
+      return a < b ? b : a;
+  }
+  return a;
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void reduce_half(void* dst_v, const void* src_v, size_t n, ReduceOp op) {
+  auto* dst = static_cast<uint16_t*>(dst_v);
+  const auto* src = static_cast<const uint16_t*>(src_v);
+  for (size_t i = 0; i < n; ++i) dst[i] = Store(combine(Load(dst[i]), Load(src[i]), op));
+}
+
+}  // namespace
+
+void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return reduce_typed<float>(dst, src, count, op);
+    case DataType::kFloat64:
+      return reduce_typed<double>(dst, src, count, op);
+    case DataType::kInt32:
+      return reduce_typed<int32_t>(dst, src, count, op);
+    case DataType::kInt64:
+      return reduce_typed<int64_t>(dst, src, count, op);
+    case DataType::kUInt8:
+      return reduce_typed<uint8_t>(dst, src, count, op);
+    case DataType::kBFloat16:
+      return reduce_half<bf16_to_float, float_to_bf16>(dst, src, count, op);
+    case DataType::kFloat16:
+      return reduce_half<f16_to_float, float_to_f16>(dst, src, count, op);
+  }
+  throw InvalidArgument(fmt::format("reduce: unknown dtype {}", static_cast<int>(dtype)));
+}
+
+namespace {
+template <typename T>
+void divide(void* data, size_t n, int d) {
+  T* p = static_cast<T*>(data);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
+}
+}  // namespace
+
+void finish_avg(void* data, size_t count, DataType dtype, int divisor) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return divide<float>(data, count, divisor);
+    case DataType::kFloat64:
+      return divide<double>(data, count, divisor);
+    case DataType::kInt32:
+      return divide<int32_t>(data, count, divisor);
+    case DataType::kInt64:
+      return divide<int64_t>(data, count, divisor);
+    case DataType::kUInt8:
+      return divide<uint8_t>(data, count, divisor);
+    case DataType::kBFloat16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < count; ++i) {
+        p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(divisor));
+      }
+      return;
+    }
+    case DataType::kFloat16: {
+      auto* p = static_cast<uint16_t*>(data);
+      for (size_t i = 0; i < count; ++i) {
+        p[i] = float_to_f16(f16_to_float(p[i]) / static_cast<float>(divisor));
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace cohort::collectives

@@ -1,0 +1,30 @@
+// ReduceRing: reduce for large messages: a ring reduce-scatter (non-roots on a scratch copy, so
+// their buffers stay unchanged), then every rank sends the block it finished to the root.
+//
+// Set up once with the buffers, run() any number of times (each run is one
+// collective with a new sequence number). Ownership: borrows the
+// communicator and the buffers, which must outlive the object. Thread safety:
+// one run at a time per communicator. Failures: see communicator.h.
+#pragma once
+
+#include <cstddef>
+
+#include "cohort/collectives/communicator.h"
+
+namespace cohort::collectives {
+
+class ReduceRing {
+ public:
+  ReduceRing(Communicator& comm, void* data, size_t count, DataType dtype, ReduceOp op, int root);
+  void run(Duration timeout = kUseDefaultTimeout);
+
+ private:
+  Communicator& comm_;
+  std::byte* data_;
+  size_t count_;
+  DataType dtype_;
+  ReduceOp op_;
+  int root_;
+};
+
+}  // namespace cohort::collectives

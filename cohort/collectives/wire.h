@@ -1,0 +1,67 @@
+// What every op sends ahead of its payload to each peer it talks to: a
+// 32-byte header naming the op, its sequence number, count, dtype, reduction,
+// root, tag and algorithm. The receiver compares it with what it called
+// itself before touching a byte of payload, which is how mismatched
+// collectives are caught (and reported with both sides) instead of corrupting
+// memory. Internal to the collectives layer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cohort/collectives/types.h"
+
+namespace cohort::collectives {
+
+enum class OpKind : uint8_t {
+  kAllReduce = 1,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kGather,
+  kScatter,
+  kReduceScatter,
+  kAllToAll,
+  kBarrier,
+  kSendRecv,
+};
+
+enum class Algo : uint8_t { kNone = 0, kDirect, kRing, kFlat, kChain };
+
+const char* op_kind_name(OpKind kind);
+const char* algo_name(Algo algo);
+
+// One op as this rank called it. seq: the collective sequence number, or the
+// per-pair message number for send/recv (filled in by the Engine).
+struct OpDesc {
+  OpKind kind;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  Algo algo = Algo::kNone;
+  int32_t root = -1;
+  uint64_t count = 0;
+  uint32_t tag = 0;
+  uint64_t seq = 0;
+};
+
+inline constexpr uint32_t kWireMagic = 0x50525043;  // "CPRP"
+
+struct WireHeader {
+  uint32_t magic;
+  uint8_t kind;
+  uint8_t dtype;
+  uint8_t op;
+  uint8_t algo;
+  uint64_t seq;
+  uint64_t count;
+  int32_t root;
+  uint32_t tag;
+};
+static_assert(sizeof(WireHeader) == 32);
+
+WireHeader to_wire(const OpDesc& d);
+// "all_reduce #5 (count=10, dtype=float32, op=sum, algo=ring)"
+std::string describe(const WireHeader& h);
+std::string describe(const OpDesc& d);
+
+}  // namespace cohort::collectives

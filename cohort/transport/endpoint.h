@@ -1,0 +1,56 @@
+// Endpoint: the bootstrap half of a Context. A rank makes an Endpoint (a
+// listening socket, and a shared-memory segment unless TCP is forced),
+// publishes address() to the other ranks (the collectives layer does it
+// through the rendezvous store), then calls connect() with every rank's
+// address to get its Context.
+//
+// Transport choice per peer: shared memory when both ranks report the same
+// host name and boot id and neither forces TCP (so both sides always agree);
+// TCP otherwise. Connections: rank i connects to every lower rank and accepts
+// from every higher one; each connection opens with a hello carrying the
+// acceptor's random token from its address, so a stray connection to the port
+// is dropped and cannot join.
+//
+// Ownership: connect() moves the socket and segment into the Context.
+// Thread safety: none needed (one thread bootstraps).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/base/unique_fd.h"
+#include "cohort/transport/context.h"
+#include "cohort/transport/shm_segment.h"
+
+namespace cohort::transport {
+
+struct EndpointOptions {
+  bool force_tcp = false;
+  // Bytes of each shared-memory ring (power of two); 0: COHORT_SHM_RING_BYTES or 1 MiB.
+  size_t ring_bytes = 0;
+};
+
+class Endpoint {
+ public:
+  Endpoint(int rank, int size, EndpointOptions options);
+
+  // One line describing how to reach this rank.
+  const std::string& address() const { return address_; }
+  // Connects to every peer; addresses[r] is rank r's address(). Throws
+  // TimeoutError when peers do not show up before deadline.
+  std::unique_ptr<Context> connect(const std::vector<std::string>& addresses,
+                                   Clock::time_point deadline);
+
+ private:
+  int rank_;
+  int size_;
+  EndpointOptions options_;
+  UniqueFd listener_;
+  uint64_t token_ = 0;
+  std::optional<ShmSegment> segment_;
+  std::string address_;
+};
+
+}  // namespace cohort::transport
