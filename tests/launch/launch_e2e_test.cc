@@ -1,0 +1,267 @@
+// End-to-end tests of `cohort run` (and cohort::spawn): each runs the real
+// cohort binary over tests/launch/test_worker.cc and checks what it printed
+// and how it ended. A run that does not end within its watchdog is killed and
+// reported as a hang.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/launch/child_process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using cohort::launch::ChildProcess;
+using cohort::launch::ChildSpec;
+using cohort::launch::environment_with;
+using cohort::launch::ExitStatus;
+using Clock = std::chrono::steady_clock;
+
+struct RunResult {
+  std::string out, err;
+  ExitStatus status;
+  bool hung = false;
+};
+
+// Starts cohort with args; `during` (if given) runs while it is running.
+class CohortRun {
+ public:
+  explicit CohortRun(std::vector<std::string> args) {
+    ChildSpec spec;
+    spec.argv = {COHORT_BIN};
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+    spec.env = environment_with({{"COHORT_TOKEN", ""}});
+    spec.capture_output = true;
+    proc_ = ChildProcess::exec(spec);
+  }
+
+  pid_t pid() const { return proc_.pid(); }
+
+  // Reads output until cohort exits or the watchdog passes.
+  RunResult finish(std::chrono::seconds watchdog = 60s) {
+    RunResult r;
+    auto deadline = Clock::now() + watchdog;
+    while (true) {
+      pump(r);
+      if (auto s = proc_.poll()) {
+        pump(r);
+        r.status = *s;
+        return r;
+      }
+      if (Clock::now() >= deadline) {
+        r.hung = true;
+        proc_.kill_and_reap();
+        r.status = *proc_.poll();
+        return r;
+      }
+    }
+  }
+
+ private:
+  void pump(RunResult& r) {
+    pollfd fds[2] = {{proc_.stdout_fd(), POLLIN, 0}, {proc_.stderr_fd(), POLLIN, 0}};
+    if (::poll(fds, 2, 50) <= 0) return;
+    char buf[4096];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        i == 0 ? proc_.close_stdout() : proc_.close_stderr();
+      }
+    }
+  }
+
+  ChildProcess proc_;
+};
+
+RunResult run_cohort(std::vector<std::string> args, std::chrono::seconds watchdog = 60s) {
+  return CohortRun(std::move(args)).finish(watchdog);
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    out.push_back(text.substr(pos, nl - pos));
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  return out;
+}
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("cohort_launch_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(LaunchE2E, EnvironmentIsSetForEveryWorker) {
+  RunResult r = run_cohort({"run", "--nproc-per-node", "3", "--", COHORT_TEST_WORKER, "env"});
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  ASSERT_TRUE(r.status.success()) << r.status.describe() << "\n" << r.out << r.err;
+  int ncpu = static_cast<int>(std::thread::hardware_concurrency());
+  std::set<int> ranks;
+  std::string port;
+  for (const auto& line : lines(r.out)) {
+    std::smatch m;
+    if (!std::regex_search(line, m,
+                           std::regex(R"(^\[rank (\d+)\] RANK=(\d+) LOCAL_RANK=(\d+) )"
+                                      R"(WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 GROUP_RANK=0 )"
+                                      R"(MASTER_ADDR=127.0.0.1 MASTER_PORT=(\d+) )"
+                                      R"(TOKEN_LEN=32 COHORT_NUM_THREADS=(\d+) )"
+                                      R"(OMP_NUM_THREADS=(\d+) OPENBLAS_NUM_THREADS=(\d+) )"
+                                      R"(CPUS=(\d+) RESTART=0$)"))) {
+      continue;
+    }
+    EXPECT_EQ(m[1], m[2]);  // the prefix names the worker's own rank
+    EXPECT_EQ(m[2], m[3]);  // one node: RANK == LOCAL_RANK
+    ranks.insert(std::stoi(m[2]));
+    if (port.empty()) port = m[4];
+    EXPECT_EQ(m[4], port);  // one store for all
+    EXPECT_NE(port, "0");
+    int threads = std::stoi(m[5]);
+    EXPECT_EQ(m[6], m[5]);
+    EXPECT_EQ(m[7], m[5]);
+    EXPECT_EQ(std::stoi(m[8]), threads);  // pinned to exactly its share
+    EXPECT_EQ(threads, std::max(1, ncpu / 3));
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2})) << r.out;
+  // The store worked: each rank read its neighbour's value.
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string want = "[rank " + std::to_string(rank) + "] peer " +
+                       std::to_string((rank + 1) % 3) + " says " +
+                       std::to_string(((rank + 1) % 3) * 10);
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  }
+}
+
+TEST(LaunchE2E, OutputLinesArePrefixedAndStreamsKeptApart) {
+  RunResult r = run_cohort({"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "env"});
+  ASSERT_TRUE(r.status.success()) << r.out << r.err;
+  for (const auto& line : lines(r.out)) {
+    if (line.empty()) continue;
+    EXPECT_TRUE(std::regex_search(line, std::regex(R"(^\[rank [01]\] )"))) << line;
+    EXPECT_EQ(line.find("stderr line"), std::string::npos) << "stderr text on stdout: " << line;
+  }
+  EXPECT_NE(r.err.find("[rank 0] stderr line from 0\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[rank 1] stderr line from 1\n"), std::string::npos) << r.err;
+}
+
+TEST(LaunchE2E, NoPinLeavesThreadCountsAlone) {
+  RunResult r =
+      run_cohort({"run", "--nproc-per-node", "2", "--no-pin", "--", COHORT_TEST_WORKER, "env"});
+  ASSERT_TRUE(r.status.success()) << r.out << r.err;
+  EXPECT_NE(r.out.find("COHORT_NUM_THREADS=<unset>"), std::string::npos) << r.out;
+}
+
+TEST(LaunchE2E, FailedWorkerStopsTheOthersWithSummary) {
+  // Ranks 0, 2 and 3 sleep for minutes: the run only ends because they are stopped.
+  RunResult r =
+      run_cohort({"run", "--nproc-per-node", "4", "--", COHORT_TEST_WORKER, "fail", "2", "7"}, 30s);
+  ASSERT_FALSE(r.hung) << "the launcher did not stop the other workers\n" << r.out << r.err;
+  EXPECT_EQ(r.status.code, 7) << r.status.describe();
+  EXPECT_NE(r.err.find("job failed: rank 2 (local rank 2 on node 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 7"), std::string::npos) << r.err;
+}
+
+TEST(LaunchE2E, CrashedWorkerIsNamedWithItsSignal) {
+  RunResult r =
+      run_cohort({"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "crash", "1"}, 30s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 128 + SIGSEGV);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
+}
+
+TEST(LaunchE2E, WorkerIgnoringSigtermIsKilledAfterGrace) {
+  RunResult r = run_cohort({"run", "--nproc-per-node", "2", "--grace-period", "1", "--",
+                            COHORT_TEST_WORKER, "stubborn", "0"},
+                           30s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 1);
+  EXPECT_NE(r.err.find("job failed: rank 0"), std::string::npos) << r.err;
+}
+
+TEST(LaunchE2E, SigtermIsForwardedToWorkers) {
+  auto dir = temp_dir("sigterm");
+  CohortRun run(
+      {"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "wait-term", dir.string()});
+  auto deadline = Clock::now() + 30s;
+  while (!(std::filesystem::exists(dir / "ready0") && std::filesystem::exists(dir / "ready1")) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir / "ready1")) << "workers did not start";
+  ::kill(run.pid(), SIGTERM);
+  RunResult r = run.finish(30s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 128 + SIGTERM) << r.status.describe() << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "term0")) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir / "term1")) << r.err;
+  EXPECT_NE(r.err.find("got SIGTERM"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchE2E, MaxRestartsRestartsTheGroupWhichResumes) {
+  auto dir = temp_dir("restart");
+  RunResult r = run_cohort({"run", "--nproc-per-node", "2", "--max-restarts", "1", "--",
+                            COHORT_TEST_WORKER, "resume", dir.string()},
+                           60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_TRUE(r.status.success()) << r.status.describe() << "\n" << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 1] dying at step 7"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("restarting the group (restart 1 of 1)"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] attempt 1 resumes at step 5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] attempt 1 resumes at step 5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] finished at step 10"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchE2E, WithoutRestartsTheFailureEndsTheJob) {
+  auto dir = temp_dir("norestart");
+  RunResult r = run_cohort(
+      {"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "resume", dir.string()}, 60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 3);
+  EXPECT_EQ(r.out.find("attempt 1"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchE2E, SpawnPropagatesTheFailedRank) {
+  // The worker program itself calls cohort::spawn (3 children, rank 2 throws).
+  RunResult r = run_cohort({"run", "--", COHORT_TEST_WORKER, "spawn"}, 60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("caught: spawn: rank 2 of 3 failed: rank two gives up"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("(rank 2)"), std::string::npos) << r.out;
+}
+
+TEST(LaunchE2E, BadArgumentsAreReported) {
+  RunResult r = run_cohort({"run", "--nproc-per-node", "0", "--", "true"});
+  EXPECT_NE(r.status.code, 0);
+  EXPECT_NE(r.err.find("--nproc-per-node must be >= 1"), std::string::npos) << r.err;
+  r = run_cohort({"run", "--nnodes", "2", "--node-rank", "1", "--", "true"});
+  EXPECT_NE(r.status.code, 0);
+  EXPECT_NE(r.err.find("--master-port"), std::string::npos) << r.err;
+  r = run_cohort({"run", "--", "/no/such/program"});
+  EXPECT_NE(r.status.code, 0);
+  EXPECT_NE(r.err.find("cannot execute '/no/such/program'"), std::string::npos) << r.err;
+}
+
+}  // namespace
