@@ -1,174 +1,161 @@
-// Public conv2d entry points: check the geometry, then run the batch-16
-// direct kernels (conv2d_direct.h) when the batch fills the vector lanes well
-// enough, else the general im2col + sgemm path (conv2d_im2col.h).
+// Public conv2d entry points: check the geometry, then pick a path:
+//  - batch >= kMinBatch16: batch-16 layout (conv2d_layout.h), with Winograd
+//    F(4x4, 5x5) for 5x5 stride-1 forward / backward-input passes with enough
+//    channels
+//    (conv2d_winograd.h) and direct AVX-512 kernels otherwise
+//    (conv2d_direct.h);
+//  - smaller batches and the rest: im2col + sgemm (conv2d_im2col.h).
 #include "cohort/core/kernels/conv2d.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
-#include <memory>
-#include <vector>
+#include <functional>
 
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/conv2d_direct.h"
 #include "cohort/core/kernels/conv2d_im2col.h"
 #include "cohort/core/kernels/conv2d_layout.h"
+#include "cohort/core/kernels/conv2d_winograd.h"
 
 namespace cohort::kernels {
 namespace {
 
 using detail::DirectConv;
 using detail::kLanes;
-using detail::Vec16;
+using detail::Padding;
+using detail::ScratchLease;
+using detail::WinogradConv;
 
 // Below this batch a batch-16 vector would be more than half padding.
-constexpr int64_t kMinDirectBatch = 8;
-
-// Per-thread scratch buffers, reused across calls so that steady-state
-// training does not fault in fresh pages every step. A nested call on the same
-// thread (possible when a waiting caller runs someone else's task) gets
-// private buffers instead.
-struct Scratch {
-  std::vector<Vec16> buf[4];
-  bool busy = false;
-};
-
-class ScratchLease {
- public:
-  ScratchLease() {
-    static thread_local Scratch tls;
-    if (!tls.busy) {
-      tls.busy = true;
-      s_ = &tls;
-    } else {
-      own_ = std::make_unique<Scratch>();
-      s_ = own_.get();
-    }
-  }
-  ~ScratchLease() {
-    if (!own_) s_->busy = false;
-  }
-  ScratchLease(const ScratchLease&) = delete;
-  ScratchLease& operator=(const ScratchLease&) = delete;
-
-  float* get(int i, int64_t floats) {
-    return detail::ensure_vecs(s_->buf[i], (floats + kLanes - 1) / kLanes);
-  }
-
- private:
-  Scratch* s_ = nullptr;
-  std::unique_ptr<Scratch> own_;
-};
+constexpr int64_t kMinBatch16 = 8;
 
 int64_t groups_of(int64_t batch) { return (batch + kLanes - 1) / kLanes; }
 
-void direct_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
-                    bool relu, float* y) {
-  const int tile = detail::direct_tile_oc(g.out_channels);
-  DirectConv d{g.in_channels,
-               g.in_h,
-               g.in_w + 2 * g.pad_w,
-               g.out_channels,
-               (g.out_channels + tile - 1) / tile * tile,
-               g.kernel_h,
-               g.kernel_w,
-               g.stride_h,
-               g.stride_w,
-               g.pad_h,
-               g.out_h(),
-               g.out_w(),
-               tile};
-  const int64_t groups = groups_of(g.batch);
-  const int64_t xg = d.c * d.h * d.wp * kLanes, yg = d.oc * d.oh * d.ow * kLanes;
-  ScratchLease scratch;
-  float* wp = scratch.get(0, d.c * d.kh * d.kw * d.ocp);
-  float* xb = scratch.get(1, groups * xg);
-  float* yb = scratch.get(2, groups * yg);
-  detail::pack_weights(w, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w, d.ocp, false, wp);
-  if (groups >= num_threads()) {
-    // One group per task end to end: its buffers stay in that core's cache.
-    parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+bool winograd_fits(const Conv2dGeometry& g, bool transposed) {
+  if (g.kernel_h != 5 || g.kernel_w != 5 || g.stride_h != 1 || g.stride_w != 1) return false;
+  return transposed ? detail::winograd_pays(g.out_channels, g.in_channels, g.in_h, g.in_w)
+                    : detail::winograd_pays(g.in_channels, g.out_channels, g.out_h(), g.out_w());
+}
+
+// Runs fn(chunk, item0, item1) for `chunks` contiguous ranges of [0, items),
+// one task per chunk (so chunk ids can index per-task scratch).
+void for_chunks(int64_t items, int64_t chunks,
+                const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) fn(c, items * c / chunks, items * (c + 1) / chunks);
+  });
+}
+
+// One batch-16 pass: pack each group's input, compute its output rows, unpack
+// the result. When the groups split evenly over the threads each task runs
+// whole groups end to end (their buffers stay in one core's cache); otherwise
+// the rows of all groups are split evenly between three phases.
+struct Batch16Pass {
+  int64_t groups, rows;    // output rows (or tile rows) per group
+  int64_t scratch_floats;  // per task, for compute
+  std::function<void(int64_t g0, int64_t g1)> pack, unpack;
+  std::function<void(int64_t g, int64_t r0, int64_t r1, float* scratch)> compute;
+};
+
+void run(const Batch16Pass& p, ScratchLease& lease) {
+  const int64_t threads = std::max(1, num_threads());
+  const bool whole_groups = p.groups % threads == 0;
+  const int64_t chunks = whole_groups ? threads : std::min(threads, p.groups * p.rows);
+  float* scratch = lease.get(3, chunks * p.scratch_floats);
+  if (whole_groups) {
+    for_chunks(p.groups, chunks, [&](int64_t chunk, int64_t g0, int64_t g1) {
       for (int64_t gi = g0; gi < g1; ++gi) {
-        detail::pack_batch16(x, g.batch, g.in_channels, g.in_h, g.in_w, g.pad_w, g.pad_w, gi,
-                             gi + 1, xb + gi * xg);
-        detail::direct_forward_rows(d, xb + gi * xg, wp, bias, relu, 0, d.oh, yb + gi * yg);
-        detail::unpack_batch16(yb + gi * yg, g.batch, d.oc, d.oh, d.ow, gi, gi + 1, y);
+        p.pack(gi, gi + 1);
+        p.compute(gi, 0, p.rows, scratch + chunk * p.scratch_floats);
+        p.unpack(gi, gi + 1);
       }
     });
     return;
   }
-  parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    detail::pack_batch16(x, g.batch, g.in_channels, g.in_h, g.in_w, g.pad_w, g.pad_w, g0, g1,
-                         xb + g0 * xg);
-  });
-  parallel_for(0, groups * d.oh, 1, [&](int64_t i0, int64_t i1) {
+  parallel_for(0, p.groups, 1, p.pack);
+  for_chunks(p.groups * p.rows, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1;) {
-      const int64_t gi = i / d.oh, r0 = i % d.oh, r1 = std::min(d.oh, r0 + (i1 - i));
-      detail::direct_forward_rows(d, xb + gi * xg, wp, bias, relu, r0, r1, yb + gi * yg);
+      const int64_t gi = i / p.rows, r0 = i % p.rows, r1 = std::min(p.rows, r0 + (i1 - i));
+      p.compute(gi, r0, r1, scratch + chunk * p.scratch_floats);
       i += r1 - r0;
     }
   });
-  parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-    detail::unpack_batch16(yb + g0 * yg, g.batch, d.oc, d.oh, d.ow, g0, g1, y);
-  });
+  parallel_for(0, p.groups, 1, p.unpack);
 }
 
-// Stride-1 backward-input is the forward convolution of dy, padded by
-// kernel - 1 - pad, with the flipped and transposed kernel.
-void direct_backward_input(const Conv2dGeometry& g, const float* dy, const float* w, float* dx) {
-  const int tile = detail::direct_tile_oc(g.in_channels);
-  const int64_t pw = g.kernel_w - 1 - g.pad_w;
-  DirectConv d{g.out_channels,
-               g.out_h(),
-               g.out_w() + 2 * pw,
-               g.in_channels,
-               (g.in_channels + tile - 1) / tile * tile,
-               g.kernel_h,
-               g.kernel_w,
-               1,
-               1,
-               g.kernel_h - 1 - g.pad_h,
-               g.in_h,
-               g.in_w,
-               tile};
-  const int64_t groups = groups_of(g.batch);
-  const int64_t dyg = d.c * d.h * d.wp * kLanes, dxg = d.oc * d.oh * d.ow * kLanes;
-  ScratchLease scratch;
-  float* wp = scratch.get(0, d.c * d.kh * d.kw * d.ocp);
-  float* dyb = scratch.get(1, groups * dyg);
-  float* dxb = scratch.get(2, groups * dxg);
-  detail::pack_weights(w, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w, d.ocp, true, wp);
-  const bool per_group = groups >= num_threads();
-  auto pack = [&](int64_t g0, int64_t g1) {
-    detail::pack_batch16(dy, g.batch, g.out_channels, d.h, g.out_w(), pw, pw, g0, g1,
-                         dyb + g0 * dyg);
-  };
-  auto unpack = [&](int64_t g0, int64_t g1) {
-    detail::unpack_batch16(dxb + g0 * dxg, g.batch, d.oc, d.oh, d.ow, g0, g1, dx);
-  };
-  if (per_group) {
-    parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
-      for (int64_t gi = g0; gi < g1; ++gi) {
-        pack(gi, gi + 1);
-        detail::direct_forward_rows(d, dyb + gi * dyg, wp, nullptr, false, 0, d.oh, dxb + gi * dxg);
-        unpack(gi, gi + 1);
-      }
-    });
-    return;
+// conv(x) on batch-16 buffers; `transposed` runs the stride-1 backward-input
+// pass instead: dy padded by kernel - 1 - pad convolved with the flipped,
+// transposed kernel.
+void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, const float* bias,
+                  bool relu, bool transposed, float* out) {
+  // The pass as a forward convolution: in [n][c][h][wd] -> out [n][oc][oh][ow].
+  const int64_t n = g.batch;
+  const int64_t c = transposed ? g.out_channels : g.in_channels;
+  const int64_t h = transposed ? g.out_h() : g.in_h, wd = transposed ? g.out_w() : g.in_w;
+  const int64_t oc = transposed ? g.in_channels : g.out_channels;
+  const int64_t oh = transposed ? g.in_h : g.out_h(), ow = transposed ? g.in_w : g.out_w();
+  const int64_t ph = transposed ? g.kernel_h - 1 - g.pad_h : g.pad_h;
+  const int64_t pw = transposed ? g.kernel_w - 1 - g.pad_w : g.pad_w;
+  const int64_t groups = groups_of(n);
+  ScratchLease lease;
+  Batch16Pass p;
+  p.groups = groups;
+  Padding pad;
+  int64_t in_group, out_group = oc * oh * ow * kLanes;
+  float *wp, *inb, *outb;
+  if (winograd_fits(g, transposed)) {
+    const WinogradConv d = detail::make_winograd(c, oc, oh, ow);
+    pad = {ph, d.hp - h - ph, pw, d.wp - wd - pw};
+    in_group = c * d.hp * d.wp * kLanes;
+    wp = lease.get(0, 64 * c * d.ocp);
+    detail::winograd_weights(w, g.out_channels, g.in_channels, d.ocp, transposed, wp);
+    p.rows = d.tiles_h;
+    p.scratch_floats = detail::winograd_scratch_floats(d);
+    p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float* scratch) {
+      detail::winograd_forward_rows(d, inb + gi * in_group, wp, bias, relu, r0, r1,
+                                    outb + gi * out_group, scratch);
+    };
+  } else {
+    const int tile = detail::direct_tile_oc(oc);
+    const DirectConv d{c,
+                       h,
+                       wd + 2 * pw,
+                       oc,
+                       (oc + tile - 1) / tile * tile,
+                       g.kernel_h,
+                       g.kernel_w,
+                       transposed ? 1 : g.stride_h,
+                       transposed ? 1 : g.stride_w,
+                       ph,
+                       oh,
+                       ow,
+                       tile};
+    pad = {0, 0, pw, pw};
+    in_group = c * h * d.wp * kLanes;
+    wp = lease.get(0, c * d.kh * d.kw * d.ocp);
+    detail::pack_weights(w, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w, d.ocp,
+                         transposed, wp);
+    p.rows = oh;
+    p.scratch_floats = 0;
+    p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float*) {
+      detail::direct_forward_rows(d, inb + gi * in_group, wp, bias, relu, r0, r1,
+                                  outb + gi * out_group);
+    };
   }
-  parallel_for(0, groups, 1, pack);
-  parallel_for(0, groups * d.oh, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1;) {
-      const int64_t gi = i / d.oh, r0 = i % d.oh, r1 = std::min(d.oh, r0 + (i1 - i));
-      detail::direct_forward_rows(d, dyb + gi * dyg, wp, nullptr, false, r0, r1, dxb + gi * dxg);
-      i += r1 - r0;
-    }
-  });
-  parallel_for(0, groups, 1, unpack);
+  inb = lease.get(1, groups * in_group);
+  outb = lease.get(2, groups * out_group);
+  p.pack = [&](int64_t g0, int64_t g1) {
+    detail::pack_batch16(in, n, c, h, wd, pad, g0, g1, inb + g0 * in_group);
+  };
+  p.unpack = [&](int64_t g0, int64_t g1) {
+    detail::unpack_batch16(outb + g0 * out_group, n, oc, oh, ow, g0, g1, out);
+  };
+  run(p, lease);
 }
 
-void direct_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
-                            float* dbias) {
+void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
+                             float* dbias) {
   DirectConv d{g.in_channels,
                g.in_h,
                g.in_w + 2 * g.pad_w,
@@ -185,28 +172,30 @@ void direct_backward_weight(const Conv2dGeometry& g, const float* x, const float
   const int64_t groups = groups_of(g.batch);
   const int64_t xg = d.c * d.h * d.wp * kLanes, dyg = d.oc * d.oh * d.ow * kLanes;
   const int64_t wsize = d.oc * d.c * d.kh * d.kw;
-  const int64_t psize = wsize + d.oc;  // partial dw then partial dbias
-  const bool per_group = groups >= num_threads();
+  const int64_t psize = wsize + d.oc;  // partial dw, then partial dbias
+  const int64_t threads = std::max(1, num_threads());
+  const bool whole_groups = groups % threads == 0;
   // Work items: (group, input channel). Each chunk of items sums into its own
-  // partial, and the partials are added in chunk order: the result does not
+  // partial, and the partials are added in chunk order, so the result does not
   // depend on thread timing.
   const int64_t items = groups * d.c;
-  const int64_t chunks = std::min<int64_t>(per_group ? groups : num_threads(), items);
-  ScratchLease scratch;
-  float* xb = scratch.get(0, groups * xg);
-  float* dyb = scratch.get(1, groups * dyg);
-  float* partial = scratch.get(2, chunks * psize);
+  const int64_t chunks = std::min(threads, items);
+  ScratchLease lease;
+  float* xb = lease.get(0, groups * xg);
+  float* dyb = lease.get(1, groups * dyg);
+  float* partial = lease.get(2, chunks * psize);
   std::fill(partial, partial + chunks * psize, 0.0f);
   auto pack = [&](int64_t g0, int64_t g1) {
-    detail::pack_batch16(x, g.batch, d.c, d.h, g.in_w, g.pad_w, g.pad_w, g0, g1, xb + g0 * xg);
-    detail::pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, 0, 0, g0, g1, dyb + g0 * dyg);
+    detail::pack_batch16(x, g.batch, d.c, d.h, g.in_w, Padding{0, 0, g.pad_w, g.pad_w}, g0, g1,
+                         xb + g0 * xg);
+    detail::pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, Padding{}, g0, g1, dyb + g0 * dyg);
   };
-  auto compute = [&](int64_t chunk) {
-    const int64_t i0 = items * chunk / chunks, i1 = items * (chunk + 1) / chunks;
+  if (!whole_groups) parallel_for(0, groups, 1, pack);
+  for_chunks(items, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
     float* p = partial + chunk * psize;
     for (int64_t i = i0; i < i1;) {
       const int64_t gi = i / d.c, c0 = i % d.c, c1 = std::min(d.c, c0 + (i1 - i));
-      if (per_group) pack(gi, gi + 1);
+      if (whole_groups) pack(gi, gi + 1);  // chunks then hold whole groups
       detail::direct_backward_weight_channels(d, xb + gi * xg, dyb + gi * dyg, c0, c1, p);
       if (c0 == 0 && dbias) {
         for (int64_t oc = 0; oc < d.oc; ++oc) {
@@ -219,10 +208,6 @@ void direct_backward_weight(const Conv2dGeometry& g, const float* x, const float
       }
       i += c1 - c0;
     }
-  };
-  if (!per_group) parallel_for(0, groups, 1, pack);
-  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) compute(c);
   });
   std::copy(partial, partial + wsize, dw);
   if (dbias) std::copy(partial + wsize, partial + psize, dbias);
@@ -239,29 +224,29 @@ void direct_backward_weight(const Conv2dGeometry& g, const float* x, const float
 void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                     float* y) {
   check_conv2d_geometry(g, "conv2d_forward");
-  if (g.batch >= kMinDirectBatch) return direct_forward(g, x, w, bias, false, y);
+  if (g.batch >= kMinBatch16) return batch16_conv(g, x, w, bias, false, false, y);
   detail::im2col_forward(g, x, w, bias, false, y);
 }
 
 void conv2d_forward_relu(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                          float* y) {
   check_conv2d_geometry(g, "conv2d_forward_relu");
-  if (g.batch >= kMinDirectBatch) return direct_forward(g, x, w, bias, true, y);
+  if (g.batch >= kMinBatch16) return batch16_conv(g, x, w, bias, true, false, y);
   detail::im2col_forward(g, x, w, bias, true, y);
 }
 
 void conv2d_backward_input(const Conv2dGeometry& g, const float* dy, const float* w, float* dx) {
   check_conv2d_geometry(g, "conv2d_backward_input");
-  if (g.batch >= kMinDirectBatch && g.stride_h == 1 && g.stride_w == 1 && g.pad_h < g.kernel_h &&
+  if (g.batch >= kMinBatch16 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h < g.kernel_h &&
       g.pad_w < g.kernel_w)
-    return direct_backward_input(g, dy, w, dx);
+    return batch16_conv(g, dy, w, nullptr, false, true, dx);
   detail::im2col_backward_input(g, dy, w, dx);
 }
 
 void conv2d_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
                             float* dbias) {
   check_conv2d_geometry(g, "conv2d_backward_weight");
-  if (g.batch >= kMinDirectBatch) return direct_backward_weight(g, x, dy, dw, dbias);
+  if (g.batch >= kMinBatch16) return batch16_backward_weight(g, x, dy, dw, dbias);
   detail::im2col_backward_weight(g, x, dy, dw, dbias);
 }
 

@@ -68,9 +68,9 @@ float* ensure_vecs(std::vector<Vec16>& buf, int64_t vecs) {
   return reinterpret_cast<float*>(buf.data());
 }
 
-void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad_left,
-                  int64_t pad_right, int64_t g0, int64_t g1, float* dst) {
-  const int64_t wp = pad_left + w + pad_right;
+void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
+                  int64_t g0, int64_t g1, float* dst) {
+  const int64_t wp = pad.left + w + pad.right, hp = pad.top + h + pad.bottom;
   const int64_t plane = h * w;
   const float* rows[16];
   for (int64_t g = g0; g < g1; ++g) {
@@ -79,20 +79,23 @@ void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, 
         const int64_t s = g * 16 + i;
         rows[i] = s < n ? src + (s * c + ch) * plane : nullptr;
       }
-      float* out = dst + ((g - g0) * c + ch) * h * wp * 16;
-      if (pad_left == 0 && pad_right == 0) {
-        // Unpadded planes are contiguous: transpose them as one long row.
+      float* out = dst + ((g - g0) * c + ch) * hp * wp * 16;
+      std::memset(out, 0, sizeof(float) * 16 * wp * pad.top);
+      std::memset(out + (pad.top + h) * wp * 16, 0, sizeof(float) * 16 * wp * pad.bottom);
+      out += pad.top * wp * 16;
+      if (pad.left == 0 && pad.right == 0) {
+        // Unpadded rows are contiguous: transpose the plane as one long row.
         for (int64_t col = 0; col < plane; col += 16)
           rows_to_vecs(rows, col, std::min<int64_t>(16, plane - col), out + col * 16);
         continue;
       }
       for (int64_t y = 0; y < h; ++y) {
         float* orow = out + y * wp * 16;
-        std::memset(orow, 0, sizeof(float) * 16 * pad_left);
-        std::memset(orow + (pad_left + w) * 16, 0, sizeof(float) * 16 * pad_right);
+        std::memset(orow, 0, sizeof(float) * 16 * pad.left);
+        std::memset(orow + (pad.left + w) * 16, 0, sizeof(float) * 16 * pad.right);
         for (int64_t col = 0; col < w; col += 16)
           rows_to_vecs(rows, y * w + col, std::min<int64_t>(16, w - col),
-                       orow + (pad_left + col) * 16);
+                       orow + (pad.left + col) * 16);
       }
     }
   }
@@ -113,6 +116,25 @@ void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w
         vecs_to_rows(in + col * 16, std::min<int64_t>(16, plane - col), rows, col);
     }
   }
+}
+
+ScratchLease::ScratchLease() {
+  static thread_local Buffers tls;
+  if (!tls.busy) {
+    tls.busy = true;
+    s_ = &tls;
+  } else {
+    own_ = std::make_unique<Buffers>();
+    s_ = own_.get();
+  }
+}
+
+ScratchLease::~ScratchLease() {
+  if (!own_) s_->busy = false;
+}
+
+float* ScratchLease::get(int i, int64_t floats) {
+  return ensure_vecs(s_->buf[i], (floats + kLanes - 1) / kLanes);
 }
 
 }  // namespace cohort::kernels::detail

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace cohort::kernels::detail {
@@ -27,14 +28,43 @@ struct alignas(64) Vec16 {
 // preserved) and returns its data as floats.
 float* ensure_vecs(std::vector<Vec16>& buf, int64_t vecs);
 
+// Zero rows and columns added around each plane when packing.
+struct Padding {
+  int64_t top = 0, bottom = 0, left = 0, right = 0;
+};
+
 // Packs samples [16*g0, 16*g1) of src [N, C, H, W] (NCHW) into dst, laid out
-// [g1-g0][C][H][pad_left + W + pad_right][16].
-void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t pad_left,
-                  int64_t pad_right, int64_t g0, int64_t g1, float* dst);
+// [g1-g0][C][top + H + bottom][left + W + right][16].
+void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
+                  int64_t g0, int64_t g1, float* dst);
 
 // Unpacks groups [g0, g1) of src [groups][C][H][W][16] into the matching
 // samples of dst [N, C, H, W]; lanes past sample n-1 are dropped.
 void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t g0,
                     int64_t g1, float* dst);
+
+// Per-thread scratch buffers, reused across calls so that steady-state
+// training does not fault in fresh pages every step. A nested lease on the
+// same thread (possible when a caller waiting in parallel_for runs someone
+// else's task) gets private buffers instead.
+class ScratchLease {
+ public:
+  static constexpr int kBuffers = 4;
+  ScratchLease();
+  ~ScratchLease();
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+
+  // Buffer i (< kBuffers), grown to at least `floats`, 64-byte aligned.
+  float* get(int i, int64_t floats);
+
+ private:
+  struct Buffers {
+    std::vector<Vec16> buf[kBuffers];
+    bool busy = false;
+  };
+  Buffers* s_ = nullptr;
+  std::unique_ptr<Buffers> own_;
+};
 
 }  // namespace cohort::kernels::detail

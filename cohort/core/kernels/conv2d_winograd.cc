@@ -1,0 +1,249 @@
+#include "cohort/core/kernels/conv2d_winograd.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace cohort::kernels::detail {
+namespace {
+
+constexpr int kPos = 64;  // 8x8 transformed positions
+constexpr int kMaxTileOc = 6;
+constexpr int kMaxTileT = 6;
+
+// The F(4, 5) matrices for points 0, 1, -1, 1/2, -1/2, 2, -2, inf (B^T rows
+// scaled to integers, the scale moved into G):
+//   B^T = [4  0 -21   0  21   0 -4 0;   0 -4 -4  17  17 -4 -4 0;
+//          0  4  -4 -17  17   4 -4 0;   0  4  8  -5 -10  1  2 0;
+//          0 -4   8   5 -10  -1  2 0;   0  2  1 -10  -5  8  4 0;
+//          0 -2   1  10  -5  -8  4 0;   0 -4  0  21   0 -21 0 4]
+//   A^T = [1 1  1   1    1   1  1 0;    0 1 -1 1/2 -1/2  2 -2 0;
+//          0 1  1 1/4  1/4   4  4 0;    0 1 -1 1/8 -1/8  8 -8 1]
+constexpr double kG[8][5] = {{1.0 / 4, 0, 0, 0, 0},
+                             {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+                             {1.0 / 18, -1.0 / 18, 1.0 / 18, -1.0 / 18, 1.0 / 18},
+                             {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45},
+                             {16.0 / 45, -8.0 / 45, 4.0 / 45, -2.0 / 45, 1.0 / 45},
+                             {1.0 / 360, 2.0 / 360, 4.0 / 360, 8.0 / 360, 16.0 / 360},
+                             {1.0 / 360, -2.0 / 360, 4.0 / 360, -8.0 / 360, 16.0 / 360},
+                             {0, 0, 0, 0, 1.0 / 4}};
+
+// t = B^T d for one column of 8 vectors. Rows for +p and -p share their even
+// and odd parts: t(+p) = e + o, t(-p) = e - o.
+inline void bt8(const __m512 d[8], __m512 t[8]) {
+  const __m512 c2 = _mm512_set1_ps(2.0f), c4 = _mm512_set1_ps(4.0f), c5 = _mm512_set1_ps(5.0f);
+  const __m512 c17 = _mm512_set1_ps(17.0f), c21 = _mm512_set1_ps(21.0f);
+  t[0] =
+      _mm512_fmadd_ps(c4, _mm512_sub_ps(d[0], d[6]), _mm512_mul_ps(c21, _mm512_sub_ps(d[4], d[2])));
+  t[7] =
+      _mm512_fmadd_ps(c4, _mm512_sub_ps(d[7], d[1]), _mm512_mul_ps(c21, _mm512_sub_ps(d[3], d[5])));
+  // rows 1, 2: e = 17 d4 - 4 (d2 + d6), o = 17 d3 - 4 (d1 + d5)
+  const __m512 e1 = _mm512_fnmadd_ps(c4, _mm512_add_ps(d[2], d[6]), _mm512_mul_ps(c17, d[4]));
+  const __m512 o1 = _mm512_fnmadd_ps(c4, _mm512_add_ps(d[1], d[5]), _mm512_mul_ps(c17, d[3]));
+  t[1] = _mm512_add_ps(e1, o1);
+  t[2] = _mm512_sub_ps(e1, o1);
+  // rows 3, 4: e = 2 (4 d2 - 5 d4 + d6), o = 4 d1 - 5 d3 + d5
+  const __m512 e3 = _mm512_fmadd_ps(c4, d[2], _mm512_fnmadd_ps(c5, d[4], d[6]));
+  const __m512 o3 = _mm512_fmadd_ps(c4, d[1], _mm512_fnmadd_ps(c5, d[3], d[5]));
+  t[3] = _mm512_fmadd_ps(c2, e3, o3);
+  t[4] = _mm512_fmsub_ps(c2, e3, o3);
+  // rows 5, 6: e = d2 - 5 d4 + 4 d6, o = 2 (d1 - 5 d3 + 4 d5)
+  const __m512 e5 = _mm512_fmadd_ps(c4, d[6], _mm512_fnmadd_ps(c5, d[4], d[2]));
+  const __m512 o5 = _mm512_fmadd_ps(c4, d[5], _mm512_fnmadd_ps(c5, d[3], d[1]));
+  t[5] = _mm512_fmadd_ps(c2, o5, e5);
+  t[6] = _mm512_fnmadd_ps(c2, o5, e5);
+}
+
+// y = A^T m for one column of 8 vectors.
+inline void at8(const __m512 m[8], __m512 y[4]) {
+  const __m512 s12 = _mm512_add_ps(m[1], m[2]), d12 = _mm512_sub_ps(m[1], m[2]);
+  const __m512 s34 = _mm512_add_ps(m[3], m[4]), d34 = _mm512_sub_ps(m[3], m[4]);
+  const __m512 s56 = _mm512_add_ps(m[5], m[6]), d56 = _mm512_sub_ps(m[5], m[6]);
+  y[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), _mm512_add_ps(s34, s56));
+  y[1] =
+      _mm512_fmadd_ps(_mm512_set1_ps(0.5f), d34, _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d56, d12));
+  y[2] =
+      _mm512_fmadd_ps(_mm512_set1_ps(0.25f), s34, _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s56, s12));
+  y[3] = _mm512_add_ps(
+      _mm512_fmadd_ps(_mm512_set1_ps(0.125f), d34, _mm512_fmadd_ps(_mm512_set1_ps(8.0f), d56, d12)),
+      m[7]);
+}
+
+// v[pos * stride] = B^T d B for the 8x8 tile at x (row pitch `pitch` floats);
+// tmp holds 64 vectors.
+inline void input_transform(const float* x, int64_t pitch, float* v, int64_t stride, float* tmp) {
+  for (int j = 0; j < 8; ++j) {
+    __m512 d[8], t[8];
+    for (int i = 0; i < 8; ++i) d[i] = _mm512_load_ps(x + i * pitch + j * 16);
+    bt8(d, t);
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 8 + j) * 16, t[i]);
+  }
+  for (int i = 0; i < 8; ++i) {
+    __m512 r[8], o[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm512_load_ps(tmp + (i * 8 + j) * 16);
+    bt8(r, o);
+    for (int j = 0; j < 8; ++j) _mm512_store_ps(v + (i * 8 + j) * stride, o[j]);
+  }
+}
+
+// acc[r][t] = sum over c of u[c][oc0 + r] * v[c][t]; m[pos][r][t] = acc.
+template <int R, int T>
+void gemm_tile(int64_t c_n, const float* v, int64_t v_stride_c, const float* u, int64_t ocp,
+               float* m) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < c_n; ++c) {
+    __m512 vv[T];
+    for (int t = 0; t < T; ++t) vv[t] = _mm512_load_ps(v + c * v_stride_c + t * 16);
+    for (int r = 0; r < R; ++r) {
+      const __m512 uu = _mm512_set1_ps(u[c * ocp + r]);
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(uu, vv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) _mm512_store_ps(m + (r * T + t) * 16, acc[r][t]);
+}
+
+using GemmFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*);
+
+template <int R, int... Ts>
+constexpr std::array<GemmFn, sizeof...(Ts)> gemm_row(std::integer_sequence<int, Ts...>) {
+  return {&gemm_tile<R, Ts + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<GemmFn, kMaxTileT>, sizeof...(Rs)> gemm_table(
+    std::integer_sequence<int, Rs...>) {
+  return {gemm_row<Rs + 1>(std::make_integer_sequence<int, kMaxTileT>())...};
+}
+// kGemm[R - 1][T - 1] = gemm_tile<R, T>.
+constexpr auto kGemm = gemm_table(std::make_integer_sequence<int, kMaxTileOc>());
+
+}  // namespace
+
+WinogradConv make_winograd(int64_t c, int64_t oc, int64_t oh, int64_t ow) {
+  WinogradConv d{};
+  d.c = c;
+  d.oc = oc;
+  d.oh = oh;
+  d.ow = ow;
+  d.tiles_h = (oh + 3) / 4;
+  d.tiles_w = (ow + 3) / 4;
+  d.hp = 4 * d.tiles_h + 4;
+  d.wp = 4 * d.tiles_w + 4;
+  // Tiles per register block: a divisor of the row of tiles when one fits.
+  d.tile_t = 4;
+  for (int t : {5, 6, 4})
+    if (d.tiles_w % t == 0) {
+      d.tile_t = t;
+      break;
+    }
+  if (d.tiles_w < d.tile_t) d.tile_t = static_cast<int>(d.tiles_w);
+  // Output channels: as many as fit beside the tiles in 25 accumulators,
+  // preferring a divisor of oc.
+  const int max_r = std::min(kMaxTileOc, 25 / d.tile_t);
+  d.tile_oc = static_cast<int>(std::min<int64_t>(oc, max_r));
+  for (int r = d.tile_oc; r >= std::max(1, max_r - 2); --r)
+    if (oc % r == 0) {
+      d.tile_oc = r;
+      break;
+    }
+  d.ocp = (oc + d.tile_oc - 1) / d.tile_oc * d.tile_oc;
+  return d;
+}
+
+bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow) {
+  // Vector operations per 4x4 block: direct 16 * 25 * c * oc; Winograd
+  // 384 * c (input transform) + 64 * c * oc + 192 * oc (output transform),
+  // with partial blocks at the edges counted whole.
+  const double blocks = double((oh + 3) / 4) * ((ow + 3) / 4);
+  const double direct = double(oh) * ow * 25.0 * c * oc;
+  const double wino = blocks * (384.0 * c + 64.0 * c * oc + 192.0 * oc);
+  return 1.5 * wino < direct;
+}
+
+void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool flip_transpose,
+                      float* u) {
+  const int64_t n_ci = flip_transpose ? oc : c, n_o = flip_transpose ? c : oc;
+  std::fill(u, u + kPos * n_ci * ocp, 0.0f);
+  for (int64_t ci = 0; ci < n_ci; ++ci)
+    for (int64_t o = 0; o < n_o; ++o) {
+      double g[5][5];
+      for (int y = 0; y < 5; ++y)
+        for (int x = 0; x < 5; ++x)
+          g[y][x] = flip_transpose ? w[((ci * c + o) * 5 + (4 - y)) * 5 + (4 - x)]
+                                   : w[((o * c + ci) * 5 + y) * 5 + x];
+      double t[8][5];  // G g
+      for (int i = 0; i < 8; ++i)
+        for (int x = 0; x < 5; ++x) {
+          double s = 0;
+          for (int y = 0; y < 5; ++y) s += kG[i][y] * g[y][x];
+          t[i][x] = s;
+        }
+      for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) {
+          double s = 0;
+          for (int x = 0; x < 5; ++x) s += t[i][x] * kG[j][x];
+          u[((i * 8 + j) * n_ci + ci) * ocp + o] = static_cast<float>(s);
+        }
+    }
+}
+
+int64_t winograd_scratch_floats(const WinogradConv& d) {
+  // v [64][c][tile_t][16], m [64][tile_oc][tile_t][16], 64 vectors of tmp.
+  return (kPos * (d.c + d.tile_oc) * d.tile_t + 64) * 16;
+}
+
+void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u, const float* bias,
+                           bool relu, int64_t a0, int64_t a1, float* y, float* scratch) {
+  const int64_t tt = d.tile_t;
+  float* v = scratch;                           // [64][c][tt][16]
+  float* m = v + kPos * d.c * tt * 16;          // [64][tile_oc][tt][16]
+  float* tmp = m + kPos * d.tile_oc * tt * 16;  // [64][16]
+  const int64_t pitch = d.wp * 16;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t a = a0; a < a1; ++a) {
+    for (int64_t b0 = 0; b0 < d.tiles_w; b0 += tt) {
+      const int64_t nt = std::min(tt, d.tiles_w - b0);
+      for (int64_t c = 0; c < d.c; ++c)
+        for (int64_t t = 0; t < nt; ++t)
+          input_transform(x + (c * d.hp + 4 * a) * pitch + 4 * (b0 + t) * 16, pitch,
+                          v + (c * tt + t) * 16, d.c * tt * 16, tmp);
+      for (int64_t oc0 = 0; oc0 < d.ocp; oc0 += d.tile_oc) {
+        const GemmFn gemm = kGemm[d.tile_oc - 1][nt - 1];
+        for (int pos = 0; pos < kPos; ++pos)
+          gemm(d.c, v + pos * d.c * tt * 16, tt * 16, u + pos * d.c * d.ocp + oc0, d.ocp,
+               m + pos * d.tile_oc * nt * 16);
+        for (int64_t r = 0; r < d.tile_oc && oc0 + r < d.oc; ++r) {
+          const __m512 bv = bias ? _mm512_set1_ps(bias[oc0 + r]) : zero;
+          for (int64_t t = 0; t < nt; ++t) {
+            // Y = A^T M A: columns into tmp [4][8], then the four rows.
+            for (int j = 0; j < 8; ++j) {
+              __m512 col[8], s[4];
+              for (int i = 0; i < 8; ++i)
+                col[i] = _mm512_load_ps(m + (((i * 8 + j) * d.tile_oc + r) * nt + t) * 16);
+              at8(col, s);
+              for (int i = 0; i < 4; ++i) _mm512_store_ps(tmp + (i * 8 + j) * 16, s[i]);
+            }
+            const int64_t oh = 4 * a, ow = 4 * (b0 + t);
+            for (int i = 0; i < 4 && oh + i < d.oh; ++i) {
+              __m512 row[8], out[4];
+              for (int j = 0; j < 8; ++j) row[j] = _mm512_load_ps(tmp + (i * 8 + j) * 16);
+              at8(row, out);
+              float* yr = y + (((oc0 + r) * d.oh + oh + i) * d.ow + ow) * 16;
+              for (int j = 0; j < 4 && ow + j < d.ow; ++j) {
+                __m512 o = _mm512_add_ps(out[j], bv);
+                if (relu) o = _mm512_max_ps(o, zero);
+                _mm512_store_ps(yr + j * 16, o);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace cohort::kernels::detail

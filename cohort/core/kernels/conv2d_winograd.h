@@ -1,0 +1,49 @@
+// Internal to the conv2d kernels: Winograd F(4x4, 5x5) convolution on
+// batch-16 buffers (see conv2d_layout.h), for 5x5 stride-1 layers.
+//
+// Each 4x4 block of outputs comes from an 8x8 input tile: V = B^T d B,
+// M = sum over input channels of U (.) V with U = G g G^T precomputed per
+// call, Y = A^T M A. That is 64 multiplies per channel pair and 4x4 block
+// instead of 400 (6.25x fewer than direct convolution), plus the transforms,
+// which cost about as much as the multiplies on Net's conv2. Rounding error
+// grows (points 0, +-1, +-1/2, +-2, inf): about 3e-6 of the largest output on
+// Net's conv2, against 2e-7 for a direct fp32 sum.
+// Thread safety: the functions write only the output rows they are given and
+// the caller's scratch.
+#pragma once
+
+#include <cstdint>
+
+namespace cohort::kernels::detail {
+
+struct WinogradConv {
+  int64_t c, oc, ocp;        // input / output channels; ocp = oc rounded up to tile_oc
+  int64_t hp, wp;            // input rows / columns incl. zero padding: 4 * tiles + 4
+  int64_t oh, ow;            // output rows / columns
+  int64_t tiles_h, tiles_w;  // ceil(oh / 4), ceil(ow / 4)
+  int tile_oc, tile_t;       // register tile: output channels x tiles
+};
+
+// Geometry for `c` -> `oc` channels and an oh x ow output. The input buffer
+// must then have hp x wp rows/columns, zero outside the real image.
+WinogradConv make_winograd(int64_t c, int64_t oc, int64_t oh, int64_t ow);
+
+// w [oc][c][5][5] -> u [64][c][ocp] (u = G g G^T per channel pair, extra
+// channels zero). With flip_transpose the transposed convolution's kernel is
+// transformed instead (see pack_weights), so u is [64][oc][ocp'] over c.
+void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool flip_transpose,
+                      float* u);
+
+// Whether Winograd is expected to beat direct convolution for c -> oc
+// channels and an oh x ow output (by the operation counts, with margin).
+bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow);
+
+// Floats of scratch one winograd_forward_rows call needs.
+int64_t winograd_scratch_floats(const WinogradConv& d);
+
+// Output tile rows [a0, a1) of one group: x [c][hp][wp][16] -> y
+// [oc][oh][ow][16] (+ bias, then ReLU when relu).
+void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u, const float* bias,
+                           bool relu, int64_t a0, int64_t a1, float* y, float* scratch);
+
+}  // namespace cohort::kernels::detail
