@@ -1,7 +1,7 @@
 // Public conv2d entry points: check the geometry, then pick a path:
 //  - batch >= kMinBatch16: batch-16 layout (conv2d_layout.h), with Winograd
 //    F(4x4, 5x5) for 5x5 stride-1 forward / backward-input passes with enough
-//    channels
+//    channels, and for their weight gradients
 //    (conv2d_winograd.h) and direct AVX-512 kernels otherwise
 //    (conv2d_direct.h);
 //  - smaller batches and the rest: im2col + sgemm (conv2d_im2col.h).
@@ -154,8 +154,59 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
   run(p, lease);
 }
 
+// dbias [oc] += sum over one group's pixels and lanes of dy [oc][plane][16].
+void add_bias_grad(const float* dy, int64_t oc_n, int64_t plane, float* dbias) {
+  for (int64_t oc = 0; oc < oc_n; ++oc) {
+    const float* row = dy + oc * plane * kLanes;
+    __m512 s = _mm512_setzero_ps();
+    for (int64_t k = 0; k < plane; ++k) s = _mm512_add_ps(s, _mm512_load_ps(row + k * kLanes));
+    dbias[oc] += _mm512_reduce_add_ps(s);
+  }
+}
+
+// Winograd weight gradient; each chunk of whole groups sums into its own
+// transformed-domain partial, added in chunk order at the end.
+void winograd_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
+                              float* dbias) {
+  const WinogradConv d = detail::make_winograd(g.in_channels, g.out_channels, g.out_h(), g.out_w());
+  const int64_t groups = groups_of(g.batch);
+  const int64_t th4 = 4 * d.tiles_h, tw4 = 4 * d.tiles_w;
+  const Padding xpad{g.pad_h, d.hp - g.in_h - g.pad_h, g.pad_w, d.wp - g.in_w - g.pad_w};
+  const Padding dypad{0, th4 - d.oh, 0, tw4 - d.ow};
+  const int64_t xg = d.c * d.hp * d.wp * kLanes, dyg = d.oc * th4 * tw4 * kLanes;
+  const int64_t what = detail::winograd_what_floats(d);
+  // Partial what, then partial dbias, rounded to whole vectors (alignment).
+  const int64_t psize = (what + d.oc + kLanes - 1) / kLanes * kLanes;
+  const int64_t work = detail::winograd_weight_scratch_floats(d) + xg + dyg;
+  const int64_t chunks = std::min<int64_t>(std::max(1, num_threads()), groups);
+  ScratchLease lease;
+  float* partial = lease.get(0, chunks * psize);
+  float* scratch = lease.get(1, chunks * work);
+  std::fill(partial, partial + chunks * psize, 0.0f);
+  for_chunks(groups, chunks, [&](int64_t chunk, int64_t g0, int64_t g1) {
+    float* p = partial + chunk * psize;
+    float* xb = scratch + chunk * work;
+    float* dyb = xb + xg;
+    float* s = dyb + dyg;
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      detail::pack_batch16(x, g.batch, d.c, g.in_h, g.in_w, xpad, gi, gi + 1, xb);
+      detail::pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, dypad, gi, gi + 1, dyb);
+      detail::winograd_weight_group(d, xb, dyb, p, s);
+      if (dbias) add_bias_grad(dyb, d.oc, th4 * tw4, p + what);
+    }
+  });
+  for (int64_t c = 1; c < chunks; ++c)
+    for (int64_t i = 0; i < psize; ++i) partial[i] += partial[c * psize + i];
+  detail::winograd_weight_finish(d, partial, dw);
+  if (dbias) std::copy(partial + what, partial + what + d.oc, dbias);
+}
+
 void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
                              float* dbias) {
+  // Winograd when the groups split evenly over the threads (its unit of work
+  // is a whole group).
+  if (winograd_fits(g, false) && groups_of(g.batch) % std::max(1, num_threads()) == 0)
+    return winograd_backward_weight(g, x, dy, dw, dbias);
   DirectConv d{g.in_channels,
                g.in_h,
                g.in_w + 2 * g.pad_w,
@@ -197,15 +248,7 @@ void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const floa
       const int64_t gi = i / d.c, c0 = i % d.c, c1 = std::min(d.c, c0 + (i1 - i));
       if (whole_groups) pack(gi, gi + 1);  // chunks then hold whole groups
       detail::direct_backward_weight_channels(d, xb + gi * xg, dyb + gi * dyg, c0, c1, p);
-      if (c0 == 0 && dbias) {
-        for (int64_t oc = 0; oc < d.oc; ++oc) {
-          const float* row = dyb + gi * dyg + oc * d.oh * d.ow * kLanes;
-          __m512 s = _mm512_setzero_ps();
-          for (int64_t k = 0; k < d.oh * d.ow; ++k)
-            s = _mm512_add_ps(s, _mm512_load_ps(row + k * kLanes));
-          p[wsize + oc] += _mm512_reduce_add_ps(s);
-        }
-      }
+      if (c0 == 0 && dbias) add_bias_grad(dyb + gi * dyg, d.oc, d.oh * d.ow, p + wsize);
       i += c1 - c0;
     }
   });

@@ -46,4 +46,18 @@ int64_t winograd_scratch_floats(const WinogradConv& d);
 void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u, const float* bias,
                            bool relu, int64_t a0, int64_t a1, float* y, float* scratch);
 
+// Weight gradient in the transformed domain (the transpose of the forward):
+//   dw[oc][c] = G^T (sum over samples and 4x4 blocks of (A dY A^T) (.) V) G.
+// x is packed as for the forward pass (make_winograd's hp x wp, zero outside
+// the image), dy as [oc][4 * tiles_h][4 * tiles_w][16], zero past oh x ow.
+// The running sum `what` has winograd_what_floats(d) floats laid out in
+// blocks of 4 output x 4 input channels; zero it, accumulate groups into it,
+// then winograd_weight_finish turns it into dw.
+int64_t winograd_what_floats(const WinogradConv& d);
+int64_t winograd_weight_scratch_floats(const WinogradConv& d);
+void winograd_weight_group(const WinogradConv& d, const float* x, const float* dy, float* what,
+                           float* scratch);
+// dw [oc][c][5][5] = G^T what G (overwrites dw).
+void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw);
+
 }  // namespace cohort::kernels::detail

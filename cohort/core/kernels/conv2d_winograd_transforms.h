@@ -1,0 +1,109 @@
+// Internal to the Winograd conv2d kernels: the F(4, 5) transform matrices
+// and the vectorized transforms shared by the forward and weight-gradient
+// passes. Each __m512 holds one element for 16 samples (batch-16 layout).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace cohort::kernels::detail::winograd {
+
+constexpr int kPos = 64;  // 8x8 transformed positions
+
+// The F(4, 5) matrices for points 0, 1, -1, 1/2, -1/2, 2, -2, inf (B^T rows
+// scaled to integers, the scale moved into G):
+//   B^T = [4  0 -21   0  21   0 -4 0;   0 -4 -4  17  17 -4 -4 0;
+//          0  4  -4 -17  17   4 -4 0;   0  4  8  -5 -10  1  2 0;
+//          0 -4   8   5 -10  -1  2 0;   0  2  1 -10  -5  8  4 0;
+//          0 -2   1  10  -5  -8  4 0;   0 -4  0  21   0 -21 0 4]
+//   A^T = [1 1  1   1    1   1  1 0;    0 1 -1 1/2 -1/2  2 -2 0;
+//          0 1  1 1/4  1/4   4  4 0;    0 1 -1 1/8 -1/8  8 -8 1]
+constexpr double kG[8][5] = {{1.0 / 4, 0, 0, 0, 0},
+                             {1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18, 1.0 / 18},
+                             {1.0 / 18, -1.0 / 18, 1.0 / 18, -1.0 / 18, 1.0 / 18},
+                             {16.0 / 45, 8.0 / 45, 4.0 / 45, 2.0 / 45, 1.0 / 45},
+                             {16.0 / 45, -8.0 / 45, 4.0 / 45, -2.0 / 45, 1.0 / 45},
+                             {1.0 / 360, 2.0 / 360, 4.0 / 360, 8.0 / 360, 16.0 / 360},
+                             {1.0 / 360, -2.0 / 360, 4.0 / 360, -8.0 / 360, 16.0 / 360},
+                             {0, 0, 0, 0, 1.0 / 4}};
+
+// t = B^T d for one column of 8 vectors. Rows for +p and -p share their even
+// and odd parts: t(+p) = e + o, t(-p) = e - o.
+inline void bt8(const __m512 d[8], __m512 t[8]) {
+  const __m512 c2 = _mm512_set1_ps(2.0f), c4 = _mm512_set1_ps(4.0f), c5 = _mm512_set1_ps(5.0f);
+  const __m512 c17 = _mm512_set1_ps(17.0f), c21 = _mm512_set1_ps(21.0f);
+  t[0] =
+      _mm512_fmadd_ps(c4, _mm512_sub_ps(d[0], d[6]), _mm512_mul_ps(c21, _mm512_sub_ps(d[4], d[2])));
+  t[7] =
+      _mm512_fmadd_ps(c4, _mm512_sub_ps(d[7], d[1]), _mm512_mul_ps(c21, _mm512_sub_ps(d[3], d[5])));
+  // rows 1, 2: e = 17 d4 - 4 (d2 + d6), o = 17 d3 - 4 (d1 + d5)
+  const __m512 e1 = _mm512_fnmadd_ps(c4, _mm512_add_ps(d[2], d[6]), _mm512_mul_ps(c17, d[4]));
+  const __m512 o1 = _mm512_fnmadd_ps(c4, _mm512_add_ps(d[1], d[5]), _mm512_mul_ps(c17, d[3]));
+  t[1] = _mm512_add_ps(e1, o1);
+  t[2] = _mm512_sub_ps(e1, o1);
+  // rows 3, 4: e = 2 (4 d2 - 5 d4 + d6), o = 4 d1 - 5 d3 + d5
+  const __m512 e3 = _mm512_fmadd_ps(c4, d[2], _mm512_fnmadd_ps(c5, d[4], d[6]));
+  const __m512 o3 = _mm512_fmadd_ps(c4, d[1], _mm512_fnmadd_ps(c5, d[3], d[5]));
+  t[3] = _mm512_fmadd_ps(c2, e3, o3);
+  t[4] = _mm512_fmsub_ps(c2, e3, o3);
+  // rows 5, 6: e = d2 - 5 d4 + 4 d6, o = 2 (d1 - 5 d3 + 4 d5)
+  const __m512 e5 = _mm512_fmadd_ps(c4, d[6], _mm512_fnmadd_ps(c5, d[4], d[2]));
+  const __m512 o5 = _mm512_fmadd_ps(c4, d[5], _mm512_fnmadd_ps(c5, d[3], d[1]));
+  t[5] = _mm512_fmadd_ps(c2, o5, e5);
+  t[6] = _mm512_fnmadd_ps(c2, o5, e5);
+}
+
+// y = A^T m for one column of 8 vectors.
+inline void at8(const __m512 m[8], __m512 y[4]) {
+  const __m512 s12 = _mm512_add_ps(m[1], m[2]), d12 = _mm512_sub_ps(m[1], m[2]);
+  const __m512 s34 = _mm512_add_ps(m[3], m[4]), d34 = _mm512_sub_ps(m[3], m[4]);
+  const __m512 s56 = _mm512_add_ps(m[5], m[6]), d56 = _mm512_sub_ps(m[5], m[6]);
+  y[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), _mm512_add_ps(s34, s56));
+  y[1] =
+      _mm512_fmadd_ps(_mm512_set1_ps(0.5f), d34, _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d56, d12));
+  y[2] =
+      _mm512_fmadd_ps(_mm512_set1_ps(0.25f), s34, _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s56, s12));
+  y[3] = _mm512_add_ps(
+      _mm512_fmadd_ps(_mm512_set1_ps(0.125f), d34, _mm512_fmadd_ps(_mm512_set1_ps(8.0f), d56, d12)),
+      m[7]);
+}
+
+// v[pos * stride] = B^T d B for the 8x8 tile at x (row pitch `pitch` floats);
+// tmp holds 64 vectors.
+inline void input_transform(const float* x, int64_t pitch, float* v, int64_t stride, float* tmp) {
+  for (int j = 0; j < 8; ++j) {
+    __m512 d[8], t[8];
+    for (int i = 0; i < 8; ++i) d[i] = _mm512_load_ps(x + i * pitch + j * 16);
+    bt8(d, t);
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 8 + j) * 16, t[i]);
+  }
+  for (int i = 0; i < 8; ++i) {
+    __m512 r[8], o[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm512_load_ps(tmp + (i * 8 + j) * 16);
+    bt8(r, o);
+    for (int j = 0; j < 8; ++j) _mm512_store_ps(v + (i * 8 + j) * stride, o[j]);
+  }
+}
+
+// e = A y for one column of 4 vectors (A = (A^T)^T, 8x4): the transpose of
+// at8, used to carry output gradients into the transformed domain.
+inline void a8(const __m512 y[4], __m512 e[8]) {
+  e[0] = y[0];
+  e[7] = y[3];
+  const __m512 ev1 = _mm512_add_ps(y[0], y[2]), od1 = _mm512_add_ps(y[1], y[3]);
+  e[1] = _mm512_add_ps(ev1, od1);
+  e[2] = _mm512_sub_ps(ev1, od1);
+  const __m512 ev3 = _mm512_fmadd_ps(_mm512_set1_ps(0.25f), y[2], y[0]);
+  const __m512 od3 =
+      _mm512_fmadd_ps(_mm512_set1_ps(0.125f), y[3], _mm512_mul_ps(_mm512_set1_ps(0.5f), y[1]));
+  e[3] = _mm512_add_ps(ev3, od3);
+  e[4] = _mm512_sub_ps(ev3, od3);
+  const __m512 ev5 = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), y[2], y[0]);
+  const __m512 od5 =
+      _mm512_fmadd_ps(_mm512_set1_ps(8.0f), y[3], _mm512_mul_ps(_mm512_set1_ps(2.0f), y[1]));
+  e[5] = _mm512_add_ps(ev5, od5);
+  e[6] = _mm512_sub_ps(ev5, od5);
+}
+
+}  // namespace cohort::kernels::detail::winograd

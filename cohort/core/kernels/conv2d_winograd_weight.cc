@@ -1,0 +1,165 @@
+// Winograd F(4x4, 5x5) weight gradient on batch-16 buffers: every 4x4 block
+// of output gradients and its 8x8 input tile are transformed, multiplied
+// position by position and summed over blocks with the 16 samples still in
+// the vector lanes; the lanes are summed once per group, 16 sums at a time.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "cohort/core/kernels/conv2d_winograd.h"
+#include "cohort/core/kernels/conv2d_winograd_transforms.h"
+
+namespace cohort::kernels::detail {
+namespace {
+
+using namespace winograd;  // NOLINT: the transforms are this file's vocabulary
+
+constexpr int64_t kBlock = 4;  // output x input channels per accumulator block
+
+int64_t round4(int64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+
+// Returns s with s[k] = sum of the lanes of v[k], k < 16.
+inline __m512 reduce16(const __m512 v[16]) {
+  // Each level halves the partial sums per vector and doubles the vectors per
+  // register; the lane order it leaves is fixed up by one permute at the end.
+  __m512 w[8], z[4], y[2];
+  for (int i = 0; i < 8; ++i)
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  for (int i = 0; i < 4; ++i)
+    z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; ++i) {
+    const __m512d a = _mm512_castps_pd(z[2 * i]), b = _mm512_castps_pd(z[2 * i + 1]);
+    y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const __m512 s =
+      _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xdd));
+  static const __m512i order = [] {
+    // Run the same tree on v[k] = k + 1 to learn where each sum lands.
+    __m512 probe[16];
+    for (int k = 0; k < 16; ++k) probe[k] = _mm512_set1_ps(static_cast<float>(k + 1));
+    __m512 pw[8], pz[4], py[2];
+    for (int i = 0; i < 8; ++i)
+      pw[i] = _mm512_add_ps(_mm512_shuffle_f32x4(probe[2 * i], probe[2 * i + 1], 0x44),
+                            _mm512_shuffle_f32x4(probe[2 * i], probe[2 * i + 1], 0xee));
+    for (int i = 0; i < 4; ++i)
+      pz[i] = _mm512_add_ps(_mm512_shuffle_f32x4(pw[2 * i], pw[2 * i + 1], 0x88),
+                            _mm512_shuffle_f32x4(pw[2 * i], pw[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; ++i) {
+      const __m512d a = _mm512_castps_pd(pz[2 * i]), b = _mm512_castps_pd(pz[2 * i + 1]);
+      py[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_shuffle_ps(py[0], py[1], 0x88),
+                                         _mm512_shuffle_ps(py[0], py[1], 0xdd)));
+    alignas(64) int32_t idx[16];
+    for (int lane = 0; lane < 16; ++lane) idx[static_cast<int>(lanes[lane] / 16.0f) - 1] = lane;
+    return _mm512_load_si512(idx);
+  }();
+  return _mm512_permutexvar_ps(order, s);
+}
+
+// D = A dY A^T for the 4x4 block at dy (row pitch `pitch` floats), stored as
+// d[pos * stride]; tmp holds 32 vectors.
+inline void grad_transform(const float* dy, int64_t pitch, float* d, int64_t stride, float* tmp) {
+  for (int l = 0; l < 4; ++l) {  // down each column of dY
+    __m512 y[4], e[8];
+    for (int k = 0; k < 4; ++k) y[k] = _mm512_load_ps(dy + k * pitch + l * 16);
+    a8(y, e);
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 4 + l) * 16, e[i]);
+  }
+  for (int i = 0; i < 8; ++i) {  // then along each row
+    __m512 y[4], e[8];
+    for (int l = 0; l < 4; ++l) y[l] = _mm512_load_ps(tmp + (i * 4 + l) * 16);
+    a8(y, e);
+    for (int j = 0; j < 8; ++j) _mm512_store_ps(d + (i * 8 + j) * stride, e[j]);
+  }
+}
+
+}  // namespace
+
+int64_t winograd_what_floats(const WinogradConv& d) { return kPos * round4(d.oc) * round4(d.c); }
+
+int64_t winograd_weight_scratch_floats(const WinogradConv& d) {
+  const int64_t tiles = d.tiles_h * d.tiles_w;
+  // vx [64][c4][tiles][16], dg [64][oc4][tiles][16], 64 vectors of tmp.
+  return (kPos * (round4(d.c) + round4(d.oc)) * tiles + 64) * 16;
+}
+
+void winograd_weight_group(const WinogradConv& d, const float* x, const float* dy, float* what,
+                           float* scratch) {
+  const int64_t tiles = d.tiles_h * d.tiles_w;
+  const int64_t c4 = round4(d.c), oc4 = round4(d.oc);
+  float* vx = scratch;                        // [64][c4][tiles][16]
+  float* dg = vx + kPos * c4 * tiles * 16;    // [64][oc4][tiles][16]
+  float* tmp = dg + kPos * oc4 * tiles * 16;  // [64][16]
+  const int64_t x_pitch = d.wp * 16, dy_w = 4 * d.tiles_w, dy_pitch = dy_w * 16;
+  // Channels past c / oc (up to the block size) stay zero.
+  for (int64_t pos = 0; pos < kPos; ++pos) {
+    for (int64_t c = d.c; c < c4; ++c)
+      std::fill_n(vx + (pos * c4 + c) * tiles * 16, tiles * 16, 0.0f);
+    for (int64_t oc = d.oc; oc < oc4; ++oc)
+      std::fill_n(dg + (pos * oc4 + oc) * tiles * 16, tiles * 16, 0.0f);
+  }
+  for (int64_t a = 0; a < d.tiles_h; ++a)
+    for (int64_t b = 0; b < d.tiles_w; ++b) {
+      const int64_t t = a * d.tiles_w + b;
+      for (int64_t c = 0; c < d.c; ++c)
+        input_transform(x + (c * d.hp + 4 * a) * x_pitch + 4 * b * 16, x_pitch,
+                        vx + (c * tiles + t) * 16, c4 * tiles * 16, tmp);
+      for (int64_t oc = 0; oc < d.oc; ++oc)
+        grad_transform(dy + ((oc * 4 * d.tiles_h + 4 * a) * dy_w + 4 * b) * 16, dy_pitch,
+                       dg + (oc * tiles + t) * 16, oc4 * tiles * 16, tmp);
+    }
+  const int64_t ocb_n = oc4 / kBlock, cb_n = c4 / kBlock;
+  for (int64_t pos = 0; pos < kPos; ++pos) {
+    const float* vp = vx + pos * c4 * tiles * 16;
+    const float* dp = dg + pos * oc4 * tiles * 16;
+    for (int64_t ocb = 0; ocb < ocb_n; ++ocb)
+      for (int64_t cb = 0; cb < cb_n; ++cb) {
+        __m512 acc[16];
+        for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
+        const float* dr = dp + ocb * kBlock * tiles * 16;
+        const float* vr = vp + cb * kBlock * tiles * 16;
+        for (int64_t t = 0; t < tiles; ++t) {
+          __m512 dv[4], xv[4];
+          for (int r = 0; r < 4; ++r) dv[r] = _mm512_load_ps(dr + (r * tiles + t) * 16);
+          for (int q = 0; q < 4; ++q) xv[q] = _mm512_load_ps(vr + (q * tiles + t) * 16);
+          for (int r = 0; r < 4; ++r)
+            for (int q = 0; q < 4; ++q)
+              acc[r * 4 + q] = _mm512_fmadd_ps(dv[r], xv[q], acc[r * 4 + q]);
+        }
+        float* out = what + ((pos * ocb_n + ocb) * cb_n + cb) * 16;
+        _mm512_store_ps(out, _mm512_add_ps(_mm512_load_ps(out), reduce16(acc)));
+      }
+  }
+}
+
+void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw) {
+  const int64_t ocb_n = round4(d.oc) / kBlock, cb_n = round4(d.c) / kBlock;
+  for (int64_t oc = 0; oc < d.oc; ++oc)
+    for (int64_t c = 0; c < d.c; ++c) {
+      const int64_t lane = (oc % kBlock) * kBlock + c % kBlock;
+      double m[8][8];
+      for (int pos = 0; pos < kPos; ++pos)
+        m[pos / 8][pos % 8] = what[((pos * ocb_n + oc / kBlock) * cb_n + c / kBlock) * 16 + lane];
+      double t[5][8];  // G^T m
+      for (int y = 0; y < 5; ++y)
+        for (int j = 0; j < 8; ++j) {
+          double s = 0;
+          for (int i = 0; i < 8; ++i) s += kG[i][y] * m[i][j];
+          t[y][j] = s;
+        }
+      for (int y = 0; y < 5; ++y)
+        for (int x = 0; x < 5; ++x) {
+          double s = 0;
+          for (int j = 0; j < 8; ++j) s += t[y][j] * kG[j][x];
+          dw[((oc * d.c + c) * 5 + y) * 5 + x] = static_cast<float>(s);
+        }
+    }
+}
+
+}  // namespace cohort::kernels::detail
