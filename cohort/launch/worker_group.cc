@@ -96,6 +96,12 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
     }
     if (all_ended) break;
     if (stopping && !killed && Clock::now() >= kill_deadline) {
+      int left = 0;
+      for (auto& w : workers) left += w.status ? 0 : 1;
+      report(
+          fmt::format("cohort run: {} worker{} still running after the {} ms grace period; "
+                      "sending SIGKILL\n",
+                      left, left == 1 ? "" : "s", options_.grace.count()));
       stop_all(SIGKILL);
       killed = true;
     }

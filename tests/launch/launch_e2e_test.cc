@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "cohort/launch/child_process.h"
+#include "cohort/launch/cpu_split.h"
+#include "cohort/rendezvous/socket.h"
 
 namespace {
 
@@ -44,6 +46,8 @@ class CohortRun {
     spec.capture_output = true;
     proc_ = ChildProcess::exec(spec);
   }
+
+  explicit CohortRun(const ChildSpec& spec) : proc_(ChildProcess::exec(spec)) {}
 
   pid_t pid() const { return proc_.pid(); }
 
@@ -114,7 +118,7 @@ TEST(LaunchE2E, EnvironmentIsSetForEveryWorker) {
   RunResult r = run_cohort({"run", "--nproc-per-node", "3", "--", COHORT_TEST_WORKER, "env"});
   ASSERT_FALSE(r.hung) << r.out << r.err;
   ASSERT_TRUE(r.status.success()) << r.status.describe() << "\n" << r.out << r.err;
-  int ncpu = static_cast<int>(std::thread::hardware_concurrency());
+  auto shares = cohort::launch::split_cpus(cohort::launch::allowed_cpus(), 3);
   std::set<int> ranks;
   std::string port;
   for (const auto& line : lines(r.out)) {
@@ -138,7 +142,7 @@ TEST(LaunchE2E, EnvironmentIsSetForEveryWorker) {
     EXPECT_EQ(m[6], m[5]);
     EXPECT_EQ(m[7], m[5]);
     EXPECT_EQ(std::stoi(m[8]), threads);  // pinned to exactly its share
-    EXPECT_EQ(threads, std::max(1, ncpu / 3));
+    EXPECT_EQ(threads, static_cast<int>(shares[std::stoul(m[2])].size()));
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2})) << r.out;
   // The store worked: each rank read its neighbour's value.
@@ -195,6 +199,9 @@ TEST(LaunchE2E, WorkerIgnoringSigtermIsKilledAfterGrace) {
   ASSERT_FALSE(r.hung) << r.out << r.err;
   EXPECT_EQ(r.status.code, 1);
   EXPECT_NE(r.err.find("job failed: rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1 worker still running after the 1000 ms grace period; sending SIGKILL"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(LaunchE2E, SigtermIsForwardedToWorkers) {
@@ -250,6 +257,51 @@ TEST(LaunchE2E, SpawnPropagatesTheFailedRank) {
   EXPECT_NE(r.out.find("caught: spawn: rank 2 of 3 failed: rank two gives up"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("(rank 2)"), std::string::npos) << r.out;
+}
+
+TEST(LaunchE2E, TwoNodesShareOneStoreAndNumberRanksByNode) {
+  uint16_t port = 0;
+  {  // a free port, released for node 0's store
+    cohort::UniqueFd probe = cohort::rendezvous::net::listen_tcp("127.0.0.1", 0, &port);
+  }
+  auto node = [&](int rank) {
+    ChildSpec spec;
+    spec.argv = {COHORT_BIN,
+                 "run",
+                 "--nproc-per-node",
+                 "2",
+                 "--nnodes",
+                 "2",
+                 "--node-rank",
+                 std::to_string(rank),
+                 "--master-addr",
+                 "127.0.0.1",
+                 "--master-port",
+                 std::to_string(port),
+                 "--",
+                 COHORT_TEST_WORKER,
+                 "env"};
+    spec.env = environment_with({{"COHORT_TOKEN", "two-node-secret"}});
+    spec.capture_output = true;
+    return spec;
+  };
+  // Node 1 may start first: its workers retry connecting until node 0 serves.
+  CohortRun n1(node(1));
+  CohortRun n0(node(0));
+  RunResult r0 = n0.finish(60s), r1 = n1.finish(60s);
+  ASSERT_FALSE(r0.hung || r1.hung) << r0.err << r1.err;
+  ASSERT_TRUE(r0.status.success() && r1.status.success()) << r0.out << r0.err << r1.out << r1.err;
+  EXPECT_NE(
+      r0.out.find("[rank 1] RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=0"),
+      std::string::npos)
+      << r0.out;
+  EXPECT_NE(
+      r1.out.find("[rank 3] RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK=1"),
+      std::string::npos)
+      << r1.out;
+  // Rank 1 (node 0) read rank 2's value (node 1) through node 0's store.
+  EXPECT_NE(r0.out.find("[rank 1] peer 2 says 20"), std::string::npos) << r0.out;
+  EXPECT_NE(r1.out.find("[rank 3] peer 0 says 0"), std::string::npos) << r1.out;
 }
 
 TEST(LaunchE2E, BadArgumentsAreReported) {

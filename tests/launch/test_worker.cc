@@ -70,6 +70,8 @@ int run_env() {
 }
 
 int run_fail(int bad_rank, int code, bool crash, bool stubborn) {
+  // Before the barrier, so the signal cannot come before it is ignored.
+  if (stubborn && env_int("RANK") != bad_rank) ::signal(SIGTERM, SIG_IGN);
   auto r = cohort::rendezvous::bootstrap("env://");
   barrier(*r.store, r.world_size, "start");
   std::printf("started\n");
@@ -78,7 +80,6 @@ int run_fail(int bad_rank, int code, bool crash, bool stubborn) {
     if (crash) ::raise(SIGSEGV);
     std::exit(code);
   }
-  if (stubborn) ::signal(SIGTERM, SIG_IGN);
   sleep_long();
   return 0;
 }

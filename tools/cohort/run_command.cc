@@ -1,6 +1,7 @@
 // `cohort run`: the launcher, like torchrun. Runs PROGRAM as the local
 // workers of a distributed job (see cohort/launch/launcher.h for the
 // environment each worker gets, the store, restarts and failure handling).
+#include <csignal>
 #include <memory>
 
 #include "cohort/launch/launcher.h"
@@ -49,6 +50,9 @@ std::function<int()> setup_run(CLI::App& app) {
     o.prefix_output = !args->no_prefix;
     o.host_store = !args->no_host_store;
     o.grace = std::chrono::milliseconds(static_cast<int64_t>(args->grace_s * 1000));
+    // A closed terminal or pipe on our output must not kill the launcher (and
+    // orphan the job); writes then fail quietly. Workers get default dispositions.
+    std::signal(SIGPIPE, SIG_IGN);
     return launch::launch(o).exit_code;
   };
 }
