@@ -1,0 +1,100 @@
+#include "cohort/autograd/node.h"
+
+#include <limits>
+
+#include "cohort/autograd/grad_mode.h"
+#include "cohort/core/autograd_meta.h"
+
+namespace cohort::autograd {
+namespace {
+thread_local uint64_t t_next_sequence_nr = 0;
+}  // namespace
+
+Node::Node(std::vector<Edge> next_edges)
+    : next_edges_(std::move(next_edges)), sequence_nr_(t_next_sequence_nr++) {}
+
+FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn)
+    : Node(std::move(next_edges)), name_(std::move(name)), fn_(std::move(fn)) {
+  for (const Edge& e : this->next_edges()) needs_.push_back(e.valid());
+}
+
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad) {
+  if (!fn_) {
+    throw Error(
+        fmt::format("backward: the graph through {} was already freed by an earlier "
+                    "backward (cohort keeps no retain_graph)",
+                    name_));
+  }
+  std::vector<Tensor> out = fn_(grad, needs_);
+  fn_ = nullptr;  // frees the saved tensors
+  COHORT_ASSERT(out.size() == needs_.size(), "{}: backward returned {} grads for {} inputs", name_,
+                out.size(), needs_.size());
+  return out;
+}
+
+AccumulateGrad::AccumulateGrad(Tensor variable) : Node({}), variable_(std::move(variable)) {
+  // Leaves run as soon as they are ready so their hooks fire early.
+  set_sequence_nr(std::numeric_limits<uint64_t>::max());
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad) {
+  AutogradMeta& m = variable_.autograd_meta();
+  std::vector<std::function<void(Tensor&)>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    COHORT_CHECK(grad.sizes() == variable_.sizes(),
+                 "backward: gradient of shape {} for a leaf of shape {}", shape_str(grad.sizes()),
+                 shape_str(variable_.sizes()));
+    if (m.grad.defined()) {
+      m.grad.add_(grad);
+    } else {
+      // A fresh copy: the incoming tensor may alias another gradient.
+      m.grad = grad.to(variable_.dtype()).clone();
+    }
+    for (auto& h : m.hooks) hooks.push_back(h.second);
+  }
+  for (auto& h : hooks) h(variable_);
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.has_autograd_meta()) return {};
+  AutogradMeta& m = t.autograd_meta();
+  if (m.grad_fn) return {m.grad_fn};
+  if (!m.requires_grad) return {};
+  std::lock_guard<std::mutex> lock(m.mu);
+  std::shared_ptr<Node> acc = m.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    m.grad_accumulator = acc;
+  }
+  return {acc};
+}
+
+bool any_requires_grad(std::initializer_list<Tensor> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return out;
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) edges.push_back(gradient_edge(t));
+  COHORT_ASSERT(!out.has_autograd_meta() || !out.autograd_meta().grad_fn,
+                "{}: output already has a grad_fn", name);
+  out.autograd_meta().grad_fn =
+      std::make_shared<FunctionNode>(name, std::move(edges), std::move(fn));
+  return out;
+}
+
+}  // namespace cohort::autograd

@@ -1,0 +1,101 @@
+// Graph nodes of the dynamic autograd graph. Each differentiable op that sees
+// an input requiring grad creates one Node for its (single) output; the node
+// owns what backward needs (saved tensors, detached so that no cycle forms)
+// and an Edge to the producer of each input. Leaves that require grad are
+// reached through their AccumulateGrad node, shared by all uses of the leaf.
+// Ownership: a tensor owns its grad_fn; nodes own their next nodes, so a graph
+// lives as long as its outputs. Backward frees each node's saved state after
+// using it (no retain_graph), so a second backward through it throws.
+// Thread safety: a graph is used by one thread; distinct graphs may run
+// concurrently. AccumulateGrad locks the leaf's record, so leaves may be
+// shared between graphs on different threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/core/tensor.h"
+
+namespace cohort::autograd {
+
+class Node;
+
+// Where the gradient of one input goes; node == nullptr: nowhere.
+struct Edge {
+  std::shared_ptr<Node> node;
+  bool valid() const { return node != nullptr; }
+};
+
+class Node {
+ public:
+  explicit Node(std::vector<Edge> next_edges);
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Given the gradient of this node's output, returns one gradient per next
+  // edge (an undefined Tensor for "none").
+  virtual std::vector<Tensor> apply(const Tensor& grad) = 0;
+  virtual std::string name() const = 0;
+
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  // Creation order on this thread; the engine runs later nodes first, so
+  // gradients become ready in roughly reverse forward order (what DDP's
+  // bucketing assumes).
+  uint64_t sequence_nr() const { return sequence_nr_; }
+
+ protected:
+  void set_sequence_nr(uint64_t s) { sequence_nr_ = s; }
+
+ private:
+  std::vector<Edge> next_edges_;
+  uint64_t sequence_nr_;
+};
+
+// The backward of an op, as a closure: fn(grad, needs_input_grad) returns one
+// gradient per input (undefined where not needed).
+using BackwardFn =
+    std::function<std::vector<Tensor>(const Tensor& grad, const std::vector<bool>& needs)>;
+
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn);
+  std::vector<Tensor> apply(const Tensor& grad) override;
+  std::string name() const override { return name_; }
+
+ private:
+  std::string name_;
+  BackwardFn fn_;
+  std::vector<bool> needs_;
+};
+
+// Accumulates into a leaf's grad (in place when the leaf already has one,
+// e.g. a view into a DDP bucket), then fires the leaf's grad-ready hooks.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Tensor variable);
+  std::vector<Tensor> apply(const Tensor& grad) override;
+  std::string name() const override { return "AccumulateGrad"; }
+  const Tensor& variable() const { return variable_; }
+
+ private:
+  Tensor variable_;
+};
+
+// The edge through which gradient flows into `t`: its grad_fn, its
+// AccumulateGrad (created on first use) when a leaf requiring grad, else none.
+Edge gradient_edge(const Tensor& t);
+
+// True when grad mode is on and any defined input requires grad.
+bool any_requires_grad(std::initializer_list<Tensor> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Makes `out` the output of a new FunctionNode over `inputs` when grad mode is
+// on and some input requires grad; otherwise does nothing. Returns out.
+// The closure must capture only detached tensors (Tensor::detach()).
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn);
+
+}  // namespace cohort::autograd

@@ -1,0 +1,10 @@
+// Umbrella header: tensors, autograd and the differentiable ops.
+// (nn, optim, data and the distributed layers have their own headers.)
+#pragma once
+
+#include "cohort/autograd/engine.h"
+#include "cohort/autograd/grad_mode.h"
+#include "cohort/autograd/gradcheck.h"
+#include "cohort/autograd/ops.h"
+#include "cohort/core/dtype.h"
+#include "cohort/core/tensor.h"

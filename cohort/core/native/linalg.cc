@@ -1,0 +1,222 @@
+#include "cohort/core/native/linalg.h"
+
+#include <cblas.h>
+
+#include <mutex>
+
+#include "cohort/core/dispatch.h"
+#include "cohort/core/loops.h"
+
+namespace cohort::native {
+namespace {
+
+void single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+// Below this many multiply-adds a split costs more than it saves.
+constexpr int64_t kSplitMacs = 1 << 18;
+
+template <typename T>
+void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                static_cast<blasint>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+                static_cast<blasint>(ldc));
+  }
+}
+
+template <typename T>
+void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  single_threaded_blas();
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  const int64_t threads = num_threads();
+  if (threads <= 1 || m * n * k < kSplitMacs) {
+    blas_call(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Split the larger output side into blocks (multiples of 16 for the kernels).
+  if (m >= n) {
+    int64_t blocks = std::min<int64_t>(threads, (m + 15) / 16);
+    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        int64_t r0 = m * blk / blocks, r1 = m * (blk + 1) / blocks;
+        if (r1 <= r0) continue;
+        const T* ap = ta ? a + r0 : a + r0 * lda;
+        blas_call(ta, tb, r1 - r0, n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
+      }
+    });
+  } else {
+    int64_t blocks = std::min<int64_t>(threads, (n + 15) / 16);
+    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        int64_t c0 = n * blk / blocks, c1 = n * (blk + 1) / blocks;
+        if (c1 <= c0) continue;
+        const T* bp = tb ? b + c0 * ldb : b + c0;
+        blas_call(ta, tb, m, c1 - c0, k, alpha, a, lda, bp, ldb, beta, c + c0, ldc);
+      }
+    });
+  }
+}
+
+// A 2-D operand as BLAS sees it: pointer, leading dim, transposed flag.
+// Copies only when neither the matrix nor its transpose is row-contiguous.
+struct BlasOperand {
+  Tensor keep;
+  bool trans = false;
+  int64_t ld = 0;
+};
+
+BlasOperand as_blas(const Tensor& t) {
+  const int64_t r = t.sizes()[0], c = t.sizes()[1];
+  const int64_t s0 = t.strides()[0], s1 = t.strides()[1];
+  if ((s1 == 1 || c == 1) && (s0 >= std::max<int64_t>(c, 1) || r == 1))
+    return {t, false, std::max<int64_t>(r == 1 ? c : s0, 1)};
+  if ((s0 == 1 || r == 1) && (s1 >= std::max<int64_t>(r, 1) || c == 1))
+    return {t, true, std::max<int64_t>(c == 1 ? r : s1, 1)};
+  Tensor cc = t.contiguous();
+  return {cc, false, std::max<int64_t>(c, 1)};
+}
+
+}  // namespace
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_impl<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  gemm_impl<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  COHORT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: needs 2-D operands, got {} and {}",
+               shape_str(a.sizes()), shape_str(b.sizes()));
+  COHORT_CHECK(a.sizes()[1] == b.sizes()[0], "mm: shapes {} and {} cannot be multiplied",
+               shape_str(a.sizes()), shape_str(b.sizes()));
+  COHORT_CHECK(a.dtype() == b.dtype(), "mm: dtypes {} and {} differ", dtype_name(a.dtype()),
+               dtype_name(b.dtype()));
+  const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
+  Tensor out = Tensor::empty({m, n}, a.dtype());
+  BlasOperand oa = as_blas(a), ob = as_blas(b);
+  dispatch_floating(a.dtype(), "mm", [&](auto tag) {
+    using T = decltype(tag);
+    gemm_impl<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
+                 ob.keep.template data_ptr<T>(), ob.ld, T(0), out.data_ptr<T>(),
+                 std::max<int64_t>(n, 1));
+  });
+  return out;
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  COHORT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must be at least 1-D, got {} and {}",
+               shape_str(a.sizes()), shape_str(b.sizes()));
+  if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  if (a.dim() == 1 && b.dim() == 1) return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  COHORT_CHECK(b.size(-2) == k, "matmul: shapes {} and {} cannot be multiplied",
+               shape_str(a.sizes()), shape_str(b.sizes()));
+  COHORT_CHECK(a.dtype() == b.dtype(), "matmul: dtypes {} and {} differ", dtype_name(a.dtype()),
+               dtype_name(b.dtype()));
+  Shape ab(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
+  Shape batch = broadcast_shapes(ab, bb, "matmul");
+  const int64_t nb = shape_numel(batch);
+  Shape ea = batch, eb = batch;
+  ea.insert(ea.end(), {m, k});
+  eb.insert(eb.end(), {k, n});
+  // [nb, m, k] views (copies only when expand/layout prevents a view).
+  Tensor a3 = a.expand(ea).reshape({nb, m, k});
+  Tensor b3 = b.expand(eb).reshape({nb, k, n});
+  Shape os = batch;
+  os.insert(os.end(), {m, n});
+  Tensor out = Tensor::empty(os, a.dtype());
+  dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out.data_ptr<T>();
+    auto one = [&](int64_t i) {
+      BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
+      blas_call<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
+                   ob.keep.template data_ptr<T>(), ob.ld, T(0), po + i * m * n,
+                   std::max<int64_t>(n, 1));
+    };
+    single_threaded_blas();
+    if (m * n * k >= kSplitMacs * 4 || nb == 1) {
+      for (int64_t i = 0; i < nb; ++i) {
+        BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
+        gemm_impl<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
+                     ob.keep.template data_ptr<T>(), ob.ld, T(0), po + i * m * n,
+                     std::max<int64_t>(n, 1));
+      }
+    } else {
+      parallel_for(0, nb, std::max<int64_t>(1, kSplitMacs / std::max<int64_t>(m * n * k, 1)),
+                   [&](int64_t b0, int64_t b1) {
+                     for (int64_t i = b0; i < b1; ++i) one(i);
+                   });
+    }
+  });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  COHORT_CHECK(w.dim() == 2, "linear: weight must be 2-D [out, in], got {}", shape_str(w.sizes()));
+  COHORT_CHECK(x.dim() >= 1 && x.size(-1) == w.sizes()[1],
+               "linear: input {} does not match weight {} (last dim must be {})",
+               shape_str(x.sizes()), shape_str(w.sizes()), w.sizes()[1]);
+  COHORT_CHECK(x.dtype() == w.dtype(), "linear: input dtype {} differs from weight dtype {}",
+               dtype_name(x.dtype()), dtype_name(w.dtype()));
+  const int64_t in = w.sizes()[1], outf = w.sizes()[0];
+  if (b.defined())
+    COHORT_CHECK(b.dim() == 1 && b.sizes()[0] == outf, "linear: bias must be [{}], got {}", outf,
+                 shape_str(b.sizes()));
+  Tensor x2 = x.reshape({-1, in});
+  const int64_t rows = x2.sizes()[0];
+  Shape os(x.sizes().begin(), x.sizes().end() - 1);
+  os.push_back(outf);
+  Tensor out = Tensor::empty(os, x.dtype());
+  BlasOperand ox = as_blas(x2), ow = as_blas(w);
+  dispatch_floating(x.dtype(), "linear", [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out.data_ptr<T>();
+    T beta = T(0);
+    if (b.defined()) {
+      Tensor bc = b.to(x.dtype()).contiguous();
+      const T* pb = bc.data_ptr<T>();
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(po + r * outf, pb, outf * sizeof(T));
+      beta = T(1);
+    }
+    gemm_impl<T>(ox.trans, !ow.trans, rows, outf, in, T(1), ox.keep.template data_ptr<T>(), ox.ld,
+                 ow.keep.template data_ptr<T>(), ow.ld, beta, po, std::max<int64_t>(outf, 1));
+  });
+  return out;
+}
+
+Tensor mm_reference(const Tensor& a, const Tensor& b) {
+  const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
+  std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>(), vc(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += va[i * k + p] * vb[p * n + j];
+      vc[i * n + j] = s;
+    }
+  return Tensor::from_vector(vc, {m, n}).to(a.dtype());
+}
+
+}  // namespace cohort::native

@@ -1,0 +1,95 @@
+#include "cohort/core/native/loss.h"
+
+#include <limits>
+
+#include "cohort/core/dispatch.h"
+
+namespace cohort::native {
+namespace {
+
+struct NllShape {
+  Tensor input;   // [N, C]
+  Tensor target;  // [N] int64
+  int64_t n, c;
+};
+
+NllShape check_nll(const Tensor& input, const Tensor& target, const char* op) {
+  COHORT_CHECK(input.dim() == 1 || input.dim() == 2, "{}: input must be [N, C] or [C], got {}", op,
+               shape_str(input.sizes()));
+  Tensor in2 = input.dim() == 1 ? input.unsqueeze(0) : input;
+  Tensor t1 = target.dim() == 0 ? target.reshape({1}) : target;
+  COHORT_CHECK(t1.dim() == 1 && t1.sizes()[0] == in2.sizes()[0],
+               "{}: target {} does not match input {} (need [N] with N = {})", op,
+               shape_str(target.sizes()), shape_str(input.sizes()), in2.sizes()[0]);
+  COHORT_CHECK(
+      t1.dtype() == DType::kInt64 || t1.dtype() == DType::kInt32 || t1.dtype() == DType::kUInt8,
+      "{}: target must hold integer class indices, got {}", op, dtype_name(t1.dtype()));
+  return {in2.contiguous(), t1.to(DType::kInt64).contiguous(), in2.sizes()[0], in2.sizes()[1]};
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
+                int64_t ignore_index) {
+  NllShape s = check_nll(input, target, "nll_loss");
+  const int64_t* t = s.target.data_ptr<int64_t>();
+  return dispatch_floating(input.dtype(), "nll_loss", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = s.input.data_ptr<T>();
+    Tensor per = Tensor::empty({s.n}, input.dtype());
+    T* p = per.data_ptr<T>();
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < s.n; ++i) {
+      if (t[i] == ignore_index) {
+        p[i] = T(0);
+        continue;
+      }
+      COHORT_CHECK(t[i] >= 0 && t[i] < s.c, "nll_loss: target {} out of range [0, {}) at row {}",
+                   t[i], s.c, i);
+      p[i] = -x[i * s.c + t[i]];
+      total += p[i];
+      ++count;
+    }
+    switch (reduction) {
+      case Reduction::kNone:
+        return input.dim() == 1 ? per.reshape({}) : per;
+      case Reduction::kSum:
+        return Tensor::scalar(total, input.dtype());
+      case Reduction::kMean:
+      default:
+        return Tensor::scalar(
+            count ? total / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN(),
+            input.dtype());
+    }
+  });
+}
+
+Tensor nll_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                         Reduction reduction, int64_t ignore_index) {
+  NllShape s = check_nll(input, target, "nll_loss_backward");
+  const int64_t* t = s.target.data_ptr<int64_t>();
+  Tensor dx = Tensor::zeros({s.n, s.c}, input.dtype());
+  dispatch_floating(input.dtype(), "nll_loss_backward", [&](auto tag) {
+    using T = decltype(tag);
+    T* d = dx.data_ptr<T>();
+    int64_t count = 0;
+    for (int64_t i = 0; i < s.n; ++i) count += t[i] != ignore_index;
+    Tensor gc = grad.to(input.dtype()).contiguous();
+    const T* g = gc.data_ptr<T>();
+    for (int64_t i = 0; i < s.n; ++i) {
+      if (t[i] == ignore_index) continue;
+      T gi;
+      if (reduction == Reduction::kNone)
+        gi = g[i];
+      else if (reduction == Reduction::kSum)
+        gi = g[0];
+      else
+        gi = g[0] / static_cast<T>(count);
+      d[i * s.c + t[i]] = -gi;
+    }
+  });
+  return input.dim() == 1 ? dx.reshape({s.c}) : dx;
+}
+
+}  // namespace cohort::native

@@ -1,0 +1,339 @@
+#include "cohort/core/tensor.h"
+
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+#include "cohort/core/autograd_meta.h"
+#include "cohort/core/dispatch.h"
+#include "cohort/core/loops.h"
+
+namespace cohort {
+
+namespace detail {
+
+void throw_dtype_mismatch(const char* what, DType want, DType have) {
+  throw InvalidArgument(fmt::format("{}: tensor has dtype {}, requested {}", what, dtype_name(have),
+                                    dtype_name(want)));
+}
+
+template <typename T>
+T convert_from(const void* p, DType dt) {
+  return dispatch_all(dt, "item", [&](auto tag) -> T {
+    using S = decltype(tag);
+    return cast_value<T>(*static_cast<const S*>(p));
+  });
+}
+template float convert_from<float>(const void*, DType);
+template double convert_from<double>(const void*, DType);
+template int32_t convert_from<int32_t>(const void*, DType);
+template int64_t convert_from<int64_t>(const void*, DType);
+template uint8_t convert_from<uint8_t>(const void*, DType);
+template bool convert_from<bool>(const void*, DType);
+
+}  // namespace detail
+
+// ---- factories ----
+
+Tensor Tensor::empty(const Shape& sizes, DType dtype) {
+  for (int64_t s : sizes)
+    COHORT_CHECK(s >= 0, "Tensor::empty: negative size in shape {}", shape_str(sizes));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage =
+      std::make_shared<Storage>(static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype));
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& sizes, DType dtype) {
+  Tensor t = empty(sizes, dtype);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& sizes, DType dtype) { return full(sizes, 1.0, dtype); }
+
+Tensor Tensor::full(const Shape& sizes, double value, DType dtype) {
+  Tensor t = empty(sizes, dtype);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
+
+Tensor Tensor::arange(int64_t end, DType dtype) {
+  return arange(0.0, static_cast<double>(end), 1.0, dtype);
+}
+
+Tensor Tensor::arange(double start, double end, double step, DType dtype) {
+  COHORT_CHECK(step != 0.0, "arange: step must be non-zero");
+  int64_t n = static_cast<int64_t>(std::ceil((end - start) / step));
+  if (n < 0) n = 0;
+  Tensor t = empty({n}, dtype);
+  dispatch_all(dtype, "arange", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(t.raw_data());
+    for (int64_t i = 0; i < n; ++i) p[i] = cast_value<T>(start + static_cast<double>(i) * step);
+  });
+  return t;
+}
+
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& sizes,
+                            const Shape& strides, int64_t offset, DType dtype) {
+  COHORT_CHECK(sizes.size() == strides.size(),
+               "from_storage: sizes {} and strides {} differ in rank", shape_str(sizes),
+               shape_str(strides));
+  int64_t max_off = offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) max_off = -1;
+    if (max_off >= 0) max_off += (sizes[i] - 1) * strides[i];
+  }
+  COHORT_CHECK(
+      max_off < 0 || static_cast<size_t>(max_off + 1) * dtype_size(dtype) <= storage->nbytes(),
+      "from_storage: view {} (strides {}, offset {}) exceeds storage of {} bytes", shape_str(sizes),
+      shape_str(strides), offset, storage->nbytes());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(storage);
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+// ---- metadata ----
+
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl& t = impl();
+  int64_t expected = 1;
+  for (size_t i = t.sizes.size(); i-- > 0;) {
+    if (t.sizes[i] == 1) continue;
+    if (t.strides[i] != expected) return false;
+    expected *= t.sizes[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  const TensorImpl& t = impl();
+  return static_cast<std::byte*>(t.storage->data()) +
+         t.offset * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
+// ---- copies ----
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), dtype());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::detach() const {
+  const TensorImpl& t = impl();
+  return from_storage(t.storage, t.sizes, t.strides, t.offset, t.dtype);
+}
+
+Tensor Tensor::to(DType dt) const {
+  if (dt == dtype()) return *this;
+  Tensor out = empty(sizes(), dt);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  Shape b = broadcast_shapes(sizes(), src.sizes(), "copy_");
+  COHORT_CHECK(b == sizes(), "copy_: source shape {} does not broadcast to destination {}",
+               shape_str(src.sizes()), shape_str(sizes()));
+  std::array<Shape, 2> st{strides(), broadcast_strides(src.sizes(), src.strides(), sizes())};
+  dispatch_all(dtype(), "copy_", [&](auto dtag) {
+    using D = decltype(dtag);
+    D* dp = static_cast<D*>(raw_data());
+    dispatch_all(src.dtype(), "copy_", [&](auto stag) {
+      using S = decltype(stag);
+      const S* sp = static_cast<const S*>(src.raw_data());
+      for_each_row<2>(
+          sizes(), st,
+          [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& is) {
+            D* d = dp + off[0];
+            const S* s = sp + off[1];
+            if (is[0] == 1 && is[1] == 1) {
+              if constexpr (std::is_same_v<D, S>) {
+                std::memcpy(d, s, static_cast<size_t>(n) * sizeof(D));
+              } else {
+                for (int64_t i = 0; i < n; ++i) d[i] = cast_value<D>(s[i]);
+              }
+            } else {
+              for (int64_t i = 0; i < n; ++i) d[i * is[0]] = cast_value<D>(s[i * is[1]]);
+            }
+          });
+    });
+  });
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  dispatch_all(dtype(), "fill_", [&](auto tag) {
+    using T = decltype(tag);
+    T v = cast_value<T>(value);
+    T* p = static_cast<T*>(raw_data());
+    std::array<Shape, 1> st{strides()};
+    for_each_row<1>(
+        sizes(), st,
+        [&](const std::array<int64_t, 1>& off, int64_t n, const std::array<int64_t, 1>& is) {
+          T* d = p + off[0];
+          if (is[0] == 1) {
+            for (int64_t i = 0; i < n; ++i) d[i] = v;
+          } else {
+            for (int64_t i = 0; i < n; ++i) d[i * is[0]] = v;
+          }
+        });
+  });
+  return *this;
+}
+
+// ---- autograd state (engine-free parts) ----
+
+AutogradMeta& Tensor::autograd_meta() const {
+  TensorImpl& t = impl();
+  if (!t.autograd) t.autograd = std::make_shared<AutogradMeta>();
+  return *t.autograd;
+}
+
+bool Tensor::requires_grad() const {
+  const TensorImpl& t = impl();
+  return t.autograd && (t.autograd->requires_grad || t.autograd->grad_fn);
+}
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  COHORT_CHECK(is_leaf(),
+               "set_requires_grad: only leaf tensors can change requires_grad "
+               "(this one is the output of {})",
+               "an op");
+  if (requires_grad) {
+    COHORT_CHECK(is_floating(dtype()),
+                 "set_requires_grad: only floating tensors can require "
+                 "gradients, got {}",
+                 dtype_name(dtype()));
+    autograd_meta().requires_grad = true;
+  } else if (has_autograd_meta()) {
+    autograd_meta().requires_grad = false;
+  }
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  if (!has_autograd_meta()) return Tensor();
+  AutogradMeta& m = autograd_meta();
+  std::lock_guard<std::mutex> lock(m.mu);
+  return m.grad;
+}
+
+void Tensor::set_grad(const Tensor& grad) const {
+  if (grad.defined()) {
+    COHORT_CHECK(grad.sizes() == sizes(), "set_grad: gradient shape {} differs from tensor {}",
+                 shape_str(grad.sizes()), shape_str(sizes()));
+    COHORT_CHECK(grad.dtype() == dtype(), "set_grad: gradient dtype {} differs from tensor {}",
+                 dtype_name(grad.dtype()), dtype_name(dtype()));
+  }
+  AutogradMeta& m = autograd_meta();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.grad = grad;
+}
+
+Tensor& Tensor::mutable_grad() const { return autograd_meta().grad; }
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> kNone;
+  const TensorImpl& t = impl();
+  return t.autograd ? t.autograd->grad_fn : kNone;
+}
+
+GradHookHandle Tensor::register_grad_ready_hook(std::function<void(Tensor&)> hook) {
+  COHORT_CHECK(is_leaf(),
+               "register_grad_ready_hook: only leaf tensors have a gradient to "
+               "accumulate");
+  AutogradMeta& m = autograd_meta();
+  std::lock_guard<std::mutex> lock(m.mu);
+  uint64_t id = m.next_hook_id++;
+  m.hooks.emplace_back(id, std::move(hook));
+  return GradHookHandle(impl_->autograd, id);
+}
+
+void GradHookHandle::remove() {
+  auto m = meta_.lock();
+  if (!m) return;
+  std::lock_guard<std::mutex> lock(m->mu);
+  std::erase_if(m->hooks, [this](const auto& h) { return h.first == id_; });
+  meta_.reset();
+}
+
+// ---- helpers ----
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::kUInt8:
+        return 0;
+      case DType::kInt32:
+        return 1;
+      case DType::kInt64:
+        return 2;
+      case DType::kBFloat16:
+      case DType::kFloat16:
+        return 3;
+      case DType::kFloat32:
+        return 4;
+      case DType::kFloat64:
+        return 5;
+    }
+    return 0;
+  };
+  if (rank(a) == 3 && rank(b) == 3) return DType::kFloat32;
+  return rank(a) >= rank(b) ? a : b;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  return va == vb;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (a.sizes() != b.sizes()) return false;
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  for (size_t i = 0; i < va.size(); ++i) {
+    if (!(std::abs(va[i] - vb[i]) <= atol + rtol * std::abs(vb[i]))) return false;
+  }
+  return true;
+}
+
+std::string to_string(const Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "Tensor(undefined)";
+  os << "Tensor(shape=" << shape_str(t.sizes()) << ", dtype=" << dtype_name(t.dtype());
+  if (t.requires_grad()) os << ", requires_grad";
+  os << ", values=[";
+  constexpr int64_t kMaxShown = 20;
+  auto v = t.to_vector<double>();
+  for (int64_t i = 0; i < std::min<int64_t>(kMaxShown, t.numel()); ++i) {
+    if (i) os << ", ";
+    os << v[i];
+  }
+  if (t.numel() > kMaxShown) os << ", ... (" << t.numel() << " total)";
+  return os << "])";
+}
+
+}  // namespace cohort

@@ -1,0 +1,240 @@
+// Tensor: a shared handle to an n-d strided view of a Storage, as in PyTorch.
+// Copying a Tensor aliases it (both handles see the same data, shape and
+// autograd state); clone() copies the data. A default-constructed Tensor is
+// undefined (defined() == false) and most calls on it throw.
+//
+// Autograd layering: core keeps the autograd state of a tensor in an
+// AutogradMeta (autograd_meta.h, a plain record) that refers to graph nodes
+// only through std::shared_ptr<autograd::Node>, a type that core declares but
+// never defines. The operations that need the engine -- backward() -- are
+// declared here and defined in the cohort_autograd library, so a program that
+// calls them links cohort_autograd. The differentiable ops (add, matmul, ...)
+// are free functions in cohort/autograd/ops.h; the members below are not
+// recorded by autograd (views, copies, in-place updates for optimizers).
+//
+// Thread safety: a Tensor handle is like a shared_ptr: distinct handles may be
+// used from different threads; concurrent writes to the same data are the
+// caller's to synchronise. Gradient accumulation into a leaf is locked, so
+// graphs on several threads that share leaf parameters are safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/base/error.h"
+#include "cohort/core/dtype.h"
+#include "cohort/core/shape.h"
+#include "cohort/core/storage.h"
+
+namespace cohort {
+
+namespace autograd {
+class Node;  // defined in cohort/autograd/node.h
+}  // namespace autograd
+
+struct AutogradMeta;
+class Tensor;
+
+// Returned by Tensor::register_grad_ready_hook; remove() unregisters (safe to
+// call twice, and after the tensor is gone).
+class GradHookHandle {
+ public:
+  GradHookHandle() = default;
+  GradHookHandle(std::weak_ptr<AutogradMeta> meta, uint64_t id) : meta_(std::move(meta)), id_(id) {}
+  void remove();
+
+ private:
+  std::weak_ptr<AutogradMeta> meta_;
+  uint64_t id_ = 0;
+};
+
+// The shared state behind a Tensor handle.
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::kFloat32;
+  std::shared_ptr<AutogradMeta> autograd;  // null: no grad, no grad_fn
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- factories (contiguous, new storage) ----
+  static Tensor empty(const Shape& sizes, DType dtype = DType::kFloat32);
+  static Tensor zeros(const Shape& sizes, DType dtype = DType::kFloat32);
+  static Tensor ones(const Shape& sizes, DType dtype = DType::kFloat32);
+  static Tensor full(const Shape& sizes, double value, DType dtype = DType::kFloat32);
+  // Copies values; numel(sizes) must equal values.size(). Empty sizes with one
+  // value gives a 0-d tensor; sizes {-1} (the default) means 1-d of values.size().
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& sizes = {-1});
+  static Tensor scalar(double value, DType dtype = DType::kFloat32);  // 0-d
+  // [0, end) and [start, end) step `step`, like torch.arange.
+  static Tensor arange(int64_t end, DType dtype = DType::kInt64);
+  static Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::kFloat32);
+  // A view of an existing storage (used by views and by DDP's flat buckets).
+  static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& sizes,
+                             const Shape& strides, int64_t offset, DType dtype);
+
+  // ---- metadata ----
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& sizes() const { return impl().sizes; }
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  const Shape& strides() const { return impl().strides; }
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl().sizes.size()); }
+  int64_t numel() const { return shape_numel(impl().sizes); }
+  DType dtype() const { return impl().dtype; }
+  int64_t storage_offset() const { return impl().offset; }
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  bool is_contiguous() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  // True when both handles alias one TensorImpl.
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  TensorImpl* unsafe_impl() const { return impl_.get(); }
+
+  // Pointer to the first element; throws InvalidArgument when T is not dtype().
+  template <typename T>
+  T* data_ptr() const;
+  void* raw_data() const;
+  // The single element of a 1-element tensor, converted to T.
+  template <typename T>
+  T item() const;
+  // All elements in row-major order (any layout), converted to T.
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // ---- copies and conversions (not recorded by autograd) ----
+  Tensor clone() const;          // contiguous copy, same dtype, no autograd state
+  Tensor contiguous() const;     // *this when already contiguous, else a copy
+  Tensor detach() const;         // same data, no autograd state
+  Tensor to(DType dtype) const;  // *this when dtype matches, else a converted copy
+  // Copies src (broadcast to this shape, converted to this dtype) into this view.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+  // ---- views (share storage; not recorded by autograd: see ops.h for the
+  // differentiable versions) ----
+  Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
+  Tensor view(const Shape& sizes) const;     // needs a compatible layout; one -1 allowed
+  Tensor reshape(const Shape& sizes) const;  // view when possible, else a copy
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor permute(const Shape& dims) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze(int64_t dim) const;  // no-op when that size is not 1
+  Tensor squeeze() const;             // all size-1 dims
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;  // removes dim
+  Tensor expand(const Shape& sizes) const;          // -1 keeps a size
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // ---- in-place math for optimizers and accumulation (not recorded) ----
+  Tensor& add_(const Tensor& other, double alpha = 1.0);  // this += alpha * other (broadcast)
+  Tensor& add_(double value);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+  Tensor& div_(const Tensor& other);
+  Tensor& addcmul_(const Tensor& t1, const Tensor& t2, double value = 1.0);
+  Tensor& addcdiv_(const Tensor& t1, const Tensor& t2, double value = 1.0);
+  Tensor& sqrt_();
+  Tensor& clamp_(double min, double max);
+
+  // ---- autograd state (see the layering note above) ----
+  bool requires_grad() const;
+  // Only leaves (tensors without grad_fn) may be changed; returns *this.
+  Tensor& set_requires_grad(bool requires_grad);
+  // Accumulated gradient of a leaf (undefined until the first backward).
+  Tensor grad() const;
+  // Replaces the gradient tensor. Backward then accumulates IN PLACE into this
+  // very tensor (DDP points it into a flat bucket). Pass Tensor() to clear.
+  void set_grad(const Tensor& grad) const;
+  // Reference to the stored gradient, for callers that reassign or zero it.
+  Tensor& mutable_grad() const;
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  bool is_leaf() const { return grad_fn() == nullptr; }
+  // Defined in cohort_autograd. backward() needs a one-element tensor; the
+  // graph is freed as it is consumed (no retain_graph).
+  void backward() const;
+  void backward(const Tensor& grad) const;
+  // Fires once per backward pass right after this leaf's gradient has been
+  // fully accumulated, with the leaf itself (its grad() is final). Runs on the
+  // thread that runs backward; an exception propagates out of backward().
+  GradHookHandle register_grad_ready_hook(std::function<void(Tensor&)> hook);
+
+  // Internal: the autograd record, created on demand.
+  AutogradMeta& autograd_meta() const;
+  bool has_autograd_meta() const { return impl().autograd != nullptr; }
+
+ private:
+  TensorImpl& impl() const {
+    if (!impl_) [[unlikely]]
+      throw InvalidArgument("Tensor: operation on an undefined tensor");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
+
+// Test helpers: same shape and (after conversion to float64) equal values /
+// |a - b| <= atol + rtol * |b| elementwise (NaNs compare unequal).
+bool equal(const Tensor& a, const Tensor& b);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+
+// Promotion for mixed-dtype math: float64 > float32 > int64 > int32 > uint8.
+DType promote_types(DType a, DType b);
+
+// ---- template definitions ----
+
+namespace detail {
+[[noreturn]] void throw_dtype_mismatch(const char* what, DType want, DType have);
+template <typename T>
+T convert_from(const void* p, DType dt);
+}  // namespace detail
+
+template <typename T>
+T* Tensor::data_ptr() const {
+  if (dtype() != dtype_of<T>) detail::throw_dtype_mismatch("data_ptr", dtype_of<T>, dtype());
+  return static_cast<T*>(raw_data());
+}
+
+template <typename T>
+T Tensor::item() const {
+  COHORT_CHECK(numel() == 1, "item: tensor must have one element, has shape {}",
+               shape_str(sizes()));
+  return detail::convert_from<T>(raw_data(), dtype());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(dtype_of<T>).contiguous();
+  const T* p = c.data_ptr<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& sizes) {
+  Shape s = sizes;
+  if (s.size() == 1 && s[0] == -1) s[0] = static_cast<int64_t>(values.size());
+  COHORT_CHECK(shape_numel(s) == static_cast<int64_t>(values.size()),
+               "from_vector: shape {} needs {} values, got {}", shape_str(s), shape_numel(s),
+               values.size());
+  Tensor t = empty(s, dtype_of<T>);
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
+}  // namespace cohort
