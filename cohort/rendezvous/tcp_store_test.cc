@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "cohort/base/error.h"
@@ -196,6 +198,40 @@ TEST(TcpStore, ManyProcessesMeetAtABarrier) {
   TcpStore s(client_of(server->port(), "t"));
   EXPECT_EQ(s.add("arrived", 0), kProcs);
   EXPECT_EQ(s.num_keys(), kProcs + 2);
+}
+
+int count_threads() {
+  int n = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST(TcpStore, OneServerThreadServesManyClients) {
+  int before = count_threads();
+  auto server = make_server("t");
+  EXPECT_EQ(count_threads(), before + 1);
+  constexpr int kClients = 64;
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<TcpStore>(client_of(server->port(), "t")));
+  }
+  EXPECT_EQ(server->num_clients(), kClients);
+  EXPECT_EQ(count_threads(), before + 1);  // no thread per client
+  // Every client parks a wait at once; one set releases them all.
+  std::vector<std::thread> waiters;
+  std::atomic<int> released{0};
+  for (int i = 0; i < kClients; ++i) {
+    waiters.emplace_back([&, i] {
+      clients[static_cast<size_t>(i)]->add("parked", 1);
+      clients[static_cast<size_t>(i)]->wait({"release"}, 30s);
+      released.fetch_add(1);
+    });
+  }
+  clients[0]->wait({"parked"}, 30s);
+  while (clients[0]->add("parked", 0) < kClients) std::this_thread::sleep_for(1ms);
+  clients[0]->set("release", std::string("go"));
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(released.load(), kClients);
 }
 
 TEST(TcpStore, GeneratedTokensDiffer) {
