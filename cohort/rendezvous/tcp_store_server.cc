@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -132,6 +133,8 @@ class TcpStoreServer::Loop {
         }
         return;
       }
+      int one = 1;  // replies are small; Nagle would hold them back
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto c = std::make_unique<Conn>();
       c->fd.reset(fd);
       c->accepted = Clock::now();
