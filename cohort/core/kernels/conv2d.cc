@@ -34,8 +34,7 @@ int64_t groups_of(int64_t batch) { return (batch + kLanes - 1) / kLanes; }
 
 bool winograd_fits(const Conv2dGeometry& g, bool transposed) {
   if (g.kernel_h != 5 || g.kernel_w != 5 || g.stride_h != 1 || g.stride_w != 1) return false;
-  return transposed ? detail::winograd_pays(g.out_channels, g.in_channels, g.in_h, g.in_w)
-                    : detail::winograd_pays(g.in_channels, g.out_channels, g.out_h(), g.out_w());
+  return detail::winograd_pays(g.in_channels, g.out_channels, g.out_h(), g.out_w(), transposed);
 }
 
 // Runs fn(chunk, item0, item1) for `chunks` contiguous ranges of [0, items),
@@ -85,8 +84,8 @@ void run(const Batch16Pass& p, ScratchLease& lease) {
 }
 
 // conv(x) on batch-16 buffers; `transposed` runs the stride-1 backward-input
-// pass instead: dy padded by kernel - 1 - pad convolved with the flipped,
-// transposed kernel.
+// pass instead: Winograd's transposed pass, or directly dy padded by
+// kernel - 1 - pad convolved with the flipped, transposed kernel.
 void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, const float* bias,
                   bool relu, bool transposed, float* out) {
   // The pass as a forward convolution: in [n][c][h][wd] -> out [n][oc][oh][ow].
@@ -101,15 +100,32 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
   ScratchLease lease;
   Batch16Pass p;
   p.groups = groups;
-  Padding pad;
+  Padding pad, out_pad;
   int64_t in_group, out_group = oc * oh * ow * kLanes;
   float *wp, *inb, *outb;
-  if (winograd_fits(g, transposed)) {
+  if (transposed && winograd_fits(g, true)) {
+    // d describes the forward convolution with the channel roles swapped:
+    // dy's blocks in, dx's padded tiles out (overlapping, so one task per
+    // group).
+    const WinogradConv d = detail::make_winograd(c, oc, h, wd);
+    pad = {0, 4 * d.tiles_h - h, 0, 4 * d.tiles_w - wd};
+    out_pad = {g.pad_h, d.hp - oh - g.pad_h, g.pad_w, d.wp - ow - g.pad_w};
+    in_group = c * 16 * d.tiles_h * d.tiles_w * kLanes;
+    out_group = oc * d.hp * d.wp * kLanes;
+    wp = lease.get(0, 64 * c * d.ocp);
+    detail::winograd_weights(w, g.out_channels, g.in_channels, d.ocp, true, wp);
+    p.rows = 1;
+    p.scratch_floats = detail::winograd_scratch_floats(d);
+    p.compute = [=, &inb, &outb](int64_t gi, int64_t, int64_t, float* scratch) {
+      detail::winograd_backward_input_group(d, inb + gi * in_group, wp, outb + gi * out_group,
+                                            scratch);
+    };
+  } else if (!transposed && winograd_fits(g, false)) {
     const WinogradConv d = detail::make_winograd(c, oc, oh, ow);
     pad = {ph, d.hp - h - ph, pw, d.wp - wd - pw};
     in_group = c * d.hp * d.wp * kLanes;
     wp = lease.get(0, 64 * c * d.ocp);
-    detail::winograd_weights(w, g.out_channels, g.in_channels, d.ocp, transposed, wp);
+    detail::winograd_weights(w, g.out_channels, g.in_channels, d.ocp, false, wp);
     p.rows = d.tiles_h;
     p.scratch_floats = detail::winograd_scratch_floats(d);
     p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float* scratch) {
@@ -149,7 +165,7 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
     detail::pack_batch16(in, n, c, h, wd, pad, g0, g1, inb + g0 * in_group);
   };
   p.unpack = [&](int64_t g0, int64_t g1) {
-    detail::unpack_batch16(outb + g0 * out_group, n, oc, oh, ow, g0, g1, out);
+    detail::unpack_batch16(outb + g0 * out_group, n, oc, oh, ow, out_pad, g0, g1, out);
   };
   run(p, lease);
 }

@@ -101,9 +101,11 @@ void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, 
   }
 }
 
-void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t g0,
-                    int64_t g1, float* dst) {
+void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
+                    int64_t g0, int64_t g1, float* dst) {
   const int64_t plane = h * w;
+  const int64_t wp = pad.left + w + pad.right, hp = pad.top + h + pad.bottom;
+  const bool flat = pad.left == 0 && pad.right == 0;
   float* rows[16];
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -111,9 +113,16 @@ void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w
         const int64_t s = g * 16 + i;
         rows[i] = s < n ? dst + (s * c + ch) * plane : nullptr;
       }
-      const float* in = src + ((g - g0) * c + ch) * plane * 16;
-      for (int64_t col = 0; col < plane; col += 16)
-        vecs_to_rows(in + col * 16, std::min<int64_t>(16, plane - col), rows, col);
+      const float* in = src + (((g - g0) * c + ch) * hp + pad.top) * wp * 16;
+      if (flat) {
+        for (int64_t col = 0; col < plane; col += 16)
+          vecs_to_rows(in + col * 16, std::min<int64_t>(16, plane - col), rows, col);
+        continue;
+      }
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t col = 0; col < w; col += 16)
+          vecs_to_rows(in + (y * wp + pad.left + col) * 16, std::min<int64_t>(16, w - col), rows,
+                       y * w + col);
     }
   }
 }

@@ -38,10 +38,11 @@ struct Padding {
 void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
                   int64_t g0, int64_t g1, float* dst);
 
-// Unpacks groups [g0, g1) of src [groups][C][H][W][16] into the matching
-// samples of dst [N, C, H, W]; lanes past sample n-1 are dropped.
-void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, int64_t g0,
-                    int64_t g1, float* dst);
+// Unpacks groups [g0, g1) of src [groups][C][top + H + bottom][left + W +
+// right][16] into the matching samples of dst [N, C, H, W], dropping the
+// padding and the lanes past sample n-1.
+void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
+                    int64_t g0, int64_t g1, float* dst);
 
 // Per-thread scratch buffers, reused across calls so that steady-state
 // training does not fault in fresh pages every step. A nested lease on the

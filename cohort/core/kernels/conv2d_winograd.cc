@@ -82,39 +82,39 @@ WinogradConv make_winograd(int64_t c, int64_t oc, int64_t oh, int64_t ow) {
   return d;
 }
 
-bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow) {
-  // Vector operations per 4x4 block: direct 16 * 25 * c * oc; Winograd
-  // 384 * c (input transform) + 64 * c * oc + 192 * oc (output transform),
-  // with partial blocks at the edges counted whole.
+bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow, bool transposed) {
+  // Vector operations per 4x4 block of the forward output: direct 16 * 25 *
+  // c * oc; Winograd 384 * c (input transform) + 64 * c * oc + 192 * oc
+  // (output transform), or for the transposed pass 168 * oc (gradient
+  // transform) + 64 * c * oc + 640 * c (inverse transform and overlap-add).
+  // Partial blocks at the edges count whole.
   const double blocks = double((oh + 3) / 4) * ((ow + 3) / 4);
   const double direct = double(oh) * ow * 25.0 * c * oc;
-  const double wino = blocks * (384.0 * c + 64.0 * c * oc + 192.0 * oc);
+  const double wino = transposed ? blocks * (168.0 * oc + 64.0 * c * oc + 640.0 * c)
+                                 : blocks * (384.0 * c + 64.0 * c * oc + 192.0 * oc);
   return 1.5 * wino < direct;
 }
 
-void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool flip_transpose,
+void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool transposed,
                       float* u) {
-  const int64_t n_ci = flip_transpose ? oc : c, n_o = flip_transpose ? c : oc;
-  std::fill(u, u + kPos * n_ci * ocp, 0.0f);
-  for (int64_t ci = 0; ci < n_ci; ++ci)
+  // u[pos][k][o]: k is the channel summed over, o the one produced.
+  const int64_t n_k = transposed ? oc : c, n_o = transposed ? c : oc;
+  std::fill(u, u + kPos * n_k * ocp, 0.0f);
+  for (int64_t k = 0; k < n_k; ++k)
     for (int64_t o = 0; o < n_o; ++o) {
-      double g[5][5];
-      for (int y = 0; y < 5; ++y)
-        for (int x = 0; x < 5; ++x)
-          g[y][x] = flip_transpose ? w[((ci * c + o) * 5 + (4 - y)) * 5 + (4 - x)]
-                                   : w[((o * c + ci) * 5 + y) * 5 + x];
+      const float* g = transposed ? w + (k * c + o) * 25 : w + (o * c + k) * 25;
       double t[8][5];  // G g
       for (int i = 0; i < 8; ++i)
         for (int x = 0; x < 5; ++x) {
           double s = 0;
-          for (int y = 0; y < 5; ++y) s += kG[i][y] * g[y][x];
+          for (int y = 0; y < 5; ++y) s += kG[i][y] * g[y * 5 + x];
           t[i][x] = s;
         }
       for (int i = 0; i < 8; ++i)
         for (int j = 0; j < 8; ++j) {
           double s = 0;
           for (int x = 0; x < 5; ++x) s += t[i][x] * kG[j][x];
-          u[((i * 8 + j) * n_ci + ci) * ocp + o] = static_cast<float>(s);
+          u[((i * 8 + j) * n_k + k) * ocp + o] = static_cast<float>(s);
         }
     }
 }
@@ -169,6 +169,56 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
             }
           }
         }
+      }
+    }
+  }
+}
+
+void winograd_backward_input_group(const WinogradConv& d, const float* dy, const float* u,
+                                   float* dx, float* scratch) {
+  const int64_t tt = d.tile_t;
+  float* dg = scratch;                          // [64][c][tt][16]: transformed dy
+  float* m = dg + kPos * d.c * tt * 16;         // [64][tile_oc][tt][16]
+  float* tmp = m + kPos * d.tile_oc * tt * 16;  // [64][16]
+  const int64_t dy_w = 4 * d.tiles_w, dy_pitch = dy_w * 16, dx_pitch = d.wp * 16;
+  const int64_t dx_plane = d.hp * dx_pitch;
+  for (int64_t a = 0; a < d.tiles_h; ++a) {
+    // Tile row a adds into dx rows [4a, 4a + 8); rows [4a, 4a + 4) already
+    // hold row a - 1's contributions, so only the lower half starts at zero.
+    for (int64_t o = 0; o < d.oc; ++o)
+      std::fill_n(dx + o * dx_plane + (a == 0 ? 0 : 4 * a + 4) * dx_pitch,
+                  (a == 0 ? 8 : 4) * dx_pitch, 0.0f);
+    for (int64_t b0 = 0; b0 < d.tiles_w; b0 += tt) {
+      const int64_t nt = std::min(tt, d.tiles_w - b0);
+      for (int64_t k = 0; k < d.c; ++k)
+        for (int64_t t = 0; t < nt; ++t)
+          grad_transform(dy + ((k * 4 * d.tiles_h + 4 * a) * dy_w + 4 * (b0 + t)) * 16, dy_pitch,
+                         dg + (k * tt + t) * 16, d.c * tt * 16, tmp);
+      for (int64_t o0 = 0; o0 < d.ocp; o0 += d.tile_oc) {
+        const GemmFn gemm = kGemm[d.tile_oc - 1][nt - 1];
+        for (int pos = 0; pos < kPos; ++pos)
+          gemm(d.c, dg + pos * d.c * tt * 16, tt * 16, u + pos * d.c * d.ocp + o0, d.ocp,
+               m + pos * d.tile_oc * nt * 16);
+        for (int64_t r = 0; r < d.tile_oc && o0 + r < d.oc; ++r)
+          for (int64_t t = 0; t < nt; ++t) {
+            // dX tile += B M B^T: columns into tmp [8][8], then the rows.
+            for (int j = 0; j < 8; ++j) {
+              __m512 col[8], e[8];
+              for (int i = 0; i < 8; ++i)
+                col[i] = _mm512_load_ps(m + (((i * 8 + j) * d.tile_oc + r) * nt + t) * 16);
+              b8(col, e);
+              for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 8 + j) * 16, e[i]);
+            }
+            float* out = dx + (o0 + r) * dx_plane + (4 * a * d.wp + 4 * (b0 + t)) * 16;
+            for (int i = 0; i < 8; ++i) {
+              __m512 row[8], e[8];
+              for (int j = 0; j < 8; ++j) row[j] = _mm512_load_ps(tmp + (i * 8 + j) * 16);
+              b8(row, e);
+              float* orow = out + i * dx_pitch;
+              for (int j = 0; j < 8; ++j)
+                _mm512_store_ps(orow + j * 16, _mm512_add_ps(_mm512_load_ps(orow + j * 16), e[j]));
+            }
+          }
       }
     }
   }

@@ -29,14 +29,15 @@ struct WinogradConv {
 WinogradConv make_winograd(int64_t c, int64_t oc, int64_t oh, int64_t ow);
 
 // w [oc][c][5][5] -> u [64][c][ocp] (u = G g G^T per channel pair, extra
-// channels zero). With flip_transpose the transposed convolution's kernel is
-// transformed instead (see pack_weights), so u is [64][oc][ocp'] over c.
-void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool flip_transpose,
+// channels zero); with `transposed`, u [64][oc][ocp] with ocp >= c, for
+// winograd_backward_input_group.
+void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool transposed,
                       float* u);
 
 // Whether Winograd is expected to beat direct convolution for c -> oc
 // channels and an oh x ow output (by the operation counts, with margin).
-bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow);
+// `transposed` asks about the backward-input pass of that convolution.
+bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow, bool transposed);
 
 // Floats of scratch one winograd_forward_rows call needs.
 int64_t winograd_scratch_floats(const WinogradConv& d);
@@ -45,6 +46,17 @@ int64_t winograd_scratch_floats(const WinogradConv& d);
 // [oc][oh][ow][16] (+ bias, then ReLU when relu).
 void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u, const float* bias,
                            bool relu, int64_t a0, int64_t a1, float* y, float* scratch);
+
+// Backward input of one group, the transpose of the forward pass: for each
+// 4x4 block of dy, dX tile (8x8) += B (sum over oc of U (.) A dY A^T) B^T,
+// tiles overlapping by 4. Call with d = make_winograd(oc, c, oh, ow) of the
+// forward convolution (channels swapped: d.c is dy's channels) and u from
+// winograd_weights(..., transposed = true, ...). dy is [d.c][4 * tiles_h]
+// [4 * tiles_w][16], zero past oh x ow; dx gets [d.oc][hp][wp][16] in the
+// forward's padded input coordinates (crop the padding when unpacking).
+// Scratch: winograd_scratch_floats(d).
+void winograd_backward_input_group(const WinogradConv& d, const float* dy, const float* u,
+                                   float* dx, float* scratch);
 
 // Weight gradient in the transformed domain (the transpose of the forward):
 //   dw[oc][c] = G^T (sum over samples and 4x4 blocks of (A dY A^T) (.) V) G.

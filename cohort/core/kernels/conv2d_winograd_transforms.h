@@ -106,4 +106,48 @@ inline void a8(const __m512 y[4], __m512 e[8]) {
   e[6] = _mm512_sub_ps(ev5, od5);
 }
 
+// e = B v for one column of 8 vectors (B = (B^T)^T): the transpose of bt8,
+// used to carry transformed gradients back to input tiles.
+inline void b8(const __m512 v[8], __m512 e[8]) {
+  const __m512 c2 = _mm512_set1_ps(2.0f), c4 = _mm512_set1_ps(4.0f), c5 = _mm512_set1_ps(5.0f);
+  const __m512 c8 = _mm512_set1_ps(8.0f), c10 = _mm512_set1_ps(10.0f);
+  const __m512 c17 = _mm512_set1_ps(17.0f), c21 = _mm512_set1_ps(21.0f);
+  const __m512 p1 = _mm512_add_ps(v[1], v[2]), m1 = _mm512_sub_ps(v[1], v[2]);
+  const __m512 p3 = _mm512_add_ps(v[3], v[4]), m3 = _mm512_sub_ps(v[3], v[4]);
+  const __m512 p5 = _mm512_add_ps(v[5], v[6]), m5 = _mm512_sub_ps(v[5], v[6]);
+  e[0] = _mm512_mul_ps(c4, v[0]);
+  e[7] = _mm512_mul_ps(c4, v[7]);
+  // e1 = -4 m1 + 4 m3 + 2 m5 - 4 v7
+  e[1] = _mm512_fmadd_ps(c4, _mm512_sub_ps(m3, _mm512_add_ps(m1, v[7])), _mm512_mul_ps(c2, m5));
+  // e2 = -21 v0 - 4 p1 + 8 p3 + p5
+  e[2] = _mm512_fnmadd_ps(c21, v[0], _mm512_fnmadd_ps(c4, p1, _mm512_fmadd_ps(c8, p3, p5)));
+  // e3 = 17 m1 - 5 m3 - 10 m5 + 21 v7
+  e[3] = _mm512_fmadd_ps(
+      c17, m1, _mm512_fnmadd_ps(c5, m3, _mm512_fnmadd_ps(c10, m5, _mm512_mul_ps(c21, v[7]))));
+  // e4 = 21 v0 + 17 p1 - 10 p3 - 5 p5
+  e[4] = _mm512_fmadd_ps(c21, v[0],
+                         _mm512_fmsub_ps(c17, p1, _mm512_fmadd_ps(c10, p3, _mm512_mul_ps(c5, p5))));
+  // e5 = -4 m1 + m3 + 8 m5 - 21 v7
+  e[5] = _mm512_fnmadd_ps(c4, m1, _mm512_fmadd_ps(c8, m5, _mm512_fnmadd_ps(c21, v[7], m3)));
+  // e6 = -4 v0 - 4 p1 + 2 p3 + 4 p5
+  e[6] = _mm512_fmadd_ps(c4, _mm512_sub_ps(p5, _mm512_add_ps(v[0], p1)), _mm512_mul_ps(c2, p3));
+}
+
+// d[pos * stride] = A dY A^T for the 4x4 block at dy (row pitch `pitch`
+// floats); tmp holds 32 vectors.
+inline void grad_transform(const float* dy, int64_t pitch, float* d, int64_t stride, float* tmp) {
+  for (int l = 0; l < 4; ++l) {  // down each column of dY
+    __m512 y[4], e[8];
+    for (int k = 0; k < 4; ++k) y[k] = _mm512_load_ps(dy + k * pitch + l * 16);
+    a8(y, e);
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 4 + l) * 16, e[i]);
+  }
+  for (int i = 0; i < 8; ++i) {  // then along each row
+    __m512 y[4], e[8];
+    for (int l = 0; l < 4; ++l) y[l] = _mm512_load_ps(tmp + (i * 4 + l) * 16);
+    a8(y, e);
+    for (int j = 0; j < 8; ++j) _mm512_store_ps(d + (i * 8 + j) * stride, e[j]);
+  }
+}
+
 }  // namespace cohort::kernels::detail::winograd

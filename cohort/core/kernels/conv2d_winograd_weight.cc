@@ -62,23 +62,6 @@ inline __m512 reduce16(const __m512 v[16]) {
   return _mm512_permutexvar_ps(order, s);
 }
 
-// D = A dY A^T for the 4x4 block at dy (row pitch `pitch` floats), stored as
-// d[pos * stride]; tmp holds 32 vectors.
-inline void grad_transform(const float* dy, int64_t pitch, float* d, int64_t stride, float* tmp) {
-  for (int l = 0; l < 4; ++l) {  // down each column of dY
-    __m512 y[4], e[8];
-    for (int k = 0; k < 4; ++k) y[k] = _mm512_load_ps(dy + k * pitch + l * 16);
-    a8(y, e);
-    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 4 + l) * 16, e[i]);
-  }
-  for (int i = 0; i < 8; ++i) {  // then along each row
-    __m512 y[4], e[8];
-    for (int l = 0; l < 4; ++l) y[l] = _mm512_load_ps(tmp + (i * 4 + l) * 16);
-    a8(y, e);
-    for (int j = 0; j < 8; ++j) _mm512_store_ps(d + (i * 8 + j) * stride, e[j]);
-  }
-}
-
 }  // namespace
 
 int64_t winograd_what_floats(const WinogradConv& d) { return kPos * round4(d.oc) * round4(d.c); }
