@@ -65,6 +65,8 @@ std::vector<uint8_t> raw_exchange(uint16_t port, const std::vector<uint8_t>& byt
   auto deadline = net::Clock::now() + 10s;
   UniqueFd fd = net::connect_tcp("127.0.0.1", port, deadline);
   net::send_all(fd.get(), bytes.data(), bytes.size(), deadline, "raw");
+  timeval tv{10, 0};  // a server that never closes fails the test instead of hanging it
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   std::vector<uint8_t> got;
   uint8_t buf[256];
   while (true) {
@@ -103,6 +105,21 @@ TEST(TcpStore, RefusedConnectionCannotReadOrWriteKeys) {
 
   EXPECT_FALSE(good.check({"injected"}));
   EXPECT_EQ(good.get_string("secret"), "s");
+}
+
+TEST(TcpStore, SilentOrOversizedConnectionsAreDropped) {
+  TcpStoreServerOptions so;
+  so.bind_host = "127.0.0.1";
+  so.token = "t";
+  so.handshake_timeout = 100ms;
+  TcpStoreServer server(so);
+  // Says nothing: closed once the handshake timeout passes.
+  EXPECT_TRUE(raw_exchange(server.port(), {}).empty());
+  // Announces a 1 GiB frame before the handshake: closed without a reply.
+  EXPECT_TRUE(raw_exchange(server.port(), {0, 0, 0, 0x40, 1, 2, 3}).empty());
+  TcpStore good(client_of(server.port(), "t"));
+  good.set("still", std::string("serving"));
+  EXPECT_EQ(good.get_string("still"), "serving");
 }
 
 TEST(TcpStore, TokenComesFromEnvironment) {
