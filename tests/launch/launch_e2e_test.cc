@@ -204,8 +204,8 @@ TEST(LaunchE2E, WorkerIgnoringSigtermIsKilledAfterGrace) {
       << r.err;
 }
 
-TEST(LaunchE2E, SigtermIsForwardedToWorkers) {
-  auto dir = temp_dir("sigterm");
+void expect_signal_forwarded(int sig, const std::string& name) {
+  auto dir = temp_dir(name);
   CohortRun run(
       {"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "wait-term", dir.string()});
   auto deadline = Clock::now() + 30s;
@@ -214,15 +214,19 @@ TEST(LaunchE2E, SigtermIsForwardedToWorkers) {
     std::this_thread::sleep_for(20ms);
   }
   ASSERT_TRUE(std::filesystem::exists(dir / "ready1")) << "workers did not start";
-  ::kill(run.pid(), SIGTERM);
+  ::kill(run.pid(), sig);
   RunResult r = run.finish(30s);
   ASSERT_FALSE(r.hung) << r.out << r.err;
-  EXPECT_EQ(r.status.code, 128 + SIGTERM) << r.status.describe() << r.err;
+  EXPECT_EQ(r.status.code, 128 + sig) << r.status.describe() << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir / "term0")) << r.err;
   EXPECT_TRUE(std::filesystem::exists(dir / "term1")) << r.err;
-  EXPECT_NE(r.err.find("got SIGTERM"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("got " + name), std::string::npos) << r.err;
   std::filesystem::remove_all(dir);
 }
+
+TEST(LaunchE2E, SigtermIsForwardedToWorkers) { expect_signal_forwarded(SIGTERM, "SIGTERM"); }
+
+TEST(LaunchE2E, SigintIsForwardedToWorkers) { expect_signal_forwarded(SIGINT, "SIGINT"); }
 
 TEST(LaunchE2E, MaxRestartsRestartsTheGroupWhichResumes) {
   auto dir = temp_dir("restart");

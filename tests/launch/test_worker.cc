@@ -6,7 +6,8 @@
 //                       sleep (the launcher must stop them)
 //   crash RANK          RANK kills itself with SIGSEGV; the others sleep
 //   stubborn RANK       RANK exits 1; the others ignore SIGTERM and sleep
-//   wait-term DIR       write DIR/ready<rank>, wait for SIGTERM, write DIR/term<rank>
+//   wait-term DIR       write DIR/ready<rank>, wait for SIGTERM or SIGINT, write
+//                       DIR/term<rank>
 //   resume DIR          a "training" that checkpoints to DIR; rank 1 dies on
 //                       the first attempt; later attempts resume and finish
 //   spawn               cohort::spawn with a rank that throws; prints the error
@@ -92,6 +93,7 @@ int run_wait_term(const std::string& dir) {
   struct sigaction sa {};
   sa.sa_handler = on_term;
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
   std::ofstream(dir + "/ready" + std::to_string(rank)) << "1";
   for (int i = 0; i < 3000 && !g_term; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
