@@ -183,22 +183,41 @@ TEST(Conv2d, ReferenceMatchesHandComputedValue) {
 }
 
 TEST(Conv2d, ConcurrentCallersAgree) {
-  // DataParallel replicas call the kernels from several threads at once.
-  Conv2dGeometry g{4, 20, 12, 12, 20, 5, 5};
-  Buffers d = make(g, 77);
-  const int64_t ysize = g.batch * g.out_channels * g.out_h() * g.out_w();
-  std::vector<float> want(ysize);
-  conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), want.data());
-  std::vector<std::vector<float>> got(3, std::vector<float>(ysize));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 3; ++t)
-    threads.emplace_back([&, t] {
-      ThreadBudgetGuard guard(1);
-      for (int rep = 0; rep < 5; ++rep)
-        conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), got[t].data());
-    });
-  for (auto& t : threads) t.join();
-  for (int t = 0; t < 3; ++t) EXPECT_EQ(got[t], want);
+  // DataParallel replicas call the kernels from several threads at once, each
+  // with its own budget; per-thread scratch must not be shared. Covers the
+  // Winograd (5x5) and direct (3x3) batch-16 paths and the im2col path.
+  Conv2dGeometry big{17, 20, 12, 12, 20, 5, 5}, small{3, 3, 9, 9, 4, 3, 3};
+  Conv2dGeometry direct{20, 6, 10, 10, 8, 3, 3};
+  ThreadBudgetGuard main_budget(2);
+  for (const Conv2dGeometry& g : {big, direct, small}) {
+    Buffers d = make(g, 77);
+    const int64_t ysize = g.batch * g.out_channels * g.out_h() * g.out_w();
+    const int64_t xsize = g.batch * g.in_channels * g.in_h * g.in_w;
+    const int64_t wsize = g.out_channels * g.in_channels * g.kernel_h * g.kernel_w;
+    std::vector<float> y(ysize), dx(xsize), dw(wsize), db(g.out_channels);
+    conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), y.data());
+    conv2d_backward_input(g, d.dy.data(), d.w.data(), dx.data());
+    conv2d_backward_weight(g, d.x.data(), d.dy.data(), dw.data(), db.data());
+    std::vector<std::thread> threads;
+    std::vector<int> ok(4, 0);
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        ThreadBudgetGuard guard(1 + t % 2);
+        std::vector<float> y2(ysize), dx2(xsize), dw2(wsize), db2(g.out_channels);
+        bool same = true;
+        for (int rep = 0; rep < 3; ++rep) {
+          conv2d_forward(g, d.x.data(), d.w.data(), d.b.data(), y2.data());
+          conv2d_backward_input(g, d.dy.data(), d.w.data(), dx2.data());
+          conv2d_backward_weight(g, d.x.data(), d.dy.data(), dw2.data(), db2.data());
+          same = same && y2 == y && dx2 == dx;
+          // Weight sums split by the budget: only budget 2 must match bit for bit.
+          if (t % 2 == 1) same = same && dw2 == dw && db2 == db;
+        }
+        ok[t] = same;
+      });
+    for (auto& t : threads) t.join();
+    for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << name(g) << " caller " << t;
+  }
 }
 
 TEST(Conv2d, RejectsBadGeometry) {
