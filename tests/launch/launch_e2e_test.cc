@@ -308,6 +308,14 @@ TEST(LaunchE2E, TwoNodesShareOneStoreAndNumberRanksByNode) {
   EXPECT_NE(r1.out.find("[rank 3] peer 0 says 0"), std::string::npos) << r1.out;
 }
 
+TEST(LaunchE2E, ProgramArgumentsPassThroughWithoutSeparator) {
+  // Like torchrun: the first non-option starts the program; its options stay its own.
+  RunResult r = run_cohort(
+      {"run", "--nproc-per-node", "1", "sh", "-c", "echo args:$0:$1", "x", "--nproc-per-node"});
+  ASSERT_TRUE(r.status.success()) << r.out << r.err;
+  EXPECT_EQ(r.out, "[rank 0] args:x:--nproc-per-node\n");
+}
+
 TEST(LaunchE2E, BadArgumentsAreReported) {
   RunResult r = run_cohort({"run", "--nproc-per-node", "0", "--", "true"});
   EXPECT_NE(r.status.code, 0);

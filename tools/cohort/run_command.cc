@@ -42,8 +42,13 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("--grace-period", args->grace_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
-  app.add_option("program", o.argv, "PROGRAM ARGS... (after --)")->required()->expected(-1);
-  app.footer("Example: cohort run --nproc-per-node 2 -- cohort train --model net");
+  // Everything from the first argument that is not a launcher option on is
+  // the program and its own arguments (as with torchrun); "--" may mark it.
+  app.add_option("program", o.argv, "PROGRAM ARGS...")->required()->expected(-1);
+  app.positionals_at_end();
+  app.footer(
+      "Usage: cohort run [OPTIONS] [--] PROGRAM [ARGS...]\nExample: cohort run "
+      "--nproc-per-node 2 -- cohort train --model net");
   return [args]() -> int {
     launch::LaunchOptions o = args->options;
     o.pin = !args->no_pin;
