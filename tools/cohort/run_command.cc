@@ -1,14 +1,25 @@
 // `cohort run`: the launcher, like torchrun. Runs PROGRAM as the local
 // workers of a distributed job (see cohort/launch/launcher.h for the
 // environment each worker gets, the store, restarts and failure handling).
+#include <unistd.h>
+
 #include <csignal>
 #include <memory>
+#include <string>
 
 #include "cohort/launch/launcher.h"
 #include "tools/cohort/command.h"
 
 namespace cohort::cli {
 namespace {
+
+// `cohort run ... -- cohort train` means this very binary, whether or not a
+// cohort is on PATH (and never a different build that happens to be).
+std::string self_path() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("cohort");
+}
 
 struct RunArgs {
   launch::LaunchOptions options;
@@ -51,6 +62,7 @@ std::function<int()> setup_run(CLI::App& app) {
       "--nproc-per-node 2 -- cohort train --model net");
   return [args]() -> int {
     launch::LaunchOptions o = args->options;
+    if (!o.argv.empty() && o.argv.front() == "cohort") o.argv.front() = self_path();
     o.pin = !args->no_pin;
     o.prefix_output = !args->no_prefix;
     o.host_store = !args->no_host_store;
