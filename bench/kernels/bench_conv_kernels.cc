@@ -129,14 +129,16 @@ int main(int argc, char** argv) {
     auto px = random_vec(pg.batch * pg.channels * pg.in_h * pg.in_w, 5);
     std::vector<float> py(pg.batch * pg.channels * pg.out_h() * pg.out_w()), pdx(px.size());
     std::vector<int32_t> pa(py.size());
-    std::printf(
-        "pool forward threads=%d ms=%.4f\n", t,
-        time_ms([&] { cohort::kernels::max_pool2d_forward(pg, px.data(), py.data(), pa.data()); },
-                seconds));
-    std::printf(
-        "pool backward threads=%d ms=%.4f\n", t,
-        time_ms([&] { cohort::kernels::max_pool2d_backward(pg, py.data(), pa.data(), pdx.data()); },
-                seconds));
+    auto report_pool = [&](const char* pass, const std::function<void()>& fn) {
+      double cpu_ms = 0;
+      const double ms = time_ms(fn, seconds, &cpu_ms);
+      std::printf("pool %s threads=%d ms=%.4f cpu_ms=%.4f\n", pass, t, ms, cpu_ms);
+    };
+    report_pool("forward",
+                [&] { cohort::kernels::max_pool2d_forward(pg, px.data(), py.data(), pa.data()); });
+    report_pool("backward", [&] {
+      cohort::kernels::max_pool2d_backward(pg, py.data(), pa.data(), pdx.data());
+    });
     std::fflush(stdout);
   }
   return 0;
