@@ -42,12 +42,22 @@ uint64_t file_size(int fd, const std::string& path) {
 
 }  // namespace
 
-// Holds flock on the store file for a scope; EINTR is retried.
+// Holds flock on the store file for a scope. A holder that is stopped or hung
+// must not block us forever: the lock is retried until the store's timeout.
 class FileStore::FileLock {
  public:
-  FileLock(int fd, int mode, const std::string& path) : fd_(fd) {
-    while (::flock(fd_, mode) != 0) {
-      if (errno != EINTR) throw_errno("FileStore: flock " + path, errno);
+  FileLock(int fd, int mode, const std::string& path, Duration timeout) : fd_(fd) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(100);
+    while (::flock(fd_, mode | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK) throw_errno("FileStore: flock " + path, errno);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw TimeoutError(
+            fmt::format("FileStore: could not lock {} within {} ms", path, timeout.count()));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(10));
     }
   }
   ~FileLock() { ::flock(fd_, LOCK_UN); }
@@ -142,7 +152,7 @@ void FileStore::append_locked(const std::string& key, const Bytes* value) {
 
 void FileStore::set(const std::string& key, const Bytes& value) {
   std::lock_guard<std::mutex> guard(mu_);
-  FileLock lock(fd_.get(), LOCK_EX, path_);
+  FileLock lock(fd_.get(), LOCK_EX, path_, timeout_);
   append_locked(key, &value);
 }
 
@@ -159,7 +169,7 @@ Bytes FileStore::get(const std::string& key) {
 
 int64_t FileStore::add(const std::string& key, int64_t delta) {
   std::lock_guard<std::mutex> guard(mu_);
-  FileLock lock(fd_.get(), LOCK_EX, path_);
+  FileLock lock(fd_.get(), LOCK_EX, path_, timeout_);
   refresh_locked();
   auto it = cache_.find(key);
   int64_t value = (it == cache_.end() ? 0 : detail::parse_counter(key, it->second)) + delta;
@@ -170,7 +180,7 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
 
 Bytes FileStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   std::lock_guard<std::mutex> guard(mu_);
-  FileLock lock(fd_.get(), LOCK_EX, path_);
+  FileLock lock(fd_.get(), LOCK_EX, path_, timeout_);
   refresh_locked();
   auto it = cache_.find(key);
   if (it == cache_.end()) {
@@ -185,7 +195,7 @@ Bytes FileStore::compare_set(const std::string& key, const Bytes& expected, cons
 bool FileStore::check_fresh(const std::vector<std::string>& keys,
                             std::vector<std::string>* missing) {
   std::lock_guard<std::mutex> guard(mu_);
-  FileLock lock(fd_.get(), LOCK_SH, path_);
+  FileLock lock(fd_.get(), LOCK_SH, path_, timeout_);
   refresh_locked();
   bool all = true;
   for (const auto& k : keys) {
@@ -201,7 +211,7 @@ bool FileStore::check(const std::vector<std::string>& keys) { return check_fresh
 
 bool FileStore::delete_key(const std::string& key) {
   std::lock_guard<std::mutex> guard(mu_);
-  FileLock lock(fd_.get(), LOCK_EX, path_);
+  FileLock lock(fd_.get(), LOCK_EX, path_, timeout_);
   refresh_locked();
   if (!cache_.count(key)) return false;
   append_locked(key, nullptr);

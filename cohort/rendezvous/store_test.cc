@@ -1,5 +1,7 @@
 // Behaviour every Store implementation shares, run over each of them.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +160,22 @@ TEST(FileStore, ProcessesShareOneFile) {
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
+  std::filesystem::remove(path);
+}
+
+TEST(FileStore, StuckLockHolderTimesOut) {
+  auto path = std::filesystem::temp_directory_path() /
+              ("cohort_filestore_lock_" + std::to_string(::getpid()));
+  std::filesystem::remove(path);
+  FileStore s(path.string(), 50ms);
+  // Another open file description holding the lock, as a stopped process would.
+  int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  EXPECT_THROW(s.set("k", std::string("v")), TimeoutError);
+  ::close(fd);  // releases the lock
+  s.set("k", std::string("v"));
+  EXPECT_EQ(s.get_string("k"), "v");
   std::filesystem::remove(path);
 }
 
