@@ -1,0 +1,89 @@
+// Backend: what carries one process group's operations. The ProcessGroup
+// owns the order (its WorkQueue) and the argument checks; a backend performs
+// one op at a time, synchronously, on the thread the queue gives it.
+// Implementations: NativeBackend (cohort's Communicator), MpiBackend
+// (mpi/mpi_backend.h, built when COHORT_HAVE_MPI). An NCCL backend would be a
+// third implementation; this build has none (create_backend throws
+// NotSupported for BackendKind::kNccl).
+//
+// Shapes follow collectives::Communicator (communicator.h): counts are
+// elements per rank; all_gather's recv holds size()*count elements, etc.
+// Errors are exceptions of cohort's types; the ProcessGroup adds the op's
+// context. Thread safety: one op at a time; abort() from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/collectives/communicator.h"
+#include "cohort/distributed/options.h"
+#include "cohort/rendezvous/store.h"
+
+namespace cohort::distributed {
+
+// Settings of a group, given to ProcessGroup::create and init_process_group.
+struct ProcessGroupOptions {
+  std::string name = "default";  // names the group in errors
+  // Default timeout of every op and of the group's creation.
+  Duration timeout = std::chrono::seconds(300);
+  // native: kAuto = shared memory to same-host peers, TCP to others (or TCP
+  // everywhere when COHORT_TRANSPORT=tcp); see docs/transports.md.
+  collectives::TransportKind transport = collectives::TransportKind::kAuto;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual BackendKind kind() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // True when every op ends by its timeout (native). MPI calls cannot be
+  // interrupted, so Work::wait must not run them on the waiting thread.
+  virtual bool ops_have_deadlines() const = 0;
+  // "shm", "tcp", "self", "mpi" (the way to peer; for messages and the bench).
+  virtual std::string transport_name(int peer) const = 0;
+
+  virtual void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
+                          Duration timeout) = 0;
+  virtual void broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) = 0;
+  virtual void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
+                      Duration timeout) = 0;
+  virtual void all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                          Duration timeout) = 0;
+  virtual void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
+                      Duration timeout) = 0;
+  virtual void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
+                       Duration timeout) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
+                              ReduceOp op, Duration timeout) = 0;
+  virtual void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
+                          Duration timeout) = 0;
+  virtual void barrier(Duration timeout) = 0;
+  virtual void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
+                    Duration timeout) = 0;
+  virtual void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag,
+                    Duration timeout) = 0;
+
+  // The backend of a subgroup of this group's ranks `ranks` (sorted, in this
+  // group's numbering), or null on ranks outside it. Every rank of this group
+  // calls it, in the same order relative to its other ops. `store` is a
+  // namespace for the subgroup alone.
+  virtual std::unique_ptr<Backend> new_subgroup(const std::vector<int>& ranks,
+                                                std::shared_ptr<rendezvous::Store> store,
+                                                const ProcessGroupOptions& options) = 0;
+
+  // Fails the running and every later op with `reason` and, where the
+  // backend can, makes the peers' ops fail too. Safe from any thread.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+// Creates the backend of a whole group. native: meets the other ranks through
+// `store` (rank and size required). mpi: a duplicate of MPI_COMM_WORLD; rank
+// and size come from MPI (when given, they must match it); store unused.
+// nccl, or mpi in a build without MPI: NotSupported.
+std::unique_ptr<Backend> create_backend(BackendKind kind, std::shared_ptr<rendezvous::Store> store,
+                                        int rank, int size, const ProcessGroupOptions& options);
+
+}  // namespace cohort::distributed

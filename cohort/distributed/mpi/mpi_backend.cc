@@ -1,0 +1,304 @@
+#include "cohort/distributed/mpi/mpi_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "cohort/base/error.h"
+#include "cohort/collectives/reduce_kernels.h"
+
+namespace cohort::distributed {
+namespace {
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+// Initializes MPI once per process (MPI itself is process-wide state).
+void ensure_initialized() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw NotSupported(fmt::format(
+          "mpi backend: MPI was initialized with thread level {}; the backend runs MPI calls on "
+          "the group's thread and needs MPI_THREAD_SERIALIZED or higher",
+          provided));
+    }
+    return;
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) throw Error("mpi backend: MPI was already finalized in this process");
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+    throw Error("mpi backend: MPI_Init_thread failed");
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw NotSupported(fmt::format(
+        "mpi backend: this MPI provides thread level {}, MPI_THREAD_SERIALIZED is needed",
+        provided));
+  }
+  std::atexit(finalize_at_exit);
+}
+
+MPI_Datatype mpi_type(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kBFloat16:
+    case DataType::kFloat16:
+      return MPI_UINT16_T;  // moved as bits; reduced by user ops
+  }
+  throw InvalidArgument("mpi backend: unknown dtype");
+}
+
+// User reduction for the 16-bit float types: MPI's inout = in (op) inout.
+template <DataType D, ReduceOp O>
+void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  collectives::reduce_into(inout, in, static_cast<size_t>(*len), D, O);
+}
+
+template <DataType D>
+MPI_Op user_op(ReduceOp op) {
+  // Created once per process and never freed: MPI_Op handles are process
+  // wide like MPI itself, and MPI_Finalize releases them.
+  static MPI_Op ops[4] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MPI_Op_create(&user_reduce<D, ReduceOp::kSum>, 1, &ops[0]);
+    MPI_Op_create(&user_reduce<D, ReduceOp::kProduct>, 1, &ops[1]);
+    MPI_Op_create(&user_reduce<D, ReduceOp::kMin>, 1, &ops[2]);
+    MPI_Op_create(&user_reduce<D, ReduceOp::kMax>, 1, &ops[3]);
+  });
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return ops[0];
+    case ReduceOp::kProduct:
+      return ops[1];
+    case ReduceOp::kMin:
+      return ops[2];
+    case ReduceOp::kMax:
+      return ops[3];
+  }
+  return MPI_OP_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op, DataType dtype) {
+  if (dtype == DataType::kBFloat16) return user_op<DataType::kBFloat16>(op);
+  if (dtype == DataType::kFloat16) return user_op<DataType::kFloat16>(op);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return MPI_SUM;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+  }
+  throw InvalidArgument("mpi backend: unknown reduce op");
+}
+
+int as_int(size_t count, const char* op) {
+  if (count > static_cast<size_t>(INT_MAX)) {
+    throw InvalidArgument(fmt::format(
+        "{} (mpi backend): count {} exceeds MPI's limit of INT_MAX ({}) elements per call", op,
+        count, INT_MAX));
+  }
+  return static_cast<int>(count);
+}
+
+// MPI wants non-const pointers in its C prototypes of older versions.
+void* mut(const void* p) { return const_cast<void*>(p); }
+
+}  // namespace
+
+std::unique_ptr<MpiBackend> MpiBackend::create_world(int rank, int size,
+                                                     const ProcessGroupOptions& options) {
+  ensure_initialized();
+  MPI_Comm comm = MPI_COMM_NULL;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS) {
+    throw Error("mpi backend: MPI_Comm_dup(MPI_COMM_WORLD) failed");
+  }
+  auto backend = std::make_unique<MpiBackend>(comm, options.name);
+  if (rank >= 0 && rank != backend->rank()) {
+    throw InvalidArgument(fmt::format(
+        "init_process_group(mpi): rank {} was given but MPI says this process is rank {}", rank,
+        backend->rank()));
+  }
+  if (size >= 0 && size != backend->size()) {
+    throw InvalidArgument(fmt::format(
+        "init_process_group(mpi): world_size {} was given but MPI's world has {} processes", size,
+        backend->size()));
+  }
+  return backend;
+}
+
+MpiBackend::MpiBackend(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+  // Errors come back as codes (exceptions here) instead of ending the job.
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiBackend::~MpiBackend() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiBackend::check_usable(const char* op) const {
+  if (!aborted_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  throw Error(fmt::format("{}: group '{}' was aborted: {}", op, name_, abort_reason_));
+}
+
+void MpiBackend::check(int rc, const char* call) const {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(fmt::format("{} failed on rank {} of group '{}': {}", call, rank_, name_,
+                          std::string(text, static_cast<size_t>(len))));
+}
+
+void MpiBackend::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+  }
+  aborted_.store(true, std::memory_order_release);
+}
+
+void MpiBackend::all_reduce(void* data, size_t count, DataType dtype, ReduceOp op, Duration) {
+  check_usable("all_reduce");
+  check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count, "all_reduce"), mpi_type(dtype),
+                      mpi_op(op, dtype), comm_),
+        "MPI_Allreduce");
+  if (op == ReduceOp::kAvg) collectives::finish_avg(data, count, dtype, size_);
+}
+
+void MpiBackend::broadcast(void* data, size_t count, DataType dtype, int root, Duration) {
+  check_usable("broadcast");
+  check(MPI_Bcast(data, as_int(count, "broadcast"), mpi_type(dtype), root, comm_), "MPI_Bcast");
+}
+
+void MpiBackend::reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root, Duration) {
+  check_usable("reduce");
+  int n = as_int(count, "reduce");
+  if (rank_ == root) {
+    check(MPI_Reduce(MPI_IN_PLACE, data, n, mpi_type(dtype), mpi_op(op, dtype), root, comm_),
+          "MPI_Reduce");
+    if (op == ReduceOp::kAvg) collectives::finish_avg(data, count, dtype, size_);
+  } else {
+    check(MPI_Reduce(data, nullptr, n, mpi_type(dtype), mpi_op(op, dtype), root, comm_),
+          "MPI_Reduce");
+  }
+}
+
+void MpiBackend::all_gather(const void* send, void* recv, size_t count, DataType dtype, Duration) {
+  check_usable("all_gather");
+  int n = as_int(count, "all_gather");
+  check(MPI_Allgather(mut(send), n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_),
+        "MPI_Allgather");
+}
+
+void MpiBackend::gather(const void* send, void* recv, size_t count, DataType dtype, int root,
+                        Duration) {
+  check_usable("gather");
+  int n = as_int(count, "gather");
+  check(MPI_Gather(mut(send), n, mpi_type(dtype), rank_ == root ? recv : nullptr, n,
+                   mpi_type(dtype), root, comm_),
+        "MPI_Gather");
+}
+
+void MpiBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
+                         Duration) {
+  check_usable("scatter");
+  int n = as_int(count, "scatter");
+  check(MPI_Scatter(rank_ == root ? mut(send) : nullptr, n, mpi_type(dtype), recv, n,
+                    mpi_type(dtype), root, comm_),
+        "MPI_Scatter");
+}
+
+void MpiBackend::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
+                                ReduceOp op, Duration) {
+  check_usable("reduce_scatter");
+  check(MPI_Reduce_scatter_block(mut(send), recv, as_int(count, "reduce_scatter"), mpi_type(dtype),
+                                 mpi_op(op, dtype), comm_),
+        "MPI_Reduce_scatter_block");
+  if (op == ReduceOp::kAvg) collectives::finish_avg(recv, count, dtype, size_);
+}
+
+void MpiBackend::all_to_all(const void* send, void* recv, size_t count, DataType dtype, Duration) {
+  check_usable("all_to_all");
+  int n = as_int(count, "all_to_all");
+  check(MPI_Alltoall(mut(send), n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_),
+        "MPI_Alltoall");
+}
+
+void MpiBackend::barrier(Duration) {
+  check_usable("barrier");
+  check(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+void MpiBackend::send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
+                      Duration) {
+  check_usable("send");
+  COHORT_CHECK(tag <= 32767, "send (mpi backend): tag {} exceeds MPI's guaranteed limit 32767",
+               tag);
+  check(MPI_Send(mut(data), as_int(count, "send"), mpi_type(dtype), dst, static_cast<int>(tag),
+                 comm_),
+        "MPI_Send");
+}
+
+void MpiBackend::recv(void* data, size_t count, DataType dtype, int src, uint32_t tag, Duration) {
+  check_usable("recv");
+  COHORT_CHECK(tag <= 32767, "recv (mpi backend): tag {} exceeds MPI's guaranteed limit 32767",
+               tag);
+  MPI_Status status;
+  check(MPI_Recv(data, as_int(count, "recv"), mpi_type(dtype), src, static_cast<int>(tag), comm_,
+                 &status),
+        "MPI_Recv");
+  int got = 0;
+  MPI_Get_count(&status, mpi_type(dtype), &got);
+  if (static_cast<size_t>(got) != count) {
+    throw InvalidArgument(fmt::format(
+        "recv (mpi backend): rank {} expected {} elements from rank {}, the message had {}", rank_,
+        count, src, got));
+  }
+}
+
+std::unique_ptr<Backend> MpiBackend::new_subgroup(const std::vector<int>& ranks,
+                                                  std::shared_ptr<rendezvous::Store>,
+                                                  const ProcessGroupOptions& options) {
+  check_usable("new_group");
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  bool member = it != ranks.end();
+  MPI_Comm sub = MPI_COMM_NULL;
+  check(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED,
+                       member ? static_cast<int>(it - ranks.begin()) : 0, &sub),
+        "MPI_Comm_split");
+  if (!member) return nullptr;
+  return std::make_unique<MpiBackend>(sub, options.name);
+}
+
+}  // namespace cohort::distributed

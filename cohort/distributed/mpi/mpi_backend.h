@@ -1,0 +1,94 @@
+// MpiBackend: a process group's ops as MPI calls (built when COHORT_HAVE_MPI;
+// links MPI::MPI_C). The world group is a duplicate of MPI_COMM_WORLD, so its
+// rank and size are MPI's (run the job with mpirun); subgroups are made with
+// MPI_Comm_split. Reductions MPI lacks are done with user ops over the
+// collectives layer's kernels: bfloat16/float16 (reduced in float32), and avg
+// (a sum divided once at the end).
+//
+// MPI is process-wide: the first MpiBackend initializes it
+// (MPI_Init_thread, MPI_THREAD_SERIALIZED, because ops run on the group's
+// thread or on a waiting thread, never two at once) unless the program did,
+// and then registers MPI_Finalize to run at exit.
+//
+// Limits (MPI's, not hidden): an MPI call cannot be timed out or
+// interrupted, so op timeouts are not enforced (Work::wait's own timeout
+// still is), abort() only fails later ops, a dead peer is handled by mpirun
+// (it ends the job), and mismatched collectives are not detected. Counts are
+// limited to INT_MAX elements per call (InvalidArgument beyond).
+// Thread safety: one op at a time; abort() from any thread.
+#pragma once
+
+// Only MPI's C API (the C++ bindings would need libmpi_cxx).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cohort/distributed/backend.h"
+
+namespace cohort::distributed {
+
+class MpiBackend final : public Backend {
+ public:
+  // The world group. rank/size -1: take MPI's; otherwise they must match it.
+  static std::unique_ptr<MpiBackend> create_world(int rank, int size,
+                                                  const ProcessGroupOptions& options);
+  // Takes ownership of comm (MPI_Comm_free in the destructor).
+  MpiBackend(MPI_Comm comm, std::string name);
+  ~MpiBackend() override;
+
+  BackendKind kind() const override { return BackendKind::kMpi; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool ops_have_deadlines() const override { return false; }
+  std::string transport_name(int peer) const override { return peer == rank_ ? "self" : "mpi"; }
+
+  void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op, Duration timeout) override;
+  void broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) override;
+  void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
+              Duration timeout) override;
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                  Duration timeout) override;
+  void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
+              Duration timeout) override;
+  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
+               Duration timeout) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                      Duration timeout) override;
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
+                  Duration timeout) override;
+  void barrier(Duration timeout) override;
+  void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
+            Duration timeout) override;
+  void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag,
+            Duration timeout) override;
+
+  std::unique_ptr<Backend> new_subgroup(const std::vector<int>& ranks,
+                                        std::shared_ptr<rendezvous::Store> store,
+                                        const ProcessGroupOptions& options) override;
+  void abort(const std::string& reason) override;
+
+ private:
+  // Throws the abort reason when aborted.
+  void check_usable(const char* op) const;
+  // Throws cohort::Error naming the MPI call and MPI's error string.
+  void check(int rc, const char* call) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::atomic<bool> aborted_{false};
+  mutable std::mutex mu_;  // guards abort_reason_
+  std::string abort_reason_;
+};
+
+}  // namespace cohort::distributed

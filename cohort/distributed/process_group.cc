@@ -1,0 +1,350 @@
+#include "cohort/distributed/process_group.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cohort/base/error.h"
+#include "cohort/collectives/types.h"
+#include "cohort/distributed/work_queue.h"
+#include "cohort/rendezvous/prefix_store.h"
+
+namespace cohort::distributed {
+namespace {
+
+using collectives::element_size;
+
+// Out-of-place ops need disjoint buffers (the algorithms read one while
+// writing the other).
+void check_disjoint(const char* op, const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return;
+  auto pa = reinterpret_cast<uintptr_t>(a);
+  auto pb = reinterpret_cast<uintptr_t>(b);
+  COHORT_CHECK(pa + a_bytes <= pb || pb + b_bytes <= pa,
+               "{}: send and recv buffers overlap (send [{:#x}, +{}), recv [{:#x}, +{})); "
+               "out-of-place ops need separate buffers",
+               op, pa, a_bytes, pb, b_bytes);
+}
+
+void check_buffer(const char* op, const char* what, const void* p, size_t count) {
+  COHORT_CHECK(p != nullptr || count == 0, "{}: {} is null but count is {}", op, what, count);
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(BackendKind backend,
+                                                   std::shared_ptr<rendezvous::Store> store,
+                                                   int rank, int size,
+                                                   ProcessGroupOptions options) {
+  auto b = create_backend(backend, store, rank, size, options);
+  std::vector<int> world(static_cast<size_t>(b->size()));
+  std::iota(world.begin(), world.end(), 0);
+  return std::make_shared<ProcessGroup>(Private{}, backend, std::move(b), std::move(store),
+                                        std::move(world), std::move(options));
+}
+
+ProcessGroup::ProcessGroup(Private, BackendKind kind, std::unique_ptr<Backend> backend,
+                           std::shared_ptr<rendezvous::Store> store, std::vector<int> world_ranks,
+                           ProcessGroupOptions options)
+    : backend_kind_(kind),
+      backend_(std::move(backend)),
+      store_(std::move(store)),
+      world_ranks_(std::move(world_ranks)),
+      options_(std::move(options)),
+      rank_(backend_->rank()),
+      size_(backend_->size()),
+      ops_have_deadlines_(backend_->ops_have_deadlines()),
+      queue_(std::make_shared<detail::WorkQueue>(options_.name)) {}
+
+ProcessGroup::~ProcessGroup() { destroy(); }
+
+void ProcessGroup::destroy() {
+  {
+    std::lock_guard<std::mutex> lk(issue_mu_);
+    if (destroyed_) return;
+    destroyed_ = true;
+  }
+  if (size_t pending = queue_->pending(); pending > 0) {
+    // Waiting could take the ops' whole timeout (a peer may never issue the
+    // matching op); failing them ends every rank's wait at once instead.
+    backend_->abort(fmt::format("process group '{}' was destroyed on rank {} with {} op(s) pending",
+                                options_.name, rank_, pending));
+  }
+  queue_->close();
+  backend_.reset();
+  store_.reset();
+}
+
+void ProcessGroup::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lk(issue_mu_);
+  if (!destroyed_) backend_->abort(reason);
+}
+
+std::string ProcessGroup::transport_name(int peer) const {
+  check_peer("transport_name", peer);
+  std::lock_guard<std::mutex> lk(issue_mu_);
+  COHORT_CHECK(!destroyed_, "transport_name: process group '{}' was destroyed", options_.name);
+  return backend_->transport_name(peer);
+}
+
+Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
+                           Duration timeout) {
+  auto s = std::make_shared<detail::WorkState>();
+  s->op = op;
+  s->group = options_.name;
+  s->rank = rank_;
+  s->collective = collective;
+  // The op's own deadline should fire first and give the precise error.
+  s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
+  s->may_run_inline = ops_have_deadlines_;
+  s->body = std::move(body);
+  s->queue = queue_;
+  std::lock_guard<std::mutex> lk(issue_mu_);
+  if (destroyed_) {
+    throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
+  }
+  if (collective) s->seq = next_seq_++;
+  queue_->push(s);
+  return Work(std::move(s));
+}
+
+void ProcessGroup::check_root(const char* op, int root) const {
+  COHORT_CHECK(root >= 0 && root < size_,
+               "{}: root must be a rank of group '{}' in [0, {}), got {}", op, options_.name, size_,
+               root);
+}
+
+void ProcessGroup::check_peer(const char* op, int peer) const {
+  COHORT_CHECK(peer >= 0 && peer < size_,
+               "{}: peer must be a rank of group '{}' in [0, {}), got {}", op, options_.name, size_,
+               peer);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
+                                                      NewGroupOptions options) {
+  if (ranks.empty()) {
+    ranks.resize(static_cast<size_t>(size_));
+    std::iota(ranks.begin(), ranks.end(), 0);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  COHORT_CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
+               "new_group: ranks must be distinct, got {} twice",
+               *std::adjacent_find(ranks.begin(), ranks.end()));
+  COHORT_CHECK(ranks.front() >= 0 && ranks.back() < size_,
+               "new_group: ranks must be in [0, {}) (group '{}'), got {}", size_, options_.name,
+               ranks.front() < 0 ? ranks.front() : ranks.back());
+  int id = 0;
+  {
+    std::lock_guard<std::mutex> lk(issue_mu_);
+    COHORT_CHECK(!destroyed_, "new_group: process group '{}' was destroyed", options_.name);
+    id = subgroups_++;
+  }
+  ProcessGroupOptions sub = options_;
+  sub.name = options.name.empty() ? fmt::format("{}/{}", options_.name, id) : options.name;
+  if (options.timeout != kUseDefaultTimeout) sub.timeout = options.timeout;
+  std::shared_ptr<rendezvous::Store> sub_store;
+  if (store_)
+    sub_store = std::make_shared<rendezvous::PrefixStore>(fmt::format("sub{}", id), store_);
+  auto slot = std::make_shared<std::unique_ptr<Backend>>();
+  Backend* b = backend_.get();
+  Work w = enqueue(
+      "new_group", false,
+      [b, ranks, sub_store, sub, slot] { *slot = b->new_subgroup(ranks, sub_store, sub); },
+      sub.timeout);
+  w.wait();
+  if (!*slot) return nullptr;
+  std::vector<int> world;
+  world.reserve(ranks.size());
+  for (int r : ranks) world.push_back(world_ranks_[static_cast<size_t>(r)]);
+  return std::make_shared<ProcessGroup>(Private{}, backend_kind_, std::move(*slot),
+                                        std::move(sub_store), std::move(world), std::move(sub));
+}
+
+// ---- raw buffers ----
+
+Work ProcessGroup::all_reduce(void* data, size_t count, DataType dtype, const AllReduceOptions& o) {
+  return all_reduce_impl(data, count, dtype, o, {});
+}
+
+Work ProcessGroup::broadcast(void* data, size_t count, DataType dtype, const BroadcastOptions& o) {
+  return broadcast_impl(data, count, dtype, o, {});
+}
+
+Work ProcessGroup::reduce(void* data, size_t count, DataType dtype, const ReduceOptions& o) {
+  return reduce_impl(data, count, dtype, o, {});
+}
+
+Work ProcessGroup::all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                              const AllGatherOptions& o) {
+  return all_gather_impl(send, recv, count, dtype, o, {});
+}
+
+Work ProcessGroup::gather(const void* send, void* recv, size_t count, DataType dtype,
+                          const GatherOptions& o) {
+  return gather_impl(send, recv, count, dtype, o, {});
+}
+
+Work ProcessGroup::scatter(const void* send, void* recv, size_t count, DataType dtype,
+                           const ScatterOptions& o) {
+  return scatter_impl(send, recv, count, dtype, o, {});
+}
+
+Work ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
+                                  const ReduceScatterOptions& o) {
+  return reduce_scatter_impl(send, recv, count, dtype, o, {});
+}
+
+Work ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DataType dtype,
+                              const AllToAllOptions& o) {
+  return all_to_all_impl(send, recv, count, dtype, o, {});
+}
+
+Work ProcessGroup::barrier(const BarrierOptions& o) { return barrier_impl(o, {}); }
+
+Work ProcessGroup::send(const void* data, size_t count, DataType dtype, int dst,
+                        const SendOptions& o) {
+  return send_impl(data, count, dtype, dst, o, {});
+}
+
+Work ProcessGroup::recv(void* data, size_t count, DataType dtype, int src, const RecvOptions& o) {
+  return recv_impl(data, count, dtype, src, o, {});
+}
+
+Work ProcessGroup::all_reduce_impl(void* data, size_t count, DataType dtype,
+                                   const AllReduceOptions& o, std::vector<Tensor> keep) {
+  check_buffer("all_reduce", "data", data, count);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "all_reduce", true,
+      [=, keep = std::move(keep)] { b->all_reduce(data, count, dtype, o.op, t); }, t);
+}
+
+Work ProcessGroup::broadcast_impl(void* data, size_t count, DataType dtype,
+                                  const BroadcastOptions& o, std::vector<Tensor> keep) {
+  check_buffer("broadcast", "data", data, count);
+  check_root("broadcast", o.root);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "broadcast", true,
+      [=, keep = std::move(keep)] { b->broadcast(data, count, dtype, o.root, t); }, t);
+}
+
+Work ProcessGroup::reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
+                               std::vector<Tensor> keep) {
+  check_buffer("reduce", "data", data, count);
+  check_root("reduce", o.root);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "reduce", true,
+      [=, keep = std::move(keep)] { b->reduce(data, count, dtype, o.op, o.root, t); }, t);
+}
+
+Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
+                                   const AllGatherOptions& o, std::vector<Tensor> keep) {
+  size_t es = element_size(dtype);
+  check_buffer("all_gather", "send", send, count);
+  check_buffer("all_gather", "recv", recv, count);
+  check_disjoint("all_gather", send, count * es, recv, count * es * static_cast<size_t>(size_));
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "all_gather", true,
+      [=, keep = std::move(keep)] { b->all_gather(send, recv, count, dtype, t); }, t);
+}
+
+Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataType dtype,
+                               const GatherOptions& o, std::vector<Tensor> keep) {
+  size_t es = element_size(dtype);
+  check_root("gather", o.root);
+  check_buffer("gather", "send", send, count);
+  if (rank_ == o.root) {
+    check_buffer("gather", "recv (on root)", recv, count);
+    check_disjoint("gather", send, count * es, recv, count * es * static_cast<size_t>(size_));
+  }
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "gather", true,
+      [=, keep = std::move(keep)] { b->gather(send, recv, count, dtype, o.root, t); }, t);
+}
+
+Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
+                                const ScatterOptions& o, std::vector<Tensor> keep) {
+  size_t es = element_size(dtype);
+  check_root("scatter", o.root);
+  check_buffer("scatter", "recv", recv, count);
+  if (rank_ == o.root) {
+    check_buffer("scatter", "send (on root)", send, count);
+    check_disjoint("scatter", send, count * es * static_cast<size_t>(size_), recv, count * es);
+  }
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "scatter", true,
+      [=, keep = std::move(keep)] { b->scatter(send, recv, count, dtype, o.root, t); }, t);
+}
+
+Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
+                                       const ReduceScatterOptions& o, std::vector<Tensor> keep) {
+  size_t es = element_size(dtype);
+  check_buffer("reduce_scatter", "send", send, count);
+  check_buffer("reduce_scatter", "recv", recv, count);
+  check_disjoint("reduce_scatter", send, count * es * static_cast<size_t>(size_), recv, count * es);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "reduce_scatter", true,
+      [=, keep = std::move(keep)] { b->reduce_scatter(send, recv, count, dtype, o.op, t); }, t);
+}
+
+Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
+                                   const AllToAllOptions& o, std::vector<Tensor> keep) {
+  size_t bytes = element_size(dtype) * count * static_cast<size_t>(size_);
+  check_buffer("all_to_all", "send", send, count);
+  check_buffer("all_to_all", "recv", recv, count);
+  check_disjoint("all_to_all", send, bytes, recv, bytes);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "all_to_all", true,
+      [=, keep = std::move(keep)] { b->all_to_all(send, recv, count, dtype, t); }, t);
+}
+
+Work ProcessGroup::barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep) {
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "barrier", true, [=, keep = std::move(keep)] { b->barrier(t); }, t);
+}
+
+Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int dst,
+                             const SendOptions& o, std::vector<Tensor> keep) {
+  check_buffer("send", "data", data, count);
+  check_peer("send", dst);
+  COHORT_CHECK(dst != rank_, "send: rank {} cannot send to itself (group '{}')", rank_,
+               options_.name);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "send", false, [=, keep = std::move(keep)] { b->send(data, count, dtype, dst, o.tag, t); },
+      t);
+}
+
+Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
+                             const RecvOptions& o, std::vector<Tensor> keep) {
+  check_buffer("recv", "data", data, count);
+  check_peer("recv", src);
+  COHORT_CHECK(src != rank_, "recv: rank {} cannot receive from itself (group '{}')", rank_,
+               options_.name);
+  Backend* b = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "recv", false, [=, keep = std::move(keep)] { b->recv(data, count, dtype, src, o.tag, t); },
+      t);
+}
+
+}  // namespace cohort::distributed

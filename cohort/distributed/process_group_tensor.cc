@@ -1,0 +1,250 @@
+// The Tensor-facing overloads of ProcessGroup: argument checks, then the
+// raw-buffer op on the tensors' memory. List forms pack into / unpack from one
+// flat buffer inside the op, so the data is read and written when the op
+// runs, as in PyTorch.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "cohort/base/error.h"
+#include "cohort/distributed/process_group.h"
+
+namespace cohort::distributed {
+namespace {
+
+struct Buf {
+  void* data;
+  size_t count;
+  DataType dtype;
+  size_t bytes;
+};
+
+Buf check_tensor(const char* op, const std::string& what, const Tensor& t) {
+  COHORT_CHECK(t.defined(), "{}: {} is an undefined tensor", op, what);
+  COHORT_CHECK(t.is_contiguous(),
+               "{}: {} must be contiguous, got shape {} with strides {}; call .contiguous() "
+               "first (the op works on the tensor's memory in place)",
+               op, what, shape_str(t.sizes()), shape_str(t.strides()));
+  DataType dt = to_data_type(t.dtype());
+  auto n = static_cast<size_t>(t.numel());
+  return Buf{n == 0 ? nullptr : t.raw_data(), n, dt, t.nbytes()};
+}
+
+void check_like(const char* op, const std::string& what, const Buf& b, DataType dtype,
+                size_t count) {
+  COHORT_CHECK(b.dtype == dtype, "{}: {} has dtype {}, expected {}", op, what,
+               collectives::dtype_name(b.dtype), collectives::dtype_name(dtype));
+  COHORT_CHECK(b.count == count, "{}: {} has {} elements, expected {}", op, what, b.count, count);
+}
+
+// Checks a list of n tensors of `count` elements of `dtype`.
+std::vector<Buf> check_list(const char* op, const char* what, const std::vector<Tensor>& list,
+                            size_t n, DataType dtype, size_t count) {
+  COHORT_CHECK(list.size() == n, "{}: {} must hold {} tensors (one per rank), got {}", op, what, n,
+               list.size());
+  std::vector<Buf> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::string name = fmt::format("{}[{}]", what, i);
+    out.push_back(check_tensor(op, name, list[i]));
+    check_like(op, name, out.back(), dtype, count);
+  }
+  return out;
+}
+
+void pack(const std::vector<Buf>& parts, std::byte* flat) {
+  for (const Buf& p : parts) {
+    if (p.bytes) std::memcpy(flat, p.data, p.bytes);
+    flat += p.bytes;
+  }
+}
+
+void unpack(const std::byte* flat, const std::vector<Buf>& parts) {
+  for (const Buf& p : parts) {
+    if (p.bytes) std::memcpy(p.data, flat, p.bytes);
+    flat += p.bytes;
+  }
+}
+
+}  // namespace
+
+DataType to_data_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return DataType::kFloat32;
+    case DType::kFloat64:
+      return DataType::kFloat64;
+    case DType::kInt32:
+      return DataType::kInt32;
+    case DType::kInt64:
+      return DataType::kInt64;
+    case DType::kUInt8:
+      return DataType::kUInt8;
+    case DType::kBFloat16:
+      return DataType::kBFloat16;
+    case DType::kFloat16:
+      return DataType::kFloat16;
+  }
+  throw InvalidArgument(
+      fmt::format("distributed: dtype {} has no collectives equivalent", dtype_name(dtype)));
+}
+
+Work ProcessGroup::all_reduce(const Tensor& tensor, const AllReduceOptions& o) {
+  Buf b = check_tensor("all_reduce", "tensor", tensor);
+  return all_reduce_impl(b.data, b.count, b.dtype, o, {tensor});
+}
+
+Work ProcessGroup::broadcast(const Tensor& tensor, const BroadcastOptions& o) {
+  Buf b = check_tensor("broadcast", "tensor", tensor);
+  return broadcast_impl(b.data, b.count, b.dtype, o, {tensor});
+}
+
+Work ProcessGroup::reduce(const Tensor& tensor, const ReduceOptions& o) {
+  Buf b = check_tensor("reduce", "tensor", tensor);
+  return reduce_impl(b.data, b.count, b.dtype, o, {tensor});
+}
+
+Work ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& input,
+                              const AllGatherOptions& o) {
+  Buf in = check_tensor("all_gather", "input", input);
+  auto outs =
+      check_list("all_gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
+  Backend* be = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "all_gather", true,
+      [=, keep_in = input, keep_out = outputs] {
+        std::vector<std::byte> flat(in.bytes * outs.size());
+        be->all_gather(in.data, flat.data(), in.count, in.dtype, t);
+        unpack(flat.data(), outs);
+      },
+      t);
+}
+
+Work ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input,
+                                          const AllGatherOptions& o) {
+  const char* op = "all_gather_into_tensor";
+  Buf in = check_tensor(op, "input", input);
+  Buf out = check_tensor(op, "output", output);
+  check_like(op, "output", out, in.dtype, in.count * static_cast<size_t>(size_));
+  return all_gather_impl(in.data, out.data, in.count, in.dtype, o, {input, output});
+}
+
+Work ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& input,
+                          const GatherOptions& o) {
+  Buf in = check_tensor("gather", "input", input);
+  check_root("gather", o.root);
+  if (rank_ != o.root) {
+    COHORT_CHECK(outputs.empty(), "gather: outputs must be empty off the root (rank {}, root {})",
+                 rank_, o.root);
+    return gather_impl(in.data, nullptr, in.count, in.dtype, o, {input});
+  }
+  auto outs =
+      check_list("gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
+  Backend* be = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "gather", true,
+      [=, keep_in = input, keep_out = outputs] {
+        std::vector<std::byte> flat(in.bytes * outs.size());
+        be->gather(in.data, flat.data(), in.count, in.dtype, o.root, t);
+        unpack(flat.data(), outs);
+      },
+      t);
+}
+
+Work ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                           const ScatterOptions& o) {
+  Buf out = check_tensor("scatter", "output", output);
+  check_root("scatter", o.root);
+  if (rank_ != o.root) {
+    COHORT_CHECK(inputs.empty(), "scatter: inputs must be empty off the root (rank {}, root {})",
+                 rank_, o.root);
+    return scatter_impl(nullptr, out.data, out.count, out.dtype, o, {output});
+  }
+  auto ins =
+      check_list("scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype, out.count);
+  Backend* be = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "scatter", true,
+      [=, keep_in = inputs, keep_out = output] {
+        std::vector<std::byte> flat(out.bytes * ins.size());
+        pack(ins, flat.data());
+        be->scatter(flat.data(), out.data, out.count, out.dtype, o.root, t);
+      },
+      t);
+}
+
+Work ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                  const ReduceScatterOptions& o) {
+  Buf out = check_tensor("reduce_scatter", "output", output);
+  auto ins = check_list("reduce_scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype,
+                        out.count);
+  Backend* be = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "reduce_scatter", true,
+      [=, keep_in = inputs, keep_out = output] {
+        std::vector<std::byte> flat(out.bytes * ins.size());
+        pack(ins, flat.data());
+        be->reduce_scatter(flat.data(), out.data, out.count, out.dtype, o.op, t);
+      },
+      t);
+}
+
+Work ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
+                                         const ReduceScatterOptions& o) {
+  const char* op = "reduce_scatter_tensor";
+  Buf out = check_tensor(op, "output", output);
+  Buf in = check_tensor(op, "input", input);
+  check_like(op, "input", in, out.dtype, out.count * static_cast<size_t>(size_));
+  return reduce_scatter_impl(in.data, out.data, out.count, out.dtype, o, {input, output});
+}
+
+Work ProcessGroup::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                              const AllToAllOptions& o) {
+  COHORT_CHECK(!inputs.empty(), "all_to_all: inputs must hold {} tensors, got 0", size_);
+  Buf first = check_tensor("all_to_all", "inputs[0]", inputs[0]);
+  auto ins = check_list("all_to_all", "inputs", inputs, static_cast<size_t>(size_), first.dtype,
+                        first.count);
+  auto outs = check_list("all_to_all", "outputs", outputs, static_cast<size_t>(size_), first.dtype,
+                         first.count);
+  Backend* be = backend_.get();
+  Duration t = op_timeout(o.timeout);
+  return enqueue(
+      "all_to_all", true,
+      [=, keep_in = inputs, keep_out = outputs] {
+        std::vector<std::byte> send(first.bytes * ins.size());
+        std::vector<std::byte> recv(first.bytes * outs.size());
+        pack(ins, send.data());
+        be->all_to_all(send.data(), recv.data(), first.count, first.dtype, t);
+        unpack(recv.data(), outs);
+      },
+      t);
+}
+
+Work ProcessGroup::all_to_all_single(const Tensor& output, const Tensor& input,
+                                     const AllToAllOptions& o) {
+  const char* op = "all_to_all_single";
+  Buf in = check_tensor(op, "input", input);
+  Buf out = check_tensor(op, "output", output);
+  auto n = static_cast<size_t>(size_);
+  COHORT_CHECK(in.count % n == 0,
+               "{}: input's {} elements do not split evenly over {} ranks (equal splits only)", op,
+               in.count, n);
+  check_like(op, "output", out, in.dtype, in.count);
+  return all_to_all_impl(in.data, out.data, in.count / n, in.dtype, o, {input, output});
+}
+
+Work ProcessGroup::send(const Tensor& tensor, int dst, const SendOptions& o) {
+  Buf b = check_tensor("send", "tensor", tensor);
+  return send_impl(b.data, b.count, b.dtype, dst, o, {tensor});
+}
+
+Work ProcessGroup::recv(const Tensor& tensor, int src, const RecvOptions& o) {
+  Buf b = check_tensor("recv", "tensor", tensor);
+  return recv_impl(b.data, b.count, b.dtype, src, o, {tensor});
+}
+
+}  // namespace cohort::distributed

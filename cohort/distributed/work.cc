@@ -1,0 +1,130 @@
+#include "cohort/distributed/work.h"
+
+#include <fmt/format.h>
+
+#include "cohort/base/error.h"
+#include "cohort/distributed/work_queue.h"
+
+namespace cohort::distributed {
+namespace detail {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string WorkState::describe() const {
+  if (collective) return fmt::format("{} (group '{}', rank {}, seq {})", op, group, rank, seq);
+  return fmt::format("{} (group '{}', rank {})", op, group, rank);
+}
+
+void WorkState::run() noexcept {
+  started_ns.store(now_ns(), std::memory_order_release);
+  std::exception_ptr failure;
+  try {
+    body();
+  } catch (...) {
+    failure = with_context(std::current_exception(), describe());
+  }
+  // Release captured buffers and tensors before anyone sees the op as done.
+  body = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    error = failure;
+    done.store(true, std::memory_order_release);
+  }
+  cv.notify_all();
+}
+
+std::exception_ptr with_context(std::exception_ptr error, const std::string& prefix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost& e) {
+    return std::make_exception_ptr(PeerLost(prefix + ": " + e.what()));
+  } catch (const IoError& e) {
+    return std::make_exception_ptr(IoError(prefix + ": " + e.what()));
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(TimeoutError(prefix + ": " + e.what()));
+  } catch (const NotSupported& e) {
+    return std::make_exception_ptr(NotSupported(prefix + ": " + e.what()));
+  } catch (const InvalidArgument& e) {
+    return std::make_exception_ptr(InvalidArgument(prefix + ": " + e.what()));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(Error(prefix + ": " + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(Error(prefix + ": unknown exception"));
+  }
+}
+
+}  // namespace detail
+
+const detail::WorkState& Work::state() const {
+  if (!state_) throw InvalidArgument("Work: this Work is undefined (default-constructed)");
+  return *state_;
+}
+
+void Work::wait(Duration timeout) const {
+  const detail::WorkState& s = state();
+  if (!s.done.load(std::memory_order_acquire)) {
+    bool use_default = timeout == kUseDefaultTimeout;
+    if (use_default && s.may_run_inline) {
+      if (auto q = s.queue.lock()) q->help(s);
+    }
+    auto call = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lk(s.mu);
+    for (;;) {
+      auto deadline = call + timeout;
+      if (use_default) {
+        // Counted from the op's start, so ops queued ahead do not use it up.
+        int64_t started = s.started_ns.load(std::memory_order_acquire);
+        auto from = started == 0
+                        ? std::chrono::steady_clock::now()
+                        : std::chrono::steady_clock::time_point(std::chrono::nanoseconds(started));
+        deadline = std::max(from, call) + s.wait_limit;
+      }
+      if (s.cv.wait_until(lk, deadline, [&] { return s.done.load(); })) break;
+      if (!use_default || s.started_ns.load() != 0) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          Duration limit = use_default ? s.wait_limit : timeout;
+          throw TimeoutError(fmt::format(
+              "{}: Work::wait timed out after {} ms; the op is {}", s.describe(), limit.count(),
+              s.started_ns.load() != 0 ? "still running" : "still queued behind earlier ops"));
+        }
+      }
+    }
+  }
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+bool Work::is_completed() const { return state().done.load(std::memory_order_acquire); }
+
+bool Work::is_success() const {
+  const detail::WorkState& s = state();
+  if (!s.done.load(std::memory_order_acquire)) return false;
+  return !s.error;
+}
+
+std::exception_ptr Work::exception() const {
+  const detail::WorkState& s = state();
+  if (!s.done.load(std::memory_order_acquire)) return nullptr;
+  return s.error;
+}
+
+const std::string& Work::op() const { return state().op; }
+uint64_t Work::sequence() const { return state().collective ? state().seq : 0; }
+std::string Work::describe() const { return state().describe(); }
+
+Work Work::completed(std::string op, std::exception_ptr error) {
+  auto s = std::make_shared<detail::WorkState>();
+  s->op = std::move(op);
+  s->collective = false;
+  s->error = error;
+  s->done.store(true);
+  return Work(std::move(s));
+}
+
+}  // namespace cohort::distributed

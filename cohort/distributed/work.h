@@ -1,0 +1,109 @@
+// Work: the handle of one asynchronous ProcessGroup operation (PyTorch's
+// c10d::Work). Every collective returns one at once; the op runs later on the
+// group's execution thread, after every op issued on the group before it.
+//
+//   Work w = pg->all_reduce(grad);   // returns immediately
+//   ...                              // overlap other work
+//   w.wait();                        // rethrows the op's exception, if any
+//
+// wait() on an op that has not started yet, with nothing running on the
+// group, runs the queued ops up to it on the calling thread instead of
+// handing them to the group's thread (same order, same result; it saves two
+// thread hand-offs, which is most of a small op's latency).
+//
+// Failure: a failed op's exception (cohort::PeerLost naming the lost rank,
+// cohort::InvalidArgument for a mismatch, cohort::TimeoutError, ...) is kept
+// with its type; its message starts with the op, the group, this rank and the
+// op's sequence number. wait() rethrows it, exception() returns it. A wait
+// that runs past its own timeout throws TimeoutError and leaves the op
+// pending (the op's own deadline still ends it).
+//
+// Ownership: a Work shares its state with the group's queue; copies refer to
+// the same op. Keep the op's buffers alive and untouched until it completed
+// (tensor overloads keep their tensors alive themselves).
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cohort/distributed/options.h"
+
+namespace cohort::distributed {
+
+namespace detail {
+
+class WorkQueue;
+
+// State shared by a Work, its copies and the queue that runs it.
+struct WorkState {
+  std::string op;     // "all_reduce", "send", ...
+  std::string group;  // group name
+  int rank = 0;       // this process's rank in the group
+  bool collective = true;
+  uint64_t seq = 0;  // collective sequence number in the group (collectives only)
+  // How long a default wait() waits after the op started.
+  Duration wait_limit = std::chrono::seconds(300);
+  // Whether wait() may run the op on its own thread (the backend's ops end by
+  // their own deadline, so the default wait stays bounded).
+  bool may_run_inline = true;
+  std::function<void()> body;  // released once it ran
+  std::weak_ptr<WorkQueue> queue;
+
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> started_ns{0};  // steady_clock time the op started, 0 before
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  std::exception_ptr error;
+
+  // "all_reduce (group 'default', rank 0, seq 3)"
+  std::string describe() const;
+  // Runs body, records its failure with this op's context, wakes waiters.
+  void run() noexcept;
+};
+
+// Re-creates the exception in `error` with `prefix` before its message,
+// keeping its cohort type (PeerLost, TimeoutError, InvalidArgument, ...).
+std::exception_ptr with_context(std::exception_ptr error, const std::string& prefix);
+
+}  // namespace detail
+
+class Work {
+ public:
+  Work() = default;  // undefined; every method but defined() throws
+  explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+  bool defined() const { return state_ != nullptr; }
+  // Blocks until the op completed and rethrows its exception. timeout:
+  // kUseDefaultTimeout = the group's timeout, counted from when the op
+  // started (ops queued ahead of it do not use it up); otherwise counted from
+  // this call. TimeoutError when it passes (the op stays pending).
+  void wait(Duration timeout = kUseDefaultTimeout) const;
+  // Never blocks.
+  bool is_completed() const;
+  // Completed without an error.
+  bool is_success() const;
+  // The failed op's exception; null while pending or after success.
+  std::exception_ptr exception() const;
+  const std::string& op() const;
+  // Collective sequence number in the group (0 for send/recv).
+  uint64_t sequence() const;
+  std::string describe() const;
+
+  // A Work that is already complete (with `error` when non-null); for
+  // backends or callers that finish an op synchronously.
+  static Work completed(std::string op, std::exception_ptr error = nullptr);
+
+ private:
+  const detail::WorkState& state() const;
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+}  // namespace cohort::distributed

@@ -1,0 +1,76 @@
+#include "cohort/distributed/work_queue.h"
+
+#include <fmt/format.h>
+
+#include "cohort/base/error.h"
+
+namespace cohort::distributed::detail {
+
+WorkQueue::WorkQueue(std::string name) : name_(std::move(name)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+WorkQueue::~WorkQueue() { close(); }
+
+void WorkQueue::push(std::shared_ptr<WorkState> work) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closing_) {
+      throw Error(fmt::format("{}: process group '{}' was destroyed", work->op, name_));
+    }
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_all();
+}
+
+void WorkQueue::help(const WorkState& target) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!target.done.load(std::memory_order_acquire) && !running_ && !queue_.empty()) {
+    std::shared_ptr<WorkState> w = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lk.unlock();
+    w->run();
+    lk.lock();
+    running_ = false;
+    // The queue's thread may be waiting for running_ to clear.
+    cv_.notify_all();
+  }
+}
+
+size_t WorkQueue::pending() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return queue_.size() + (running_ ? 1 : 0);
+}
+
+void WorkQueue::close() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void WorkQueue::loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return (!running_ && !queue_.empty()) || (closing_ && queue_.empty()); });
+    if (queue_.empty()) {
+      // closing_: wait for a helper thread still running the last op.
+      cv_.wait(lk, [&] { return !running_; });
+      if (queue_.empty()) return;
+      continue;
+    }
+    std::shared_ptr<WorkState> w = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lk.unlock();
+    w->run();
+    lk.lock();
+    running_ = false;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace cohort::distributed::detail

@@ -1,0 +1,52 @@
+// WorkQueue: the execution order of one ProcessGroup. Ops are pushed in issue
+// order and run one at a time, in that order, on the queue's thread, or on a
+// thread blocked in Work::wait when nothing is running (see work.h).
+// Internal to the distributed layer.
+//
+// Ownership: owns its thread; close() (or the destructor) lets the queued ops
+// run, then joins it. Thread safety: push, help and close may be called from
+// any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cohort/distributed/work.h"
+
+namespace cohort::distributed::detail {
+
+class WorkQueue {
+ public:
+  explicit WorkQueue(std::string name);
+  ~WorkQueue();
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  // Appends an op; throws cohort::Error when the queue is closed.
+  void push(std::shared_ptr<WorkState> work);
+  // Runs queued ops on the calling thread, in order, while none is running
+  // and `target` is not done. Returns when target is done or another thread
+  // runs an op (then target's completion is that thread's to signal).
+  void help(const WorkState& target);
+  // Ops queued or running.
+  size_t pending() const;
+  // Refuses new ops, runs the queued ones, joins the thread. Idempotent.
+  void close();
+
+ private:
+  void loop();
+
+  std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<WorkState>> queue_;
+  bool running_ = false;
+  bool closing_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cohort::distributed::detail
