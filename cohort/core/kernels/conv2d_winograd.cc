@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <utility>
+#include <vector>
 
 namespace cohort::kernels::detail {
 namespace {
@@ -97,26 +98,36 @@ bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow, bool transpose
 
 void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool transposed,
                       float* u) {
-  // u[pos][k][o]: k is the channel summed over, o the one produced.
+  // u[pos][k][o]: k is the channel summed over, o the one produced. Each k
+  // is done for all o at once so the inner loops run along o (vectorized).
   const int64_t n_k = transposed ? oc : c, n_o = transposed ? c : oc;
-  std::fill(u, u + kPos * n_k * ocp, 0.0f);
-  for (int64_t k = 0; k < n_k; ++k)
+  std::vector<float> g(25 * ocp, 0.0f), t(40 * ocp);  // g [25][ocp], t = G g [8][5][ocp]
+  for (int64_t k = 0; k < n_k; ++k) {
     for (int64_t o = 0; o < n_o; ++o) {
-      const float* g = transposed ? w + (k * c + o) * 25 : w + (o * c + k) * 25;
-      double t[8][5];  // G g
-      for (int i = 0; i < 8; ++i)
-        for (int x = 0; x < 5; ++x) {
-          double s = 0;
-          for (int y = 0; y < 5; ++y) s += kG[i][y] * g[y * 5 + x];
-          t[i][x] = s;
-        }
-      for (int i = 0; i < 8; ++i)
-        for (int j = 0; j < 8; ++j) {
-          double s = 0;
-          for (int x = 0; x < 5; ++x) s += t[i][x] * kG[j][x];
-          u[((i * 8 + j) * n_k + k) * ocp + o] = static_cast<float>(s);
-        }
+      const float* src = transposed ? w + (k * c + o) * 25 : w + (o * c + k) * 25;
+      for (int e = 0; e < 25; ++e) g[e * ocp + o] = src[e];
     }
+    for (int i = 0; i < 8; ++i)
+      for (int x = 0; x < 5; ++x) {
+        float* tr = t.data() + (i * 5 + x) * ocp;
+        std::fill_n(tr, ocp, 0.0f);
+        for (int y = 0; y < 5; ++y) {
+          const float gy = static_cast<float>(kG[i][y]);
+          const float* gr = g.data() + (y * 5 + x) * ocp;
+          for (int64_t o = 0; o < ocp; ++o) tr[o] += gy * gr[o];
+        }
+      }
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        float* ur = u + ((i * 8 + j) * n_k + k) * ocp;
+        std::fill_n(ur, ocp, 0.0f);
+        for (int x = 0; x < 5; ++x) {
+          const float gx = static_cast<float>(kG[j][x]);
+          const float* tr = t.data() + (i * 5 + x) * ocp;
+          for (int64_t o = 0; o < ocp; ++o) ur[o] += gx * tr[o];
+        }
+      }
+  }
 }
 
 int64_t winograd_scratch_floats(const WinogradConv& d) {
