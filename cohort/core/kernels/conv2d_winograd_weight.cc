@@ -122,26 +122,37 @@ void winograd_weight_group(const WinogradConv& d, const float* x, const float* d
 }
 
 void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw) {
+  // Each what vector holds one position of 16 (oc, c) pairs: transform them
+  // together, then scatter the lanes.
   const int64_t ocb_n = round4(d.oc) / kBlock, cb_n = round4(d.c) / kBlock;
-  for (int64_t oc = 0; oc < d.oc; ++oc)
-    for (int64_t c = 0; c < d.c; ++c) {
-      const int64_t lane = (oc % kBlock) * kBlock + c % kBlock;
-      double m[8][8];
+  for (int64_t ocb = 0; ocb < ocb_n; ++ocb)
+    for (int64_t cb = 0; cb < cb_n; ++cb) {
+      __m512 m[kPos];
       for (int pos = 0; pos < kPos; ++pos)
-        m[pos / 8][pos % 8] = what[((pos * ocb_n + oc / kBlock) * cb_n + c / kBlock) * 16 + lane];
-      double t[5][8];  // G^T m
-      for (int y = 0; y < 5; ++y)
+        m[pos] = _mm512_load_ps(what + ((pos * ocb_n + ocb) * cb_n + cb) * 16);
+      alignas(64) float out[25][16];
+      for (int y = 0; y < 5; ++y) {
+        __m512 t[8];  // (G^T m)[y][j]
         for (int j = 0; j < 8; ++j) {
-          double s = 0;
-          for (int i = 0; i < 8; ++i) s += kG[i][y] * m[i][j];
-          t[y][j] = s;
+          t[j] = _mm512_setzero_ps();
+          for (int i = 0; i < 8; ++i)
+            if (kG[i][y] != 0.0)
+              t[j] =
+                  _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(kG[i][y])), m[i * 8 + j], t[j]);
         }
-      for (int y = 0; y < 5; ++y)
         for (int x = 0; x < 5; ++x) {
-          double s = 0;
-          for (int j = 0; j < 8; ++j) s += t[y][j] * kG[j][x];
-          dw[((oc * d.c + c) * 5 + y) * 5 + x] = static_cast<float>(s);
+          __m512 s = _mm512_setzero_ps();
+          for (int j = 0; j < 8; ++j)
+            if (kG[j][x] != 0.0)
+              s = _mm512_fmadd_ps(t[j], _mm512_set1_ps(static_cast<float>(kG[j][x])), s);
+          _mm512_store_ps(out[y * 5 + x], s);
         }
+      }
+      for (int lane = 0; lane < 16; ++lane) {
+        const int64_t oc = ocb * kBlock + lane / kBlock, c = cb * kBlock + lane % kBlock;
+        if (oc >= d.oc || c >= d.c) continue;
+        for (int e = 0; e < 25; ++e) dw[(oc * d.c + c) * 25 + e] = out[e][lane];
+      }
     }
 }
 
