@@ -1,6 +1,7 @@
 #include "cohort/launch/launcher.h"
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 
 #include "cohort/base/error.h"
@@ -9,6 +10,7 @@
 #include "cohort/launch/line_prefixer.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/rendezvous/socket.h"
+#include "cohort/rendezvous/tcp_store.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
 
@@ -30,6 +32,27 @@ void validate(const LaunchOptions& o) {
                "cohort run: a job of {} nodes needs --master-port (the same on every node)",
                o.nnodes);
   COHORT_CHECK(!o.master_addr.empty(), "cohort run: --master-addr must not be empty");
+}
+
+// Waits until every node's launcher has finished its workers; failures here
+// are reported, not thrown: the job's outcome is already decided.
+void exit_barrier(const LaunchOptions& o, int port, const std::string& token,
+                  const std::function<void(std::string_view)>& report) {
+  if (o.nnodes == 1 || !o.host_store) return;
+  try {
+    rendezvous::TcpStoreOptions so;
+    so.host = o.master_addr;
+    so.port = static_cast<uint16_t>(port);
+    so.token = token;
+    so.timeout = o.exit_barrier_timeout;
+    rendezvous::TcpStore store(so);
+    const std::string key = "__cohort_launcher/exit";
+    if (store.add(key, 1) == o.nnodes) store.set(key + "/done", std::string("1"));
+    store.wait({key + "/done"}, o.exit_barrier_timeout);
+  } catch (const Error& e) {
+    report(fmt::format("cohort run: node {}: exit barrier with the other nodes failed: {}\n",
+                       o.node_rank, e.what()));
+  }
 }
 
 }  // namespace
@@ -126,6 +149,7 @@ LaunchResult launch(const LaunchOptions& o) {
     }
     if (!a.failure) {
       result.exit_code = 0;
+      exit_barrier(o, port, token, report);
       return result;
     }
     const WorkerFailure& f = *a.failure;
@@ -140,6 +164,7 @@ LaunchResult launch(const LaunchOptions& o) {
                        attempt > 0
                            ? fmt::format(" (after {} restart{})", attempt, attempt > 1 ? "s" : "")
                            : std::string()));
+    exit_barrier(o, port, token, report);
     return result;
   }
 }

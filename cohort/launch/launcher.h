@@ -22,6 +22,10 @@
 // its exit code or signal. SIGINT/SIGTERM to the launcher are forwarded to the
 // workers (a second one kills them) and end the job without restart.
 //
+// Multi-node: at the end (unless interrupted) every node's launcher meets the
+// others at an exit barrier in the store, so node 0 does not take the store
+// away while workers elsewhere still use it (torchrun's exit barrier).
+//
 // Thread safety: call from one thread; it blocks SIGINT, SIGTERM and SIGCHLD
 // in that thread while it runs (signals reach it through a signalfd).
 #pragma once
@@ -48,6 +52,9 @@ struct LaunchOptions {
   bool host_store = true;     // node 0 serves the rendezvous store on MASTER_PORT
   bool prefix_output = true;  // "[rank N] " before every output line
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // SIGTERM -> SIGKILL
+  // Multi-node: how long a launcher waits at the end for the other nodes'
+  // launchers, so node 0 keeps serving the store while others still use it.
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
   int stdout_fd = 1;
   int stderr_fd = 2;  // workers' stderr and the launcher's own messages
   std::vector<std::pair<std::string, std::string>> extra_env;
