@@ -172,5 +172,89 @@ TEST(Gradcheck, Conv2dReluMatchesUnfused) {
   EXPECT_TRUE(allclose(gx1, x.grad(), 1e-4, 1e-4));
 }
 
+TEST(Gradcheck, Pointwise) {
+  Tensor x = randn({3, 4}, 1), p = positive({3, 4}, 2), z = away_from_zero({3, 4}, 3);
+  EXPECT_GRADCHECK([](In v) { return exp(v[0]); }, {x});
+  EXPECT_GRADCHECK([](In v) { return log(v[0]); }, {p});
+  EXPECT_GRADCHECK([](In v) { return sqrt(v[0]); }, {p});
+  EXPECT_GRADCHECK([](In v) { return abs(v[0]); }, {z});
+  EXPECT_GRADCHECK([](In v) { return pow(v[0], 3.0); }, {x});
+  EXPECT_GRADCHECK([](In v) { return pow(v[0], -0.5); }, {p});
+  EXPECT_GRADCHECK([](In v) { return pow(v[0], v[1]); }, {p, randn({4}, 4)});
+  EXPECT_GRADCHECK([](In v) { return clamp(v[0], -0.5, 0.7); }, {z});
+  EXPECT_GRADCHECK([](In v) { return gelu(v[0]); }, {x});
+  EXPECT_GRADCHECK([](In v) { return tanh(v[0]); }, {x});
+  EXPECT_GRADCHECK([](In v) { return sigmoid(v[0]); }, {x});
+  EXPECT_GRADCHECK([](In v) { return maximum(v[0], v[1]); }, {x, randn({4}, 5)});
+  EXPECT_GRADCHECK([](In v) { return minimum(v[0], v[1]); }, {x, randn({3, 1}, 6)});
+  Tensor mask = gt(randn({3, 4}, 7).detach(), 0.0);
+  EXPECT_GRADCHECK([mask](In v) { return where(mask, v[0], v[1]); }, {x, randn({4}, 8)});
+  EXPECT_GRADCHECK([](In v) { return to(v[0], kFloat32) * 1.0; }, {x},
+                   GradcheckOptions{1e-3, 1e-3, 1e-2, 0});
+}
+
+TEST(Gradcheck, MaxMinGather) {
+  Tensor x = randn({3, 4, 5}, 1);
+  EXPECT_GRADCHECK([](In v) { return max(v[0], 1).first; }, {x});
+  EXPECT_GRADCHECK([](In v) { return max(v[0], -1, true).first; }, {x});
+  EXPECT_GRADCHECK([](In v) { return min(v[0], 0).first; }, {x});
+  EXPECT_GRADCHECK([](In v) { return max(v[0]); }, {x});
+  EXPECT_GRADCHECK([](In v) { return min(v[0]); }, {x});
+  Tensor idx = Tensor::from_vector<int64_t>({0, 2, 1, 1, 4, 4}, {3, 2, 1});
+  EXPECT_GRADCHECK([idx](In v) { return gather(v[0], 2, idx); }, {randn({3, 2, 5}, 2)});
+}
+
+TEST(Gradcheck, EmbeddingCatStack) {
+  Tensor w = randn({6, 3}, 1);
+  Tensor ids = Tensor::from_vector<int64_t>({1, 5, 1, 0}, {2, 2});
+  EXPECT_GRADCHECK([ids](In v) { return embedding(v[0], ids); }, {w});
+  EXPECT_GRADCHECK([ids](In v) { return embedding(v[0], ids, 3); }, {w});
+  // padding_idx: the row is looked up but gets no gradient (PyTorch semantics).
+  Tensor w2 = randn({6, 3}, 9);
+  sum(embedding(w2, ids, 1)).backward();
+  EXPECT_EQ(w2.grad().select(0, 1).to_vector<double>(), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(w2.grad().select(0, 5).to_vector<double>(), (std::vector<double>{1, 1, 1}));
+  Tensor a = randn({2, 3}, 2), b = randn({2, 1}, 3), c = randn({2, 3}, 4);
+  EXPECT_GRADCHECK([](In v) { return cat({v[0], v[1], v[2]}, 1); }, {a, b, c});
+  EXPECT_GRADCHECK([](In v) { return cat({v[0], v[1]}, 0); }, {a, c});
+  EXPECT_GRADCHECK([](In v) { return stack({v[0], v[1]}, 1); }, {a, c});
+  EXPECT_GRADCHECK([](In v) { return stack({v[0], v[1]}, -1); }, {a, c});
+}
+
+TEST(Gradcheck, Dropout) {
+  // The mask depends only on the generator state: reseed inside fn.
+  Tensor x = randn({4, 5}, 1);
+  EXPECT_GRADCHECK(
+      [](In v) {
+        Generator g(3);
+        return dropout(v[0], 0.4, true, g);
+      },
+      {x});
+}
+
+TEST(Gradcheck, LayerNorm) {
+  Tensor x = randn({3, 2, 4}, 1);
+  EXPECT_GRADCHECK([](In v) { return layer_norm(v[0], {4}, v[1], v[2]); },
+                   {x, randn({4}, 2), randn({4}, 3)});
+  EXPECT_GRADCHECK([](In v) { return layer_norm(v[0], {2, 4}); }, {x});
+}
+
+TEST(Gradcheck, BatchNorm) {
+  Tensor x = randn({4, 3, 2, 2}, 1);
+  Tensor w = randn({3}, 2), b = randn({3}, 3);
+  EXPECT_GRADCHECK([](In v) { return batch_norm(v[0], {}, {}, v[1], v[2], true); }, {x, w, b});
+  EXPECT_GRADCHECK([](In v) { return batch_norm(v[0], {}, {}, {}, {}, true); }, {randn({5, 3}, 4)});
+  Tensor rm = randn({3}, 5).detach(), rv = positive({3}, 6).detach();
+  EXPECT_GRADCHECK([rm, rv](In v) { return batch_norm(v[0], rm, rv, v[1], v[2], false); },
+                   {x, w, b});
+}
+
+TEST(Gradcheck, CrossEntropy) {
+  Tensor x = randn({4, 5}, 1);
+  Tensor target = Tensor::from_vector<int64_t>({0, 4, -100, 2});
+  for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone})
+    EXPECT_GRADCHECK([&](In v) { return cross_entropy(v[0], target, r); }, {x});
+}
+
 }  // namespace
 }  // namespace cohort

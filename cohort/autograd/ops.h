@@ -23,10 +23,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/core/native/loss.h"
+#include "cohort/core/random.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort {
@@ -58,8 +61,33 @@ inline Tensor operator/(const Tensor& a, double s) { return div(a, s); }
 inline Tensor operator/(double s, const Tensor& a) { return rdiv(a, s); }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
 
-// ---- activations ----
+// ---- pointwise math and activations (floating dtypes) ----
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);  // gradient sign(x) (0 at 0, as PyTorch)
+Tensor pow(const Tensor& x, double exponent);
+Tensor pow(const Tensor& x, const Tensor& exponent);    // broadcasting; x > 0 for d/d exponent
+Tensor clamp(const Tensor& x, double min, double max);  // gradient 1 inside [min, max]
+Tensor maximum(const Tensor& a, const Tensor& b);       // ties send the gradient to a
+Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact erf form (PyTorch's default approximate="none")
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+// mask ? a : b (mask: uint8 or any integer dtype, nonzero = true), broadcasting.
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
+
+// ---- comparisons: uint8 masks (1/0), not differentiable ----
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double s);
+Tensor lt(const Tensor& a, double s);
+Tensor gt(const Tensor& a, double s);
 
 // ---- linear algebra ----
 // torch.matmul: [n]x[n], [m,k]x[k,n], batched [..., m, k] x [..., k, n] with
@@ -93,13 +121,48 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
 
+// Values (differentiable) and int64 indices along dim; ties pick the first.
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x);  // 0-d; gradient to the first maximal element
+Tensor min(const Tensor& x);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, not differentiable
+
+// ---- indexing and joining ----
+// torch.gather along dim (index int64 with x's rank).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// weight [V, D], indices integer [*] -> [*, D]. Rows equal to padding_idx get
+// no gradient.
+Tensor embedding(const Tensor& weight, const Tensor& indices,
+                 std::optional<int64_t> padding_idx = std::nullopt);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ---- normalisation and regularisation ----
+// Inverted dropout: in training, zeroes each element with probability p and
+// scales the rest by 1/(1-p), drawing from `gen`; identity when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+// Normalises over the trailing normalized_shape dims; weight/bias of that
+// shape or undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// x [N, C, *]. training: batch statistics, running_mean/var (when defined)
+// updated in place with `momentum` (unbiased variance for running_var);
+// eval: normalises with the running buffers. PyTorch's F.batch_norm.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                  double eps = 1e-5);
+
 // ---- softmax and losses ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 // input [N, C] log-probabilities, target int64 [N]. ignore_index: targets equal
-// to it are skipped (native::kNoIgnoreIndex: none).
+// to it are skipped (PyTorch default -100; native::kNoIgnoreIndex: none).
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
-                int64_t ignore_index = native::kNoIgnoreIndex);
+                int64_t ignore_index = -100);
+// log_softmax(logits, 1) + nll_loss: logits [N, C], target int64 [N].
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     Reduction reduction = Reduction::kMean, int64_t ignore_index = -100);
 // (input - target)^2, reduced; shapes must match exactly.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
 

@@ -1,0 +1,61 @@
+// dropout, layer_norm, batch_norm, cross_entropy.
+#include "cohort/autograd/node.h"
+#include "cohort/autograd/ops.h"
+#include "cohort/core/native/elementwise.h"
+#include "cohort/core/native/index.h"
+#include "cohort/core/native/norm.h"
+
+namespace cohort {
+
+using autograd::record;
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  COHORT_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got {}", p);
+  if (!training || p == 0.0) return x;
+  native::DropoutResult r = native::dropout(x, p, gen);
+  Tensor mask = r.mask;
+  return record(r.out, "dropout", {x}, [mask](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{native::binary(native::BinaryOp::kMul, g, mask)};
+  });
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  native::LayerNormResult r = native::layer_norm(x, normalized_shape, weight, bias, eps);
+  if (!autograd::any_requires_grad({x, weight, bias})) return r.out;
+  Tensor xd = x.detach(), wd = weight.defined() ? weight.detach() : Tensor();
+  Tensor mean = r.mean, rstd = r.rstd;
+  Shape ns = normalized_shape;
+  return record(
+      r.out, "layer_norm", {x, weight, bias}, [=](const Tensor& g, const std::vector<bool>& needs) {
+        native::LayerNormGrads gr =
+            native::layer_norm_backward(g, xd, ns, mean, rstd, wd, needs[0], needs[1], needs[2]);
+        return std::vector<Tensor>{gr.dx.defined() ? gr.dx.view(xd.sizes()) : Tensor(), gr.dweight,
+                                   gr.dbias};
+      });
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  native::BatchNormResult r =
+      native::batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+  if (!autograd::any_requires_grad({x, weight, bias})) return r.out;
+  Tensor xd = x.detach(), wd = weight.defined() ? weight.detach() : Tensor();
+  Tensor mean = r.mean, rstd = r.rstd;
+  return record(r.out, "batch_norm", {x, weight, bias},
+                [=](const Tensor& g, const std::vector<bool>& needs) {
+                  native::BatchNormGrads gr = native::batch_norm_backward(
+                      g, xd, mean, rstd, wd, training, needs[0], needs[1], needs[2]);
+                  return std::vector<Tensor>{gr.dx, gr.dweight, gr.dbias};
+                });
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index) {
+  COHORT_CHECK(logits.dim() == 2 || logits.dim() == 1,
+               "cross_entropy: logits must be [N, C] or [C], got {}", shape_str(logits.sizes()));
+  return nll_loss(log_softmax(logits, -1), target, reduction, ignore_index);
+}
+
+}  // namespace cohort

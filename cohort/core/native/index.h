@@ -1,0 +1,31 @@
+// Indexing and joining kernels (not recorded by autograd). Index tensors are
+// integer (int64, int32 or uint8); out-of-range indices throw
+// InvalidArgument naming the op, the index and the bound.
+#pragma once
+
+#include <vector>
+
+#include "cohort/core/random.h"
+#include "cohort/core/tensor.h"
+
+namespace cohort::native {
+
+// out = x.index_select(dim, index): index 1-D, out has index.numel() at dim.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out = zeros(sizes); out.index_add_(dim, index, src) (sums repeated indices).
+Tensor index_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
+                 const Tensor& src);
+// torch.gather: out[i][j] = x[i][index[i][j]] (for dim = 1); index has x's rank.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// zeros(sizes).scatter_add_(dim, index, src) (the backward of gather).
+Tensor scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
+                   const Tensor& src);
+// Joins along an existing dim; all shapes equal except at dim; dtypes promote.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
+// Inverted dropout: mask (x's dtype) holds 0 or 1/(1-p); out = x * mask.
+struct DropoutResult {
+  Tensor out, mask;
+};
+DropoutResult dropout(const Tensor& x, double p, Generator& gen);
+
+}  // namespace cohort::native

@@ -1,0 +1,47 @@
+// Normalisation kernels (not recorded by autograd), PyTorch semantics.
+// layer_norm normalises over the trailing dims given by normalized_shape,
+// batch_norm per channel (dim 1) of x [N, C, *]. Statistics accumulate in
+// double. Parallel over rows (layer_norm) or channels (batch_norm).
+#pragma once
+
+#include "cohort/core/tensor.h"
+
+namespace cohort::native {
+
+struct LayerNormResult {
+  Tensor out;
+  Tensor mean;  // [rows] (float64: saved for backward)
+  Tensor rstd;  // [rows] 1/sqrt(var + eps), biased var
+};
+
+// weight/bias [normalized_shape] or undefined.
+LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                           const Tensor& bias, double eps);
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x,
+                                   const Shape& normalized_shape, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& weight, bool need_dx,
+                                   bool need_dweight, bool need_dbias);
+
+struct BatchNormResult {
+  Tensor out;
+  Tensor mean;  // [C] float64, the statistics used (batch or running)
+  Tensor rstd;  // [C] float64
+};
+// training: batch statistics (biased variance normalises; the running
+// buffers, when defined, are updated in place: r = (1 - momentum) r +
+// momentum * stat, with the unbiased variance for running_var). Eval: uses
+// the running buffers, which must be defined.
+BatchNormResult batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                           double eps);
+struct BatchNormGrads {
+  Tensor dx, dweight, dbias;
+};
+BatchNormGrads batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& weight, bool training,
+                                   bool need_dx, bool need_dweight, bool need_dbias);
+
+}  // namespace cohort::native
