@@ -1,11 +1,14 @@
 #include "cohort/base/parallel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -34,7 +37,23 @@ thread_local bool t_in_worker = false;
 class Pool {
  public:
   static Pool& instance() {
-    static Pool pool;
+    static bool registered = [] {
+      // A forked child (spawn, DataLoader-free workers) inherits the pool object
+      // but none of its threads, and maybe a mutex locked by one: it starts a
+      // fresh pool and abandons the old one (destroying it would join threads
+      // that do not exist in the child).
+      pthread_atfork(nullptr, nullptr, [] {
+        (void)slot().release();
+        slot() = std::make_unique<Pool>();
+      });
+      return true;
+    }();
+    (void)registered;
+    return *slot();
+  }
+
+  static std::unique_ptr<Pool>& slot() {
+    static std::unique_ptr<Pool> pool = std::make_unique<Pool>();
     return pool;
   }
 

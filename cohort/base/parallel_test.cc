@@ -1,6 +1,8 @@
 #include "cohort/base/parallel.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -53,6 +55,22 @@ TEST(ParallelFor, ManyConcurrentCallers) {
   }
   for (auto& t : ts) t.join();
   EXPECT_EQ(total.load(), 4 * 50 * 100);
+}
+
+TEST(ParallelFor, WorksInForkedChildAfterPoolStarted) {
+  ThreadBudgetGuard guard(4);
+  parallel_for(0, 100, 1, [](int64_t, int64_t) {});  // pool threads exist now
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::atomic<int64_t> total{0};
+    parallel_for(0, 1000, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    _exit(total.load() == 1000 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(ThreadBudget, IsPerThread) {
