@@ -103,12 +103,12 @@ int main(int argc, char** argv) {
       auto dy = random_vec(g.batch * g.out_channels * g.out_h() * g.out_w(), 4);
       std::vector<float> y(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
       const double gflop = 2.0 * cohort::kernels::conv2d_macs(g) * 1e-9;
-      auto report = [&](const char* pass, const std::function<void()>& fn) {
+      auto report = [&](const char* pass, const std::function<void()>& fn, int passes = 1) {
         if ((std::string(l.name) + " " + pass).find(filter) == std::string::npos) return;
         double cpu_ms = 0;
         const double ms = time_ms(fn, seconds, &cpu_ms);
         std::printf("%s %s threads=%d ms=%.4f gflops=%.1f cpu_ms=%.4f\n", l.name, pass, t, ms,
-                    gflop / (ms * 1e-3), cpu_ms);
+                    passes * gflop / (ms * 1e-3), cpu_ms);
         std::fflush(stdout);
       };
       report("forward",
@@ -121,6 +121,18 @@ int main(int argc, char** argv) {
       report("backward_weight", [&] {
         cohort::kernels::conv2d_backward_weight(g, x.data(), dy.data(), dw.data(), db.data());
       });
+      // What training runs: the ReLU after the conv folded into one backward
+      // call; conv1's input needs no gradient (Net's input is data).
+      std::vector<float> yr(dy.size());
+      cohort::kernels::conv2d_forward_relu(g, x.data(), w.data(), b.data(), yr.data());
+      const bool want_dx = l.g.in_channels > 1;
+      report(
+          "backward_relu",
+          [&] {
+            cohort::kernels::conv2d_backward(g, x.data(), w.data(), dy.data(), yr.data(),
+                                             want_dx ? dx.data() : nullptr, dw.data(), db.data());
+          },
+          want_dx ? 2 : 1);
     }
     // Pool lines are printed unless the filter names something else.
     if (!filter.empty() && filter.find("pool") == std::string::npos) continue;

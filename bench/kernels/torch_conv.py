@@ -1,6 +1,8 @@
 """PyTorch peer of bench_conv_kernels: times aten's conv2d forward and the two
 halves of convolution_backward (what autograd calls) on Net's convolutions,
-batch 64, and prints lines in bench_conv_kernels' format:
+batch 64, plus "backward_relu" (ReLU backward + both gradients, conv1 without
+the input gradient, as in training), and prints lines in bench_conv_kernels'
+format:
   <layer> <pass> threads=<t> ms=<best ms per call> gflops=<GFLOP/s>
 Run with /usr/bin/python3 (Debian's torch 1.13)."""
 import argparse
@@ -48,13 +50,23 @@ with torch.no_grad():
                 return lambda: conv_bw(dy, x, w, [20], [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
                                        mask)
 
+            yr = F.relu(F.conv2d(x, w, b))
+            want_dx = cin > 1  # as in training: Net's input needs no gradient
+
+            def bw_relu():
+                g = torch.ops.aten.threshold_backward(dy, yr, 0)
+                return conv_bw(g, x, w, [20], [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                               [want_dx, True, True])
+
             for pass_, fn in [("forward", lambda: F.conv2d(x, w, b)),
                               ("forward_relu", lambda: F.relu(F.conv2d(x, w, b))),
                               ("backward_input", bw([True, False, False])),
-                              ("backward_weight", bw([False, True, True]))]:
+                              ("backward_weight", bw([False, True, True])),
+                              ("backward_relu", bw_relu)]:
                 ms = time_ms(fn, a.seconds)
-                print(f"{name} {pass_} threads={t} ms={ms:.4f} gflops={gflop / (ms * 1e-3):.1f}",
-                      flush=True)
+                passes = 2 if pass_ == "backward_relu" and want_dx else 1
+                print(f"{name} {pass_} threads={t} ms={ms:.4f} "
+                      f"gflops={passes * gflop / (ms * 1e-3):.1f}", flush=True)
         px = torch.rand(a.batch, 20, 20, 20)
         ms = time_ms(lambda: F.max_pool2d(px, 2, return_indices=True), a.seconds)
         print(f"pool forward threads={t} ms={ms:.4f}", flush=True)

@@ -1,281 +1,37 @@
 // Public conv2d entry points: check the geometry, then pick a path:
-//  - batch >= kMinBatch16: batch-16 layout (conv2d_layout.h), with Winograd
-//    F(4x4, 5x5) for 5x5 stride-1 forward / backward-input passes with enough
-//    channels, and for their weight gradients
-//    (conv2d_winograd.h) and direct AVX-512 kernels otherwise
-//    (conv2d_direct.h);
+//  - batch >= kMinBatch16: batch-16 layout (conv2d_batch16.h): Winograd
+//    F(4x4, 5x5) for 5x5 stride-1 layers with enough channels
+//    (conv2d_winograd.h), direct AVX-512 kernels otherwise (conv2d_direct.h);
 //  - smaller batches and the rest: im2col + sgemm (conv2d_im2col.h).
 #include "cohort/core/kernels/conv2d.h"
 
-#include <immintrin.h>
+#include <cstddef>
+#include <vector>
 
-#include <algorithm>
-#include <functional>
-
-#include "cohort/base/parallel.h"
-#include "cohort/core/kernels/conv2d_direct.h"
+#include "cohort/core/kernels/conv2d_batch16.h"
 #include "cohort/core/kernels/conv2d_im2col.h"
-#include "cohort/core/kernels/conv2d_layout.h"
-#include "cohort/core/kernels/conv2d_winograd.h"
 
 namespace cohort::kernels {
 namespace {
 
-using detail::DirectConv;
-using detail::kLanes;
-using detail::Padding;
-using detail::ScratchLease;
-using detail::WinogradConv;
+using detail::kMinBatch16;
 
-// Below this batch a batch-16 vector would be more than half padding.
-constexpr int64_t kMinBatch16 = 8;
-
-int64_t groups_of(int64_t batch) { return (batch + kLanes - 1) / kLanes; }
-
-bool winograd_fits(const Conv2dGeometry& g, bool transposed) {
-  if (g.kernel_h != 5 || g.kernel_w != 5 || g.stride_h != 1 || g.stride_w != 1) return false;
-  return detail::winograd_pays(g.in_channels, g.out_channels, g.out_h(), g.out_w(), transposed);
+bool batch16_input_grad(const Conv2dGeometry& g) {
+  return g.batch >= kMinBatch16 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h < g.kernel_h &&
+         g.pad_w < g.kernel_w;
 }
 
-// Runs fn(chunk, item0, item1) for `chunks` contiguous ranges of [0, items),
-// one task per chunk (so chunk ids can index per-task scratch).
-void for_chunks(int64_t items, int64_t chunks,
-                const std::function<void(int64_t, int64_t, int64_t)>& fn) {
-  parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) fn(c, items * c / chunks, items * (c + 1) / chunks);
-  });
+void backward_input(const Conv2dGeometry& g, const float* dy, const float* dy_mask, const float* w,
+                    float* dx) {
+  if (batch16_input_grad(g))
+    return detail::batch16_conv(g, dy, w, nullptr, false, true, dy_mask, dx);
+  detail::im2col_backward_input(g, dy, w, dx);
 }
 
-// One batch-16 pass: pack each group's input, compute its output rows, unpack
-// the result. When the groups split evenly over the threads each task runs
-// whole groups end to end (their buffers stay in one core's cache); otherwise
-// the rows of all groups are split evenly between three phases.
-struct Batch16Pass {
-  int64_t groups, rows;    // output rows (or tile rows) per group
-  int64_t scratch_floats;  // per task, for compute
-  std::function<void(int64_t g0, int64_t g1)> pack, unpack;
-  std::function<void(int64_t g, int64_t r0, int64_t r1, float* scratch)> compute;
-};
-
-void run(const Batch16Pass& p, ScratchLease& lease) {
-  const int64_t threads = std::max(1, num_threads());
-  const bool whole_groups = p.groups % threads == 0;
-  const int64_t chunks = whole_groups ? threads : std::min(threads, p.groups * p.rows);
-  float* scratch = lease.get(3, chunks * p.scratch_floats);
-  if (whole_groups) {
-    for_chunks(p.groups, chunks, [&](int64_t chunk, int64_t g0, int64_t g1) {
-      for (int64_t gi = g0; gi < g1; ++gi) {
-        p.pack(gi, gi + 1);
-        p.compute(gi, 0, p.rows, scratch + chunk * p.scratch_floats);
-        p.unpack(gi, gi + 1);
-      }
-    });
-    return;
-  }
-  parallel_for(0, p.groups, 1, p.pack);
-  for_chunks(p.groups * p.rows, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1;) {
-      const int64_t gi = i / p.rows, r0 = i % p.rows, r1 = std::min(p.rows, r0 + (i1 - i));
-      p.compute(gi, r0, r1, scratch + chunk * p.scratch_floats);
-      i += r1 - r0;
-    }
-  });
-  parallel_for(0, p.groups, 1, p.unpack);
-}
-
-// conv(x) on batch-16 buffers; `transposed` runs the stride-1 backward-input
-// pass instead: Winograd's transposed pass, or directly dy padded by
-// kernel - 1 - pad convolved with the flipped, transposed kernel.
-void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, const float* bias,
-                  bool relu, bool transposed, float* out) {
-  // The pass as a forward convolution: in [n][c][h][wd] -> out [n][oc][oh][ow].
-  const int64_t n = g.batch;
-  const int64_t c = transposed ? g.out_channels : g.in_channels;
-  const int64_t h = transposed ? g.out_h() : g.in_h, wd = transposed ? g.out_w() : g.in_w;
-  const int64_t oc = transposed ? g.in_channels : g.out_channels;
-  const int64_t oh = transposed ? g.in_h : g.out_h(), ow = transposed ? g.in_w : g.out_w();
-  const int64_t ph = transposed ? g.kernel_h - 1 - g.pad_h : g.pad_h;
-  const int64_t pw = transposed ? g.kernel_w - 1 - g.pad_w : g.pad_w;
-  const int64_t groups = groups_of(n);
-  ScratchLease lease;
-  Batch16Pass p;
-  p.groups = groups;
-  Padding pad, out_pad;
-  int64_t in_group, out_group = oc * oh * ow * kLanes;
-  float *wp, *inb, *outb;
-  if (transposed && winograd_fits(g, true)) {
-    // d describes the forward convolution with the channel roles swapped:
-    // dy's blocks in, dx's padded tiles out (overlapping, so one task per
-    // group).
-    const WinogradConv d = detail::make_winograd(c, oc, h, wd);
-    pad = {0, 4 * d.tiles_h - h, 0, 4 * d.tiles_w - wd};
-    out_pad = {g.pad_h, d.hp - oh - g.pad_h, g.pad_w, d.wp - ow - g.pad_w};
-    in_group = c * 16 * d.tiles_h * d.tiles_w * kLanes;
-    out_group = oc * d.hp * d.wp * kLanes;
-    wp = lease.get(0, 64 * c * d.ocp);
-    detail::winograd_weights(w, g.out_channels, g.in_channels, d.ocp, true, wp);
-    p.rows = 1;
-    p.scratch_floats = detail::winograd_scratch_floats(d);
-    p.compute = [=, &inb, &outb](int64_t gi, int64_t, int64_t, float* scratch) {
-      detail::winograd_backward_input_group(d, inb + gi * in_group, wp, outb + gi * out_group,
-                                            scratch);
-    };
-  } else if (!transposed && winograd_fits(g, false)) {
-    const WinogradConv d = detail::make_winograd(c, oc, oh, ow);
-    pad = {ph, d.hp - h - ph, pw, d.wp - wd - pw};
-    in_group = c * d.hp * d.wp * kLanes;
-    wp = lease.get(0, 64 * c * d.ocp);
-    detail::winograd_weights(w, g.out_channels, g.in_channels, d.ocp, false, wp);
-    p.rows = d.tiles_h;
-    p.scratch_floats = detail::winograd_scratch_floats(d);
-    p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float* scratch) {
-      detail::winograd_forward_rows(d, inb + gi * in_group, wp, bias, relu, r0, r1,
-                                    outb + gi * out_group, scratch);
-    };
-  } else {
-    const int tile = detail::direct_tile_oc(oc);
-    const DirectConv d{c,
-                       h,
-                       wd + 2 * pw,
-                       oc,
-                       (oc + tile - 1) / tile * tile,
-                       g.kernel_h,
-                       g.kernel_w,
-                       transposed ? 1 : g.stride_h,
-                       transposed ? 1 : g.stride_w,
-                       ph,
-                       oh,
-                       ow,
-                       tile};
-    pad = {0, 0, pw, pw};
-    in_group = c * h * d.wp * kLanes;
-    wp = lease.get(0, c * d.kh * d.kw * d.ocp);
-    detail::pack_weights(w, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w, d.ocp,
-                         transposed, wp);
-    p.rows = oh;
-    p.scratch_floats = 0;
-    p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float*) {
-      detail::direct_forward_rows(d, inb + gi * in_group, wp, bias, relu, r0, r1,
-                                  outb + gi * out_group);
-    };
-  }
-  inb = lease.get(1, groups * in_group);
-  outb = lease.get(2, groups * out_group);
-  p.pack = [&](int64_t g0, int64_t g1) {
-    detail::pack_batch16(in, n, c, h, wd, pad, g0, g1, inb + g0 * in_group);
-  };
-  p.unpack = [&](int64_t g0, int64_t g1) {
-    detail::unpack_batch16(outb + g0 * out_group, n, oc, oh, ow, out_pad, g0, g1, out);
-  };
-  run(p, lease);
-}
-
-// dbias [oc] += sum over one group's pixels and lanes of dy [oc][plane][16].
-void add_bias_grad(const float* dy, int64_t oc_n, int64_t plane, float* dbias) {
-  for (int64_t oc = 0; oc < oc_n; ++oc) {
-    const float* row = dy + oc * plane * kLanes;
-    __m512 s = _mm512_setzero_ps();
-    for (int64_t k = 0; k < plane; ++k) s = _mm512_add_ps(s, _mm512_load_ps(row + k * kLanes));
-    dbias[oc] += _mm512_reduce_add_ps(s);
-  }
-}
-
-// Winograd weight gradient; each chunk of whole groups sums into its own
-// transformed-domain partial, added in chunk order at the end.
-void winograd_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
-                              float* dbias) {
-  const WinogradConv d = detail::make_winograd(g.in_channels, g.out_channels, g.out_h(), g.out_w());
-  const int64_t groups = groups_of(g.batch);
-  const int64_t th4 = 4 * d.tiles_h, tw4 = 4 * d.tiles_w;
-  const Padding xpad{g.pad_h, d.hp - g.in_h - g.pad_h, g.pad_w, d.wp - g.in_w - g.pad_w};
-  const Padding dypad{0, th4 - d.oh, 0, tw4 - d.ow};
-  const int64_t xg = d.c * d.hp * d.wp * kLanes, dyg = d.oc * th4 * tw4 * kLanes;
-  const int64_t what = detail::winograd_what_floats(d);
-  // Partial what, then partial dbias, rounded to whole vectors (alignment).
-  const int64_t psize = (what + d.oc + kLanes - 1) / kLanes * kLanes;
-  const int64_t work = detail::winograd_weight_scratch_floats(d) + xg + dyg;
-  const int64_t chunks = std::min<int64_t>(std::max(1, num_threads()), groups);
-  ScratchLease lease;
-  float* partial = lease.get(0, chunks * psize);
-  float* scratch = lease.get(1, chunks * work);
-  std::fill(partial, partial + chunks * psize, 0.0f);
-  for_chunks(groups, chunks, [&](int64_t chunk, int64_t g0, int64_t g1) {
-    float* p = partial + chunk * psize;
-    float* xb = scratch + chunk * work;
-    float* dyb = xb + xg;
-    float* s = dyb + dyg;
-    for (int64_t gi = g0; gi < g1; ++gi) {
-      detail::pack_batch16(x, g.batch, d.c, g.in_h, g.in_w, xpad, gi, gi + 1, xb);
-      detail::pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, dypad, gi, gi + 1, dyb);
-      detail::winograd_weight_group(d, xb, dyb, p, s);
-      if (dbias) add_bias_grad(dyb, d.oc, th4 * tw4, p + what);
-    }
-  });
-  for (int64_t c = 1; c < chunks; ++c)
-    for (int64_t i = 0; i < psize; ++i) partial[i] += partial[c * psize + i];
-  detail::winograd_weight_finish(d, partial, dw);
-  if (dbias) std::copy(partial + what, partial + what + d.oc, dbias);
-}
-
-void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
-                             float* dbias) {
-  // Winograd when the groups split evenly over the threads (its unit of work
-  // is a whole group).
-  if (winograd_fits(g, false) && groups_of(g.batch) % std::max(1, num_threads()) == 0)
-    return winograd_backward_weight(g, x, dy, dw, dbias);
-  DirectConv d{g.in_channels,
-               g.in_h,
-               g.in_w + 2 * g.pad_w,
-               g.out_channels,
-               g.out_channels,
-               g.kernel_h,
-               g.kernel_w,
-               g.stride_h,
-               g.stride_w,
-               g.pad_h,
-               g.out_h(),
-               g.out_w(),
-               1};
-  const int64_t groups = groups_of(g.batch);
-  const int64_t xg = d.c * d.h * d.wp * kLanes, dyg = d.oc * d.oh * d.ow * kLanes;
-  const int64_t wsize = d.oc * d.c * d.kh * d.kw;
-  const int64_t psize = wsize + d.oc;  // partial dw, then partial dbias
-  const int64_t threads = std::max(1, num_threads());
-  const bool whole_groups = groups % threads == 0;
-  // Work items: (group, input channel). Each chunk of items sums into its own
-  // partial, and the partials are added in chunk order, so the result does not
-  // depend on thread timing.
-  const int64_t items = groups * d.c;
-  const int64_t chunks = std::min(threads, items);
-  ScratchLease lease;
-  float* xb = lease.get(0, groups * xg);
-  float* dyb = lease.get(1, groups * dyg);
-  float* partial = lease.get(2, chunks * psize);
-  std::fill(partial, partial + chunks * psize, 0.0f);
-  auto pack = [&](int64_t g0, int64_t g1) {
-    detail::pack_batch16(x, g.batch, d.c, d.h, g.in_w, Padding{0, 0, g.pad_w, g.pad_w}, g0, g1,
-                         xb + g0 * xg);
-    detail::pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, Padding{}, g0, g1, dyb + g0 * dyg);
-  };
-  if (!whole_groups) parallel_for(0, groups, 1, pack);
-  for_chunks(items, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
-    float* p = partial + chunk * psize;
-    for (int64_t i = i0; i < i1;) {
-      const int64_t gi = i / d.c, c0 = i % d.c, c1 = std::min(d.c, c0 + (i1 - i));
-      if (whole_groups) pack(gi, gi + 1);  // chunks then hold whole groups
-      detail::direct_backward_weight_channels(d, xb + gi * xg, dyb + gi * dyg, c0, c1, p);
-      if (c0 == 0 && dbias) add_bias_grad(dyb + gi * dyg, d.oc, d.oh * d.ow, p + wsize);
-      i += c1 - c0;
-    }
-  });
-  std::copy(partial, partial + wsize, dw);
-  if (dbias) std::copy(partial + wsize, partial + psize, dbias);
-  for (int64_t c = 1; c < chunks; ++c) {
-    const float* p = partial + c * psize;
-    for (int64_t i = 0; i < wsize; ++i) dw[i] += p[i];
-    if (dbias)
-      for (int64_t oc = 0; oc < d.oc; ++oc) dbias[oc] += p[wsize + oc];
-  }
+void backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, const float* dy_mask,
+                     float* dw, float* dbias) {
+  if (g.batch >= kMinBatch16) return detail::batch16_backward_weight(g, x, dy, dy_mask, dw, dbias);
+  detail::im2col_backward_weight(g, x, dy, dw, dbias);
 }
 
 }  // namespace
@@ -283,30 +39,55 @@ void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const floa
 void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                     float* y) {
   check_conv2d_geometry(g, "conv2d_forward");
-  if (g.batch >= kMinBatch16) return batch16_conv(g, x, w, bias, false, false, y);
+  if (g.batch >= kMinBatch16) return detail::batch16_conv(g, x, w, bias, false, false, nullptr, y);
   detail::im2col_forward(g, x, w, bias, false, y);
 }
 
 void conv2d_forward_relu(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                          float* y) {
   check_conv2d_geometry(g, "conv2d_forward_relu");
-  if (g.batch >= kMinBatch16) return batch16_conv(g, x, w, bias, true, false, y);
+  if (g.batch >= kMinBatch16) return detail::batch16_conv(g, x, w, bias, true, false, nullptr, y);
   detail::im2col_forward(g, x, w, bias, true, y);
 }
 
 void conv2d_backward_input(const Conv2dGeometry& g, const float* dy, const float* w, float* dx) {
   check_conv2d_geometry(g, "conv2d_backward_input");
-  if (g.batch >= kMinBatch16 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h < g.kernel_h &&
-      g.pad_w < g.kernel_w)
-    return batch16_conv(g, dy, w, nullptr, false, true, dx);
-  detail::im2col_backward_input(g, dy, w, dx);
+  backward_input(g, dy, nullptr, w, dx);
 }
 
 void conv2d_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
                             float* dbias) {
   check_conv2d_geometry(g, "conv2d_backward_weight");
-  if (g.batch >= kMinBatch16) return batch16_backward_weight(g, x, dy, dw, dbias);
-  detail::im2col_backward_weight(g, x, dy, dw, dbias);
+  backward_weight(g, x, dy, nullptr, dw, dbias);
+}
+
+void conv2d_backward(const Conv2dGeometry& g, const float* x, const float* w, const float* dy,
+                     const float* y_relu, float* dx, float* dw, float* dbias) {
+  check_conv2d_geometry(g, "conv2d_backward");
+  if (y_relu && (g.batch < kMinBatch16 || (dx && !batch16_input_grad(g)))) {
+    // The im2col path takes plain gradients: apply the ReLU mask first.
+    std::vector<float> masked(g.batch * g.out_channels * g.out_h() * g.out_w());
+    for (size_t i = 0; i < masked.size(); ++i) masked[i] = y_relu[i] <= 0.0f ? 0.0f : dy[i];
+    return conv2d_backward(g, x, w, masked.data(), nullptr, dx, dw, dbias);
+  }
+  if (dx && dw && batch16_input_grad(g) &&
+      detail::batch16_backward_shared(g, x, w, dy, y_relu, dx, dw, dbias))
+    return;
+  if (dx) backward_input(g, dy, y_relu, w, dx);
+  if (dw || dbias) {
+    if (dw) return backward_weight(g, x, dy, y_relu, dw, dbias);
+    // Bias only: the sum of the (masked) gradient per channel.
+    const int64_t plane = g.out_h() * g.out_w();
+    for (int64_t oc = 0; oc < g.out_channels; ++oc) {
+      double s = 0;
+      for (int64_t n = 0; n < g.batch; ++n) {
+        const int64_t base = (n * g.out_channels + oc) * plane;
+        for (int64_t i = 0; i < plane; ++i)
+          if (!y_relu || !(y_relu[base + i] <= 0.0f)) s += dy[base + i];
+      }
+      dbias[oc] = static_cast<float>(s);
+    }
+  }
 }
 
 }  // namespace cohort::kernels

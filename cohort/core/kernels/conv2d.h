@@ -51,6 +51,14 @@ void conv2d_backward_input(const Conv2dGeometry& g, const float* dy, const float
 void conv2d_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, float* dw,
                             float* dbias);
 
+// Both gradients in one call, sharing work between them (one transposition
+// of dy per 16 samples on the Winograd path). With y_relu (the output of
+// conv2d_forward_relu) dy is the gradient of that ReLU's output and is masked
+// by y_relu > 0 on the fly, which saves a separate ReLU-backward pass.
+// Each of dx, dw, dbias may be null (not computed); the rest as above.
+void conv2d_backward(const Conv2dGeometry& g, const float* x, const float* w, const float* dy,
+                     const float* y_relu, float* dx, float* dw, float* dbias);
+
 // Plain loops, single-threaded: the oracles.
 void conv2d_forward_reference(const Conv2dGeometry& g, const float* x, const float* w,
                               const float* bias, float* y);

@@ -38,7 +38,8 @@ inline __mmask16 first_k(int64_t k) { return static_cast<__mmask16>((1u << k) - 
 
 // Columns [col, col + k) of 16 rows (null rows read as zero) -> k vectors at
 // dst, dst + 16, ...
-inline void rows_to_vecs(const float* const rows[16], int64_t col, int64_t k, float* dst) {
+inline void rows_to_vecs(const float* const rows[16], const float* const masks[16], int64_t col,
+                         int64_t k, float* dst) {
   __m512 r[16];
   const __mmask16 m = first_k(k);
   // 16 interleaved streams are more than the hardware prefetchers follow:
@@ -47,6 +48,17 @@ inline void rows_to_vecs(const float* const rows[16], int64_t col, int64_t k, fl
     if (rows[i]) _mm_prefetch(reinterpret_cast<const char*>(rows[i] + col + 32), _MM_HINT_T0);
   for (int i = 0; i < 16; ++i)
     r[i] = rows[i] ? _mm512_maskz_loadu_ps(m, rows[i] + col) : _mm512_setzero_ps();
+  if (masks[0]) {
+    // ReLU backward: keep where mask > 0 (a NaN mask keeps it too, as
+    // PyTorch's threshold_backward does).
+    const __m512 zero = _mm512_setzero_ps();
+    for (int i = 0; i < 16; ++i)
+      if (rows[i]) {
+        _mm_prefetch(reinterpret_cast<const char*>(masks[i] + col + 32), _MM_HINT_T0);
+        const __m512 mv = _mm512_maskz_loadu_ps(m, masks[i] + col);
+        r[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mv, zero, _CMP_NLE_UQ), r[i]);
+      }
+  }
   transpose16(r);
   for (int64_t j = 0; j < k; ++j) _mm512_store_ps(dst + j * 16, r[j]);
 }
@@ -76,15 +88,17 @@ float* ensure_vecs(std::vector<Vec16>& buf, int64_t vecs) {
 }
 
 void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
-                  int64_t g0, int64_t g1, float* dst) {
+                  int64_t g0, int64_t g1, float* dst, const float* mask) {
   const int64_t wp = pad.left + w + pad.right, hp = pad.top + h + pad.bottom;
   const int64_t plane = h * w;
   const float* rows[16];
+  const float* masks[16] = {};
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t ch = 0; ch < c; ++ch) {
       for (int i = 0; i < 16; ++i) {
         const int64_t s = g * 16 + i;
         rows[i] = s < n ? src + (s * c + ch) * plane : nullptr;
+        if (mask) masks[i] = s < n ? mask + (s * c + ch) * plane : mask;
       }
       float* out = dst + ((g - g0) * c + ch) * hp * wp * 16;
       std::memset(out, 0, sizeof(float) * 16 * wp * pad.top);
@@ -93,7 +107,7 @@ void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, 
       if (pad.left == 0 && pad.right == 0) {
         // Unpadded rows are contiguous: transpose the plane as one long row.
         for (int64_t col = 0; col < plane; col += 16)
-          rows_to_vecs(rows, col, std::min<int64_t>(16, plane - col), out + col * 16);
+          rows_to_vecs(rows, masks, col, std::min<int64_t>(16, plane - col), out + col * 16);
         continue;
       }
       for (int64_t y = 0; y < h; ++y) {
@@ -101,7 +115,7 @@ void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, 
         std::memset(orow, 0, sizeof(float) * 16 * pad.left);
         std::memset(orow + (pad.left + w) * 16, 0, sizeof(float) * 16 * pad.right);
         for (int64_t col = 0; col < w; col += 16)
-          rows_to_vecs(rows, y * w + col, std::min<int64_t>(16, w - col),
+          rows_to_vecs(rows, masks, y * w + col, std::min<int64_t>(16, w - col),
                        orow + (pad.left + col) * 16);
       }
     }

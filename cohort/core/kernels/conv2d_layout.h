@@ -34,9 +34,11 @@ struct Padding {
 };
 
 // Packs samples [16*g0, 16*g1) of src [N, C, H, W] (NCHW) into dst, laid out
-// [g1-g0][C][top + H + bottom][left + W + right][16].
+// [g1-g0][C][top + H + bottom][left + W + right][16]. With a mask (same shape
+// as src), elements whose mask is <= 0 pack as zero: the backward of a ReLU
+// whose output the mask is, fused into the copy.
 void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
-                  int64_t g0, int64_t g1, float* dst);
+                  int64_t g0, int64_t g1, float* dst, const float* mask = nullptr);
 
 // Unpacks groups [g0, g1) of src [groups][C][top + H + bottom][left + W +
 // right][16] into the matching samples of dst [N, C, H, W], dropping the

@@ -171,6 +171,60 @@ TEST(Conv2d, BackwardWeightMatchesReference) {
   }
 }
 
+TEST(Conv2d, CombinedBackwardWithReluMatchesReference) {
+  // conv2d_backward with y_relu: dy is masked by y_relu > 0 on the fly.
+  uint32_t seed = 4;
+  for (const auto& g : geometries()) {
+    Buffers d = make(g, seed += 10);
+    std::vector<float> mask = random_vec(d.dy.size(), seed + 5), masked(d.dy.size());
+    for (size_t i = 0; i < mask.size(); ++i) masked[i] = mask[i] <= 0.0f ? 0.0f : d.dy[i];
+    const int64_t xsize = g.batch * g.in_channels * g.in_h * g.in_w;
+    const int64_t wsize = g.out_channels * g.in_channels * g.kernel_h * g.kernel_w;
+    std::vector<float> want_dx(xsize), want_dw(wsize), want_db(g.out_channels);
+    conv2d_backward_input_reference(g, masked.data(), d.w.data(), want_dx.data());
+    conv2d_backward_weight_reference(g, d.x.data(), masked.data(), want_dw.data(), want_db.data());
+    const int64_t terms_x = g.out_channels * g.kernel_h * g.kernel_w;
+    const int64_t terms_w = g.batch * g.out_h() * g.out_w();
+    for (int t : kBudgets) {
+      ThreadBudgetGuard guard(t);
+      const std::string what = name(g) + " threads " + std::to_string(t);
+      std::vector<float> dx(xsize, 123.0f), dw(wsize, 123.0f), db(g.out_channels, 123.0f);
+      conv2d_backward(g, d.x.data(), d.w.data(), d.dy.data(), mask.data(), dx.data(), dw.data(),
+                      db.data());
+      expect_close(dx, want_dx, terms_x, "combined dx " + what);
+      expect_close(dw, want_dw, terms_w, "combined dw " + what);
+      expect_close(db, want_db, terms_w, "combined db " + what);
+      // Each output is optional.
+      std::fill(dx.begin(), dx.end(), 123.0f);
+      conv2d_backward(g, d.x.data(), d.w.data(), d.dy.data(), mask.data(), dx.data(), nullptr,
+                      nullptr);
+      expect_close(dx, want_dx, terms_x, "combined dx only " + what);
+      std::fill(db.begin(), db.end(), 123.0f);
+      conv2d_backward(g, d.x.data(), d.w.data(), d.dy.data(), mask.data(), nullptr, nullptr,
+                      db.data());
+      expect_close(db, want_db, terms_w, "combined db only " + what);
+    }
+  }
+}
+
+TEST(Conv2d, CombinedBackwardWithoutReluMatchesSeparateCalls) {
+  Conv2dGeometry g{32, 20, 12, 12, 20, 5, 5};  // Winograd, two groups
+  Buffers d = make(g, 99);
+  const int64_t xsize = g.batch * g.in_channels * g.in_h * g.in_w;
+  const int64_t wsize = g.out_channels * g.in_channels * 25;
+  std::vector<float> dx(xsize), dw(wsize), db(20), dx2(xsize), dw2(wsize), db2(20);
+  for (int t : kBudgets) {
+    ThreadBudgetGuard guard(t);
+    conv2d_backward_input(g, d.dy.data(), d.w.data(), dx.data());
+    conv2d_backward_weight(g, d.x.data(), d.dy.data(), dw.data(), db.data());
+    conv2d_backward(g, d.x.data(), d.w.data(), d.dy.data(), nullptr, dx2.data(), dw2.data(),
+                    db2.data());
+    EXPECT_EQ(dx2, dx) << t;
+    expect_close(dw2, dw, 1, "dw threads " + std::to_string(t));
+    expect_close(db2, db, 1, "db threads " + std::to_string(t));
+  }
+}
+
 TEST(Conv2d, ReferenceMatchesHandComputedValue) {
   // x = 1..9 in a 3x3 plane, 2x2 kernel of ones, bias 0.5: each output is the
   // sum of a 2x2 window plus 0.5.
