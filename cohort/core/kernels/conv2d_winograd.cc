@@ -17,23 +17,29 @@ using namespace winograd;  // NOLINT: the transforms are this file's vocabulary
 constexpr int kMaxTileOc = 6;
 constexpr int kMaxTileT = 6;
 
-// acc[r][t] = sum over c of u[c][oc0 + r] * v[c][t]; m[pos][r][t] = acc.
+// For every position: acc[r][t] = sum over c of u[pos][c][oc0 + r] *
+// v[pos][c][t]; m[pos][r][t] = acc. v holds c_n x tt vectors per position (T
+// of each row used), u c_n x ocp floats.
 template <int R, int T>
-void gemm_tile(int64_t c_n, const float* v, int64_t v_stride_c, const float* u, int64_t ocp,
-               float* m) {
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < c_n; ++c) {
-    __m512 vv[T];
-    for (int t = 0; t < T; ++t) vv[t] = _mm512_load_ps(v + c * v_stride_c + t * 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 uu = _mm512_set1_ps(u[c * ocp + r]);
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(uu, vv[t], acc[r][t]);
+void gemm_tile(int64_t c_n, const float* v, int64_t tt, const float* u, int64_t ocp, float* m) {
+  const int64_t v_pos = c_n * tt * 16, u_pos = c_n * ocp;
+  for (int pos = 0; pos < kPos; ++pos, v += v_pos, u += u_pos, m += R * T * 16) {
+    __m512 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    const float* vc = v;
+    const float* uc = u;
+    for (int64_t c = 0; c < c_n; ++c, vc += tt * 16, uc += ocp) {
+      __m512 vv[T];
+      for (int t = 0; t < T; ++t) vv[t] = _mm512_load_ps(vc + t * 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 uu = _mm512_set1_ps(uc[r]);
+        for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(uu, vv[t], acc[r][t]);
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) _mm512_store_ps(m + (r * T + t) * 16, acc[r][t]);
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) _mm512_store_ps(m + (r * T + t) * 16, acc[r][t]);
 }
 
 using GemmFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*);
@@ -151,10 +157,7 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
           input_transform(x + (c * d.hp + 4 * a) * pitch + 4 * (b0 + t) * 16, pitch,
                           v + (c * tt + t) * 16, d.c * tt * 16, tmp);
       for (int64_t oc0 = 0; oc0 < d.ocp; oc0 += d.tile_oc) {
-        const GemmFn gemm = kGemm[d.tile_oc - 1][nt - 1];
-        for (int pos = 0; pos < kPos; ++pos)
-          gemm(d.c, v + pos * d.c * tt * 16, tt * 16, u + pos * d.c * d.ocp + oc0, d.ocp,
-               m + pos * d.tile_oc * nt * 16);
+        kGemm[d.tile_oc - 1][nt - 1](d.c, v, tt, u + oc0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && oc0 + r < d.oc; ++r) {
           const __m512 bv = bias ? _mm512_set1_ps(bias[oc0 + r]) : zero;
           for (int64_t t = 0; t < nt; ++t) {
@@ -206,10 +209,7 @@ void winograd_backward_input_group(const WinogradConv& d, const float* dy, const
           grad_transform(dy + ((k * 4 * d.tiles_h + 4 * a) * dy_w + 4 * (b0 + t)) * 16, dy_pitch,
                          dg + (k * tt + t) * 16, d.c * tt * 16, tmp);
       for (int64_t o0 = 0; o0 < d.ocp; o0 += d.tile_oc) {
-        const GemmFn gemm = kGemm[d.tile_oc - 1][nt - 1];
-        for (int pos = 0; pos < kPos; ++pos)
-          gemm(d.c, dg + pos * d.c * tt * 16, tt * 16, u + pos * d.c * d.ocp + o0, d.ocp,
-               m + pos * d.tile_oc * nt * 16);
+        kGemm[d.tile_oc - 1][nt - 1](d.c, dg, tt, u + o0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && o0 + r < d.oc; ++r)
           for (int64_t t = 0; t < nt; ++t) {
             // dX tile += B M B^T: columns into tmp [8][8], then the rows.
