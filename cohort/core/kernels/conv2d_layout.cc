@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace cohort::kernels::detail {
 namespace {
@@ -148,19 +149,40 @@ void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w
   }
 }
 
+namespace {
+
+struct ScratchPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<ScratchLease::Buffers>> free;
+};
+
+ScratchPool& scratch_pool() {
+  static ScratchPool pool;
+  return pool;
+}
+
+}  // namespace
+
 ScratchLease::ScratchLease() {
-  static thread_local Buffers tls;
-  if (!tls.busy) {
-    tls.busy = true;
-    s_ = &tls;
-  } else {
-    own_ = std::make_unique<Buffers>();
-    s_ = own_.get();
+  ScratchPool& pool = scratch_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    if (!pool.free.empty()) {
+      s_ = std::move(pool.free.back());
+      pool.free.pop_back();
+    }
   }
+  if (!s_) s_ = std::make_unique<Buffers>();
 }
 
 ScratchLease::~ScratchLease() {
-  if (!own_) s_->busy = false;
+  ScratchPool& pool = scratch_pool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  try {
+    pool.free.push_back(std::move(s_));
+  } catch (...) {
+    // Out of memory growing the free list: the buffers are simply freed.
+  }
 }
 
 float* ScratchLease::get(int i, int64_t floats) {

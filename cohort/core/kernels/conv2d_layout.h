@@ -46,10 +46,11 @@ void pack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, 
 void unpack_batch16(const float* src, int64_t n, int64_t c, int64_t h, int64_t w, Padding pad,
                     int64_t g0, int64_t g1, float* dst);
 
-// Per-thread scratch buffers, reused across calls so that steady-state
-// training does not fault in fresh pages every step. A nested lease on the
-// same thread (possible when a caller waiting in parallel_for runs someone
-// else's task) gets private buffers instead.
+// Scratch buffers for one kernel call, leased from a process-wide pool and
+// returned when the lease ends, so that steady-state training reuses warm
+// memory instead of faulting in fresh pages every step, whichever threads the
+// calls come from. Concurrent (or nested) leases get different buffers; the
+// pool grows to the largest number of leases ever held at once.
 class ScratchLease {
  public:
   static constexpr int kBuffers = 4;
@@ -61,13 +62,12 @@ class ScratchLease {
   // Buffer i (< kBuffers), grown to at least `floats`, 64-byte aligned.
   float* get(int i, int64_t floats);
 
- private:
   struct Buffers {
     std::vector<Vec16> buf[kBuffers];
-    bool busy = false;
   };
-  Buffers* s_ = nullptr;
-  std::unique_ptr<Buffers> own_;
+
+ private:
+  std::unique_ptr<Buffers> s_;
 };
 
 }  // namespace cohort::kernels::detail
