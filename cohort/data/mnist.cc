@@ -1,0 +1,96 @@
+#include "cohort/data/mnist.h"
+
+#include <array>
+#include <filesystem>
+
+#include "cohort/data/idx_reader.h"
+
+namespace cohort::data {
+namespace {
+
+std::string find_file(const std::filesystem::path& root, const std::string& stem,
+                      const char* name) {
+  for (const char* suffix : {".gz", ""}) {
+    std::filesystem::path p = root / (stem + suffix);
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  throw IoError(
+      fmt::format("{}: missing file '{}' (or '{}.gz') in '{}'", name, stem, stem, root.string()));
+}
+
+const std::array<float, 256>& pixel_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = static_cast<float>(i) / 255.0f;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+Mnist::Mnist(const std::string& root, Split split) : Mnist(root, split, "MNIST", "") {}
+
+Mnist::Mnist(const std::string& root, Split split, const char* name, const char* package) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) {
+    std::string hint = package[0] != '\0'
+                           ? fmt::format(" (install the Debian package '{}': apt-get install {})",
+                                         package, package)
+                           : std::string();
+    throw IoError(fmt::format("{}: data directory '{}' does not exist{}", name, root, hint));
+  }
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
+  const std::string images_path = find_file(root, prefix + "-images-idx3-ubyte", name);
+  const std::string labels_path = find_file(root, prefix + "-labels-idx1-ubyte", name);
+  Tensor images = read_idx(images_path);
+  Tensor labels = read_idx(labels_path);
+  if (images.dtype() != DType::kUInt8 || images.dim() != 3)
+    throw IoError(fmt::format("{}: '{}' must hold ubyte images [N, H, W], got {} {}", name,
+                              images_path, dtype_name(images.dtype()), shape_str(images.sizes())));
+  if (labels.dtype() != DType::kUInt8 || labels.dim() != 1)
+    throw IoError(fmt::format("{}: '{}' must hold ubyte labels [N], got {} {}", name, labels_path,
+                              dtype_name(labels.dtype()), shape_str(labels.sizes())));
+  if (images.size(0) != labels.size(0))
+    throw IoError(fmt::format("{}: counts disagree: '{}' has {} images, '{}' has {} labels", name,
+                              images_path, images.size(0), labels_path, labels.size(0)));
+  const uint8_t* l = labels.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < labels.size(0); ++i) {
+    if (l[i] >= kNumClasses)
+      throw IoError(fmt::format("{}: '{}' label {} at index {} is not in [0, {})", name,
+                                labels_path, int{l[i]}, i, kNumClasses));
+  }
+  images_ = std::move(images);
+  labels_ = labels.to(DType::kInt64);
+}
+
+Example Mnist::get(int64_t index) const {
+  check_index("Mnist::get", index, size());
+  int64_t idx = index;
+  Batch b = get_batch(std::span<const int64_t>(&idx, 1));
+  return Example{b.input.select(0, 0), b.target.select(0, 0)};
+}
+
+Batch Mnist::get_batch(std::span<const int64_t> indices) const {
+  COHORT_CHECK(!indices.empty(), "Mnist::get_batch: empty index list");
+  return Batch{pixels_to_float(gather_rows(images_, indices, "Mnist::get_batch")),
+               gather_rows(labels_, indices, "Mnist::get_batch")};
+}
+
+Tensor pixels_to_float(const Tensor& pixels) {
+  COHORT_CHECK(pixels.dtype() == DType::kUInt8 && pixels.dim() >= 1,
+               "pixels_to_float: need uint8 [B, ...], got {} {}", dtype_name(pixels.dtype()),
+               shape_str(pixels.sizes()));
+  Tensor src = pixels.contiguous();
+  Shape sizes = src.sizes();
+  sizes.insert(sizes.begin() + 1, 1);
+  Tensor out = Tensor::empty(sizes, DType::kFloat32);
+  const auto& table = pixel_table();
+  const uint8_t* s = src.data_ptr<uint8_t>();
+  float* d = out.data_ptr<float>();
+  const int64_t n = src.numel();
+  for (int64_t i = 0; i < n; ++i) d[i] = table[s[i]];
+  return out;
+}
+
+}  // namespace cohort::data
