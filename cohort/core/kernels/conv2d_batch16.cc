@@ -1,6 +1,13 @@
 // Batch-16 drivers of the conv2d kernels: pack NCHW buffers into the
 // batch-16 layout, run the Winograd or direct kernels over groups of 16
 // samples on the caller's thread budget, unpack the results.
+// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
+// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
+// merge source, which -Wmaybe-uninitialized reports inside inlined code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "cohort/core/kernels/conv2d_batch16.h"
 
 #include <immintrin.h>
@@ -167,7 +174,7 @@ void add_bias_grad(const float* dy, int64_t oc_n, int64_t plane, float* dbias) {
     const float* row = dy + oc * plane * kLanes;
     __m512 s = _mm512_setzero_ps();
     for (int64_t k = 0; k < plane; ++k) s = _mm512_add_ps(s, _mm512_load_ps(row + k * kLanes));
-    dbias[oc] += _mm512_reduce_add_ps(s);
+    dbias[oc] += sum_lanes(s);
   }
 }
 
@@ -319,3 +326,5 @@ bool batch16_backward_shared(const Conv2dGeometry& g, const float* x, const floa
 }
 
 }  // namespace cohort::kernels::detail
+
+#endif  // defined(__AVX512F__)

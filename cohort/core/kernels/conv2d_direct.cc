@@ -1,4 +1,13 @@
+// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
+// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
+// merge source, which -Wmaybe-uninitialized reports inside inlined code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "cohort/core/kernels/conv2d_direct.h"
+
+#include "cohort/core/kernels/conv2d_layout.h"
 
 #include <immintrin.h>
 
@@ -101,7 +110,7 @@ void weight_tile(const DirectConv& d, const float* x, const float* dy, int64_t o
   for (int r = 0; r < R; ++r) {
     if (oc0 + r >= d.oc) break;
     float* out = dw + (((oc0 + r) * d.c + c) * d.kh + kh) * d.kw + kw0;
-    for (int t = 0; t < T; ++t) out[t] += _mm512_reduce_add_ps(acc[r][t]);
+    for (int t = 0; t < T; ++t) out[t] += sum_lanes(acc[r][t]);
   }
 }
 
@@ -204,3 +213,5 @@ void direct_backward_weight_channels(const DirectConv& d, const float* x, const 
 }
 
 }  // namespace cohort::kernels::detail
+
+#endif  // defined(__AVX512F__)

@@ -10,6 +10,10 @@
 // Thread safety: the functions only touch the rows they are given.
 #pragma once
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -23,6 +27,18 @@ constexpr int64_t kLanes = 16;
 struct alignas(64) Vec16 {
   float v[kLanes];
 };
+
+#if defined(__AVX512F__)
+// Sum of the 16 lanes (GCC 12's _mm512_reduce_add_ps trips
+// -Wmaybe-uninitialized).
+inline float sum_lanes(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4e));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xb1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4e));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xb1));
+  return _mm512_cvtss_f32(v);
+}
+#endif
 
 // Grows `buf` to at least `vecs` vectors (never shrinks; contents are not
 // preserved) and returns its data as floats.

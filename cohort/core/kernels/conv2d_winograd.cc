@@ -1,3 +1,10 @@
+// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
+// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
+// merge source, which -Wmaybe-uninitialized reports inside inlined code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "cohort/core/kernels/conv2d_winograd.h"
 
 #include "cohort/core/kernels/conv2d_winograd_transforms.h"
@@ -236,3 +243,5 @@ void winograd_backward_input_group(const WinogradConv& d, const float* dy, const
 }
 
 }  // namespace cohort::kernels::detail
+
+#endif  // defined(__AVX512F__)

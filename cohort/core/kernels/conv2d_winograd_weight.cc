@@ -2,6 +2,13 @@
 // of output gradients and its 8x8 input tile are transformed, multiplied
 // position by position and summed over blocks with the 16 samples still in
 // the vector lanes; the lanes are summed once per group, 16 sums at a time.
+// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
+// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
+// merge source, which -Wmaybe-uninitialized reports inside inlined code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -157,3 +164,5 @@ void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw)
 }
 
 }  // namespace cohort::kernels::detail
+
+#endif  // defined(__AVX512F__)

@@ -1,8 +1,14 @@
 // Fast max pooling: planes split over the caller's thread budget, with a
 // vectorized path for the usual 2x2 / stride 2 window.
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
+// merge source, which -Wmaybe-uninitialized reports inside inlined code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "cohort/core/kernels/pool2d.h"
 
+#if defined(__AVX512F__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +48,7 @@ void pool_plane(const Pool2dGeometry& g, const float* xp, float* yp, int32_t* ap
   }
 }
 
+#if defined(__AVX512F__)
 // Kernel 2x2, stride 2, no padding (the common case, and Net's): 16 outputs
 // per step from two pairs of input vectors split into even and odd columns.
 void pool_plane_2x2(const Pool2dGeometry& g, const float* xp, float* yp, int32_t* ap) {
@@ -83,21 +90,26 @@ void pool_plane_2x2(const Pool2dGeometry& g, const float* xp, float* yp, int32_t
   }
 }
 
+#endif  // defined(__AVX512F__)
+
 }  // namespace
 
 void max_pool2d_forward(const Pool2dGeometry& g, const float* x, float* y, int32_t* argmax) {
   check_pool2d_geometry(g, "max_pool2d_forward");
   const int64_t plane_in = g.in_h * g.in_w, plane_out = g.out_h() * g.out_w();
   const int64_t planes = g.batch * g.channels;
-  const bool fast_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 &&
-                        g.pad_h == 0 && g.pad_w == 0;
+  [[maybe_unused]] const bool fast_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 &&
+                                         g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0;
   parallel_for(0, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_in, 1)),
                [&](int64_t p0, int64_t p1) {
                  for (int64_t p = p0; p < p1; ++p) {
-                   if (fast_2x2)
+#if defined(__AVX512F__)
+                   if (fast_2x2) {
                      pool_plane_2x2(g, x + p * plane_in, y + p * plane_out, argmax + p * plane_out);
-                   else
-                     pool_plane(g, x + p * plane_in, y + p * plane_out, argmax + p * plane_out);
+                     continue;
+                   }
+#endif
+                   pool_plane(g, x + p * plane_in, y + p * plane_out, argmax + p * plane_out);
                  }
                });
 }
