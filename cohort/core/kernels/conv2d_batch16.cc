@@ -43,41 +43,62 @@ void for_chunks(int64_t items, int64_t chunks,
   });
 }
 
+// Whether each task should run whole groups end to end (their buffers stay
+// in one core's cache and only one group's buffers per task are live), rather
+// than splitting every group's rows between the threads: when the groups
+// divide evenly, or are many enough that the imbalance is small.
+bool whole_groups(int64_t groups, int64_t threads) {
+  return groups % threads == 0 || groups >= 4 * threads;
+}
+
 // One batch-16 pass: pack each group's input, compute its output rows, unpack
-// the result. When the groups split evenly over the threads each task runs
-// whole groups end to end (their buffers stay in one core's cache); otherwise
-// the rows of all groups are split evenly between three phases.
+// the result.
 struct Batch16Pass {
-  int64_t groups, rows;    // output rows (or tile rows) per group
-  int64_t scratch_floats;  // per task, for compute
-  std::function<void(int64_t g0, int64_t g1)> pack, unpack;
-  std::function<void(int64_t g, int64_t r0, int64_t r1, float* scratch)> compute;
+  int64_t groups, rows;           // output rows (or tile rows) per group
+  int64_t in_floats, out_floats;  // packed buffer sizes per group
+  int64_t scratch_floats;         // per task, for compute
+  // pack: groups [g0, g1) into dst; unpack: from src.
+  std::function<void(int64_t g0, int64_t g1, float* dst)> pack;
+  std::function<void(int64_t g0, int64_t g1, const float* src)> unpack;
+  std::function<void(const float* in, float* out, int64_t r0, int64_t r1, float* scratch)> compute;
 };
 
 void run(const Batch16Pass& p, ScratchLease& lease) {
   const int64_t threads = std::max(1, num_threads());
-  const bool whole_groups = p.groups % threads == 0;
-  const int64_t chunks = whole_groups ? threads : std::min(threads, p.groups * p.rows);
-  float* scratch = lease.get(3, chunks * p.scratch_floats);
-  if (whole_groups) {
+  if (whole_groups(p.groups, threads)) {
+    const int64_t chunks = std::min(threads, p.groups);
+    const int64_t slot = p.in_floats + p.out_floats + p.scratch_floats;
+    float* slots = lease.get(1, chunks * slot);
     for_chunks(p.groups, chunks, [&](int64_t chunk, int64_t g0, int64_t g1) {
+      float* in = slots + chunk * slot;
+      float* out = in + p.in_floats;
+      float* scratch = out + p.out_floats;
       for (int64_t gi = g0; gi < g1; ++gi) {
-        p.pack(gi, gi + 1);
-        p.compute(gi, 0, p.rows, scratch + chunk * p.scratch_floats);
-        p.unpack(gi, gi + 1);
+        p.pack(gi, gi + 1, in);
+        p.compute(in, out, 0, p.rows, scratch);
+        p.unpack(gi, gi + 1, out);
       }
     });
     return;
   }
-  parallel_for(0, p.groups, 1, p.pack);
+  // Fewer groups than about 4 per thread: all are packed first (bounded
+  // memory), then their rows are split evenly.
+  const int64_t chunks = std::min(threads, p.groups * p.rows);
+  float* in = lease.get(1, p.groups * p.in_floats);
+  float* out = lease.get(2, p.groups * p.out_floats);
+  float* scratch = lease.get(3, chunks * p.scratch_floats);
+  parallel_for(0, p.groups, 1,
+               [&](int64_t g0, int64_t g1) { p.pack(g0, g1, in + g0 * p.in_floats); });
   for_chunks(p.groups * p.rows, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1;) {
       const int64_t gi = i / p.rows, r0 = i % p.rows, r1 = std::min(p.rows, r0 + (i1 - i));
-      p.compute(gi, r0, r1, scratch + chunk * p.scratch_floats);
+      p.compute(in + gi * p.in_floats, out + gi * p.out_floats, r0, r1,
+                scratch + chunk * p.scratch_floats);
       i += r1 - r0;
     }
   });
-  parallel_for(0, p.groups, 1, p.unpack);
+  parallel_for(0, p.groups, 1,
+               [&](int64_t g0, int64_t g1) { p.unpack(g0, g1, out + g0 * p.out_floats); });
 }
 
 // conv(x) on batch-16 buffers; `transposed` runs the stride-1 backward-input
@@ -101,7 +122,7 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
   p.groups = groups;
   Padding pad, out_pad;
   int64_t in_group, out_group = oc * oh * ow * kLanes;
-  float *wp, *inb, *outb;
+  float* wp;
   if (transposed && winograd_fits(g, true)) {
     // d describes the forward convolution with the channel roles swapped:
     // dy's blocks in, dx's padded tiles out (overlapping, so one task per
@@ -115,8 +136,8 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
     winograd_weights(w, g.out_channels, g.in_channels, d.ocp, true, wp);
     p.rows = 1;
     p.scratch_floats = winograd_scratch_floats(d);
-    p.compute = [=, &inb, &outb](int64_t gi, int64_t, int64_t, float* scratch) {
-      winograd_backward_input_group(d, inb + gi * in_group, wp, outb + gi * out_group, scratch);
+    p.compute = [=](const float* inb, float* outb, int64_t, int64_t, float* scratch) {
+      winograd_backward_input_group(d, inb, wp, outb, scratch);
     };
   } else if (!transposed && winograd_fits(g, false)) {
     const WinogradConv d = make_winograd(c, oc, oh, ow);
@@ -126,9 +147,8 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
     winograd_weights(w, g.out_channels, g.in_channels, d.ocp, false, wp);
     p.rows = d.tiles_h;
     p.scratch_floats = winograd_scratch_floats(d);
-    p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float* scratch) {
-      winograd_forward_rows(d, inb + gi * in_group, wp, bias, relu, r0, r1, outb + gi * out_group,
-                            scratch);
+    p.compute = [=](const float* inb, float* outb, int64_t r0, int64_t r1, float* scratch) {
+      winograd_forward_rows(d, inb, wp, bias, relu, r0, r1, outb, scratch);
     };
   } else {
     const int tile = direct_tile_oc(oc);
@@ -151,17 +171,17 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
     pack_weights(w, g.out_channels, g.in_channels, g.kernel_h, g.kernel_w, d.ocp, transposed, wp);
     p.rows = oh;
     p.scratch_floats = 0;
-    p.compute = [=, &inb, &outb](int64_t gi, int64_t r0, int64_t r1, float*) {
-      direct_forward_rows(d, inb + gi * in_group, wp, bias, relu, r0, r1, outb + gi * out_group);
+    p.compute = [=](const float* inb, float* outb, int64_t r0, int64_t r1, float*) {
+      direct_forward_rows(d, inb, wp, bias, relu, r0, r1, outb);
     };
   }
-  inb = lease.get(1, groups * in_group);
-  outb = lease.get(2, groups * out_group);
-  p.pack = [&](int64_t g0, int64_t g1) {
-    pack_batch16(in, n, c, h, wd, pad, g0, g1, inb + g0 * in_group, in_mask);
+  p.in_floats = in_group;
+  p.out_floats = out_group;
+  p.pack = [&](int64_t g0, int64_t g1, float* dst) {
+    pack_batch16(in, n, c, h, wd, pad, g0, g1, dst, in_mask);
   };
-  p.unpack = [&](int64_t g0, int64_t g1) {
-    unpack_batch16(outb + g0 * out_group, n, oc, oh, ow, out_pad, g0, g1, out);
+  p.unpack = [&](int64_t g0, int64_t g1, const float* src) {
+    unpack_batch16(src, n, oc, oh, ow, out_pad, g0, g1, out);
   };
   run(p, lease);
 }
@@ -219,9 +239,8 @@ void winograd_backward_weight(const Conv2dGeometry& g, const float* x, const flo
 
 void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const float* dy,
                              const float* dy_mask, float* dw, float* dbias) {
-  // Winograd when the groups split evenly over the threads (its unit of work
-  // is a whole group).
-  if (winograd_fits(g, false) && groups_of(g.batch) % std::max(1, num_threads()) == 0)
+  // Winograd's unit of work is a whole group.
+  if (winograd_fits(g, false) && whole_groups(groups_of(g.batch), std::max(1, num_threads())))
     return winograd_backward_weight(g, x, dy, dy_mask, dw, dbias);
   DirectConv d{g.in_channels,
                g.in_h,
@@ -241,33 +260,51 @@ void batch16_backward_weight(const Conv2dGeometry& g, const float* x, const floa
   const int64_t wsize = d.oc * d.c * d.kh * d.kw;
   const int64_t psize = wsize + d.oc;  // partial dw, then partial dbias
   const int64_t threads = std::max(1, num_threads());
-  const bool whole_groups = groups % threads == 0;
-  // Work items: (group, input channel). Each chunk of items sums into its own
-  // partial, and the partials are added in chunk order, so the result does not
-  // depend on thread timing.
-  const int64_t items = groups * d.c;
-  const int64_t chunks = std::min(threads, items);
+  const Padding xpad{0, 0, g.pad_w, g.pad_w};
+  // Each chunk of work sums into its own partial, and the partials are added
+  // in chunk order, so the result does not depend on thread timing.
   ScratchLease lease;
-  float* xb = lease.get(0, groups * xg);
-  float* dyb = lease.get(1, groups * dyg);
-  float* partial = lease.get(2, chunks * psize);
-  std::fill(partial, partial + chunks * psize, 0.0f);
-  auto pack = [&](int64_t g0, int64_t g1) {
-    pack_batch16(x, g.batch, d.c, d.h, g.in_w, Padding{0, 0, g.pad_w, g.pad_w}, g0, g1,
-                 xb + g0 * xg);
-    pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, Padding{}, g0, g1, dyb + g0 * dyg, dy_mask);
-  };
-  if (!whole_groups) parallel_for(0, groups, 1, pack);
-  for_chunks(items, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
-    float* p = partial + chunk * psize;
-    for (int64_t i = i0; i < i1;) {
-      const int64_t gi = i / d.c, c0 = i % d.c, c1 = std::min(d.c, c0 + (i1 - i));
-      if (whole_groups) pack(gi, gi + 1);  // chunks then hold whole groups
-      direct_backward_weight_channels(d, xb + gi * xg, dyb + gi * dyg, c0, c1, p);
-      if (c0 == 0 && dbias) add_bias_grad(dyb + gi * dyg, d.oc, d.oh * d.ow, p + wsize);
-      i += c1 - c0;
-    }
-  });
+  int64_t chunks;
+  float* partial;
+  if (whole_groups(groups, threads)) {
+    chunks = std::min(threads, groups);
+    const int64_t slot = xg + dyg;
+    float* slots = lease.get(0, chunks * slot);
+    partial = lease.get(2, chunks * psize);
+    std::fill(partial, partial + chunks * psize, 0.0f);
+    for_chunks(groups, chunks, [&](int64_t chunk, int64_t g0, int64_t g1) {
+      float* xb = slots + chunk * slot;
+      float* dyb = xb + xg;
+      float* p = partial + chunk * psize;
+      for (int64_t gi = g0; gi < g1; ++gi) {
+        pack_batch16(x, g.batch, d.c, d.h, g.in_w, xpad, gi, gi + 1, xb);
+        pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, Padding{}, gi, gi + 1, dyb, dy_mask);
+        direct_backward_weight_channels(d, xb, dyb, 0, d.c, p);
+        if (dbias) add_bias_grad(dyb, d.oc, d.oh * d.ow, p + wsize);
+      }
+    });
+  } else {
+    // Few groups: pack them all, then split (group, input channel) items.
+    const int64_t items = groups * d.c;
+    chunks = std::min(threads, items);
+    float* xb = lease.get(0, groups * xg);
+    float* dyb = lease.get(1, groups * dyg);
+    partial = lease.get(2, chunks * psize);
+    std::fill(partial, partial + chunks * psize, 0.0f);
+    parallel_for(0, groups, 1, [&](int64_t g0, int64_t g1) {
+      pack_batch16(x, g.batch, d.c, d.h, g.in_w, xpad, g0, g1, xb + g0 * xg);
+      pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, Padding{}, g0, g1, dyb + g0 * dyg, dy_mask);
+    });
+    for_chunks(items, chunks, [&](int64_t chunk, int64_t i0, int64_t i1) {
+      float* p = partial + chunk * psize;
+      for (int64_t i = i0; i < i1;) {
+        const int64_t gi = i / d.c, c0 = i % d.c, c1 = std::min(d.c, c0 + (i1 - i));
+        direct_backward_weight_channels(d, xb + gi * xg, dyb + gi * dyg, c0, c1, p);
+        if (c0 == 0 && dbias) add_bias_grad(dyb + gi * dyg, d.oc, d.oh * d.ow, p + wsize);
+        i += c1 - c0;
+      }
+    });
+  }
   std::copy(partial, partial + wsize, dw);
   if (dbias) std::copy(partial + wsize, partial + psize, dbias);
   for (int64_t c = 1; c < chunks; ++c) {
@@ -283,7 +320,8 @@ bool batch16_backward_shared(const Conv2dGeometry& g, const float* x, const floa
                              float* dbias) {
   const int64_t groups = groups_of(g.batch);
   const int64_t threads = std::max(1, num_threads());
-  if (!winograd_fits(g, false) || !winograd_fits(g, true) || groups % threads != 0) return false;
+  if (!winograd_fits(g, false) || !winograd_fits(g, true) || !whole_groups(groups, threads))
+    return false;
   const int64_t c = g.in_channels, oc = g.out_channels;
   const WinogradConv dwd = make_winograd(c, oc, g.out_h(), g.out_w());  // weight gradient
   const WinogradConv dxd = make_winograd(oc, c, g.out_h(), g.out_w());  // transposed pass
