@@ -1,18 +1,98 @@
 #include "cohort/core/storage.h"
 
+#include <cstdlib>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 namespace cohort {
+namespace {
 
-void Storage::AlignedFree::operator()(std::byte* p) const {
-  ::operator delete(p, std::align_val_t(kAlignment));
+void* raw_alloc(size_t bytes) {
+  return ::operator new(bytes, std::align_val_t(Storage::kAlignment));
+}
+void raw_free(void* p) { ::operator delete(p, std::align_val_t(Storage::kAlignment)); }
+
+class BlockCache {
+ public:
+  static BlockCache& instance() {
+    static BlockCache* cache = new BlockCache();  // leaked: outlives static tensors
+    return *cache;
+  }
+
+  bool enabled() const { return enabled_; }
+
+  void* take(size_t capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(capacity);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= capacity;
+    return p;
+  }
+
+  // Returns false when the cache is full (the caller frees the block).
+  bool give(void* p, size_t capacity) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cached_ + capacity > Storage::kCacheMaxBytes) return false;
+    free_[capacity].push_back(p);
+    cached_ += capacity;
+    return true;
+  }
+
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) raw_free(p);
+    free_.clear();
+    cached_ = 0;
+  }
+
+ private:
+  BlockCache() {
+    const char* env = std::getenv("COHORT_STORAGE_CACHE");
+    enabled_ = !(env && env[0] == '0');
+  }
+
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  bool enabled_ = true;
+};
+
+size_t round_capacity(size_t nbytes) {
+  size_t c = (nbytes + Storage::kAlignment - 1) / Storage::kAlignment * Storage::kAlignment;
+  if (c == 0) c = Storage::kAlignment;
+  // Round big blocks to 4 KiB so near-equal sizes share cache entries.
+  if (c >= Storage::kCacheMinBytes) c = (c + 4095) / 4096 * 4096;
+  return c;
 }
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes) {
-  // Round up so vector kernels may read whole 64-byte lines at the tail.
-  size_t padded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (padded == 0) padded = kAlignment;
-  data_.reset(static_cast<std::byte*>(::operator new(padded, std::align_val_t(kAlignment))));
+}  // namespace
+
+Storage::Storage(size_t nbytes) : nbytes_(nbytes), capacity_(round_capacity(nbytes)) {
+  // The padding lets vector kernels read whole 64-byte lines at the tail.
+  if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled())
+    data_ = BlockCache::instance().take(capacity_);
+  if (!data_) data_ = raw_alloc(capacity_);
 }
+
+Storage::~Storage() {
+  if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled() &&
+      BlockCache::instance().give(data_, capacity_))
+    return;
+  raw_free(data_);
+}
+
+size_t Storage::cached_bytes() { return BlockCache::instance().cached(); }
+
+void Storage::release_cache() { BlockCache::instance().release(); }
 
 }  // namespace cohort

@@ -1,0 +1,36 @@
+#include "cohort/core/storage.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace cohort {
+namespace {
+
+TEST(Storage, AlignedAndWritable) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{100}, size_t{1} << 20}) {
+    Storage s(n);
+    EXPECT_EQ(s.nbytes(), n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s.data()) % Storage::kAlignment, 0u);
+    if (n) std::memset(s.data(), 1, n);
+  }
+}
+
+TEST(Storage, LargeBlocksAreRecycled) {
+  if (std::getenv("COHORT_STORAGE_CACHE")) GTEST_SKIP() << "cache configured by environment";
+  Storage::release_cache();
+  void* first;
+  {
+    Storage s(3 << 20);
+    first = s.data();
+  }
+  EXPECT_GE(Storage::cached_bytes(), size_t{3} << 20);
+  Storage again(3 << 20);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(Storage::cached_bytes(), 0u);
+  Storage::release_cache();
+}
+
+}  // namespace
+}  // namespace cohort
