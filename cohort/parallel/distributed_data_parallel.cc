@@ -1,0 +1,77 @@
+#include "cohort/parallel/distributed_data_parallel.h"
+
+#include "cohort/autograd/grad_mode.h"
+
+namespace cohort::parallel {
+
+DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
+                                                 std::shared_ptr<distributed::ProcessGroup> pg,
+                                                 DistributedDataParallelOptions options)
+    : nn::Module("DistributedDataParallel"),
+      module_(std::move(module)),
+      pg_(std::move(pg)),
+      options_(std::move(options)) {
+  COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: module is null");
+  COHORT_CHECK(pg_ != nullptr, "DistributedDataParallel: process group is null");
+  COHORT_CHECK(options_.bucket_cap_mb > 0,
+               "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
+               options_.bucket_cap_mb);
+  register_module("module", module_);
+  verify_same_model(*pg_, *module_, "DistributedDataParallel");
+  broadcast_module_state(*pg_, *module_, 0);
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = static_cast<size_t>(options_.bucket_cap_mb * 1024.0 * 1024.0);
+  if (ro.bucket_cap_bytes == 0) ro.bucket_cap_bytes = 1;
+  ro.find_unused_parameters = options_.find_unused_parameters;
+  ro.comm_hook = options_.comm_hook;
+  reducer_ = std::make_unique<Reducer>(module_->named_parameters(), pg_, std::move(ro));
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+nn::ModulePtr DistributedDataParallel::copy_shell() const {
+  throw NotSupported(
+      "DistributedDataParallel: clone()/replicate() of the DDP wrapper are not supported; clone "
+      "module() instead");
+}
+
+void DistributedDataParallel::sync_buffers() {
+  if (!options_.broadcast_buffers || pg_->size() == 1) return;
+  std::vector<Tensor> bufs = module_->buffers();
+  if (bufs.empty()) return;
+  std::vector<distributed::Work> works;
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (buffer, contiguous stand-in)
+  for (Tensor& b : bufs) {
+    if (b.is_contiguous()) {
+      works.push_back(pg_->broadcast(b, {.root = 0}));
+    } else {
+      Tensor c = b.contiguous();
+      works.push_back(pg_->broadcast(c, {.root = 0}));
+      copies.emplace_back(b, c);
+    }
+  }
+  for (auto& w : works) w.wait();
+  for (auto& [b, c] : copies) b.copy_(c);
+}
+
+void DistributedDataParallel::after_forward(const Tensor& out) {
+  if (GradMode::is_enabled() && require_sync_) {
+    reducer_->prepare_for_backward({out});
+  } else {
+    reducer_->skip_sync();
+  }
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  return forward_with([&](nn::Module& m) { return m.forward(input); });
+}
+
+Tensor DistributedDataParallel::forward_with(const std::function<Tensor(nn::Module&)>& fn) {
+  reducer_->begin_iteration();
+  sync_buffers();
+  Tensor out = fn(*module_);
+  after_forward(out);
+  return out;
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,125 @@
+// DistributedDataParallel: data-parallel training over processes, as
+// torch.nn.parallel.DistributedDataParallel. Every rank holds a full copy of
+// the model and trains on its own share of the data; backward averages the
+// gradients over the ranks, so after opt.step() every copy is the same.
+//
+//   auto pg = cohort::distributed::init_process_group("native", "env://");
+//   auto model = std::make_shared<Net>(gen);
+//   cohort::parallel::DistributedDataParallel ddp(model, pg);
+//   cohort::optim::SGD opt(ddp.parameters(), {.lr = 0.01});
+//   for (...) {
+//     opt.zero_grad();
+//     Tensor loss = nll_loss(ddp.forward(x), y);
+//     loss.backward();   // gradients are averaged when this returns
+//     opt.step();
+//   }
+//
+// Construction (collective: every rank constructs its DDP in the same order)
+// checks that every rank wraps the same model -- the same parameters and
+// buffers with the same names, dtypes and shapes, compared through an
+// all_gather of a hash, then of the full lists when they differ -- and throws
+// InvalidArgument naming the first difference and the ranks on every rank;
+// then broadcasts the parameters and buffers from rank 0. A rank that dies or
+// never arrives makes the others fail with the ProcessGroup's PeerLost or
+// TimeoutError (the group's timeout), never hang.
+//
+// Gradients: see reducer.h (buckets in reverse registration order, launched
+// during backward as they fill, .grad views into the buckets, no copies).
+// Reduction is finished when backward() returns. Buffers (e.g. BatchNorm
+// statistics) are broadcast from rank 0 at the start of every forward
+// (broadcast_buffers). no_sync() skips the averaging for forwards run inside
+// it (gradient accumulation): the next synchronised backward averages the
+// accumulated sum.
+//
+// The wrapped module is child "module" (state_dict keys "module.fc1.weight",
+// as PyTorch's); module() gives the model itself for saving or evaluation.
+// Ownership: shares the module and the group. Not copyable or movable (the
+// gradient hooks point at it); clone()/replicate() throw NotSupported.
+// Thread safety: one training thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/distributed/process_group.h"
+#include "cohort/nn/module.h"
+#include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/reducer.h"
+
+namespace cohort::parallel {
+
+struct DistributedDataParallelOptions {
+  double bucket_cap_mb = 25.0;  // MiB per bucket
+  // Walk the autograd graph after each forward and treat parameters it does
+  // not reach as ready (their gradient is not averaged in; see reducer.h).
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;  // broadcast buffers from rank 0 every forward
+  CommHook comm_hook;             // empty: all_reduce average (allreduce_hook())
+};
+
+class DistributedDataParallel : public nn::Module {
+ public:
+  DistributedDataParallel(nn::ModulePtr module, std::shared_ptr<distributed::ProcessGroup> pg,
+                          DistributedDataParallelOptions options = {});
+  ~DistributedDataParallel() override;
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+
+  // module->forward(input), with the buffer broadcast before it and the
+  // reduction armed after it (when grad mode is on and not in no_sync).
+  Tensor forward(const Tensor& input) override;
+  // The same around any call of the module (several inputs, other methods):
+  // fn(module()) must return the outputs that the loss is computed from.
+  Tensor forward_with(const std::function<Tensor(nn::Module&)>& fn);
+
+  // RAII: forwards run while it lives do not average gradients on backward.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.require_sync_) {
+      ddp_.require_sync_ = false;
+    }
+    ~NoSyncGuard() { ddp_.require_sync_ = prev_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool prev_;
+  };
+  // auto guard = ddp.no_sync();  ... forward/backward ...  (guard ends)
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Replaces the communication hook (e.g. bf16_compress_hook()); call between
+  // iterations, the same on every rank.
+  void register_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
+
+  nn::Module& module() const { return *module_; }
+  const nn::ModulePtr& module_ptr() const { return module_; }
+  distributed::ProcessGroup& process_group() const { return *pg_; }
+  const Reducer& reducer() const { return *reducer_; }
+
+ protected:
+  nn::ModulePtr copy_shell() const override;
+
+ private:
+  void sync_buffers();
+  void after_forward(const Tensor& out);
+
+  nn::ModulePtr module_;
+  std::shared_ptr<distributed::ProcessGroup> pg_;
+  DistributedDataParallelOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+  bool require_sync_ = true;
+};
+
+// Collective: throws InvalidArgument on every rank unless every rank's
+// `module` has the same parameter and buffer names, dtypes and shapes (the
+// message names the first difference and the ranks). `what` prefixes errors.
+void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
+                       const std::string& what);
+
+// Collective: copies rank `root`'s parameters and buffers into every rank's.
+void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& module, int root = 0);
+
+}  // namespace cohort::parallel

@@ -1,0 +1,276 @@
+#include "cohort/parallel/reducer.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "cohort/autograd/node.h"
+#include "cohort/base/log.h"
+
+namespace cohort::parallel {
+
+Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
+                 std::shared_ptr<distributed::ProcessGroup> pg, ReducerOptions options)
+    : pg_(std::move(pg)), options_(std::move(options)) {
+  COHORT_CHECK(pg_ != nullptr, "DistributedDataParallel: process group is null");
+  COHORT_CHECK(options_.bucket_cap_bytes > 0, "DistributedDataParallel: bucket cap must be > 0");
+  if (!options_.comm_hook) options_.comm_hook = allreduce_hook();
+  for (auto& [name, t] : params) {
+    if (!t.requires_grad()) continue;
+    COHORT_CHECK(t.is_leaf(), "DistributedDataParallel: parameter '{}' is not a leaf", name);
+    params_.push_back(Param{name, t, Tensor(), 0, GradHookHandle()});
+  }
+  build_buckets(options_.bucket_cap_bytes);
+  ready_.assign(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    // Keep whatever gradient the parameter already has.
+    Tensor g = p.tensor.grad();
+    if (g.defined()) p.view.copy_(g);
+    p.tensor.set_grad(p.view);
+    p.hook = p.tensor.register_grad_ready_hook([this, i](Tensor&) { on_grad_ready(i); });
+  }
+}
+
+Reducer::~Reducer() {
+  for (Param& p : params_) p.hook.remove();
+  // A reduction left half-way (an exception during backward): let the
+  // launched ops end before their buffers go away.
+  for (Bucket& b : buckets_) {
+    if (!b.reduction.work.defined()) continue;
+    try {
+      b.reduction.work.wait();
+    } catch (const std::exception&) {
+      // Already reported to whoever ran backward.
+    }
+  }
+}
+
+void Reducer::build_buckets(size_t cap_bytes) {
+  // Reverse registration order, one open bucket per dtype.
+  struct Open {
+    std::vector<size_t> params;
+    size_t bytes = 0;
+  };
+  std::map<DType, Open> open;
+  std::vector<std::vector<size_t>> closed;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& t = params_[k].tensor;
+    Open& o = open[t.dtype()];
+    size_t bytes = t.nbytes();
+    if (!o.params.empty() && o.bytes + bytes > cap_bytes) {
+      closed.push_back(std::move(o.params));
+      o = Open{};
+    }
+    o.params.push_back(k);
+    o.bytes += bytes;
+  }
+  for (auto& [dtype, o] : open)
+    if (!o.params.empty()) closed.push_back(std::move(o.params));
+  // Reduction order: by the first (latest-registered) parameter of each bucket.
+  std::sort(closed.begin(), closed.end(),
+            [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  for (auto& members : closed) {
+    Bucket b;
+    int64_t numel = 0;
+    for (size_t k : members) numel += params_[k].tensor.numel();
+    DType dtype = params_[members.front()].tensor.dtype();
+    b.buffer = Tensor::zeros({numel}, dtype);
+    int64_t offset = 0;
+    for (size_t k : members) {
+      Param& p = params_[k];
+      p.bucket = buckets_.size();
+      Shape strides(p.tensor.sizes().size());
+      int64_t s = 1;
+      for (size_t d = strides.size(); d-- > 0;) {
+        strides[d] = s;
+        s *= p.tensor.sizes()[d];
+      }
+      p.view = Tensor::from_storage(b.buffer.storage(), p.tensor.sizes(), strides, offset, dtype);
+      offset += p.tensor.numel();
+    }
+    b.params = std::move(members);
+    buckets_.push_back(std::move(b));
+  }
+}
+
+std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const Bucket& b : buckets_) {
+    out.emplace_back();
+    for (size_t k : b.params) out.back().push_back(params_[k].name);
+  }
+  return out;
+}
+
+void Reducer::set_comm_hook(CommHook hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_CHECK(!armed_, "DistributedDataParallel: register_comm_hook between forward and backward");
+  options_.comm_hook = hook ? std::move(hook) : allreduce_hook();
+}
+
+void Reducer::restore_view(Param& p) {
+  Tensor g = p.tensor.grad();
+  if (g.defined() && g.is_same(p.view)) return;
+  if (g.defined()) {
+    p.view.copy_(g);
+  } else {
+    p.view.zero_();
+  }
+  p.tensor.set_grad(p.view);
+}
+
+std::string Reducer::describe_unready() const {
+  std::string names;
+  size_t count = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    if (count < 8) names += (count ? ", " : "") + ("'" + params_[i].name + "'");
+    ++count;
+  }
+  if (count > 8) names += fmt::format(" and {} more", count - 8);
+  return fmt::format("{} parameter(s) received no gradient: {}", count, names);
+}
+
+void Reducer::begin_iteration() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (armed_ && any_ready_) {
+    std::string unready = describe_unready();
+    reset_iteration();
+    throw InvalidArgument(fmt::format(
+        "DistributedDataParallel (rank {}): the previous iteration's gradient reduction did not "
+        "finish: {}. Construct DDP with find_unused_parameters = true when parts of the model "
+        "take no part in some iterations, and make every output of forward take part in the loss",
+        pg_->rank(), unready));
+  }
+  reset_iteration();
+  for (Param& p : params_) restore_view(p);
+}
+
+void Reducer::reset_iteration() {
+  armed_ = false;
+  any_ready_ = false;
+  unused_marked_ = false;
+  std::fill(ready_.begin(), ready_.end(), false);
+  unused_.clear();
+  next_launch_ = 0;
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.reduction = BucketReduction{};
+  }
+}
+
+void Reducer::skip_sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = false;
+}
+
+void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reset_iteration();
+  armed_ = true;
+  if (!options_.find_unused_parameters) return;
+  // Walk the graph from the outputs; parameters whose AccumulateGrad is not
+  // reached will get no gradient in this backward.
+  std::unordered_map<const TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].tensor.unsafe_impl()] = i;
+  std::vector<bool> used(params_.size(), false);
+  std::vector<autograd::Node*> stack;
+  std::unordered_map<autograd::Node*, bool> seen;
+  for (const Tensor& out : outputs) {
+    if (!out.defined()) continue;
+    autograd::Edge e = autograd::gradient_edge(out);
+    if (e.valid() && !seen[e.node.get()]) {
+      seen[e.node.get()] = true;
+      stack.push_back(e.node.get());
+    }
+  }
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    if (auto* acc = dynamic_cast<autograd::AccumulateGrad*>(n)) {
+      auto it = index.find(acc->variable().unsafe_impl());
+      if (it != index.end()) used[it->second] = true;
+    }
+    for (const autograd::Edge& e : n->next_edges()) {
+      if (e.valid() && !seen[e.node.get()]) {
+        seen[e.node.get()] = true;
+        stack.push_back(e.node.get());
+      }
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!used[i]) unused_.push_back(i);
+}
+
+void Reducer::on_grad_ready(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!armed_) return;  // no_sync, or no forward through DDP
+  try {
+    any_ready_ = true;
+    if (!unused_marked_) {
+      // Marked at the first hook, not in forward, so that a forward without a
+      // backward (evaluation with grad mode on) launches nothing.
+      unused_marked_ = true;
+      for (size_t u : unused_) mark_ready(u);
+    }
+    mark_ready(index);
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+}
+
+void Reducer::mark_ready(size_t index) {
+  Param& p = params_[index];
+  if (ready_[index]) {
+    throw InvalidArgument(fmt::format(
+        "DistributedDataParallel (rank {}): parameter '{}' got its gradient twice in one "
+        "iteration (backward ran twice through one forward, or a parameter is shared with "
+        "find_unused_parameters marking it unused)",
+        pg_->rank(), p.name));
+  }
+  ready_[index] = true;
+  restore_view(p);
+  Bucket& b = buckets_[p.bucket];
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    size_t i = next_launch_++;
+    GradBucket view{i, buckets_[i].buffer, i + 1 == buckets_.size()};
+    buckets_[i].reduction = options_.comm_hook(*pg_, view);
+  }
+  if (next_launch_ == buckets_.size()) finalize();
+}
+
+void Reducer::finalize() {
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    try {
+      b.reduction.work.wait();
+      if (b.reduction.finish) b.reduction.finish();
+    } catch (...) {
+      // Let the other launched ops end before reporting (their buffers are ours).
+      for (size_t j = i + 1; j < buckets_.size(); ++j) {
+        try {
+          buckets_[j].reduction.work.wait();
+        } catch (...) {
+        }
+      }
+      std::exception_ptr e = distributed::detail::with_context(
+          std::current_exception(),
+          fmt::format("DistributedDataParallel: gradient reduction of bucket {} of {}", i,
+                      buckets_.size()));
+      reset_iteration();
+      std::rethrow_exception(e);
+    }
+    b.reduction = BucketReduction{};
+  }
+  armed_ = false;
+  any_ready_ = false;
+  ++num_reductions_;
+}
+
+}  // namespace cohort::parallel

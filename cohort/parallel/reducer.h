@@ -1,0 +1,129 @@
+// Reducer: the gradient-averaging engine behind DistributedDataParallel
+// (PyTorch's c10d::Reducer). It packs the gradients of the parameters into
+// flat buckets and all-reduces each bucket as soon as the last of its
+// gradients is ready during backward, so communication overlaps the rest of
+// backward.
+//
+// Buckets: parameters in reverse order of registration (roughly the order in
+// which backward produces their gradients), one dtype per bucket, a bucket
+// closed when the next parameter would take it past bucket_cap_bytes (a single
+// larger parameter gets a bucket of its own). Every rank computes the same
+// assignment from the same model, and buckets are launched strictly in bucket
+// order (bucket k waits for buckets 0..k-1 to be launched), so the ranks issue
+// the same collectives in the same order whatever order their gradients
+// arrive in.
+//
+// No copies: each parameter's .grad is set (Tensor::set_grad) to a view into
+// its bucket, so backward accumulates straight into the bucket and the
+// all_reduce result is the parameter's gradient. If something replaces a
+// .grad (zero_grad(set_to_none), a user's set_grad), the next forward -- or
+// the grad-ready hook, if it happens in between -- copies it back into the
+// bucket and restores the view.
+//
+// One iteration: prepare_for_backward() (from forward, when gradients are to
+// be synchronised) arms the hooks; each parameter's grad-ready hook marks it
+// ready; a bucket whose parameters are all ready is launched; the hook that
+// launches the last bucket waits for every bucket's Work and runs the comm
+// hook's finish step, so when backward() returns the gradients are averaged
+// (the "finalize" point). Without prepare_for_backward (no_sync, grad mode
+// off) the hooks do nothing and gradients just accumulate in the buckets.
+//
+// Failure: a failed all_reduce propagates out of backward() with its type
+// (PeerLost, TimeoutError, ...). A parameter that got no gradient keeps its
+// bucket from launching; with find_unused_parameters the unused ones are
+// found by walking the autograd graph from forward's outputs and marked ready
+// (their bucket slices keep their local value: zero after zero_grad), else the
+// next prepare_for_backward throws, naming them.
+// Thread safety: hooks run on the thread that runs backward; calls from
+// several threads are serialised by an internal mutex.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cohort/core/tensor.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/parallel/comm_hooks.h"
+
+namespace cohort::parallel {
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = size_t{25} << 20;
+  bool find_unused_parameters = false;
+  CommHook comm_hook;  // empty: allreduce_hook()
+};
+
+class Reducer {
+ public:
+  // params: (name, tensor) in registration order; those that do not require
+  // grad are left out. Installs the bucket views and the grad-ready hooks.
+  Reducer(std::vector<std::pair<std::string, Tensor>> params,
+          std::shared_ptr<distributed::ProcessGroup> pg, ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Throws InvalidArgument if the previous synchronised iteration started its
+  // reduction but did not finish it (some parameters got no gradient); then
+  // makes sure every .grad is its bucket view. Called first by forward.
+  void begin_iteration();
+  // Arms the hooks for the coming backward. outputs: forward's outputs, used
+  // to find unused parameters when find_unused_parameters is set.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
+  // The coming backward only accumulates (no_sync).
+  void skip_sync();
+
+  void set_comm_hook(CommHook hook);
+
+  size_t num_buckets() const { return buckets_.size(); }
+  // Parameter names per bucket, in reduction order.
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  // The flat storage of bucket i (what the hooks reduce).
+  const Tensor& bucket_buffer(size_t i) const { return buckets_[i].buffer; }
+  // Number of synchronised backward passes finished so far.
+  int64_t num_reductions() const { return num_reductions_; }
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor tensor;
+    Tensor view;  // the .grad we install: a view into the bucket
+    size_t bucket = 0;
+    GradHookHandle hook;
+  };
+  struct Bucket {
+    Tensor buffer;
+    std::vector<size_t> params;
+    size_t pending = 0;
+    BucketReduction reduction;
+  };
+
+  void build_buckets(size_t cap_bytes);
+  void on_grad_ready(size_t index);
+  void mark_ready(size_t index);
+  void launch_ready_buckets();
+  void finalize();
+  void reset_iteration();
+  void restore_view(Param& p);
+  std::string describe_unready() const;
+
+  std::shared_ptr<distributed::ProcessGroup> pg_;
+  ReducerOptions options_;
+  std::vector<Param> params_;
+  std::vector<Bucket> buckets_;
+  std::mutex mu_;
+
+  // Per-iteration state.
+  bool armed_ = false;
+  bool any_ready_ = false;
+  bool unused_marked_ = false;
+  std::vector<bool> ready_;
+  std::vector<size_t> unused_;
+  size_t next_launch_ = 0;
+  int64_t num_reductions_ = 0;
+};
+
+}  // namespace cohort::parallel
