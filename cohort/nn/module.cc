@@ -1,0 +1,276 @@
+#include "cohort/nn/module.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_set>
+
+#include "cohort/autograd/grad_mode.h"
+
+namespace cohort::nn {
+
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+std::string list_str(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return "[" + out + "]";
+}
+
+}  // namespace
+
+struct Module::CopyMemo {
+  std::map<const TensorImpl*, Tensor> tensors;
+};
+
+std::string Module::describe() const { return type_name_ + "(" + extra_repr() + ")"; }
+
+std::string Module::repr() const {
+  std::string out;
+  repr_into(out, 0);
+  return out;
+}
+
+void Module::repr_into(std::string& out, int indent) const {
+  if (children_.empty()) {
+    out += describe();
+    return;
+  }
+  out += type_name_ + "(";
+  std::string extra = extra_repr();
+  if (!extra.empty()) out += "\n" + std::string(indent + 2, ' ') + extra;
+  for (const auto& [name, c] : children_) {
+    out += "\n" + std::string(indent + 2, ' ') + "(" + name + "): ";
+    c->repr_into(out, indent + 2);
+  }
+  out += "\n" + std::string(indent, ' ') + ")";
+}
+
+Tensor Module::forward(const Tensor& input) {
+  throw NotSupported(describe() + ": has no one-input forward");
+}
+
+void Module::check_new_name(const std::string& name, const char* what) const {
+  COHORT_CHECK(!name.empty() && name.find('.') == std::string::npos,
+               "{}: {} name must be non-empty and contain no '.', got '{}'", describe(), what,
+               name);
+  auto taken = [&](const auto& v) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& e) { return e.first == name; });
+  };
+  COHORT_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_),
+               "{}: cannot register {} '{}': the name is already taken", describe(), what, name);
+}
+
+size_t Module::register_parameter(std::string name, Tensor t) {
+  check_new_name(name, "parameter");
+  COHORT_CHECK(t.defined() && is_floating(t.dtype()),
+               "{}: parameter '{}' must be a defined floating tensor", describe(), name);
+  COHORT_CHECK(t.is_leaf(), "{}: parameter '{}' must be a leaf tensor (detach it first)",
+               describe(), name);
+  t.set_requires_grad(true);
+  params_.emplace_back(std::move(name), std::move(t));
+  return params_.size() - 1;
+}
+
+size_t Module::register_buffer(std::string name, Tensor t) {
+  check_new_name(name, "buffer");
+  COHORT_CHECK(t.defined(), "{}: buffer '{}' must be a defined tensor", describe(), name);
+  buffers_.emplace_back(std::move(name), std::move(t));
+  return buffers_.size() - 1;
+}
+
+size_t Module::register_module(std::string name, ModulePtr module) {
+  check_new_name(name, "child module");
+  COHORT_CHECK(module != nullptr, "{}: child module '{}' is null", describe(), name);
+  children_.emplace_back(std::move(name), std::move(module));
+  return children_.size() - 1;
+}
+
+void Module::collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
+                     std::vector<const TensorImpl*>* seen) const {
+  for (const auto& [name, t] : params ? params_ : buffers_) {
+    const TensorImpl* id = t.unsafe_impl();
+    if (seen) {
+      if (std::find(seen->begin(), seen->end(), id) != seen->end()) continue;
+      seen->push_back(id);
+    }
+    out.emplace_back(join(prefix, name), t);
+  }
+  if (!recurse) return;
+  for (const auto& [name, c] : children_) c->collect(join(prefix, name), params, true, out, seen);
+}
+
+NamedTensors Module::named_parameters(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect("", true, recurse, out, &seen);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+NamedTensors Module::named_buffers(bool recurse) const {
+  NamedTensors out;
+  std::vector<const TensorImpl*> seen;
+  collect("", false, recurse, out, &seen);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : named_buffers(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, ModulePtr>> Module::named_children() const { return children_; }
+
+std::vector<ModulePtr> Module::children() const {
+  std::vector<ModulePtr> out;
+  for (const auto& [name, c] : children_) out.push_back(c);
+  return out;
+}
+
+void Module::collect_modules(const std::string& prefix,
+                             std::vector<std::pair<std::string, Module*>>& out) {
+  out.emplace_back(prefix, this);
+  for (auto& [name, c] : children_) c->collect_modules(join(prefix, name), out);
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  collect_modules("", out);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& t : parameters()) n += t.numel();
+  return n;
+}
+
+const Tensor& Module::parameter(std::string_view name) const {
+  for (const auto& [n, t] : params_)
+    if (n == name) return t;
+  throw InvalidArgument(fmt::format("{}: no parameter named '{}'", describe(), name));
+}
+
+const Tensor& Module::buffer(std::string_view name) const {
+  for (const auto& [n, t] : buffers_)
+    if (n == name) return t;
+  throw InvalidArgument(fmt::format("{}: no buffer named '{}'", describe(), name));
+}
+
+ModulePtr Module::child(std::string_view name) const {
+  for (const auto& [n, c] : children_)
+    if (n == name) return c;
+  throw InvalidArgument(fmt::format("{}: no child module named '{}'", describe(), name));
+}
+
+Module& Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, c] : children_) c->train(on);
+  return *this;
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (const Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none)
+      p.set_grad(Tensor());
+    else
+      p.mutable_grad().zero_();
+  }
+}
+
+void Module::collect_state(const std::string& prefix,
+                           std::vector<std::pair<std::string, Tensor*>>& out) {
+  for (auto& [name, t] : params_) out.emplace_back(join(prefix, name), &t);
+  for (auto& [name, t] : buffers_) out.emplace_back(join(prefix, name), &t);
+  for (auto& [name, c] : children_) c->collect_state(join(prefix, name), out);
+}
+
+TensorDict Module::state_dict() const {
+  std::vector<std::pair<std::string, Tensor*>> entries;
+  // collect_state only reads through the pointers here.
+  const_cast<Module*>(this)->collect_state("", entries);
+  TensorDict out;
+  for (auto& [name, t] : entries) out.insert(name, t->detach());
+  return out;
+}
+
+LoadStateDictResult Module::load_state_dict(const TensorDict& dict, bool strict) {
+  std::vector<std::pair<std::string, Tensor*>> entries;
+  collect_state("", entries);
+  LoadStateDictResult result;
+  std::unordered_set<std::string> known;
+  std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  for (auto& [name, target] : entries) {
+    known.insert(name);
+    const Tensor* src = dict.find(name);
+    if (src == nullptr) {
+      result.missing_keys.push_back(name);
+      continue;
+    }
+    COHORT_CHECK(src->sizes() == target->sizes(),
+                 "load_state_dict: {}: size mismatch for {}: the state dict has {}, the model has "
+                 "{}",
+                 type_name_, name, shape_str(src->sizes()), shape_str(target->sizes()));
+    copies.emplace_back(target, src);
+  }
+  for (const auto& [name, t] : dict)
+    if (!known.count(name)) result.unexpected_keys.push_back(name);
+  if (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty())) {
+    std::string msg = fmt::format("load_state_dict: {}: ", type_name_);
+    if (!result.missing_keys.empty()) msg += "missing keys " + list_str(result.missing_keys);
+    if (!result.unexpected_keys.empty())
+      msg += std::string(result.missing_keys.empty() ? "" : "; ") + "unexpected keys " +
+             list_str(result.unexpected_keys);
+    throw InvalidArgument(msg);
+  }
+  NoGradGuard no_grad;
+  for (auto& [target, src] : copies)
+    if (!src->is_same(*target)) target->copy_(*src);
+  return result;
+}
+
+ModulePtr Module::copy_tree(bool deep, CopyMemo& memo) const {
+  ModulePtr copy = copy_shell();
+  auto copy_tensor = [&](Tensor& t, bool is_param) {
+    if (!deep && is_param) return;  // replicas share parameters
+    auto it = memo.tensors.find(t.unsafe_impl());
+    if (it != memo.tensors.end()) {
+      t = it->second;
+      return;
+    }
+    Tensor c = t.clone();
+    if (t.requires_grad()) c.set_requires_grad(true);
+    memo.tensors.emplace(t.unsafe_impl(), c);
+    t = c;
+  };
+  for (auto& [name, t] : copy->params_) copy_tensor(t, true);
+  for (auto& [name, t] : copy->buffers_) copy_tensor(t, false);
+  for (auto& [name, c] : copy->children_) c = c->copy_tree(deep, memo);
+  copy->on_copy(deep);
+  return copy;
+}
+
+ModulePtr Module::clone() const {
+  CopyMemo memo;
+  NoGradGuard no_grad;
+  return copy_tree(true, memo);
+}
+
+ModulePtr Module::replicate() const {
+  CopyMemo memo;
+  NoGradGuard no_grad;
+  return copy_tree(false, memo);
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,182 @@
+// nn::Module: the base of layers and models, as torch.nn.Module. A module owns
+// named parameters (leaf tensors that require grad), buffers (state that is
+// saved but not trained, e.g. BatchNorm's running statistics) and child
+// modules, each registered by name in the order the constructor registers
+// them. Names are what PyTorch would produce: named_parameters() and
+// state_dict() join the path with dots ("conv1.weight", "net.0.bias").
+//
+// Writing a module: derive from Cloneable<YourModule>, register everything
+// in the constructor and keep the returned slot numbers (or use fixed ones);
+// reach tensors and children through param(slot), buffer(slot) and
+// child<T>(slot). Keep no other Tensor handles or child pointers as members:
+// clone() and replicate() copy the registry and the plain members of your
+// class (with its copy constructor), so anything outside the registry would
+// still point at the original. Override on_copy() for other shared state.
+//
+// Randomness: constructors that initialise weights take a Generator& and draw
+// from it in registration order (there is no global RNG, DESIGN.md).
+//
+// Copies: clone() is a deep copy (new storage for every parameter and buffer,
+// same names, requires_grad kept, no gradients); replicate() makes a new
+// module tree whose parameters ARE the original's tensors (same data, same
+// .grad, so gradients of all replicas accumulate into one place) while
+// buffers are copied -- what a thread-based DataParallel needs for replicas
+// 1..n-1 (replica 0 is the original, so BatchNorm statistics it computes are
+// kept, as in PyTorch).
+//
+// Thread safety: forward on one module from several threads is safe when the
+// module holds no per-call state (Linear, Conv2d, activations); BatchNorm in
+// training mode updates its buffers and must not be shared between threads:
+// give each thread a replica. Registration, train()/eval() and
+// load_state_dict() must not race with anything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cohort/autograd/ops.h"
+#include "cohort/core/tensor.h"
+#include "cohort/core/tensor_dict.h"
+
+namespace cohort::nn {
+
+class Module;
+using ModulePtr = std::shared_ptr<Module>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// What a non-strict load_state_dict skipped.
+struct LoadStateDictResult {
+  std::vector<std::string> missing_keys;     // in the module, not in the dict
+  std::vector<std::string> unexpected_keys;  // in the dict, not in the module
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module& operator=(const Module&) = delete;
+
+  // "Linear", "Net", ...
+  const std::string& type_name() const { return type_name_; }
+  // The constructor arguments as PyTorch prints them ("in_features=10, ...").
+  virtual std::string extra_repr() const { return ""; }
+  // type_name(extra_repr()): the prefix of this module's error messages.
+  std::string describe() const;
+  // A PyTorch-style multi-line tree of this module and its children.
+  std::string repr() const;
+
+  // One-input forward. The base throws NotSupported (ModuleList and losses
+  // have no one-input forward, like PyTorch's).
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  // ---- parameters, buffers, children (pre-order: own entries first, then
+  // each child's subtree in registration order; a tensor registered twice is
+  // listed once) ----
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, ModulePtr>> named_children() const;
+  std::vector<ModulePtr> children() const;
+  // Every module of the tree with its dotted path; the root is "" (non-owning).
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // Total number of parameter elements.
+  int64_t num_parameters() const;
+
+  // Own entries by name; throw InvalidArgument naming the module and the key.
+  const Tensor& parameter(std::string_view name) const;
+  const Tensor& buffer(std::string_view name) const;
+  ModulePtr child(std::string_view name) const;
+
+  // ---- modes ----
+  // Sets training mode on this module and all descendants.
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+
+  // Clears the gradients of all parameters: zeroes them in place by default
+  // (PyTorch 1.13's default; keeps gradient tensors that DDP points into its
+  // buckets), or drops them when set_to_none.
+  void zero_grad(bool set_to_none = false);
+
+  // ---- state ----
+  // Per module in pre-order: its parameters, then its buffers, names dotted.
+  // Values share storage with the module's tensors (detached): clone them to
+  // keep a snapshot across training steps.
+  TensorDict state_dict() const;
+  // Copies the dict's values into the module's tensors (converting dtype).
+  // A shape mismatch is always an error naming the tensor and both shapes;
+  // with strict, so are missing and unexpected keys. Everything is checked
+  // before anything is copied, so a failed load leaves the module unchanged.
+  LoadStateDictResult load_state_dict(const TensorDict& dict, bool strict = true);
+
+  // ---- copies (see the header comment) ----
+  ModulePtr clone() const;
+  ModulePtr replicate() const;
+  template <typename M>
+  std::shared_ptr<M> clone_as() const {
+    return std::static_pointer_cast<M>(clone());
+  }
+
+ protected:
+  explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  Module(const Module&) = default;  // shallow: used by clone()/replicate()
+
+  // Register an entry; names must be non-empty, without '.', unique within
+  // this module. Parameters must be defined floating leaf tensors; they are
+  // set to require grad. Returns the slot for param()/buffer()/child().
+  size_t register_parameter(std::string name, Tensor t);
+  size_t register_buffer(std::string name, Tensor t);
+  size_t register_module(std::string name, ModulePtr module);
+
+  Tensor& param(size_t slot) { return params_[slot].second; }
+  const Tensor& param(size_t slot) const { return params_[slot].second; }
+  Tensor& buf(size_t slot) { return buffers_[slot].second; }
+  const Tensor& buf(size_t slot) const { return buffers_[slot].second; }
+  template <typename M>
+  M& child(size_t slot) const {
+    return static_cast<M&>(*children_[slot].second);
+  }
+  size_t num_children() const { return children_.size(); }
+
+  // A shallow copy of the most-derived object (Cloneable implements it).
+  virtual ModulePtr copy_shell() const = 0;
+  // Called on the copy after its registry has been re-pointed; deep tells
+  // clone() from replicate().
+  virtual void on_copy(bool deep) {}
+
+ private:
+  struct CopyMemo;
+  ModulePtr copy_tree(bool deep, CopyMemo& memo) const;
+  void check_new_name(const std::string& name, const char* what) const;
+  void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
+               std::vector<const TensorImpl*>* seen) const;
+  void collect_modules(const std::string& prefix,
+                       std::vector<std::pair<std::string, Module*>>& out);
+  void collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
+  void repr_into(std::string& out, int indent) const;
+
+  std::string type_name_;
+  bool training_ = true;
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, ModulePtr>> children_;
+};
+
+// CRTP base giving a module its copy_shell(): derive `class Foo : public
+// Cloneable<Foo>` and call Cloneable<Foo>("Foo") from the constructor.
+template <typename Derived>
+class Cloneable : public Module {
+ protected:
+  using Module::Module;
+  ModulePtr copy_shell() const override {
+    return std::make_shared<Derived>(static_cast<const Derived&>(*this));
+  }
+};
+
+}  // namespace cohort::nn

@@ -1,0 +1,53 @@
+// optim::Adam and optim::AdamW with PyTorch 1.13's formulas
+// (torch.optim.Adam / AdamW, single-tensor path):
+//   step += 1;  g = grad (negated when maximize)
+//   Adam:  g += weight_decay * p          AdamW: p *= 1 - lr * weight_decay
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   v_hat = amsgrad ? (v_max = max(v_max, v)) : v
+//   p -= lr / (1 - beta1^step) * m / (sqrt(v_hat) / sqrt(1 - beta2^step) + eps)
+// Options: "lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad" (0/1),
+// "maximize" (0/1). State per parameter: "step" (0-d float32, as PyTorch
+// keeps it), "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (amsgrad only).
+// Thread safety and state dicts: see optimizer.h.
+#pragma once
+
+#include "cohort/optim/optimizer.h"
+
+namespace cohort::optim {
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+  bool maximize = false;
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  void step() override;
+
+ protected:
+  Adam(std::string name, std::vector<Tensor> params, AdamOptions options, bool decoupled);
+  std::vector<std::string> state_keys(const ParamGroup& group) const override;
+  void check_options(const Options& options) const override;
+
+ private:
+  bool decoupled_;  // AdamW's weight decay
+};
+
+// AdamW: Adam with decoupled weight decay (default 1e-2, as PyTorch).
+struct AdamWOptions : AdamOptions {
+  AdamWOptions() { weight_decay = 1e-2; }
+};
+
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+};
+
+}  // namespace cohort::optim

@@ -1,0 +1,80 @@
+#include "cohort/optim/clip_grad.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "cohort/autograd/grad_mode.h"
+#include "cohort/base/parallel.h"
+#include "cohort/optim/update_util.h"
+
+namespace cohort::optim {
+
+namespace {
+
+// Sum of |x|^p (or max |x| for p = inf) over a contiguous buffer, in double.
+template <typename T>
+double accumulate(const T* x, int64_t n, double p) {
+  std::mutex mu;
+  double total = 0;
+  const bool inf = std::isinf(p);
+  parallel_for(0, n, kUpdateGrain, [&](int64_t b, int64_t e) {
+    double acc = 0;
+    if (inf) {
+      for (int64_t i = b; i < e; ++i) acc = std::max(acc, static_cast<double>(std::abs(x[i])));
+    } else if (p == 2.0) {
+      for (int64_t i = b; i < e; ++i) acc += static_cast<double>(x[i]) * x[i];
+    } else if (p == 1.0) {
+      for (int64_t i = b; i < e; ++i) acc += std::abs(static_cast<double>(x[i]));
+    } else {
+      for (int64_t i = b; i < e; ++i) acc += std::pow(std::abs(static_cast<double>(x[i])), p);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    total = inf ? std::max(total, acc) : total + acc;
+  });
+  return total;
+}
+
+}  // namespace
+
+double grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  COHORT_CHECK(norm_type > 0, "clip_grad_norm: norm_type must be positive or inf, got {}",
+               norm_type);
+  const bool inf = std::isinf(norm_type);
+  double total = 0;
+  for (const Tensor& p : params) {
+    if (!p.defined()) continue;
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    COHORT_CHECK(g.dtype() == kFloat32 || g.dtype() == kFloat64,
+                 "clip_grad_norm: gradients must be float32 or float64, got {}",
+                 dtype_name(g.dtype()));
+    Tensor c = g.contiguous();
+    double part = c.dtype() == kFloat32 ? accumulate(c.data_ptr<float>(), c.numel(), norm_type)
+                                        : accumulate(c.data_ptr<double>(), c.numel(), norm_type);
+    total = inf ? std::max(total, part) : total + part;
+  }
+  if (inf) return total;
+  return norm_type == 2.0 ? std::sqrt(total) : std::pow(total, 1.0 / norm_type);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                      bool error_if_nonfinite) {
+  double total = grad_norm(params, norm_type);
+  COHORT_CHECK(!error_if_nonfinite || std::isfinite(total),
+               "clip_grad_norm: the total norm of order {} of the gradients is non-finite ({}), "
+               "so they cannot be clipped",
+               norm_type, total);
+  double coef = max_norm / (total + 1e-6);
+  // As PyTorch: a NaN total poisons the gradients rather than passing silently.
+  if (!(coef >= 1.0)) {
+    NoGradGuard no_grad;
+    for (const Tensor& p : params) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      p.mutable_grad().mul_(coef);
+    }
+  }
+  return total;
+}
+
+}  // namespace cohort::optim
