@@ -1,0 +1,311 @@
+// The collective correctness suite as one rank of a job: every collective
+// through a ProcessGroup, checked against a serial reference, over sizes 0,
+// 1, odd counts, counts not divisible by the world size and ones large
+// enough for the pipelined algorithms, several dtypes and reductions,
+// subgroups, tensor overloads and async issue. The same program runs under
+// `cohort run` (native backend, env://) and under `mpirun` (mpi backend), so
+// both backends pass the same cases.
+//
+//   collective_suite --backend native|mpi [--expect-transport shm|tcp]
+//
+// Exits 0 when every case passed; otherwise prints the first failed case
+// (rank, op, count, dtype, reduction) and exits 1.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cohort/base/error.h"
+#include "cohort/distributed/process_group.h"
+#include "tests/distributed/suite_values.h"
+
+namespace cohort::suite {
+namespace {
+
+using distributed::ProcessGroup;
+using distributed::Work;
+
+const DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                               DataType::kInt64,   DataType::kUInt8,   DataType::kBFloat16,
+                               DataType::kFloat16};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin,
+                            ReduceOp::kMax};
+
+struct Case {
+  DataType dtype;
+  ReduceOp op;
+};
+
+std::string describe(const char* what, size_t count, DataType dt, ReduceOp op) {
+  return std::string(what) + " count=" + std::to_string(count) +
+         " dtype=" + std::string(collectives::dtype_name(dt)) +
+         " op=" + std::string(collectives::reduce_op_name(op));
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw Error("wrong result: " + what);
+}
+
+class Suite {
+ public:
+  explicit Suite(ProcessGroup& pg) : pg_(pg), n_(pg.size()), r_(pg.rank()) {}
+
+  // Counts: empty, one, odd, not divisible by the world size, and large
+  // enough (with 4-byte elements) to take the ring / chunked algorithms.
+  std::vector<size_t> counts(size_t large) const {
+    return {0, 1, 7, static_cast<size_t>(13 * n_ + 1), large};
+  }
+
+  void all_reduce() {
+    for (DataType dt : kAllDtypes) {
+      for (ReduceOp op : kAllOps) check_all_reduce(7, dt, op);
+    }
+    for (size_t count : counts(70001)) {
+      for (Case c :
+           {Case{DataType::kFloat32, ReduceOp::kSum}, Case{DataType::kBFloat16, ReduceOp::kAvg},
+            Case{DataType::kInt64, ReduceOp::kMax}, Case{DataType::kFloat16, ReduceOp::kSum},
+            Case{DataType::kFloat64, ReduceOp::kMin}}) {
+        check_all_reduce(count, c.dtype, c.op);
+      }
+    }
+  }
+
+  void broadcast() {
+    for (size_t count : counts(70001)) {
+      for (int root : {0, n_ - 1}) {
+        for (DataType dt : {DataType::kInt32, DataType::kBFloat16}) {
+          Values v = make_input(r_, count, dt, ReduceOp::kSum);
+          pg_.broadcast(v.data(), count, dt, {.root = root}).wait();
+          expect(
+              v == make_input(root, count, dt, ReduceOp::kSum),
+              describe("broadcast", count, dt, ReduceOp::kSum) + " root=" + std::to_string(root));
+        }
+      }
+    }
+  }
+
+  void reduce() {
+    int root = n_ / 2;
+    for (size_t count : counts(70001)) {
+      for (Case c :
+           {Case{DataType::kFloat32, ReduceOp::kSum}, Case{DataType::kInt64, ReduceOp::kMax},
+            Case{DataType::kFloat64, ReduceOp::kAvg}}) {
+        Values v = make_input(r_, count, c.dtype, c.op);
+        pg_.reduce(v.data(), count, c.dtype, {.op = c.op, .root = root}).wait();
+        // Off the root the data is unchanged.
+        Values want = r_ == root ? reference_reduce(n_, 0, count, c.dtype, c.op)
+                                 : make_input(r_, count, c.dtype, c.op);
+        expect(v == want, describe("reduce", count, c.dtype, c.op));
+      }
+    }
+  }
+
+  void all_gather_and_gather() {
+    for (size_t count : counts(30001)) {
+      for (DataType dt : {DataType::kFloat32, DataType::kInt64, DataType::kUInt8}) {
+        Values in = make_input(r_, count, dt, ReduceOp::kSum);
+        Values all(dt, count * static_cast<size_t>(n_));
+        pg_.all_gather(in.data(), all.data(), count, dt).wait();
+        expect(all == gathered(count, dt), describe("all_gather", count, dt, ReduceOp::kSum));
+        Values got(dt, count * static_cast<size_t>(n_));
+        int root = n_ - 1;
+        pg_.gather(in.data(), r_ == root ? got.data() : nullptr, count, dt, {.root = root}).wait();
+        if (r_ == root) {
+          expect(got == gathered(count, dt), describe("gather", count, dt, ReduceOp::kSum));
+        }
+      }
+    }
+  }
+
+  void scatter() {
+    for (size_t count : counts(30001)) {
+      for (int root : {0, n_ / 2}) {
+        DataType dt = DataType::kFloat32;
+        Values send = gathered(count, dt);  // block j = rank j's input
+        Values got(dt, count);
+        pg_.scatter(r_ == root ? send.data() : nullptr, got.data(), count, dt, {.root = root})
+            .wait();
+        expect(got == make_input(r_, count, dt, ReduceOp::kSum),
+               describe("scatter", count, dt, ReduceOp::kSum) + " root=" + std::to_string(root));
+      }
+    }
+  }
+
+  void reduce_scatter() {
+    for (size_t count : counts(30001)) {
+      for (Case c :
+           {Case{DataType::kFloat32, ReduceOp::kSum}, Case{DataType::kBFloat16, ReduceOp::kAvg},
+            Case{DataType::kInt32, ReduceOp::kMax}, Case{DataType::kFloat64, ReduceOp::kProduct}}) {
+        size_t total = count * static_cast<size_t>(n_);
+        Values send = make_input(r_, total, c.dtype, c.op);
+        Values got(c.dtype, count);
+        pg_.reduce_scatter(send.data(), got.data(), count, c.dtype, {.op = c.op}).wait();
+        expect(got == reference_reduce(n_, static_cast<size_t>(r_) * count, count, c.dtype, c.op),
+               describe("reduce_scatter", count, c.dtype, c.op));
+      }
+    }
+  }
+
+  void all_to_all() {
+    for (size_t count : counts(20001)) {
+      for (DataType dt : {DataType::kInt32, DataType::kFloat64}) {
+        size_t total = count * static_cast<size_t>(n_);
+        Values send(dt, total), got(dt, total), want(dt, total);
+        for (size_t j = 0; j < static_cast<size_t>(n_); ++j) {
+          for (size_t i = 0; i < count; ++i) {
+            send.set(j * count + i, 1000.0 * r_ + 10.0 * static_cast<double>(j) + i % 10);
+            want.set(j * count + i, 1000.0 * static_cast<double>(j) + 10.0 * r_ + i % 10);
+          }
+        }
+        pg_.all_to_all(send.data(), got.data(), count, dt).wait();
+        expect(got == want, describe("all_to_all", count, dt, ReduceOp::kSum));
+      }
+    }
+  }
+
+  void send_recv() {
+    if (n_ == 1) return;
+    int next = (r_ + 1) % n_, prev = (r_ + n_ - 1) % n_;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{100003}}) {
+      DataType dt = DataType::kFloat32;
+      Values out = make_input(r_, count, dt, ReduceOp::kSum);
+      Values in(dt, count);
+      auto tag = static_cast<uint32_t>(count % 1000);
+      // Even ranks send first, odd ranks receive first: no cycle of senders.
+      Work a, b;
+      if (r_ % 2 == 0) {
+        a = pg_.send(out.data(), count, dt, next, {.tag = tag});
+        b = pg_.recv(in.data(), count, dt, prev, {.tag = tag});
+      } else {
+        b = pg_.recv(in.data(), count, dt, prev, {.tag = tag});
+        a = pg_.send(out.data(), count, dt, next, {.tag = tag});
+      }
+      a.wait();
+      b.wait();
+      expect(in == make_input(prev, count, dt, ReduceOp::kSum),
+             describe("send/recv", count, dt, ReduceOp::kSum));
+    }
+  }
+
+  void subgroups() {
+    std::vector<int> evens, odds;
+    for (int r = 0; r < n_; ++r) (r % 2 == 0 ? evens : odds).push_back(r);
+    auto even = pg_.new_group(evens);
+    auto odd = odds.empty() ? nullptr : pg_.new_group(odds);
+    auto& mine = r_ % 2 == 0 ? even : odd;
+    if (!mine) throw Error("new_group returned null on a member");
+    if ((r_ % 2 == 0 ? odd : even) != nullptr)
+      throw Error("new_group returned a group to a non-member");
+    const std::vector<int>& members = r_ % 2 == 0 ? evens : odds;
+    int64_t v = r_;
+    mine->all_reduce(&v, 1, DataType::kInt64).wait();
+    int64_t want = 0;
+    for (int m : members) want += m;
+    expect(v == want, "subgroup all_reduce");
+    int32_t b = mine->rank() == 0 ? 99 : r_;
+    mine->broadcast(&b, 1, DataType::kInt32).wait();
+    expect(b == 99, "subgroup broadcast");
+    expect(mine->world_ranks() == members, "subgroup world_ranks");
+    mine->destroy();
+    // The world group still works after the subgroups.
+    pg_.barrier().wait();
+  }
+
+  void tensors_and_async() {
+    Tensor t = Tensor::full({3, 5}, static_cast<double>(r_ + 1));
+    pg_.all_reduce(t).wait();
+    expect(t.to_vector<float>() == std::vector<float>(15, static_cast<float>(n_ * (n_ + 1) / 2)),
+           "tensor all_reduce");
+    Tensor in = Tensor::full({2}, static_cast<double>(r_), kInt64);
+    Tensor out = Tensor::zeros({n_, 2}, kInt64);
+    pg_.all_gather_into_tensor(out, in).wait();
+    std::vector<int64_t> g = out.to_vector<int64_t>();
+    for (size_t i = 0; i < g.size(); ++i)
+      expect(g[i] == static_cast<int64_t>(i / 2), "tensor all_gather");
+    // Many ops in flight, waited in reverse order.
+    std::vector<std::vector<int32_t>> bufs(10, std::vector<int32_t>(1001, r_));
+    std::vector<Work> works;
+    for (auto& b : bufs) works.push_back(pg_.all_reduce(b.data(), b.size(), DataType::kInt32));
+    for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+    for (auto& b : bufs)
+      expect(b == std::vector<int32_t>(1001, n_ * (n_ - 1) / 2), "async all_reduce");
+    for (int i = 0; i < 3; ++i) pg_.barrier().wait();
+  }
+
+ private:
+  void check_all_reduce(size_t count, DataType dt, ReduceOp op) {
+    Values v = make_input(r_, count, dt, op);
+    pg_.all_reduce(v.data(), count, dt, {.op = op}).wait();
+    expect(v == reference_reduce(n_, 0, count, dt, op), describe("all_reduce", count, dt, op));
+  }
+
+  // Every rank's make_input(sum) concatenated in rank order.
+  Values gathered(size_t count, DataType dt) const {
+    Values all(dt, count * static_cast<size_t>(n_));
+    for (int j = 0; j < n_; ++j) {
+      for (size_t i = 0; i < count; ++i) {
+        all.set(static_cast<size_t>(j) * count + i, input_value(j, i, ReduceOp::kSum, dt));
+      }
+    }
+    return all;
+  }
+
+  ProcessGroup& pg_;
+  int n_;
+  int r_;
+};
+
+int run(int argc, char** argv) {
+  std::string backend = "native", expect_transport;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
+    if (std::strcmp(argv[i], "--expect-transport") == 0) expect_transport = argv[i + 1];
+  }
+  auto pg = distributed::init_process_group(backend, "env://", -1, -1, std::chrono::seconds(120));
+  int rank = pg->rank();
+  try {
+    if (!expect_transport.empty()) {
+      for (int p = 0; p < pg->size(); ++p) {
+        if (p != rank && pg->transport_name(p) != expect_transport) {
+          throw Error("transport to rank " + std::to_string(p) + " is " + pg->transport_name(p) +
+                      ", expected " + expect_transport);
+        }
+      }
+    }
+    Suite s(*pg);
+    s.all_reduce();
+    s.broadcast();
+    s.reduce();
+    s.all_gather_and_gather();
+    s.scatter();
+    s.reduce_scatter();
+    s.all_to_all();
+    s.send_recv();
+    s.subgroups();
+    s.tensors_and_async();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collective_suite: rank %d of %d (%s): FAILED: %s\n", rank, pg->size(),
+                 backend.c_str(), e.what());
+    // Tell the peers, so they fail at once instead of waiting for this rank.
+    pg->abort(std::string("rank ") + std::to_string(rank) + " failed the suite");
+    return 1;
+  }
+  if (rank == 0) {
+    std::printf("collective_suite: %s backend, %d ranks: all cases passed\n", backend.c_str(),
+                pg->size());
+  }
+  distributed::destroy_process_group(pg);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cohort::suite
+
+int main(int argc, char** argv) {
+  try {
+    return cohort::suite::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collective_suite: %s\n", e.what());
+    return 1;
+  }
+}
