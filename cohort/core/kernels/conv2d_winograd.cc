@@ -144,8 +144,10 @@ void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool t
 }
 
 int64_t winograd_scratch_floats(const WinogradConv& d) {
-  // v [64][c][tile_t][16], m [64][tile_oc][tile_t][16], 64 vectors of tmp.
-  return (kPos * (d.c + d.tile_oc) * d.tile_t + 64) * 16;
+  // v [64][c][tile_t][16], m [64][tile_oc][tile_t][16], then tmp.
+  return (kPos * (d.c + d.tile_oc) * d.tile_t +
+          std::max<int64_t>(64, input_row_tmp_vecs(d.tile_t))) *
+         16;
 }
 
 void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u, const float* bias,
@@ -160,9 +162,8 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
     for (int64_t b0 = 0; b0 < d.tiles_w; b0 += tt) {
       const int64_t nt = std::min(tt, d.tiles_w - b0);
       for (int64_t c = 0; c < d.c; ++c)
-        for (int64_t t = 0; t < nt; ++t)
-          input_transform(x + (c * d.hp + 4 * a) * pitch + 4 * (b0 + t) * 16, pitch,
-                          v + (c * tt + t) * 16, d.c * tt * 16, tmp);
+        input_transform_row(x + (c * d.hp + 4 * a) * pitch + 4 * b0 * 16, pitch, nt,
+                            v + c * tt * 16, d.c * tt * 16, tmp);
       for (int64_t oc0 = 0; oc0 < d.ocp; oc0 += d.tile_oc) {
         kGemm[d.tile_oc - 1][nt - 1](d.c, v, tt, u + oc0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && oc0 + r < d.oc; ++r) {

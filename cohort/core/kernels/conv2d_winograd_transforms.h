@@ -71,6 +71,30 @@ inline void at8(const __m512 m[8], __m512 y[4]) {
 
 // v[pos * stride] = B^T d B for the 8x8 tile at x (row pitch `pitch` floats);
 // tmp holds 64 vectors.
+// Vectors of tmp input_transform_row needs for nt tiles.
+inline int64_t input_row_tmp_vecs(int64_t nt) { return 8 * (4 * nt + 4); }
+
+// input_transform for nt horizontally adjacent tiles (x at the first; tile t
+// goes to v + t * 16). Adjacent tiles share 4 of their 8 columns, so B^T runs
+// once per input column rather than once per tile column.
+inline void input_transform_row(const float* x, int64_t pitch, int64_t nt, float* v, int64_t stride,
+                                float* tmp) {
+  const int64_t cols = 4 * nt + 4;
+  for (int64_t j = 0; j < cols; ++j) {
+    __m512 d[8], t[8];
+    for (int i = 0; i < 8; ++i) d[i] = _mm512_load_ps(x + i * pitch + j * 16);
+    bt8(d, t);
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * cols + j) * 16, t[i]);
+  }
+  for (int64_t tile = 0; tile < nt; ++tile)
+    for (int i = 0; i < 8; ++i) {
+      __m512 r[8], o[8];
+      for (int j = 0; j < 8; ++j) r[j] = _mm512_load_ps(tmp + (i * cols + 4 * tile + j) * 16);
+      bt8(r, o);
+      for (int j = 0; j < 8; ++j) _mm512_store_ps(v + (i * 8 + j) * stride + tile * 16, o[j]);
+    }
+}
+
 inline void input_transform(const float* x, int64_t pitch, float* v, int64_t stride, float* tmp) {
   for (int j = 0; j < 8; ++j) {
     __m512 d[8], t[8];

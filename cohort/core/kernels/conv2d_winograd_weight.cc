@@ -75,8 +75,10 @@ int64_t winograd_what_floats(const WinogradConv& d) { return kPos * round4(d.oc)
 
 int64_t winograd_weight_scratch_floats(const WinogradConv& d) {
   const int64_t tiles = d.tiles_h * d.tiles_w;
-  // vx [64][c4][tiles][16], dg [64][oc4][tiles][16], 64 vectors of tmp.
-  return (kPos * (round4(d.c) + round4(d.oc)) * tiles + 64) * 16;
+  // vx [64][c4][tiles][16], dg [64][oc4][tiles][16], then tmp.
+  return (kPos * (round4(d.c) + round4(d.oc)) * tiles +
+          std::max<int64_t>(64, input_row_tmp_vecs(d.tiles_w))) *
+         16;
 }
 
 void winograd_weight_group(const WinogradConv& d, const float* x, const float* dy, float* what,
@@ -94,16 +96,17 @@ void winograd_weight_group(const WinogradConv& d, const float* x, const float* d
     for (int64_t oc = d.oc; oc < oc4; ++oc)
       std::fill_n(dg + (pos * oc4 + oc) * tiles * 16, tiles * 16, 0.0f);
   }
-  for (int64_t a = 0; a < d.tiles_h; ++a)
+  for (int64_t a = 0; a < d.tiles_h; ++a) {
+    for (int64_t c = 0; c < d.c; ++c)
+      input_transform_row(x + (c * d.hp + 4 * a) * x_pitch, x_pitch, d.tiles_w,
+                          vx + (c * tiles + a * d.tiles_w) * 16, c4 * tiles * 16, tmp);
     for (int64_t b = 0; b < d.tiles_w; ++b) {
       const int64_t t = a * d.tiles_w + b;
-      for (int64_t c = 0; c < d.c; ++c)
-        input_transform(x + (c * d.hp + 4 * a) * x_pitch + 4 * b * 16, x_pitch,
-                        vx + (c * tiles + t) * 16, c4 * tiles * 16, tmp);
       for (int64_t oc = 0; oc < d.oc; ++oc)
         grad_transform(dy + ((oc * 4 * d.tiles_h + 4 * a) * dy_w + 4 * b) * 16, dy_pitch,
                        dg + (oc * tiles + t) * 16, oc4 * tiles * 16, tmp);
     }
+  }
   const int64_t ocb_n = oc4 / kBlock, cb_n = c4 / kBlock;
   for (int64_t pos = 0; pos < kPos; ++pos) {
     const float* vp = vx + pos * c4 * tiles * 16;
