@@ -22,7 +22,7 @@
 
 namespace cohort::kernels::detail {
 namespace {
-// Below this batch a batch-16 vector would be more than half padding.
+
 int64_t groups_of(int64_t batch) { return (batch + kLanes - 1) / kLanes; }
 
 }  // namespace
@@ -101,11 +101,10 @@ void run(const Batch16Pass& p, ScratchLease& lease) {
                [&](int64_t g0, int64_t g1) { p.unpack(g0, g1, out + g0 * p.out_floats); });
 }
 
-// conv(x) on batch-16 buffers; `transposed` runs the stride-1 backward-input
-// pass instead: Winograd's transposed pass, or directly dy padded by
-// kernel - 1 - pad convolved with the flipped, transposed kernel.
 }  // namespace
 
+// With `transposed` (stride 1 only): Winograd's transposed pass, or directly
+// dy padded by kernel - 1 - pad convolved with the flipped, transposed kernel.
 void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, const float* bias,
                   bool relu, bool transposed, const float* in_mask, float* out) {
   // The pass as a forward convolution: in [n][c][h][wd] -> out [n][oc][oh][ow].
