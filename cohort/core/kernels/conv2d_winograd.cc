@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <array>
 #include <utility>
-#include <vector>
 
 namespace cohort::kernels::detail {
 namespace {
@@ -112,35 +111,34 @@ bool winograd_pays(int64_t c, int64_t oc, int64_t oh, int64_t ow, bool transpose
 void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool transposed,
                       float* u) {
   // u[pos][k][o]: k is the channel summed over, o the one produced. Each k
-  // is done for all o at once so the inner loops run along o (vectorized).
+  // is done for 16 o at a time, one vector per element of g and G g.
   const int64_t n_k = transposed ? oc : c, n_o = transposed ? c : oc;
-  std::vector<float> g(25 * ocp, 0.0f), t(40 * ocp);  // g [25][ocp], t = G g [8][5][ocp]
-  for (int64_t k = 0; k < n_k; ++k) {
-    for (int64_t o = 0; o < n_o; ++o) {
-      const float* src = transposed ? w + (k * c + o) * 25 : w + (o * c + k) * 25;
-      for (int e = 0; e < 25; ++e) g[e * ocp + o] = src[e];
-    }
-    for (int i = 0; i < 8; ++i)
-      for (int x = 0; x < 5; ++x) {
-        float* tr = t.data() + (i * 5 + x) * ocp;
-        std::fill_n(tr, ocp, 0.0f);
-        for (int y = 0; y < 5; ++y) {
-          const float gy = static_cast<float>(kG[i][y]);
-          const float* gr = g.data() + (y * 5 + x) * ocp;
-          for (int64_t o = 0; o < ocp; ++o) tr[o] += gy * gr[o];
-        }
+  __m512 g[25], t[8][5];
+  for (int64_t k = 0; k < n_k; ++k)
+    for (int64_t o0 = 0; o0 < ocp; o0 += 16) {
+      const int64_t n = std::min<int64_t>(16, ocp - o0);
+      alignas(64) float lanes[25][16] = {};
+      for (int64_t o = o0; o < std::min(o0 + 16, n_o); ++o) {
+        const float* src = transposed ? w + (k * c + o) * 25 : w + (o * c + k) * 25;
+        for (int e = 0; e < 25; ++e) lanes[e][o - o0] = src[e];
       }
-    for (int i = 0; i < 8; ++i)
-      for (int j = 0; j < 8; ++j) {
-        float* ur = u + ((i * 8 + j) * n_k + k) * ocp;
-        std::fill_n(ur, ocp, 0.0f);
+      for (int e = 0; e < 25; ++e) g[e] = _mm512_load_ps(lanes[e]);
+      for (int i = 0; i < 8; ++i)
         for (int x = 0; x < 5; ++x) {
-          const float gx = static_cast<float>(kG[j][x]);
-          const float* tr = t.data() + (i * 5 + x) * ocp;
-          for (int64_t o = 0; o < ocp; ++o) ur[o] += gx * tr[o];
+          __m512 s = _mm512_setzero_ps();
+          for (int y = 0; y < 5; ++y)
+            s = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(kG[i][y])), g[y * 5 + x], s);
+          t[i][x] = s;
         }
-      }
-  }
+      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+      for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) {
+          __m512 s = _mm512_setzero_ps();
+          for (int x = 0; x < 5; ++x)
+            s = _mm512_fmadd_ps(t[i][x], _mm512_set1_ps(static_cast<float>(kG[j][x])), s);
+          _mm512_mask_storeu_ps(u + ((i * 8 + j) * n_k + k) * ocp + o0, m, s);
+        }
+    }
 }
 
 int64_t winograd_scratch_floats(const WinogradConv& d) {
