@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/base/log.h"
 #include "cohort/collectives/reduce_kernels.h"
 
 #if defined(__x86_64__)
@@ -89,10 +91,27 @@ void Engine::run() {
     }
     drive();
   } catch (...) {
+    dump_state();
     streams_.clear();
     comm_.fail(std::current_exception());
   }
   streams_.clear();
+}
+
+std::exception_ptr Engine::explain_loss(std::exception_ptr lost) {
+  // A data connection that broke may belong to a peer that failed first and
+  // sent its reason (naming the rank that really died) on the control
+  // connection just before exiting: prefer that explanation.
+  auto until = transport::Clock::now() + std::chrono::milliseconds(300);
+  do {
+    try {
+      ctx_.check_peers();
+    } catch (...) {
+      return std::current_exception();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (transport::Clock::now() < until);
+  return lost;
 }
 
 void Engine::drive() {
@@ -104,7 +123,11 @@ void Engine::drive() {
     bool all_done = true;
     for (Stream& s : streams_) {
       if (s.finished) continue;
-      progress |= s.send ? step_send(s) : step_recv(s);
+      try {
+        progress |= s.send ? step_send(s) : step_recv(s);
+      } catch (const PeerLost&) {
+        std::rethrow_exception(explain_loss(std::current_exception()));
+      }
       all_done &= s.finished;
     }
     if (all_done) return;
@@ -242,6 +265,22 @@ bool Engine::step_recv(Stream& s) {
   }
   s.finished = true;
   return true;
+}
+
+void Engine::dump_state() {
+  // COHORT_LOG_LEVEL=debug: where every stream stood when the op failed.
+  if (log_level() >= LogLevel::kDebug) {
+    for (const Stream& s : streams_) {
+      std::string st = fmt::format("rank {} {} peer {} hdr {} cur {}/{} pad {}/{} fin {}:", rank(),
+                                   s.send ? "send" : "recv", s.pair->peer(), s.header_done,
+                                   s.current, s.pieces.size(), s.pad_done, s.pad, s.finished);
+      for (const Piece& p : s.pieces) {
+        st += fmt::format(" [{}/{} gate {}]", p.done, p.len, p.gate ? (long)p.gate->done : -1L);
+      }
+      if (!s.send) st += fmt::format(" readable={}", s.pair->readable());
+      COHORT_DEBUG("{}", st);
+    }
+  }
 }
 
 void Engine::throw_timeout() const {

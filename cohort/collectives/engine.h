@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <vector>
 
 #include "cohort/collectives/communicator.h"
@@ -76,6 +77,8 @@ class Engine {
 
  private:
   void drive();
+  void dump_state();
+  std::exception_ptr explain_loss(std::exception_ptr lost);
   bool step_send(Stream& s);
   bool step_recv(Stream& s);
   bool recv_piece(Stream& s, Piece& p);

@@ -39,12 +39,12 @@ size_t ShmPair::write_some(const void* data, size_t n) {
 }
 
 std::span<const std::byte> ShmPair::peek() {
+  // Always reload head: a cached value may end inside an element the
+  // producer was still writing, and a reducer waiting for the rest of that
+  // element would otherwise never see it.
+  in_head_seen_ = in_->head.load(std::memory_order_acquire);
   size_t avail = static_cast<size_t>(in_head_seen_ - in_tail_);
-  if (avail == 0) {
-    in_head_seen_ = in_->head.load(std::memory_order_acquire);
-    avail = static_cast<size_t>(in_head_seen_ - in_tail_);
-    if (avail == 0) return {};
-  }
+  if (avail == 0) return {};
   size_t off = static_cast<size_t>(in_tail_) & mask_;
   return {in_data_ + off, std::min(avail, cap_ - off)};
 }
