@@ -7,4 +7,5 @@
 #include "cohort/autograd/gradcheck.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/core/dtype.h"
+#include "cohort/core/random.h"
 #include "cohort/core/tensor.h"

@@ -22,7 +22,7 @@ class Storage {
  public:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kCacheMinBytes = size_t{64} << 10;
-  static constexpr size_t kCacheMaxBytes = size_t{1} << 30;
+  static constexpr size_t kCacheMaxBytes = size_t{256} << 20;
 
   // Allocates nbytes (0 allowed). Throws std::bad_alloc when memory runs out.
   explicit Storage(size_t nbytes);

@@ -276,6 +276,13 @@ void GradHookHandle::remove() {
 
 // ---- helpers ----
 
+Tensor empty_like(const Tensor& t) { return Tensor::empty(t.sizes(), t.dtype()); }
+Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.sizes(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return Tensor::ones(t.sizes(), t.dtype()); }
+Tensor full_like(const Tensor& t, double value) {
+  return Tensor::full(t.sizes(), value, t.dtype());
+}
+
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
   auto rank = [](DType t) {

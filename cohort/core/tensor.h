@@ -186,6 +186,12 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+// New contiguous tensors with t's shape and (by default) dtype.
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 std::string to_string(const Tensor& t);
 

@@ -25,6 +25,17 @@ TEST(Tensor, FactoriesAndMetadata) {
   EXPECT_THROW(Tensor().sizes(), InvalidArgument);
 }
 
+TEST(Tensor, LikeFactories) {
+  Tensor t = Tensor::arange(6).reshape({2, 3}).transpose(0, 1);
+  Tensor z = zeros_like(t);
+  EXPECT_EQ(z.sizes(), (Shape{3, 2}));
+  EXPECT_EQ(z.dtype(), kInt64);
+  EXPECT_TRUE(z.is_contiguous());
+  EXPECT_EQ(ones_like(t).to_vector<int64_t>(), std::vector<int64_t>(6, 1));
+  EXPECT_EQ(full_like(t, 4).to_vector<int64_t>(), std::vector<int64_t>(6, 4));
+  EXPECT_EQ(empty_like(t).numel(), 6);
+}
+
 TEST(Tensor, CopyAliasesCloneCopies) {
   Tensor a = Tensor::zeros({3});
   Tensor b = a;
