@@ -213,7 +213,7 @@ void winograd_backward_input_group(const WinogradConv& d, const float* dy, const
       for (int64_t k = 0; k < d.c; ++k)
         for (int64_t t = 0; t < nt; ++t)
           grad_transform(dy + ((k * 4 * d.tiles_h + 4 * a) * dy_w + 4 * (b0 + t)) * 16, dy_pitch,
-                         dg + (k * tt + t) * 16, d.c * tt * 16, tmp);
+                         dg + (k * tt + t) * 16, d.c * tt * 16);
       for (int64_t o0 = 0; o0 < d.ocp; o0 += d.tile_oc) {
         kGemm[d.tile_oc - 1][nt - 1](d.c, dg, tt, u + o0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && o0 + r < d.oc; ++r)

@@ -158,20 +158,45 @@ inline void b8(const __m512 v[8], __m512 e[8]) {
 }
 
 // d[pos * stride] = A dY A^T for the 4x4 block at dy (row pitch `pitch`
-// floats); tmp holds 32 vectors.
-inline void grad_transform(const float* dy, int64_t pitch, float* d, int64_t stride, float* tmp) {
-  for (int l = 0; l < 4; ++l) {  // down each column of dY
-    __m512 y[4], e[8];
-    for (int k = 0; k < 4; ++k) y[k] = _mm512_load_ps(dy + k * pitch + l * 16);
-    a8(y, e);
-    for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 4 + l) * 16, e[i]);
-  }
-  for (int i = 0; i < 8; ++i) {  // then along each row
-    __m512 y[4], e[8];
-    for (int l = 0; l < 4; ++l) y[l] = _mm512_load_ps(tmp + (i * 4 + l) * 16);
-    a8(y, e);
+// floats), in registers: the 16 inputs stay loaded, and each pair of rows
+// (+p, -p) of A dY is formed from shared even and odd parts.
+inline void grad_transform(const float* dy, int64_t pitch, float* d, int64_t stride) {
+  __m512 y[4][4];
+  for (int k = 0; k < 4; ++k)
+    for (int l = 0; l < 4; ++l) y[k][l] = _mm512_load_ps(dy + k * pitch + l * 16);
+  const __m512 c2 = _mm512_set1_ps(2.0f), c4 = _mm512_set1_ps(4.0f), c8 = _mm512_set1_ps(8.0f);
+  const __m512 h = _mm512_set1_ps(0.5f), q = _mm512_set1_ps(0.25f), e8 = _mm512_set1_ps(0.125f);
+  auto row_out = [&](int i, const __m512 r[4]) {
+    __m512 e[8];
+    a8(r, e);
     for (int j = 0; j < 8; ++j) _mm512_store_ps(d + (i * 8 + j) * stride, e[j]);
+  };
+  __m512 r[4], s[4];
+  row_out(0, y[0]);
+  row_out(7, y[3]);
+  for (int l = 0; l < 4; ++l) {  // rows 1, 2: (y0 + y2) +- (y1 + y3)
+    const __m512 ev = _mm512_add_ps(y[0][l], y[2][l]), od = _mm512_add_ps(y[1][l], y[3][l]);
+    r[l] = _mm512_add_ps(ev, od);
+    s[l] = _mm512_sub_ps(ev, od);
   }
+  row_out(1, r);
+  row_out(2, s);
+  for (int l = 0; l < 4; ++l) {  // rows 3, 4: (y0 + y2 / 4) +- (y1 / 2 + y3 / 8)
+    const __m512 ev = _mm512_fmadd_ps(q, y[2][l], y[0][l]);
+    const __m512 od = _mm512_fmadd_ps(e8, y[3][l], _mm512_mul_ps(h, y[1][l]));
+    r[l] = _mm512_add_ps(ev, od);
+    s[l] = _mm512_sub_ps(ev, od);
+  }
+  row_out(3, r);
+  row_out(4, s);
+  for (int l = 0; l < 4; ++l) {  // rows 5, 6: (y0 + 4 y2) +- (2 y1 + 8 y3)
+    const __m512 ev = _mm512_fmadd_ps(c4, y[2][l], y[0][l]);
+    const __m512 od = _mm512_fmadd_ps(c8, y[3][l], _mm512_mul_ps(c2, y[1][l]));
+    r[l] = _mm512_add_ps(ev, od);
+    s[l] = _mm512_sub_ps(ev, od);
+  }
+  row_out(5, r);
+  row_out(6, s);
 }
 
 }  // namespace cohort::kernels::detail::winograd

@@ -104,7 +104,7 @@ void winograd_weight_group(const WinogradConv& d, const float* x, const float* d
       const int64_t t = a * d.tiles_w + b;
       for (int64_t oc = 0; oc < d.oc; ++oc)
         grad_transform(dy + ((oc * 4 * d.tiles_h + 4 * a) * dy_w + 4 * b) * 16, dy_pitch,
-                       dg + (oc * tiles + t) * 16, oc4 * tiles * 16, tmp);
+                       dg + (oc * tiles + t) * 16, oc4 * tiles * 16);
     }
   }
   const int64_t ocb_n = oc4 / kBlock, cb_n = c4 / kBlock;
