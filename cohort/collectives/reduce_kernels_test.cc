@@ -1,0 +1,77 @@
+#include "cohort/collectives/reduce_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace cohort::collectives {
+namespace {
+
+TEST(ReduceKernels, Float16ConversionsRoundToNearestEven) {
+  EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_f16(1e6f), 0x7c00);                // overflow -> inf
+  EXPECT_EQ(float_to_f16(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even
+  EXPECT_EQ(float_to_f16(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(float_to_f16(5.9604645e-8f), 0x0001);       // smallest subnormal
+  EXPECT_FLOAT_EQ(f16_to_float(0x3555), 0.33325195f);
+  EXPECT_FLOAT_EQ(f16_to_float(0x0001), 5.9604645e-8f);
+  EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    ASSERT_EQ(float_to_f16(f16_to_float(static_cast<uint16_t>(h))), h) << h;
+  }
+}
+
+TEST(ReduceKernels, BFloat16ConversionsRoundToNearestEven) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256), 0x3f80);  // tie -> even
+  EXPECT_EQ(float_to_bf16(1.0f + 3.0f / 256), 0x3f82);  // tie -> even (up)
+  EXPECT_FLOAT_EQ(bf16_to_float(0xc040), -3.0f);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(ReduceKernels, EveryOpOnFloat32AndInt32) {
+  std::vector<float> a{1, -2, 3, 4.5f}, b{2, 5, -1, 4.5f};
+  auto run = [&](ReduceOp op) {
+    std::vector<float> d = a;
+    reduce_into(d.data(), b.data(), d.size(), DataType::kFloat32, op);
+    return d;
+  };
+  EXPECT_EQ(run(ReduceOp::kSum), (std::vector<float>{3, 3, 2, 9}));
+  EXPECT_EQ(run(ReduceOp::kAvg), (std::vector<float>{3, 3, 2, 9}));  // divided later
+  EXPECT_EQ(run(ReduceOp::kProduct), (std::vector<float>{2, -10, -3, 20.25f}));
+  EXPECT_EQ(run(ReduceOp::kMin), (std::vector<float>{1, -2, -1, 4.5f}));
+  EXPECT_EQ(run(ReduceOp::kMax), (std::vector<float>{2, 5, 3, 4.5f}));
+  std::vector<int32_t> x{7, -7, 9}, y{2, 2, -20};
+  reduce_into(x.data(), y.data(), 3, DataType::kInt32, ReduceOp::kSum);
+  finish_avg(x.data(), 3, DataType::kInt32, 2);
+  EXPECT_EQ(x, (std::vector<int32_t>{4, -2, -5}));
+}
+
+TEST(ReduceKernels, HalfTypesReduceInFloat32) {
+  std::vector<uint16_t> d{float_to_bf16(1.5f), float_to_bf16(-4.0f)};
+  std::vector<uint16_t> s{float_to_bf16(2.25f), float_to_bf16(3.0f)};
+  reduce_into(d.data(), s.data(), 2, DataType::kBFloat16, ReduceOp::kMax);
+  EXPECT_FLOAT_EQ(bf16_to_float(d[0]), 2.25f);
+  EXPECT_FLOAT_EQ(bf16_to_float(d[1]), 3.0f);
+  std::vector<uint16_t> h{float_to_f16(0.5f), float_to_f16(3.0f)};
+  std::vector<uint16_t> k{float_to_f16(0.25f), float_to_f16(-1.0f)};
+  reduce_into(h.data(), k.data(), 2, DataType::kFloat16, ReduceOp::kSum);
+  finish_avg(h.data(), 2, DataType::kFloat16, 2);
+  EXPECT_FLOAT_EQ(f16_to_float(h[0]), 0.375f);
+  EXPECT_FLOAT_EQ(f16_to_float(h[1]), 1.0f);
+}
+
+TEST(ReduceKernels, ElementSizesAndNames) {
+  EXPECT_EQ(element_size(DataType::kFloat64), 8u);
+  EXPECT_EQ(element_size(DataType::kUInt8), 1u);
+  EXPECT_EQ(element_size(DataType::kFloat16), 2u);
+  EXPECT_EQ(dtype_name(DataType::kBFloat16), "bfloat16");
+  EXPECT_EQ(reduce_op_name(ReduceOp::kProduct), "product");
+}
+
+}  // namespace
+}  // namespace cohort::collectives
