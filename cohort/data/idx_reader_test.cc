@@ -139,6 +139,8 @@ TEST_F(IdxTest, MnistFromGeneratedFiles) {
   EXPECT_EQ(b.target.to_vector<int64_t>(), (std::vector<int64_t>{4, 1, 4}));
   // pixel (4, r=2, c=3) = 9 -> 9 / 255 exactly as float32.
   EXPECT_EQ(b.input.data_ptr<float>()[2 * 28 + 3], 9.0f / 255.0f);
+  // The fused batch path equals gather-then-convert.
+  EXPECT_TRUE(equal(b.input, pixels_to_float(gather_rows(m.images(), idx, "test"))));
   Example e = m.get(1);
   EXPECT_EQ(e.input.sizes(), (Shape{1, 28, 28}));
   EXPECT_EQ(e.target.item<int64_t>(), 1);

@@ -73,8 +73,27 @@ Example Mnist::get(int64_t index) const {
 
 Batch Mnist::get_batch(std::span<const int64_t> indices) const {
   COHORT_CHECK(!indices.empty(), "Mnist::get_batch: empty index list");
-  return Batch{pixels_to_float(gather_rows(images_, indices, "Mnist::get_batch")),
-               gather_rows(labels_, indices, "Mnist::get_batch")};
+  // One pass from the uint8 rows straight into the float batch (no gathered
+  // uint8 copy): this runs once per training step.
+  const int64_t n = size();
+  const int64_t rows = images_.size(1), cols = images_.size(2), pixels = rows * cols;
+  const auto b = static_cast<int64_t>(indices.size());
+  Tensor input = Tensor::empty({b, 1, rows, cols}, DType::kFloat32);
+  Tensor target = Tensor::empty({b}, DType::kInt64);
+  const auto& table = pixel_table();
+  const uint8_t* src = images_.data_ptr<uint8_t>();
+  const int64_t* labels = labels_.data_ptr<int64_t>();
+  float* dst = input.data_ptr<float>();
+  int64_t* y = target.data_ptr<int64_t>();
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t idx = indices[static_cast<size_t>(i)];
+    check_index("Mnist::get_batch", idx, n);
+    const uint8_t* s = src + idx * pixels;
+    float* d = dst + i * pixels;
+    for (int64_t j = 0; j < pixels; ++j) d[j] = table[s[j]];
+    y[i] = labels[idx];
+  }
+  return Batch{std::move(input), std::move(target)};
 }
 
 Tensor pixels_to_float(const Tensor& pixels) {
