@@ -7,7 +7,7 @@
 namespace cohort::nn {
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
-               Generator& gen, Conv2dOptions options)
+               Generator& gen, const Conv2dOptions& options)
     : Cloneable("Conv2d"),
       in_channels_(in_channels),
       out_channels_(out_channels),
@@ -32,6 +32,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2>
     register_parameter("bias", b);
   }
 }
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Generator& gen,
+               const Conv2dOptions& options)
+    : Conv2d(in_channels, out_channels, std::array<int64_t, 2>{kernel_size, kernel_size}, gen,
+             options) {}
 
 std::string Conv2d::extra_repr() const {
   std::string s =

@@ -23,10 +23,9 @@ struct Conv2dOptions {
 class Conv2d : public Cloneable<Conv2d> {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
-         Generator& gen, Conv2dOptions options = {});
+         Generator& gen, const Conv2dOptions& options = {});
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Generator& gen,
-         Conv2dOptions options = {})
-      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, gen, options) {}
+         const Conv2dOptions& options = {});
 
   Tensor forward(const Tensor& x) override;
   // relu(forward(x)) in one pass (the kernel's fused epilogue).
@@ -38,6 +37,7 @@ class Conv2d : public Cloneable<Conv2d> {
   std::array<int64_t, 2> kernel_size() const { return kernel_; }
   const Conv2dOptions& options() const { return options_; }
   const Tensor& weight() const { return param(0); }
+  Tensor& weight() { return param(0); }
   Tensor bias() const { return options_.bias ? param(1) : Tensor(); }
 
  private:

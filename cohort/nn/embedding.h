@@ -20,6 +20,7 @@ class Embedding : public Cloneable<Embedding> {
   std::string extra_repr() const override;
 
   const Tensor& weight() const { return param(0); }
+  Tensor& weight() { return param(0); }
 
  private:
   int64_t num_embeddings_;

@@ -19,6 +19,7 @@ class Linear : public Cloneable<Linear> {
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
   const Tensor& weight() const { return param(0); }
+  Tensor& weight() { return param(0); }
   bool has_bias() const { return has_bias_; }
   // Undefined when constructed with bias = false.
   Tensor bias() const { return has_bias_ ? param(1) : Tensor(); }
