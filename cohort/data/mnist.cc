@@ -1,6 +1,5 @@
 #include "cohort/data/mnist.h"
 
-#include <array>
 #include <filesystem>
 
 #include "cohort/data/idx_reader.h"
@@ -16,15 +15,6 @@ std::string find_file(const std::filesystem::path& root, const std::string& stem
   }
   throw IoError(
       fmt::format("{}: missing file '{}' (or '{}.gz') in '{}'", name, stem, stem, root.string()));
-}
-
-const std::array<float, 256>& pixel_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = static_cast<float>(i) / 255.0f;
-    return t;
-  }();
-  return table;
 }
 
 }  // namespace
@@ -80,7 +70,6 @@ Batch Mnist::get_batch(std::span<const int64_t> indices) const {
   const auto b = static_cast<int64_t>(indices.size());
   Tensor input = Tensor::empty({b, 1, rows, cols}, DType::kFloat32);
   Tensor target = Tensor::empty({b}, DType::kInt64);
-  const auto& table = pixel_table();
   const uint8_t* src = images_.data_ptr<uint8_t>();
   const int64_t* labels = labels_.data_ptr<int64_t>();
   float* dst = input.data_ptr<float>();
@@ -90,7 +79,9 @@ Batch Mnist::get_batch(std::span<const int64_t> indices) const {
     check_index("Mnist::get_batch", idx, n);
     const uint8_t* s = src + idx * pixels;
     float* d = dst + i * pixels;
-    for (int64_t j = 0; j < pixels; ++j) d[j] = table[s[j]];
+    // Division (not a 256-entry table) vectorises; IEEE division is exact-
+    // rounded, so the values equal torchvision's x.float() / 255.
+    for (int64_t j = 0; j < pixels; ++j) d[j] = static_cast<float>(s[j]) / 255.0f;
     y[i] = labels[idx];
   }
   return Batch{std::move(input), std::move(target)};
@@ -104,11 +95,10 @@ Tensor pixels_to_float(const Tensor& pixels) {
   Shape sizes = src.sizes();
   sizes.insert(sizes.begin() + 1, 1);
   Tensor out = Tensor::empty(sizes, DType::kFloat32);
-  const auto& table = pixel_table();
   const uint8_t* s = src.data_ptr<uint8_t>();
   float* d = out.data_ptr<float>();
   const int64_t n = src.numel();
-  for (int64_t i = 0; i < n; ++i) d[i] = table[s[i]];
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]) / 255.0f;
   return out;
 }
 
