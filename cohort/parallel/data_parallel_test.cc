@@ -109,9 +109,9 @@ TEST(DataParallel, ReplicasRunWithTheirThreadBudget) {
     budgets.insert(num_threads());
   });
   DataParallel dp(model, 4);
-  EXPECT_EQ(dp.replica_threads(0) + dp.replica_threads(1) + dp.replica_threads(2) +
-                dp.replica_threads(3),
-            6);
+  EXPECT_EQ(
+      dp.replica_threads(0) + dp.replica_threads(1) + dp.replica_threads(2) + dp.replica_threads(3),
+      6);
   dp.forward(randn({8, 3}, gen));
   EXPECT_EQ(budgets, (std::multiset<int>{1, 1, 2, 2}));
   EXPECT_EQ(num_threads(), 6);  // the caller's budget is restored

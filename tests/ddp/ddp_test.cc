@@ -1,0 +1,247 @@
+// DistributedDataParallel with real processes (cohort::spawn), checked against
+// single-process training on the same samples: W ranks x batch 64/W give the
+// parameters that one process with batch 64 reaches after 20 SGD steps
+// (float32 tolerance), also with no_sync gradient accumulation, with 4 ranks
+// and small buckets, with find_unused_parameters, and with the bf16
+// compression hook (close, not equal). Each rank compares its own parameters
+// with a reference it computes itself; a mismatch throws, which spawn reports
+// as the failed rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cohort/autograd/grad_mode.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/launch/spawn.h"
+#include "cohort/nn/nn.h"
+#include "cohort/optim/sgd.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+
+namespace cohort::parallel {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kGlobalBatch = 64;
+
+std::shared_ptr<distributed::ProcessGroup> join() {
+  return distributed::init_process_group("native", "env://", -1, -1, 60s);
+}
+
+// The samples of step `step` (the same on every rank): x [64,1,28,28], y [64].
+std::pair<Tensor, Tensor> batch_of(int step) {
+  Generator gen(1000 + static_cast<uint64_t>(step));
+  return {rand({kGlobalBatch, 1, 28, 28}, gen), randint(0, 10, {kGlobalBatch}, gen)};
+}
+
+// Rank 0's initial model; other ranks start from different weights, which DDP
+// must overwrite with rank 0's.
+std::shared_ptr<nn::Net> make_net(int rank) {
+  Generator gen(rank == 0 ? 42 : 4242 + static_cast<uint64_t>(rank));
+  return std::make_shared<nn::Net>(gen);
+}
+
+optim::SGD make_sgd(std::vector<Tensor> params) {
+  return optim::SGD(std::move(params), {.lr = 0.01, .momentum = 0.9});
+}
+
+// One process, batch 64, `steps` steps: the reference.
+nn::NamedTensors train_reference(int steps) {
+  auto model = make_net(0);
+  auto opt = make_sgd(model->parameters());
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = batch_of(s);
+    opt.zero_grad();
+    nll_loss(model->forward(x), y).backward();
+    opt.step();
+  }
+  return model->named_parameters();
+}
+
+void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want, double rtol,
+                  double atol, int rank, const std::string& what) {
+  COHORT_ASSERT(got.size() == want.size(), "parameter count");
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!allclose(got[i].second, want[i].second, rtol, atol)) {
+      std::vector<float> a = got[i].second.to_vector<float>();
+      std::vector<float> b = want[i].second.to_vector<float>();
+      double worst = 0;
+      for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
+      throw Error(
+          fmt::format("rank {}: {}: parameter {} differs from the reference (max |diff| {})", rank,
+                      what, got[i].first, worst));
+    }
+  }
+}
+
+struct Equivalence {
+  int steps = 20;
+  double bucket_cap_mb = 25.0;
+  int micro_batches = 1;  // > 1: accumulate with no_sync
+  bool reference_on_every_rank = true;
+};
+
+void run_equivalence(int rank, const Equivalence& e) {
+  auto pg = join();
+  const int world = pg->size();
+  const int64_t local = kGlobalBatch / world;
+  auto model = make_net(rank);
+  DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = e.bucket_cap_mb});
+  auto opt = make_sgd(ddp.parameters());
+  for (int s = 0; s < e.steps; ++s) {
+    auto [x, y] = batch_of(s);
+    Tensor xl = x.narrow(0, rank * local, local);
+    Tensor yl = y.narrow(0, rank * local, local);
+    opt.zero_grad();
+    const int64_t micro = local / e.micro_batches;
+    for (int m = 0; m < e.micro_batches; ++m) {
+      auto run = [&] {
+        Tensor out = ddp.forward(xl.narrow(0, m * micro, micro));
+        Tensor loss = nll_loss(out, yl.narrow(0, m * micro, micro));
+        mul(loss, 1.0 / e.micro_batches).backward();
+      };
+      if (m + 1 < e.micro_batches) {
+        auto guard = ddp.no_sync();
+        run();
+      } else {
+        run();
+      }
+    }
+    opt.step();
+  }
+  if (ddp.reducer().num_reductions() != e.steps)
+    throw Error(fmt::format("rank {}: {} reductions for {} steps", rank,
+                            ddp.reducer().num_reductions(), e.steps));
+  if (rank == 0 || e.reference_on_every_rank) {
+    check_params(model->named_parameters(), train_reference(e.steps), 1e-3, 1e-4, rank,
+                 fmt::format("{} ranks, {} micro-batches, bucket {} MiB", world, e.micro_batches,
+                             e.bucket_cap_mb));
+  }
+  distributed::destroy_process_group(pg);
+}
+
+TEST(DDP, TwoRanksMatchOneProcessOnTheWholeBatch) {
+  spawn([](int rank) { run_equivalence(rank, {}); }, 2);
+}
+
+TEST(DDP, NoSyncAccumulationMatchesOneProcess) {
+  spawn([](int rank) { run_equivalence(rank, {.micro_batches = 2}); }, 2);
+}
+
+TEST(DDP, FourRanksWithSmallBucketsMatchOneProcess) {
+  // 0.05 MiB buckets split Net into several; 10 steps keep 4 ranks on 2 cores quick.
+  spawn(
+      [](int rank) {
+        run_equivalence(rank,
+                        {.steps = 10, .bucket_cap_mb = 0.05, .reference_on_every_rank = false});
+      },
+      4);
+}
+
+TEST(DDP, BucketsFollowReverseRegistrationOrder) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        DistributedDataParallel ddp(make_net(rank), pg, {.bucket_cap_mb = 0.05});
+        auto names = ddp.reducer().bucket_parameter_names();
+        // fc1.weight (400 KB) is bigger than the cap: a bucket of its own.
+        std::vector<std::vector<std::string>> want = {
+            {"fc2.bias", "fc2.weight", "fc1.bias"},
+            {"fc1.weight"},
+            {"conv2.bias", "conv2.weight", "conv1.bias", "conv1.weight"}};
+        if (names != want) throw Error("unexpected bucket assignment");
+        // Every .grad is a view into its bucket.
+        auto params = ddp.module().named_parameters();
+        for (size_t b = 0; b < names.size(); ++b)
+          for (const auto& n : names[b])
+            for (const auto& [name, p] : params)
+              if (name == n && p.grad().storage() != ddp.reducer().bucket_buffer(b).storage())
+                throw Error("grad of " + n + " is not a view into bucket " + std::to_string(b));
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
+// Two heads; `use_b` decides per rank whether head b takes part.
+class TwoHeads : public nn::Cloneable<TwoHeads> {
+ public:
+  explicit TwoHeads(Generator& gen) : Cloneable("TwoHeads") {
+    register_module("a", std::make_shared<nn::Linear>(6, 3, gen));
+    register_module("b", std::make_shared<nn::Linear>(3, 3, gen));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = child<nn::Linear>(0).forward(x);
+    return use_b ? child<nn::Linear>(1).forward(relu(h)) : h;
+  }
+  bool use_b = true;
+};
+
+TEST(DDP, FindUnusedParametersAveragesZerosForUnusedOnes) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        Generator gen(5);
+        auto model = std::make_shared<TwoHeads>(gen);
+        auto ref = model->clone_as<TwoHeads>();
+        DistributedDataParallel ddp(model, pg, {.find_unused_parameters = true});
+        auto opt = make_sgd(ddp.parameters());
+        auto opt_ref = make_sgd(ref->parameters());
+        for (int s = 0; s < 5; ++s) {
+          Generator dg(77 + static_cast<uint64_t>(s));
+          Tensor x = randn({8, 6}, dg);
+          Tensor y = randn({8, 3}, dg);
+          // Rank 1 skips head b on even steps.
+          auto uses_b = [&](int r) { return !(r == 1 && s % 2 == 0); };
+          model->use_b = uses_b(rank);
+          opt.zero_grad();
+          mse_loss(ddp.forward(x.narrow(0, rank * 4, 4)), y.narrow(0, rank * 4, 4)).backward();
+          opt.step();
+          // Reference: the average of both ranks' losses in one process.
+          opt_ref.zero_grad();
+          Tensor total;
+          for (int r = 0; r < 2; ++r) {
+            ref->use_b = uses_b(r);
+            Tensor l = mse_loss(ref->forward(x.narrow(0, r * 4, 4)), y.narrow(0, r * 4, 4));
+            total = total.defined() ? add(total, l) : l;
+          }
+          mul(total, 0.5).backward();
+          opt_ref.step();
+        }
+        check_params(model->named_parameters(), ref->named_parameters(), 1e-4, 1e-5, rank,
+                     "find_unused_parameters");
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
+TEST(DDP, Bf16HookIsCloseToFloat32) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto [x, y] = batch_of(0);
+        Tensor xl = x.narrow(0, rank * 32, 32), yl = y.narrow(0, rank * 32, 32);
+        auto fp32 = make_net(0);
+        auto bf16 = make_net(0);
+        DistributedDataParallel a(fp32, pg);
+        DistributedDataParallel b(bf16, pg, {.comm_hook = bf16_compress_hook()});
+        nll_loss(a.forward(xl), yl).backward();
+        nll_loss(b.forward(xl), yl).backward();
+        auto pa = fp32->named_parameters();
+        auto pb = bf16->named_parameters();
+        for (size_t i = 0; i < pa.size(); ++i) {
+          Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
+          // bfloat16 keeps 8 bits of mantissa: relative error about 2^-8 per value.
+          double scale = 0;
+          for (float v : ga.to_vector<float>()) scale = std::max(scale, double(std::fabs(v)));
+          if (!allclose(gb, ga, 2e-2, 2e-2 * scale))
+            throw Error("bf16 gradient of " + pa[i].first + " is not close to float32's");
+          if (equal(gb, ga) && ga.numel() > 100)
+            throw Error("bf16 gradient of " + pa[i].first + " is bit-identical: hook not used?");
+        }
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
+}  // namespace
+}  // namespace cohort::parallel
