@@ -4,7 +4,10 @@
 # cohort_ms / torch_ms (below 1 means cohort is faster), then the same for
 # the passes one Net training step runs (conv1 and conv2 forward_relu and
 # backward_relu, pool forward and backward).
-# Usage: bench/kernels/run.sh [build-dir] [args for both, e.g. --threads 1,2 --seconds 0.5]
+# Both programs run ROUNDS times (default 3), alternating, and each figure is
+# the best of its rounds: the machines are shared, and the minimum is the
+# least disturbed measurement of either side.
+# Usage: [ROUNDS=n] bench/kernels/run.sh [build-dir] [args for both, e.g. --threads 1,2 --seconds 0.5]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -14,18 +17,30 @@ bin=$build/bench/kernels/bench_conv_kernels
 [[ -x $bin ]] || { echo "run.sh: $bin not built (cmake --build $build --target bench_conv_kernels)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$bin" "$@" | tee "$tmp/cohort.txt"
-/usr/bin/python3 "$root/bench/kernels/torch_conv.py" "$@" | tee "$tmp/torch.txt"
+for ((r = 1; r <= ${ROUNDS:-3}; r++)); do
+  echo "== round $r"
+  "$bin" "$@" | tee -a "$tmp/cohort.txt"
+  /usr/bin/python3 "$root/bench/kernels/torch_conv.py" "$@" | tee -a "$tmp/torch.txt"
+done
 echo
 printf '%-6s %-16s %-8s %10s %10s %8s %9s %9s\n' layer pass threads cohort_ms torch_ms ratio \
   cohort_gf torch_gf
 awk '
   function field(s, k,   i, n, a) { n = split(s, a, " "); for (i = 1; i <= n; i++) if (index(a[i], k "=") == 1) return substr(a[i], length(k) + 2); return "-" }
-  FNR == NR { key = $1 " " $2 " " $3; ms[key] = field($0, "ms"); gf[key] = field($0, "gflops"); next }
-  { key = $1 " " $2 " " $3; if (!(key in ms)) next
-    t = field($0, "ms"); split($3, th, "=")
-    printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f %9s %9s\n", $1, $2, th[2], ms[key], t, ms[key] / t, gf[key], field($0, "gflops")
-    if ($2 == "forward_relu" || $2 == "backward_relu" || $1 == "pool") { cs[th[2]] += ms[key]; ts[th[2]] += t }
+  # Best of the rounds per (layer, pass, threads), in first-seen order.
+  FNR == NR { key = $1 " " $2 " " $3; m = field($0, "ms") + 0
+              if (!(key in ms)) { order[++n] = key }
+              if (!(key in ms) || m < ms[key]) { ms[key] = m; gf[key] = field($0, "gflops") }
+              next }
+  { key = $1 " " $2 " " $3; t = field($0, "ms") + 0
+    if (!(key in tm) || t < tm[key]) { tm[key] = t; tg[key] = field($0, "gflops") } }
+  END {
+    for (i = 1; i <= n; i++) {
+      key = order[i]; if (!(key in tm)) continue
+      split(key, f, " "); split(f[3], th, "=")
+      printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f %9s %9s\n", f[1], f[2], th[2], ms[key], tm[key], ms[key] / tm[key], gf[key], tg[key]
+      if (f[2] == "forward_relu" || f[2] == "backward_relu" || f[1] == "pool") { cs[th[2]] += ms[key]; ts[th[2]] += tm[key] }
+    }
+    for (k in cs) printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f\n", "step", "net_conv_passes", k, cs[k], ts[k], cs[k] / ts[k]
   }
-  END { for (k in cs) printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f\n", "step", "net_conv_passes", k, cs[k], ts[k], cs[k] / ts[k] }
 ' "$tmp/cohort.txt" "$tmp/torch.txt"
