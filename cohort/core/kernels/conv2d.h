@@ -3,8 +3,8 @@
 // that the tests use as the oracle; the fast versions are measured in
 // bench/kernels. For batches of 8 and more they work on 16 samples per
 // AVX-512 vector: 5x5 stride-1 layers with enough channels use Winograd
-// F(4x4, 5x5) (about 6x fewer multiplies; rounding error about 3e-6 of the
-// largest output instead of 2e-7), other layers direct convolution; smaller
+// F(4x4, 5x5) (about 6x fewer multiplies; largest rounding error about 4e-6
+// of the largest output instead of 2e-7), other layers direct convolution; smaller
 // batches use im2col + OpenBLAS (one BLAS thread per call).
 //
 // Shapes (PyTorch conventions, groups = 1, dilation = 1):

@@ -6,8 +6,10 @@
 // call, Y = A^T M A. That is 64 multiplies per channel pair and 4x4 block
 // instead of 400 (6.25x fewer than direct convolution), plus the transforms,
 // which cost about as much as the multiplies on Net's conv2. Rounding error
-// grows (points 0, +-1, +-1/2, +-2, inf): about 3e-6 of the largest output on
-// Net's conv2, against 2e-7 for a direct fp32 sum.
+// grows (points 0, +-1, +-1/2, +-2, inf): on Net's conv2 with ReLU inputs
+// and default-initialised weights, the largest error is about 4e-6 of the
+// largest output (rms 2e-6 relative) in all three passes, against about 2e-7
+// for a direct fp32 sum.
 // Thread safety: the functions write only the output rows they are given and
 // the caller's scratch.
 #pragma once
