@@ -77,6 +77,7 @@ std::vector<Conv2dGeometry> geometries() {
   add(16, 8, 9, 9, 12, 5, 5, 1, 4);    // Winograd, padding = kernel - 1
   add(130, 8, 8, 8, 8, 5, 5, 1, 0);    // 9 groups: whole groups per task, uneven
   add(130, 3, 9, 9, 4, 3, 3, 1, 1);    // the same on the direct path
+  add(16, 1, 12, 12, 64, 5, 5, 1, 0);  // one input channel, Winograd by a hair
   add(8, 4, 31, 29, 2, 5, 5, 1, 2);
   add(8, 2, 6, 6, 4, 7, 7, 1, 4);          // padding > kernel/2
   add(8, 3, 9, 11, 8, 8, 8, 1, 0);         // kernel wider than one weight tile
