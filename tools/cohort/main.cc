@@ -15,6 +15,8 @@ std::vector<Command>& commands() {
 int main(int argc, char** argv) {
   CLI::App app{"cohort: distributed deep-learning training in C++"};
   app.require_subcommand(1);
+  // A bad flag or value prints the chosen subcommand's usage with the error.
+  app.failure_message(CLI::FailureMessage::help);
   std::map<CLI::App*, std::function<int()>> runners;
   for (auto& c : cohort::cli::commands()) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
