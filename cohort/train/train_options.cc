@@ -1,0 +1,114 @@
+#include "cohort/train/train_options.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "cohort/base/error.h"
+#include "cohort/data/mnist.h"
+
+namespace cohort::train {
+namespace {
+
+template <typename E, size_t N>
+E parse_name(std::string_view what, std::string_view name,
+             const std::pair<std::string_view, E> (&table)[N]) {
+  std::string accepted;
+  for (const auto& [n, e] : table) {
+    if (n == name) return e;
+    accepted += accepted.empty() ? "" : ", ";
+    accepted += n;
+  }
+  throw InvalidArgument(fmt::format("unknown {} '{}' (expected one of: {})", what, name, accepted));
+}
+
+template <typename E, size_t N>
+std::string_view name_of(E e, const std::pair<std::string_view, E> (&table)[N]) {
+  for (const auto& [n, v] : table) {
+    if (v == e) return n;
+  }
+  return "?";
+}
+
+constexpr std::pair<std::string_view, ModelKind> kModels[] = {{"net", ModelKind::kNet},
+                                                              {"toy", ModelKind::kToy}};
+constexpr std::pair<std::string_view, DatasetKind> kDatasets[] = {
+    {"fashion-mnist", DatasetKind::kFashionMnist},
+    {"mnist", DatasetKind::kMnist},
+    {"synthetic", DatasetKind::kSynthetic}};
+constexpr std::pair<std::string_view, OptimizerKind> kOptimizers[] = {
+    {"sgd", OptimizerKind::kSgd}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}};
+constexpr std::pair<std::string_view, Strategy> kStrategies[] = {{"auto", Strategy::kAuto},
+                                                                 {"single", Strategy::kSingle},
+                                                                 {"ddp", Strategy::kDdp},
+                                                                 {"dp", Strategy::kDp}};
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  return (end != nullptr && *end == '\0') ? static_cast<int>(n) : 0;
+}
+
+}  // namespace
+
+ModelKind parse_model(std::string_view name) { return parse_name("model", name, kModels); }
+DatasetKind parse_dataset(std::string_view name) { return parse_name("dataset", name, kDatasets); }
+OptimizerKind parse_optimizer(std::string_view name) {
+  return parse_name("optimizer", name, kOptimizers);
+}
+Strategy parse_strategy(std::string_view name) { return parse_name("strategy", name, kStrategies); }
+std::string_view model_name(ModelKind kind) { return name_of(kind, kModels); }
+std::string_view dataset_name(DatasetKind kind) { return name_of(kind, kDatasets); }
+std::string_view optimizer_name(OptimizerKind kind) { return name_of(kind, kOptimizers); }
+std::string_view strategy_name(Strategy strategy) { return name_of(strategy, kStrategies); }
+
+int env_world_size() {
+  if (int n = env_int("WORLD_SIZE"); n > 0) return n;
+  if (int n = env_int("OMPI_COMM_WORLD_SIZE"); n > 0) return n;
+  return 1;
+}
+
+double TrainOptions::effective_lr() const {
+  return lr.value_or(model == ModelKind::kNet ? 0.01 : 0.001);
+}
+
+double TrainOptions::effective_momentum() const {
+  return momentum.value_or(model == ModelKind::kNet ? 0.9 : 0.0);
+}
+
+std::string TrainOptions::effective_data_dir() const {
+  if (!data_dir.empty()) return data_dir;
+  return dataset == DatasetKind::kMnist ? data::Mnist::kDefaultRoot
+                                        : data::FashionMnist::kDefaultRoot;
+}
+
+void TrainOptions::validate() const {
+  COHORT_CHECK(epochs >= 1, "--epochs must be >= 1, got {}", epochs);
+  COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);
+  double l = effective_lr();
+  COHORT_CHECK(l > 0 && std::isfinite(l), "--lr must be a positive finite number, got {}", l);
+  double m = effective_momentum();
+  COHORT_CHECK(m >= 0 && m < 1, "--momentum must be in [0, 1), got {}", m);
+  COHORT_CHECK(!momentum.has_value() || optimizer == OptimizerKind::kSgd,
+               "--momentum applies to --optimizer sgd only, not {}", optimizer_name(optimizer));
+  COHORT_CHECK(threads >= 0, "--threads must be >= 0 (0: all cores), got {}", threads);
+  COHORT_CHECK(max_steps >= 0, "--max-steps must be >= 0 (0: no limit), got {}", max_steps);
+  COHORT_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0, got {}", checkpoint_every);
+  COHORT_CHECK(keep_last >= 0, "--keep-last must be >= 0, got {}", keep_last);
+  COHORT_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty(),
+               "--checkpoint-every needs --checkpoint-dir");
+  COHORT_CHECK(resume.empty() || resume != "auto" || !checkpoint_dir.empty(),
+               "--resume auto needs --checkpoint-dir (where to look for the latest checkpoint)");
+  COHORT_CHECK(replicas >= 1, "--replicas must be >= 1, got {}", replicas);
+  COHORT_CHECK(log_every >= 0, "--log-every must be >= 0, got {}", log_every);
+  COHORT_CHECK(model != ModelKind::kToy || dataset == DatasetKind::kSynthetic,
+               "--model toy takes 10 inputs and trains on --dataset synthetic only, not {}",
+               dataset_name(dataset));
+  COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,
+               "synthetic data set sizes must be >= 1, got {} and {}", synthetic_train_size,
+               synthetic_test_size);
+}
+
+}  // namespace cohort::train

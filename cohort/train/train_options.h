@@ -1,0 +1,70 @@
+// TrainOptions: everything one training run of a reference model needs (the
+// settings behind `cohort train`), with the parsing of the names the CLI
+// accepts. Plain data; validate() throws InvalidArgument naming the first bad
+// field and its value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace cohort::train {
+
+enum class ModelKind { kNet, kToy };
+enum class DatasetKind { kFashionMnist, kMnist, kSynthetic };
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+// kAuto: DDP when the environment describes a job of more than one process
+// (WORLD_SIZE or OMPI_COMM_WORLD_SIZE > 1, i.e. under `cohort run` or
+// mpirun), else one process.
+enum class Strategy { kAuto, kSingle, kDdp, kDp };
+
+struct TrainOptions {
+  ModelKind model = ModelKind::kNet;
+  DatasetKind dataset = DatasetKind::kFashionMnist;
+  std::string data_dir;  // "": the data set's default directory
+  int64_t epochs = 1;
+  int64_t batch_size = 64;         // per process (DDP) / per step (DP: split over replicas)
+  std::optional<double> lr;        // default: 0.01 for Net, 0.001 for ToyModel (REFERENCE.md)
+  std::optional<double> momentum;  // SGD only; default: 0.9 for Net, 0 for ToyModel
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  int threads = 0;  // intra-op threads; 0: COHORT_NUM_THREADS or all cores
+  uint64_t seed = 0;
+  int64_t max_steps = 0;         // 0: no limit; counts optimizer steps over the whole run
+  std::string checkpoint_dir;    // "": no checkpoints
+  int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch and of the run
+  int64_t keep_last = 0;         // checkpoints kept in checkpoint_dir (0: all)
+  std::string resume;            // "", "auto" (latest in checkpoint_dir) or a path
+  std::string metrics_path;      // "": no metrics file
+  Strategy strategy = Strategy::kAuto;
+  int replicas = 2;                     // DataParallel replicas
+  std::string backend = "native";       // DDP process group backend
+  int64_t synthetic_train_size = 6000;  // --dataset synthetic
+  int64_t synthetic_test_size = 1000;
+  int64_t log_every = 0;  // progress period in steps; 0: about 10 per epoch
+
+  // The effective learning rate and momentum.
+  double effective_lr() const;
+  double effective_momentum() const;
+  // data_dir or the data set's default directory.
+  std::string effective_data_dir() const;
+  void validate() const;
+};
+
+// Name <-> enum ("net", "toy"; "fashion-mnist", "mnist", "synthetic"; "sgd",
+// "adam", "adamw"; "auto", "single", "ddp", "dp"). Parsing throws
+// InvalidArgument listing the accepted names.
+ModelKind parse_model(std::string_view name);
+DatasetKind parse_dataset(std::string_view name);
+OptimizerKind parse_optimizer(std::string_view name);
+Strategy parse_strategy(std::string_view name);
+std::string_view model_name(ModelKind kind);
+std::string_view dataset_name(DatasetKind kind);
+std::string_view optimizer_name(OptimizerKind kind);
+std::string_view strategy_name(Strategy strategy);
+
+// The world size the environment announces (WORLD_SIZE, else
+// OMPI_COMM_WORLD_SIZE, else 1).
+int env_world_size();
+
+}  // namespace cohort::train

@@ -1,0 +1,61 @@
+// The reference workloads of REFERENCE.md as the training loop needs them:
+// a model built from a seed, the train and test splits of a data set, the
+// loss, the optimizer, and the evaluation of a model on a test split
+// (optionally sharded over the ranks of a process group).
+//
+//   Net      on fashion-mnist | mnist | synthetic (10 classes, [1, 28, 28]):
+//            NLL loss on log-probabilities, clip_grad_norm 10, accuracy
+//   ToyModel on synthetic regression ([10] -> [5]): MSE loss, no accuracy
+//
+// Ownership: the returned objects are the caller's. Thread safety: none.
+#pragma once
+
+#include <memory>
+
+#include "cohort/core/random.h"
+#include "cohort/data/dataset.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/nn/module.h"
+#include "cohort/optim/optimizer.h"
+#include "cohort/train/train_options.h"
+
+namespace cohort::train {
+
+struct Splits {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> test;
+};
+
+// Loads (or generates) the data set. Real data sets throw IoError naming the
+// directory and the Debian package when it is missing.
+Splits make_splits(const TrainOptions& options);
+
+// The model, initialised from gen (PyTorch's initialisation, registration order).
+nn::ModulePtr make_model(ModelKind kind, Generator& gen);
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options,
+                                                 std::vector<Tensor> params);
+
+// 0-d loss of `output` (the model's output) against `target`.
+Tensor compute_loss(ModelKind kind, const Tensor& output, const Tensor& target);
+
+// The max_norm of clip_grad_norm for this model, or 0 for none.
+double clip_max_norm(ModelKind kind);
+
+// Whether the model is a classifier (test accuracy is defined).
+bool is_classifier(ModelKind kind);
+
+struct Evaluation {
+  double loss = 0;      // mean loss over the examples
+  double accuracy = 0;  // NaN for regression
+  int64_t examples = 0;
+};
+
+// Evaluates `model` (in eval mode, without gradients; restores train mode)
+// over `test`. With a group, rank r takes examples r, r + R, ... and the sums
+// are all-reduced, so every rank gets the result over the whole test set
+// (collective: every rank must call it).
+Evaluation evaluate(nn::Module& model, ModelKind kind, const data::Dataset& test,
+                    distributed::ProcessGroup* pg = nullptr, int64_t batch_size = 1000);
+
+}  // namespace cohort::train

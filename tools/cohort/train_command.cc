@@ -1,0 +1,113 @@
+// `cohort train`: trains a reference model (cohort/train/trainer.h) with the
+// options below; a thin layer over train::Trainer that parses flags and
+// prints progress (train_progress.h).
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cohort/base/error.h"
+#include "cohort/train/trainer.h"
+#include "tools/cohort/command.h"
+#include "tools/cohort/train_progress.h"
+
+namespace cohort::cli {
+namespace {
+
+struct TrainArgs {
+  std::string model = "net";
+  std::string dataset = "fashion-mnist";
+  std::string optimizer = "sgd";
+  std::string strategy = "auto";
+  double lr = 0;
+  double momentum = 0;
+  train::TrainOptions options;
+};
+
+int run_train(CLI::App* app, TrainArgs* args) {
+  train::TrainOptions& o = args->options;
+  std::unique_ptr<train::Trainer> trainer;
+  try {
+    o.model = train::parse_model(args->model);
+    o.dataset = train::parse_dataset(args->dataset);
+    o.optimizer = train::parse_optimizer(args->optimizer);
+    o.strategy = train::parse_strategy(args->strategy);
+    if (app->count("--lr") > 0) o.lr = args->lr;
+    if (app->count("--momentum") > 0) o.momentum = args->momentum;
+    if (app->count("--resume") > 0 && o.resume.empty()) o.resume = "auto";
+    trainer = std::make_unique<train::Trainer>(o);
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "cohort train: error: %s\n\n%s", e.what(), app->help().c_str());
+    return 2;
+  }
+  const bool terminal = isatty(fileno(stdout)) != 0;
+  if (terminal && o.log_every == 0) o.log_every = 1;  // the printer throttles redraws
+  ProgressPrinter printer(stdout, terminal, trainer->options());
+  trainer->run(&printer);
+  return 0;
+}
+
+std::function<int()> setup(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  train::TrainOptions& o = args->options;
+  app.add_option("--model", args->model, "Model: net (the DDP tutorial's CNN) or toy (ToyModel)")
+      ->check(CLI::IsMember({"net", "toy"}))
+      ->capture_default_str();
+  app.add_option("--dataset", args->dataset, "Data set: fashion-mnist, mnist or synthetic")
+      ->check(CLI::IsMember({"fashion-mnist", "mnist", "synthetic"}))
+      ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir,
+                 "Directory of the IDX files (default: /usr/share/datasets/fashion-mnist, "
+                 "Debian package dataset-fashion-mnist; /usr/share/datasets/mnist for mnist)");
+  app.add_option("--epochs", o.epochs, "Epochs to train")->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "Examples per step and process")
+      ->capture_default_str();
+  app.add_option("--lr", args->lr, "Learning rate (default: 0.01 for net, 0.001 for toy)");
+  app.add_option("--momentum", args->momentum, "SGD momentum (default: 0.9 for net, 0 for toy)");
+  app.add_option("--optimizer", args->optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads,
+                 "Intra-op threads (0: COHORT_NUM_THREADS, e.g. cohort run's share, else all "
+                 "cores)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")
+      ->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "Stop after this many optimizer steps (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "Write checkpoints here (step-NNNNNNNN/ directories, atomically)");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "Also checkpoint every N steps (0: at the end of each epoch and of the run only)")
+      ->capture_default_str();
+  app.add_option("--keep-last", o.keep_last, "Keep only the newest N checkpoints (0: all)")
+      ->capture_default_str();
+  app.add_option("--resume", o.resume,
+                 "Resume from a checkpoint directory or file, or 'auto' (alone: auto): the "
+                 "latest complete checkpoint in --checkpoint-dir, if any")
+      ->expected(0, 1);
+  app.add_option("--metrics", o.metrics_path, "Append one JSON object per epoch to this file");
+  app.add_option("--strategy", args->strategy,
+                 "auto (DDP under cohort run or mpirun, else single), single, ddp, dp")
+      ->check(CLI::IsMember({"auto", "single", "ddp", "dp"}))
+      ->capture_default_str();
+  app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
+      ->capture_default_str();
+  app.add_option("--backend", o.backend, "DDP process group backend: native or mpi")
+      ->check(CLI::IsMember({"native", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--log-every", o.log_every,
+                 "Progress every N steps (0: about ten lines per epoch)")
+      ->capture_default_str();
+  CLI::App* self = &app;
+  return [self, args] { return run_train(self, args.get()); };
+}
+
+CommandRegistrar reg({"train",
+                      "Train a reference model (net, toy) on Fashion-MNIST, MNIST or "
+                      "synthetic data, in one process, with DDP or DataParallel",
+                      setup});
+
+}  // namespace
+}  // namespace cohort::cli

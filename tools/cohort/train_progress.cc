@@ -1,0 +1,105 @@
+#include "tools/cohort/train_progress.h"
+
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace cohort::cli {
+namespace {
+
+std::string clock_str(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  auto s = static_cast<int64_t>(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+                   : fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+std::string number(double v, int digits) {
+  return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : std::string("n/a");
+}
+
+}  // namespace
+
+ProgressPrinter::ProgressPrinter(std::FILE* out, bool terminal, const train::TrainOptions& options)
+    : out_(out), terminal_(terminal), options_(options) {}
+
+ProgressPrinter::~ProgressPrinter() { break_line(); }
+
+void ProgressPrinter::break_line() {
+  if (line_open_) {
+    std::fputc('\n', out_);
+    line_open_ = false;
+  }
+}
+
+void ProgressPrinter::on_start(const train::RunInfo& info) {
+  std::string how;
+  switch (info.strategy) {
+    case train::Strategy::kDdp:
+      how = fmt::format("DDP, {} ranks x {} threads", info.world_size, info.threads);
+      break;
+    case train::Strategy::kDp:
+      how = fmt::format("DataParallel, {} replicas x {} threads", info.replicas, info.threads);
+      break;
+    default:
+      how = fmt::format("1 process, {} threads", info.threads);
+  }
+  std::fprintf(
+      out_,
+      "cohort train: %s on %s, %s; %lld train / %lld test examples, batch %lld (%lld per "
+      "step), %lld steps per epoch\n",
+      std::string(train::model_name(options_.model)).c_str(),
+      std::string(train::dataset_name(options_.dataset)).c_str(), how.c_str(),
+      static_cast<long long>(info.train_examples), static_cast<long long>(info.test_examples),
+      static_cast<long long>(options_.batch_size), static_cast<long long>(info.global_batch_size),
+      static_cast<long long>(info.steps_per_epoch));
+  if (!info.resumed_from.empty()) {
+    std::fprintf(out_, "resumed from %s at step %lld (epoch %lld)\n", info.resumed_from.c_str(),
+                 static_cast<long long>(info.start_step),
+                 static_cast<long long>(info.start_epoch + 1));
+  }
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_step(const train::StepInfo& s) {
+  std::string text = fmt::format("epoch {}/{} step {}/{} loss {} {:.0f} samples/s ETA {}",
+                                 s.epoch + 1, options_.epochs, s.step_in_epoch, s.steps_in_epoch,
+                                 number(s.loss, 4), s.samples_per_second, clock_str(s.eta_seconds));
+  if (terminal_) {
+    auto now = std::chrono::steady_clock::now();
+    bool last = s.step_in_epoch == s.steps_in_epoch;
+    if (!last && line_open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    constexpr int kWidth = 24;
+    int filled = s.steps_in_epoch > 0
+                     ? static_cast<int>(kWidth * s.step_in_epoch / s.steps_in_epoch)
+                     : kWidth;
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(out_, "\r[%s] %s\x1b[K", bar.c_str(), text.c_str());
+    line_open_ = true;
+  } else {
+    std::fprintf(out_, "%s\n", text.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_epoch_end(const train::EpochStats& e) {
+  break_line();
+  std::string acc = std::isfinite(e.test_accuracy)
+                        ? fmt::format("test accuracy {:.4f}", e.test_accuracy)
+                        : fmt::format("test loss {}", number(e.test_loss, 4));
+  std::fprintf(out_, "epoch %lld%s: train loss %s, %s, %.1f s, %.0f samples/s\n",
+               static_cast<long long>(e.epoch), e.complete ? "" : " (stopped at --max-steps)",
+               number(e.train_loss, 4).c_str(), acc.c_str(), e.seconds, e.samples_per_second);
+  std::fflush(out_);
+}
+
+void ProgressPrinter::on_checkpoint(const std::string& path, int64_t step) {
+  if (terminal_) return;  // keep the bar clean; the summary follows
+  std::fprintf(out_, "checkpoint: %s (step %lld)\n", path.c_str(), static_cast<long long>(step));
+  std::fflush(out_);
+}
+
+}  // namespace cohort::cli
