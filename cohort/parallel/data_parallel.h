@@ -69,6 +69,10 @@ class DataParallel : public nn::Module {
   // replica(0) is module().
   nn::Module& replica(int i) const { return *replicas_[static_cast<size_t>(i)]; }
 
+  // Inside a replica's forward or backward: that replica's index (0 = the
+  // module itself); -1 elsewhere.
+  static int current_replica() { return ReplicaPool::current_replica(); }
+
   // torch.chunk's split of `batch` rows into at most n pieces.
   static std::vector<int64_t> chunk_sizes(int64_t batch, int n);
 

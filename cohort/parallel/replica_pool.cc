@@ -5,6 +5,11 @@
 #include "cohort/base/parallel.h"
 
 namespace cohort::parallel {
+namespace {
+thread_local int t_current_replica = -1;
+}  // namespace
+
+int ReplicaPool::current_replica() { return t_current_replica; }
 
 ReplicaPool::ReplicaPool(std::vector<int> budgets) : budgets_(std::move(budgets)) {
   COHORT_CHECK(!budgets_.empty(), "ReplicaPool: needs at least one replica");
@@ -27,13 +32,17 @@ void ReplicaPool::run_task(int index) {
     ThreadBudgetGuard budget(budgets_[static_cast<size_t>(index)]);
     bool prev = GradMode::is_enabled();
     GradMode::set_enabled(grad_mode_);
+    int prev_replica = t_current_replica;
+    t_current_replica = index;
     try {
       (*fn_)(index);
     } catch (...) {
       GradMode::set_enabled(prev);
+      t_current_replica = prev_replica;
       throw;
     }
     GradMode::set_enabled(prev);
+    t_current_replica = prev_replica;
   } catch (...) {
     errors_[static_cast<size_t>(index)] = std::current_exception();
   }

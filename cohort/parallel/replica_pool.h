@@ -34,6 +34,8 @@ class ReplicaPool {
   int budget(int replica) const { return budgets_[static_cast<size_t>(replica)]; }
   // Runs fn(i) for i in [0, n), n <= max_replicas(), fn(0) on this thread.
   void run(int n, const std::function<void(int)>& fn);
+  // Inside a task: its replica index; -1 on threads not running a task.
+  static int current_replica();
 
  private:
   void worker_loop(int index);
