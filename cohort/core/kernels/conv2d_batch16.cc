@@ -134,9 +134,11 @@ void batch16_conv(const Conv2dGeometry& g, const float* in, const float* w, cons
     wp = lease.get(0, 64 * c * d.ocp);
     winograd_weights(w, g.out_channels, g.in_channels, d.ocp, true, wp);
     p.rows = 1;
-    p.scratch_floats = winograd_scratch_floats(d);
+    const int64_t grad = winograd_grad_floats(d, c);
+    p.scratch_floats = grad + winograd_backward_input_scratch_floats(d);
     p.compute = [=](const float* inb, float* outb, int64_t, int64_t, float* scratch) {
-      winograd_backward_input_group(d, inb, wp, outb, scratch);
+      winograd_grad_transform(d, c, inb, scratch);
+      winograd_backward_input_group(d, scratch, wp, outb, scratch + grad);
     };
   } else if (!transposed && winograd_fits(g, false)) {
     const WinogradConv d = make_winograd(c, oc, oh, ow);
@@ -210,7 +212,8 @@ void winograd_backward_weight(const Conv2dGeometry& g, const float* x, const flo
   const int64_t what = winograd_what_floats(d);
   // Partial what, then partial dbias, rounded to whole vectors (alignment).
   const int64_t psize = (what + d.oc + kLanes - 1) / kLanes * kLanes;
-  const int64_t work = winograd_weight_scratch_floats(d) + xg + dyg;
+  const int64_t grad = winograd_grad_floats(d, d.oc);
+  const int64_t work = xg + dyg + grad + winograd_weight_scratch_floats(d);
   const int64_t chunks = std::min<int64_t>(std::max(1, num_threads()), groups);
   ScratchLease lease;
   float* partial = lease.get(0, chunks * psize);
@@ -220,11 +223,13 @@ void winograd_backward_weight(const Conv2dGeometry& g, const float* x, const flo
     float* p = partial + chunk * psize;
     float* xb = scratch + chunk * work;
     float* dyb = xb + xg;
-    float* s = dyb + dyg;
+    float* dg = dyb + dyg;
+    float* s = dg + grad;
     for (int64_t gi = g0; gi < g1; ++gi) {
       pack_batch16(x, g.batch, d.c, g.in_h, g.in_w, xpad, gi, gi + 1, xb);
       pack_batch16(dy, g.batch, d.oc, d.oh, d.ow, dypad, gi, gi + 1, dyb, dy_mask);
-      winograd_weight_group(d, xb, dyb, p, s);
+      winograd_grad_transform(d, d.oc, dyb, dg);
+      winograd_weight_group(d, xb, dg, p, s);
       if (dbias) add_bias_grad(dyb, d.oc, th4 * tw4, p + what);
     }
   });
@@ -331,9 +336,10 @@ bool batch16_backward_shared(const Conv2dGeometry& g, const float* x, const floa
   const int64_t xg = c * dwd.hp * dwd.wp * kLanes, dyg = oc * th4 * tw4 * kLanes;
   const int64_t what = winograd_what_floats(dwd);
   const int64_t psize = (what + oc + kLanes - 1) / kLanes * kLanes;
+  const int64_t grad = winograd_grad_floats(dwd, oc);  // dy transformed once for both
   const int64_t kernel_scratch =
-      std::max(winograd_weight_scratch_floats(dwd), winograd_scratch_floats(dxd));
-  const int64_t work = 2 * xg + dyg + kernel_scratch;  // xb, dxb, dyb, kernels
+      std::max(winograd_weight_scratch_floats(dwd), winograd_backward_input_scratch_floats(dxd));
+  const int64_t work = 2 * xg + dyg + grad + kernel_scratch;  // xb, dxb, dyb, dg, kernels
   ScratchLease lease;
   float* u = lease.get(0, 64 * oc * dxd.ocp);
   float* partial = lease.get(1, threads * psize);
@@ -345,13 +351,15 @@ bool batch16_backward_shared(const Conv2dGeometry& g, const float* x, const floa
     float* xb = scratch + chunk * work;
     float* dxb = xb + xg;
     float* dyb = dxb + xg;
-    float* s = dyb + dyg;
+    float* dg = dyb + dyg;
+    float* s = dg + grad;
     for (int64_t gi = g0; gi < g1; ++gi) {
       pack_batch16(dy, g.batch, oc, dwd.oh, dwd.ow, dypad, gi, gi + 1, dyb, dy_mask);
       pack_batch16(x, g.batch, c, g.in_h, g.in_w, xpad, gi, gi + 1, xb);
-      winograd_weight_group(dwd, xb, dyb, p, s);
+      winograd_grad_transform(dwd, oc, dyb, dg);
+      winograd_weight_group(dwd, xb, dg, p, s);
       if (dbias) add_bias_grad(dyb, oc, th4 * tw4, p + what);
-      winograd_backward_input_group(dxd, dyb, u, dxb, s);
+      winograd_backward_input_group(dxd, dg, u, dxb, s);
       unpack_batch16(dxb, g.batch, c, g.in_h, g.in_w, xpad, gi, gi + 1, dx);
     }
   });

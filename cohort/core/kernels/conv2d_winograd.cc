@@ -24,18 +24,20 @@ constexpr int kMaxTileOc = 6;
 constexpr int kMaxTileT = 6;
 
 // For every position: acc[r][t] = sum over c of u[pos][c][oc0 + r] *
-// v[pos][c][t]; m[pos][r][t] = acc. v holds c_n x tt vectors per position (T
-// of each row used), u c_n x ocp floats.
+// v[pos][c][t]; m[pos][r][t] = acc. v rows (one per c, T vectors used) are
+// v_row floats apart and positions v_pos apart; u holds c_n x ocp floats per
+// position.
 template <int R, int T>
-void gemm_tile(int64_t c_n, const float* v, int64_t tt, const float* u, int64_t ocp, float* m) {
-  const int64_t v_pos = c_n * tt * 16, u_pos = c_n * ocp;
+void gemm_tile(int64_t c_n, const float* v, int64_t v_row, int64_t v_pos, const float* u,
+               int64_t ocp, float* m) {
+  const int64_t u_pos = c_n * ocp;
   for (int pos = 0; pos < kPos; ++pos, v += v_pos, u += u_pos, m += R * T * 16) {
     __m512 acc[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
     const float* vc = v;
     const float* uc = u;
-    for (int64_t c = 0; c < c_n; ++c, vc += tt * 16, uc += ocp) {
+    for (int64_t c = 0; c < c_n; ++c, vc += v_row, uc += ocp) {
       __m512 vv[T];
       for (int t = 0; t < T; ++t) vv[t] = _mm512_load_ps(vc + t * 16);
       for (int r = 0; r < R; ++r) {
@@ -48,7 +50,7 @@ void gemm_tile(int64_t c_n, const float* v, int64_t tt, const float* u, int64_t 
   }
 }
 
-using GemmFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*);
+using GemmFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*);
 
 template <int R, int... Ts>
 constexpr std::array<GemmFn, sizeof...(Ts)> gemm_row(std::integer_sequence<int, Ts...>) {
@@ -163,7 +165,7 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
         input_transform_row(x + (c * d.hp + 4 * a) * pitch + 4 * b0 * 16, pitch, nt,
                             v + c * tt * 16, d.c * tt * 16, tmp);
       for (int64_t oc0 = 0; oc0 < d.ocp; oc0 += d.tile_oc) {
-        kGemm[d.tile_oc - 1][nt - 1](d.c, v, tt, u + oc0, d.ocp, m);
+        kGemm[d.tile_oc - 1][nt - 1](d.c, v, tt * 16, d.c * tt * 16, u + oc0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && oc0 + r < d.oc; ++r) {
           const __m512 bv = bias ? _mm512_set1_ps(bias[oc0 + r]) : zero;
           for (int64_t t = 0; t < nt; ++t) {
@@ -194,14 +196,18 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
   }
 }
 
-void winograd_backward_input_group(const WinogradConv& d, const float* dy, const float* u,
+int64_t winograd_backward_input_scratch_floats(const WinogradConv& d) {
+  // m [64][tile_oc][tile_t][16], 64 vectors of tmp.
+  return (kPos * d.tile_oc * d.tile_t + 64) * 16;
+}
+
+void winograd_backward_input_group(const WinogradConv& d, const float* dg, const float* u,
                                    float* dx, float* scratch) {
-  const int64_t tt = d.tile_t;
-  float* dg = scratch;                          // [64][c][tt][16]: transformed dy
-  float* m = dg + kPos * d.c * tt * 16;         // [64][tile_oc][tt][16]
+  const int64_t tt = d.tile_t, tiles = d.tiles_h * d.tiles_w;
+  const int64_t dg_row = tiles * 16, dg_pos = (d.c + 3) / 4 * 4 * tiles * 16;
+  float* m = scratch;                           // [64][tile_oc][tt][16]
   float* tmp = m + kPos * d.tile_oc * tt * 16;  // [64][16]
-  const int64_t dy_w = 4 * d.tiles_w, dy_pitch = dy_w * 16, dx_pitch = d.wp * 16;
-  const int64_t dx_plane = d.hp * dx_pitch;
+  const int64_t dx_pitch = d.wp * 16, dx_plane = d.hp * dx_pitch;
   for (int64_t a = 0; a < d.tiles_h; ++a) {
     // Tile row a adds into dx rows [4a, 4a + 8); rows [4a, 4a + 4) already
     // hold row a - 1's contributions, so only the lower half starts at zero.
@@ -210,12 +216,9 @@ void winograd_backward_input_group(const WinogradConv& d, const float* dy, const
                   (a == 0 ? 8 : 4) * dx_pitch, 0.0f);
     for (int64_t b0 = 0; b0 < d.tiles_w; b0 += tt) {
       const int64_t nt = std::min(tt, d.tiles_w - b0);
-      for (int64_t k = 0; k < d.c; ++k)
-        for (int64_t t = 0; t < nt; ++t)
-          grad_transform(dy + ((k * 4 * d.tiles_h + 4 * a) * dy_w + 4 * (b0 + t)) * 16, dy_pitch,
-                         dg + (k * tt + t) * 16, d.c * tt * 16);
+      const float* v = dg + (a * d.tiles_w + b0) * 16;
       for (int64_t o0 = 0; o0 < d.ocp; o0 += d.tile_oc) {
-        kGemm[d.tile_oc - 1][nt - 1](d.c, dg, tt, u + o0, d.ocp, m);
+        kGemm[d.tile_oc - 1][nt - 1](d.c, v, dg_row, dg_pos, u + o0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && o0 + r < d.oc; ++r)
           for (int64_t t = 0; t < nt; ++t) {
             // dX tile += B M B^T: columns into tmp [8][8], then the rows.

@@ -49,27 +49,34 @@ int64_t winograd_scratch_floats(const WinogradConv& d);
 void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u, const float* bias,
                            bool relu, int64_t a0, int64_t a1, float* y, float* scratch);
 
+// The gradient transform shared by both backward passes: for every 4x4
+// block of dy [c][4 * tiles_h][4 * tiles_w][16] (zero past the output),
+// dg [64][round4(c)][tiles_h * tiles_w][16] = A dY A^T (channels past c
+// zero). winograd_grad_floats gives dg's size.
+int64_t winograd_grad_floats(const WinogradConv& d, int64_t c);
+void winograd_grad_transform(const WinogradConv& d, int64_t c, const float* dy, float* dg);
+
 // Backward input of one group, the transpose of the forward pass: for each
 // 4x4 block of dy, dX tile (8x8) += B (sum over oc of U (.) A dY A^T) B^T,
 // tiles overlapping by 4. Call with d = make_winograd(oc, c, oh, ow) of the
-// forward convolution (channels swapped: d.c is dy's channels) and u from
-// winograd_weights(..., transposed = true, ...). dy is [d.c][4 * tiles_h]
-// [4 * tiles_w][16], zero past oh x ow; dx gets [d.oc][hp][wp][16] in the
-// forward's padded input coordinates (crop the padding when unpacking).
-// Scratch: winograd_scratch_floats(d).
-void winograd_backward_input_group(const WinogradConv& d, const float* dy, const float* u,
+// forward convolution (channels swapped: d.c is dy's channels), dg from
+// winograd_grad_transform(d, d.c, ...) and u from winograd_weights(...,
+// transposed = true, ...). dx gets [d.oc][hp][wp][16] in the forward's
+// padded input coordinates (crop the padding when unpacking).
+int64_t winograd_backward_input_scratch_floats(const WinogradConv& d);
+void winograd_backward_input_group(const WinogradConv& d, const float* dg, const float* u,
                                    float* dx, float* scratch);
 
 // Weight gradient in the transformed domain (the transpose of the forward):
 //   dw[oc][c] = G^T (sum over samples and 4x4 blocks of (A dY A^T) (.) V) G.
 // x is packed as for the forward pass (make_winograd's hp x wp, zero outside
-// the image), dy as [oc][4 * tiles_h][4 * tiles_w][16], zero past oh x ow.
+// the image); dg is winograd_grad_transform(d, d.oc, dy, ...).
 // The running sum `what` has winograd_what_floats(d) floats laid out in
 // blocks of 4 output x 4 input channels; zero it, accumulate groups into it,
 // then winograd_weight_finish turns it into dw.
 int64_t winograd_what_floats(const WinogradConv& d);
 int64_t winograd_weight_scratch_floats(const WinogradConv& d);
-void winograd_weight_group(const WinogradConv& d, const float* x, const float* dy, float* what,
+void winograd_weight_group(const WinogradConv& d, const float* x, const float* dg, float* what,
                            float* scratch);
 // dw [oc][c][5][5] = G^T what G (overwrites dw).
 void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw);

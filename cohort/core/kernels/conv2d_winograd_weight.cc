@@ -73,40 +73,43 @@ inline __m512 reduce16(const __m512 v[16]) {
 
 int64_t winograd_what_floats(const WinogradConv& d) { return kPos * round4(d.oc) * round4(d.c); }
 
-int64_t winograd_weight_scratch_floats(const WinogradConv& d) {
-  const int64_t tiles = d.tiles_h * d.tiles_w;
-  // vx [64][c4][tiles][16], dg [64][oc4][tiles][16], then tmp.
-  return (kPos * (round4(d.c) + round4(d.oc)) * tiles +
-          std::max<int64_t>(64, input_row_tmp_vecs(d.tiles_w))) *
-         16;
+int64_t winograd_grad_floats(const WinogradConv& d, int64_t c) {
+  return kPos * round4(c) * d.tiles_h * d.tiles_w * 16;
 }
 
-void winograd_weight_group(const WinogradConv& d, const float* x, const float* dy, float* what,
+void winograd_grad_transform(const WinogradConv& d, int64_t c, const float* dy, float* dg) {
+  const int64_t tiles = d.tiles_h * d.tiles_w, c4 = round4(c);
+  const int64_t dy_w = 4 * d.tiles_w, dy_pitch = dy_w * 16;
+  for (int64_t pos = 0; pos < kPos; ++pos)  // channels past c stay zero
+    for (int64_t k = c; k < c4; ++k)
+      std::fill_n(dg + (pos * c4 + k) * tiles * 16, tiles * 16, 0.0f);
+  for (int64_t k = 0; k < c; ++k)
+    for (int64_t a = 0; a < d.tiles_h; ++a)
+      for (int64_t b = 0; b < d.tiles_w; ++b)
+        grad_transform(dy + ((k * 4 * d.tiles_h + 4 * a) * dy_w + 4 * b) * 16, dy_pitch,
+                       dg + (k * tiles + a * d.tiles_w + b) * 16, c4 * tiles * 16);
+}
+
+int64_t winograd_weight_scratch_floats(const WinogradConv& d) {
+  const int64_t tiles = d.tiles_h * d.tiles_w;
+  // vx [64][c4][tiles][16], then tmp.
+  return (kPos * round4(d.c) * tiles + std::max<int64_t>(64, input_row_tmp_vecs(d.tiles_w))) * 16;
+}
+
+void winograd_weight_group(const WinogradConv& d, const float* x, const float* dg, float* what,
                            float* scratch) {
   const int64_t tiles = d.tiles_h * d.tiles_w;
   const int64_t c4 = round4(d.c), oc4 = round4(d.oc);
-  float* vx = scratch;                        // [64][c4][tiles][16]
-  float* dg = vx + kPos * c4 * tiles * 16;    // [64][oc4][tiles][16]
-  float* tmp = dg + kPos * oc4 * tiles * 16;  // [64][16]
-  const int64_t x_pitch = d.wp * 16, dy_w = 4 * d.tiles_w, dy_pitch = dy_w * 16;
-  // Channels past c / oc (up to the block size) stay zero.
-  for (int64_t pos = 0; pos < kPos; ++pos) {
+  float* vx = scratch;                       // [64][c4][tiles][16]
+  float* tmp = vx + kPos * c4 * tiles * 16;  // input_row_tmp_vecs
+  const int64_t x_pitch = d.wp * 16;
+  for (int64_t pos = 0; pos < kPos; ++pos)  // channels past c stay zero
     for (int64_t c = d.c; c < c4; ++c)
       std::fill_n(vx + (pos * c4 + c) * tiles * 16, tiles * 16, 0.0f);
-    for (int64_t oc = d.oc; oc < oc4; ++oc)
-      std::fill_n(dg + (pos * oc4 + oc) * tiles * 16, tiles * 16, 0.0f);
-  }
-  for (int64_t a = 0; a < d.tiles_h; ++a) {
+  for (int64_t a = 0; a < d.tiles_h; ++a)
     for (int64_t c = 0; c < d.c; ++c)
       input_transform_row(x + (c * d.hp + 4 * a) * x_pitch, x_pitch, d.tiles_w,
                           vx + (c * tiles + a * d.tiles_w) * 16, c4 * tiles * 16, tmp);
-    for (int64_t b = 0; b < d.tiles_w; ++b) {
-      const int64_t t = a * d.tiles_w + b;
-      for (int64_t oc = 0; oc < d.oc; ++oc)
-        grad_transform(dy + ((oc * 4 * d.tiles_h + 4 * a) * dy_w + 4 * b) * 16, dy_pitch,
-                       dg + (oc * tiles + t) * 16, oc4 * tiles * 16);
-    }
-  }
   const int64_t ocb_n = oc4 / kBlock, cb_n = c4 / kBlock;
   for (int64_t pos = 0; pos < kPos; ++pos) {
     const float* vp = vx + pos * c4 * tiles * 16;
