@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cohort/autograd/gradcheck.h"
+#include "cohort/base/parallel.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
 
@@ -124,6 +125,37 @@ TEST(Engine, IndependentGraphsOnThreads) {
   }
   for (auto& t : ts) t.join();
   for (float v : w.grad().to_vector<float>()) ASSERT_EQ(v, 200.0f);
+}
+
+// DataParallel's pattern: replicas run forward and backward of the same
+// (shared) parameters on threads at once, each with its own thread budget.
+TEST(Engine, ConcurrentConvNetStepsOnSharedParameters) {
+  Generator gen(1);
+  Tensor w1 = randn({4, 1, 3, 3}, 1).set_requires_grad(true);
+  Tensor b1 = randn({4}, 2).set_requires_grad(true);
+  Tensor w2 = randn({3, 4 * 4 * 4}, 3).set_requires_grad(true);
+  std::vector<Tensor> xs{randn({8, 1, 10, 10}, 4), randn({8, 1, 10, 10}, 5)};
+  Tensor target = Tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1});
+  auto loss_of = [&](const Tensor& x) {
+    Tensor h = max_pool2d(conv2d_relu(x, w1, b1), {2, 2});
+    return cross_entropy(linear(flatten(h, 1), w2), target);
+  };
+  // Sequential reference.
+  for (const Tensor& x : xs) loss_of(x).backward();
+  std::vector<Tensor> want{w1.grad().clone(), b1.grad().clone(), w2.grad().clone()};
+  for (int round = 0; round < 3; ++round) {
+    for (Tensor p : {w1, b1, w2}) p.set_grad(Tensor());
+    std::vector<std::thread> ts;
+    for (const Tensor& x : xs)
+      ts.emplace_back([&, x] {
+        set_num_threads(1);
+        loss_of(x).backward();
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_TRUE(allclose(w1.grad(), want[0], 1e-5, 1e-6));
+    EXPECT_TRUE(allclose(b1.grad(), want[1], 1e-5, 1e-6));
+    EXPECT_TRUE(allclose(w2.grad(), want[2], 1e-5, 1e-6));
+  }
 }
 
 // The phase-1 acceptance program: Linear -> ReLU -> Linear, MSE, backward,
