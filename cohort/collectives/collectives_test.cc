@@ -9,6 +9,7 @@
 #include "cohort/collectives/allgather_direct.h"
 #include "cohort/collectives/allgather_ring.h"
 #include "cohort/collectives/allreduce_direct.h"
+#include "cohort/collectives/allreduce_pull.h"
 #include "cohort/collectives/allreduce_ring.h"
 #include "cohort/collectives/broadcast_chain.h"
 #include "cohort/collectives/broadcast_flat.h"
@@ -55,20 +56,27 @@ TEST_P(CollectivesTest, AllReduceEveryDtypeAndOpBothAlgorithms) {
         for (ReduceOp op : all_ops()) {
           for (size_t count : counts_for(n)) {
             std::vector<std::byte> want = reference_reduce(n, count, dt, op);
-            for (int algo = 0; algo < 2; ++algo) {
+            for (int algo = 0; algo < 3; ++algo) {
               std::vector<std::byte> buf = make_input(c.rank(), count, dt, op);
               if (algo == 0) {
                 AllreduceRing(c, buf.data(), count, dt, op).run();
-              } else {
+              } else if (algo == 1) {
                 AllreduceDirect(c, buf.data(), count, dt, op).run();
+              } else if (c.single_copy() || n == 1) {
+                AllreducePull(c, buf.data(), count, dt, op).run();
+              } else {
+                continue;
               }
-              expect_bytes(buf, want,
-                           case_name(n, count, dt, op) + (algo == 0 ? " ring" : " direct"));
+              const char* names[] = {" ring", " direct", " pull"};
+              expect_bytes(buf, want, case_name(n, count, dt, op) + names[algo]);
             }
           }
         }
       }
-      // The Communicator's own choice, on a size that takes the ring.
+      // Same-host shared-memory groups may read each other's memory here;
+      // TCP groups never do.
+      if (n > 1) EXPECT_EQ(c.single_copy(), GetParam() == TransportKind::kShm);
+      // The Communicator's own choice, on a size that takes the ring (or pull).
       size_t big = 70000 + static_cast<size_t>(n);
       std::vector<std::byte> buf = make_input(c.rank(), big, DataType::kFloat32, ReduceOp::kSum);
       c.all_reduce(buf.data(), big, DataType::kFloat32, ReduceOp::kSum);

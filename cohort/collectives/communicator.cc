@@ -7,6 +7,7 @@
 #include "cohort/collectives/allgather_direct.h"
 #include "cohort/collectives/allgather_ring.h"
 #include "cohort/collectives/allreduce_direct.h"
+#include "cohort/collectives/allreduce_pull.h"
 #include "cohort/collectives/allreduce_ring.h"
 #include "cohort/collectives/alltoall_direct.h"
 #include "cohort/collectives/barrier_direct.h"
@@ -30,6 +31,9 @@ namespace {
 // larger ones the bandwidth-optimal ring/chain (measured in bench/collectives).
 constexpr size_t kDirectAllReduceBytes = 64 * 1024;
 constexpr size_t kDirectBytes = 256 * 1024;
+// From this size on, same-host groups that may read each other's memory
+// all_reduce by pulling (one copy) instead of through the rings (two).
+constexpr size_t kPullAllReduceBytes = 256 * 1024;
 
 std::string env_choice(const char* name, std::initializer_list<const char*> allowed) {
   const char* v = std::getenv(name);
@@ -71,7 +75,7 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
     force_tcp = t == "tcp";
   }
   AlgoOverrides ov;
-  ov.all_reduce = env_choice("COHORT_ALLREDUCE_ALGO", {"ring", "direct"});
+  ov.all_reduce = env_choice("COHORT_ALLREDUCE_ALGO", {"ring", "direct", "pull"});
   ov.broadcast = env_choice("COHORT_BROADCAST_ALGO", {"flat", "chain"});
   ov.reduce = env_choice("COHORT_REDUCE_ALGO", {"direct", "ring"});
   ov.all_gather = env_choice("COHORT_ALLGATHER_ALGO", {"direct", "ring"});
@@ -96,14 +100,23 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
     }
   }
   // Every peer has mapped our segment once all are connected: drop its name.
-  store.set(prefix + "ready/" + std::to_string(rank), std::string("1"));
+  // The ready value says whether this rank can read all its peers' memory;
+  // single-copy algorithms need every rank to say yes.
+  bool can_pull = size > 1;
+  for (int p = 0; p < size; ++p) {
+    if (p != rank && !ctx->pair(p)->can_read_peer_memory()) can_pull = false;
+  }
+  store.set(prefix + "ready/" + std::to_string(rank), std::string(can_pull ? "1" : "0"));
   std::vector<std::string> ready;
   for (int r = 0; r < size; ++r) ready.push_back(prefix + "ready/" + std::to_string(r));
   store.wait(ready, options.timeout);
   ctx->unlink_shm_name();
+  bool single_copy = size > 1;
+  for (const auto& k : ready) single_copy = single_copy && store.get_string(k) == "1";
   auto comm = std::unique_ptr<Communicator>(
       new Communicator(rank, size, std::move(options), std::move(ctx)));
   comm->overrides_ = std::move(ov);
+  comm->single_copy_ = single_copy;
   return comm;
 }
 
@@ -175,9 +188,15 @@ void Communicator::abort(const std::string& reason) {
 void Communicator::all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
                               Duration timeout) {
   check_buffer(data, count, "all_reduce", "data");
-  size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_ - 1);
-  if (use_first(overrides_.all_reduce, "direct", bytes <= kDirectAllReduceBytes)) {
+  size_t bytes = count * element_size(dtype);
+  const std::string& o = overrides_.all_reduce;
+  bool direct =
+      o.empty() ? bytes * static_cast<size_t>(size_ - 1) <= kDirectAllReduceBytes : o == "direct";
+  bool pull = single_copy_ && (o.empty() ? bytes >= kPullAllReduceBytes : o == "pull");
+  if (direct) {
     AllreduceDirect(*this, data, count, dtype, op).run(timeout);
+  } else if (pull) {
+    AllreducePull(*this, data, count, dtype, op).run(timeout);
   } else {
     AllreduceRing(*this, data, count, dtype, op).run(timeout);
   }

@@ -16,8 +16,8 @@
 // synchronises the ranks' sequence numbers and checks agreement). Results of
 // all_reduce are bitwise identical on every rank.
 //
-// Algorithms are chosen by message size and world size (see algorithm.h);
-// COHORT_ALLREDUCE_ALGO=ring|direct, COHORT_BROADCAST_ALGO=flat|chain,
+// Algorithms are chosen by message size and world size (see communicator.cc);
+// COHORT_ALLREDUCE_ALGO=ring|direct|pull, COHORT_BROADCAST_ALGO=flat|chain,
 // COHORT_ALLGATHER_ALGO=direct|ring, COHORT_REDUCE_SCATTER_ALGO=direct|ring,
 // COHORT_REDUCE_ALGO=direct|ring override the choice (all ranks must agree;
 // a disagreement is reported as a mismatch).
@@ -160,6 +160,10 @@ class Communicator {
     std::string all_reduce, broadcast, reduce, all_gather, reduce_scatter;
   };
   const AlgoOverrides& overrides() const { return overrides_; }
+  // True when every rank reaches every other through shared memory and may
+  // read its memory directly (process_vm_readv), on all ranks alike: the
+  // single-copy "pull" algorithms are available. COHORT_SHM_SINGLE_COPY=0 turns it off.
+  bool single_copy() const { return single_copy_; }
 
  private:
   Communicator(int rank, int size, CommunicatorOptions options,
@@ -175,6 +179,7 @@ class Communicator {
   std::vector<uint64_t> sent_;
   std::vector<uint64_t> received_;
   AlgoOverrides overrides_;
+  bool single_copy_ = false;
 };
 
 }  // namespace cohort::collectives

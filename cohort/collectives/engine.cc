@@ -159,35 +159,64 @@ void Engine::drive() {
 }
 
 bool Engine::step_send(Stream& s) {
-  bool progress = false;
+  // Everything that may go now, as one gather write: the rest of the header,
+  // the pieces from the current one up to the first gate that holds (at most
+  // kChunk payload bytes per step), and the padding once all pieces are out.
+  static const std::byte zeros[8] = {};
+  constexpr size_t kMaxSlices = 8;
+  transport::Pair::Slice slices[kMaxSlices];
+  size_t* counters[kMaxSlices];
+  size_t n = 0;
   if (s.header_done < sizeof(WireHeader)) {
-    size_t w = s.pair->write_some(reinterpret_cast<const std::byte*>(&s.header) + s.header_done,
-                                  sizeof(WireHeader) - s.header_done);
-    s.header_done += w;
-    if (s.header_done < sizeof(WireHeader)) return w > 0;
-    progress = true;
+    slices[n] = {reinterpret_cast<const std::byte*>(&s.header) + s.header_done,
+                 sizeof(WireHeader) - s.header_done};
+    counters[n++] = &s.header_done;
   }
-  while (s.current < s.pieces.size()) {
-    Piece& p = s.pieces[s.current];
+  size_t budget = kChunk;
+  bool all_pieces_out = true;
+  for (size_t i = s.current; i < s.pieces.size(); ++i) {
+    Piece& p = s.pieces[i];
     size_t limit = p.gate != nullptr ? std::min(p.len, p.gate->done) : p.len;
-    if (p.done < limit) {
-      size_t k = std::min(limit - p.done, kChunk);
-      size_t w = s.pair->write_some(p.data + p.done, k);
-      p.done += w;
-      return progress || w > 0;
+    size_t avail = p.done < limit ? limit - p.done : 0;
+    if (avail > 0) {
+      if (n == kMaxSlices - 1 || budget == 0) {
+        all_pieces_out = false;
+        break;
+      }
+      size_t k = std::min(avail, budget);
+      slices[n] = {p.data + p.done, k};
+      counters[n++] = &p.done;
+      budget -= k;
+      if (k < avail) {
+        all_pieces_out = false;
+        break;
+      }
     }
-    if (p.done < p.len) return progress;  // gated
+    if (limit < p.len) {  // gated: the rest has not arrived yet
+      all_pieces_out = false;
+      break;
+    }
+  }
+  if (all_pieces_out && s.pad_done < s.pad) {
+    slices[n] = {zeros, s.pad - s.pad_done};
+    counters[n++] = &s.pad_done;
+  }
+  size_t wrote = n > 0 ? s.pair->write_gather({slices, n}) : 0;
+  size_t left = wrote;
+  for (size_t i = 0; i < n && left > 0; ++i) {
+    size_t take = std::min(left, slices[i].size);
+    *counters[i] += take;
+    left -= take;
+  }
+  size_t before = s.current;
+  while (s.current < s.pieces.size() && s.pieces[s.current].done == s.pieces[s.current].len) {
     ++s.current;
   }
-  if (s.pad_done < s.pad) {
-    static const std::byte zeros[8] = {};
-    size_t w = s.pair->write_some(zeros, s.pad - s.pad_done);
-    s.pad_done += w;
-    progress |= w > 0;
-    if (s.pad_done < s.pad) return progress;
+  if (s.header_done == sizeof(WireHeader) && s.current == s.pieces.size() && s.pad_done == s.pad) {
+    s.finished = true;
+    return true;
   }
-  s.finished = true;
-  return true;
+  return wrote > 0 || s.current != before;
 }
 
 void Engine::check_header(const Stream& s) const {

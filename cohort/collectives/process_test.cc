@@ -3,6 +3,8 @@
 // and over TCP forced by COHORT_TRANSPORT=tcp.
 #include <gtest/gtest.h>
 
+#include <sys/uio.h>
+
 #include <cstdlib>
 
 #include "cohort/collectives/test_util.h"
@@ -61,6 +63,58 @@ TEST(Processes, CollectivesOverTcpForcedByEnvironment) {
   auto st = testing::run_processes(3, 120s, [&](int rank, rendezvous::Store& store) {
     ::setenv("COHORT_TRANSPORT", "tcp", 1);
     run_suite(rank, 3, store, name, "tcp");
+  });
+  for (int s : st) EXPECT_TRUE(testing::exited_ok(s)) << s;
+}
+
+// Whether this process may read a forked child's memory (the same check the
+// transport makes); when it may, sibling ranks must use the single-copy path.
+bool cma_works() {
+  static volatile uint64_t value = 0x5eed;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  uint64_t got = 0;
+  iovec local{&got, sizeof(got)};
+  iovec remote{const_cast<uint64_t*>(&value), sizeof(got)};
+  bool ok = ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof(got) && got == 0x5eed;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return ok;
+}
+
+TEST(Processes, SingleCopyIsUsedWhenProcessesMayReadEachOther) {
+  bool expected = cma_works();
+  std::string name = testing::unique_name("proc-cma");
+  auto st = testing::run_processes(3, 60s, [&](int rank, rendezvous::Store& store) {
+    ::unsetenv("COHORT_TRANSPORT");
+    ::unsetenv("COHORT_SHM_SINGLE_COPY");
+    CommunicatorOptions o;
+    o.name = name;
+    auto c = Communicator::create(store, rank, 3, o);
+    if (c->single_copy() != expected) throw Error("single_copy disagrees with the probe");
+    size_t count = (size_t{1} << 20) + 3;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      auto buf = testing::make_input(rank, count, DataType::kFloat32, op);
+      c->all_reduce(buf.data(), count, DataType::kFloat32, op);
+      if (buf != testing::reference_reduce(3, count, DataType::kFloat32, op)) {
+        throw Error("all_reduce (single copy) wrong");
+      }
+    }
+  });
+  for (int s : st) EXPECT_TRUE(testing::exited_ok(s)) << s;
+}
+
+TEST(Processes, SingleCopyCanBeTurnedOff) {
+  std::string name = testing::unique_name("proc-nocma");
+  auto st = testing::run_processes(2, 60s, [&](int rank, rendezvous::Store& store) {
+    ::setenv("COHORT_SHM_SINGLE_COPY", "0", 1);
+    CommunicatorOptions o;
+    o.name = name;
+    auto c = Communicator::create(store, rank, 2, o);
+    if (c->single_copy()) throw Error("single_copy still on");
   });
   for (int s : st) EXPECT_TRUE(testing::exited_ok(s)) << s;
 }

@@ -42,6 +42,8 @@ const char* algo_name(Algo algo) {
       return "flat";
     case Algo::kChain:
       return "chain";
+    case Algo::kPull:
+      return "pull";
   }
   return "unknown";
 }

@@ -26,7 +26,7 @@ enum class OpKind : uint8_t {
   kSendRecv,
 };
 
-enum class Algo : uint8_t { kNone = 0, kDirect, kRing, kFlat, kChain };
+enum class Algo : uint8_t { kNone = 0, kDirect, kRing, kFlat, kChain, kPull };
 
 const char* op_kind_name(OpKind kind);
 const char* algo_name(Algo algo);

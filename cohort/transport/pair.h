@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -30,6 +31,22 @@ class Pair {
   // Non-blocking: copies up to n bytes into the outgoing stream and returns
   // how many were taken (0 when the stream is full for now).
   virtual size_t write_some(const void* data, size_t n) = 0;
+  // Non-blocking gather write: the buffers in order, as one publication (one
+  // ring update, one sendmsg), so a small op's header and payload travel
+  // together. Returns the bytes taken (a prefix of the concatenation).
+  struct Slice {
+    const void* data;
+    size_t size;
+  };
+  virtual size_t write_gather(std::span<const Slice> slices) {
+    size_t total = 0;
+    for (const Slice& s : slices) {
+      size_t w = write_some(s.data, s.size);
+      total += w;
+      if (w < s.size) break;
+    }
+    return total;
+  }
   // Non-blocking: copies up to n bytes out of the incoming stream and returns
   // how many (0 when none has arrived yet).
   virtual size_t read_some(void* data, size_t n) = 0;
@@ -40,6 +57,13 @@ class Pair {
   virtual bool can_peek() const { return false; }
   virtual std::span<const std::byte> peek() { return {}; }
   virtual void consume(size_t n) {}
+
+  // Single-copy reads of the peer's memory (shared memory pairs whose peer
+  // process this one may read with process_vm_readv): copies n bytes at the
+  // peer's virtual address `remote` into dst. Throws cohort::PeerLost when
+  // the peer is gone.
+  virtual bool can_read_peer_memory() const { return false; }
+  virtual void read_peer_memory(void* dst, uint64_t remote, size_t n) {}
 
   // Readiness without moving data, for the waiter's last check before it sleeps.
   virtual bool readable() = 0;

@@ -1,7 +1,13 @@
 #include "cohort/transport/shm_pair.h"
 
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+
+#include "cohort/base/error.h"
 
 namespace cohort::transport {
 
@@ -19,7 +25,7 @@ ShmPair::ShmPair(int rank, int peer, const ShmSegment& own, const ShmSegment& pe
       cap_(own.ring_bytes()),
       mask_(own.ring_bytes() - 1) {}
 
-size_t ShmPair::write_some(const void* data, size_t n) {
+size_t ShmPair::copy_in(const void* data, size_t n) {
   if (n == 0) return 0;
   size_t free_bytes = cap_ - static_cast<size_t>(out_head_ - out_tail_seen_);
   if (free_bytes < n) {
@@ -33,9 +39,29 @@ size_t ShmPair::write_some(const void* data, size_t n) {
   std::memcpy(out_data_ + off, data, first);
   if (first < n) std::memcpy(out_data_, static_cast<const std::byte*>(data) + first, n - first);
   out_head_ += n;
+  return n;
+}
+
+void ShmPair::publish() {
   out_->head.store(out_head_, std::memory_order_release);
   ring_doorbell(peer_header_);
-  return n;
+}
+
+size_t ShmPair::write_some(const void* data, size_t n) {
+  size_t w = copy_in(data, n);
+  if (w > 0) publish();
+  return w;
+}
+
+size_t ShmPair::write_gather(std::span<const Slice> slices) {
+  size_t total = 0;
+  for (const Slice& s : slices) {
+    size_t w = copy_in(s.data, s.size);
+    total += w;
+    if (w < s.size) break;
+  }
+  if (total > 0) publish();
+  return total;
 }
 
 std::span<const std::byte> ShmPair::peek() {
@@ -72,6 +98,41 @@ size_t ShmPair::read_some(void* data, size_t n) {
     ring_doorbell(peer_header_);
   }
   return total;
+}
+
+void ShmPair::enable_memory_reads(pid_t pid, uint64_t probe_address, uint64_t expected) {
+  if (const char* env = std::getenv("COHORT_SHM_SINGLE_COPY"); env != nullptr && env[0] == '0') {
+    return;
+  }
+  uint64_t got = 0;
+  iovec local{&got, sizeof(got)};
+  iovec remote{reinterpret_cast<void*>(probe_address), sizeof(got)};
+  if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof(got) && got == expected) {
+    peer_pid_ = pid;
+  }
+}
+
+void ShmPair::read_peer_memory(void* dst, uint64_t remote, size_t n) {
+  auto* out = static_cast<std::byte*>(dst);
+  while (n > 0) {
+    iovec l{out, n};
+    iovec r{reinterpret_cast<void*>(remote), n};
+    ssize_t got = ::process_vm_readv(peer_pid_, &l, 1, &r, 1, 0);
+    if (got > 0) {
+      out += got;
+      remote += static_cast<uint64_t>(got);
+      n -= static_cast<size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == ESRCH) {
+      throw PeerLost(fmt::format("rank {} lost: its process is gone (rank {} reading its memory)",
+                                 peer(), rank()));
+    }
+    throw IoError(errno_message(
+        fmt::format("rank {}: process_vm_readv of {} bytes from rank {}", rank(), n, peer()),
+        got < 0 ? errno : EIO));
+  }
 }
 
 bool ShmPair::readable() {

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 
@@ -33,6 +34,26 @@ size_t TcpPair::write_some(const void* data, size_t n) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     lost("send", errno);
+  }
+}
+
+size_t TcpPair::write_gather(std::span<const Slice> slices) {
+  iovec iov[16];
+  size_t n = 0;
+  for (const Slice& s : slices) {
+    if (n == 16) break;
+    if (s.size > 0) iov[n++] = {const_cast<void*>(s.data), s.size};
+  }
+  if (n == 0) return 0;
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = n;
+  while (true) {
+    ssize_t w = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w >= 0) return static_cast<size_t>(w);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    lost("sendmsg", errno);
   }
 }
 

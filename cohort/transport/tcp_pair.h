@@ -16,6 +16,7 @@ class TcpPair final : public Pair {
 
   std::string_view kind() const override { return "tcp"; }
   size_t write_some(const void* data, size_t n) override;
+  size_t write_gather(std::span<const Slice> slices) override;
   size_t read_some(void* data, size_t n) override;
   bool readable() override;
   bool writable() override;
