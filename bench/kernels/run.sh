@@ -6,7 +6,9 @@
 # backward_relu, pool forward and backward).
 # Both programs run ROUNDS times (default 3), alternating, and each figure is
 # the best of its rounds: the machines are shared, and the minimum is the
-# least disturbed measurement of either side.
+# least disturbed measurement of either side. cpu_ratio compares process CPU
+# time per call instead (all threads summed), which a loaded machine disturbs
+# less; at 1 thread it is the fairer ratio when the machine is busy.
 # Usage: [ROUNDS=n] bench/kernels/run.sh [build-dir] [args for both, e.g. --threads 1,2 --seconds 0.5]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,24 +25,27 @@ for ((r = 1; r <= ${ROUNDS:-3}; r++)); do
   /usr/bin/python3 "$root/bench/kernels/torch_conv.py" "$@" | tee -a "$tmp/torch.txt"
 done
 echo
-printf '%-6s %-16s %-8s %10s %10s %8s %9s %9s\n' layer pass threads cohort_ms torch_ms ratio \
-  cohort_gf torch_gf
+printf '%-6s %-16s %-8s %10s %10s %8s %9s %9s %10s\n' layer pass threads cohort_ms torch_ms ratio \
+  cohort_gf torch_gf cpu_ratio
 awk '
   function field(s, k,   i, n, a) { n = split(s, a, " "); for (i = 1; i <= n; i++) if (index(a[i], k "=") == 1) return substr(a[i], length(k) + 2); return "-" }
   # Best of the rounds per (layer, pass, threads), in first-seen order.
-  FNR == NR { key = $1 " " $2 " " $3; m = field($0, "ms") + 0
+  FNR == NR { key = $1 " " $2 " " $3; m = field($0, "ms") + 0; c = field($0, "cpu_ms") + 0
               if (!(key in ms)) { order[++n] = key }
               if (!(key in ms) || m < ms[key]) { ms[key] = m; gf[key] = field($0, "gflops") }
+              if (!(key in mc) || c < mc[key]) mc[key] = c
               next }
-  { key = $1 " " $2 " " $3; t = field($0, "ms") + 0
-    if (!(key in tm) || t < tm[key]) { tm[key] = t; tg[key] = field($0, "gflops") } }
+  { key = $1 " " $2 " " $3; t = field($0, "ms") + 0; c = field($0, "cpu_ms") + 0
+    if (!(key in tm) || t < tm[key]) { tm[key] = t; tg[key] = field($0, "gflops") }
+    if (!(key in tc) || c < tc[key]) tc[key] = c }
   END {
     for (i = 1; i <= n; i++) {
       key = order[i]; if (!(key in tm)) continue
       split(key, f, " "); split(f[3], th, "=")
-      printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f %9s %9s\n", f[1], f[2], th[2], ms[key], tm[key], ms[key] / tm[key], gf[key], tg[key]
-      if (f[2] == "forward_relu" || f[2] == "backward_relu" || f[1] == "pool") { cs[th[2]] += ms[key]; ts[th[2]] += tm[key] }
+      printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f %9s %9s %10.2f\n", f[1], f[2], th[2], ms[key], tm[key], ms[key] / tm[key], gf[key], tg[key], (tc[key] > 0 ? mc[key] / tc[key] : 0)
+      if (f[2] == "forward_relu" || f[2] == "backward_relu" || f[1] == "pool") {
+        cs[th[2]] += ms[key]; ts[th[2]] += tm[key]; ccs[th[2]] += mc[key]; tcs[th[2]] += tc[key] }
     }
-    for (k in cs) printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f\n", "step", "net_conv_passes", k, cs[k], ts[k], cs[k] / ts[k]
+    for (k in cs) printf "%-6s %-16s %-8s %10.3f %10.3f %8.2f %9s %9s %10.2f\n", "step", "net_conv_passes", k, cs[k], ts[k], cs[k] / ts[k], "", "", ccs[k] / tcs[k]
   }
 ' "$tmp/cohort.txt" "$tmp/torch.txt"

@@ -3,7 +3,7 @@ halves of convolution_backward (what autograd calls) on Net's convolutions,
 batch 64, plus "backward_relu" (ReLU backward + both gradients, conv1 without
 the input gradient, as in training), and prints lines in bench_conv_kernels'
 format:
-  <layer> <pass> threads=<t> ms=<best ms per call> gflops=<GFLOP/s>
+  <layer> <pass> threads=<t> ms=<best ms per call> gflops=<GFLOP/s> cpu_ms=<CPU ms>
 Run with /usr/bin/python3 (Debian's torch 1.13)."""
 import argparse
 import time
@@ -19,18 +19,22 @@ a = p.parse_args()
 
 
 def time_ms(fn, seconds):
+    """Best wall time per call over 5 rounds, and the best round's process CPU
+    time per call (all threads; less disturbed by other load than wall time)."""
     fn()
     t0 = time.perf_counter()
     fn()
     one = time.perf_counter() - t0
     iters = max(1, int(seconds / 5 / max(one, 1e-6)))
-    best = 1e30
+    best, best_cpu = 1e30, 1e30
     for _ in range(5):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
         best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e3
+        best_cpu = min(best_cpu, (time.process_time() - c0) / iters)
+    return best * 1e3, best_cpu * 1e3
 
 
 layers = [("conv1", 1, 28), ("conv2", 20, 24)]
@@ -63,14 +67,14 @@ with torch.no_grad():
                               ("backward_input", bw([True, False, False])),
                               ("backward_weight", bw([False, True, True])),
                               ("backward_relu", bw_relu)]:
-                ms = time_ms(fn, a.seconds)
+                ms, cpu_ms = time_ms(fn, a.seconds)
                 passes = 2 if pass_ == "backward_relu" and want_dx else 1
                 print(f"{name} {pass_} threads={t} ms={ms:.4f} "
-                      f"gflops={passes * gflop / (ms * 1e-3):.1f}", flush=True)
+                      f"gflops={passes * gflop / (ms * 1e-3):.1f} cpu_ms={cpu_ms:.4f}", flush=True)
         px = torch.rand(a.batch, 20, 20, 20)
-        ms = time_ms(lambda: F.max_pool2d(px, 2, return_indices=True), a.seconds)
-        print(f"pool forward threads={t} ms={ms:.4f}", flush=True)
+        ms, cpu_ms = time_ms(lambda: F.max_pool2d(px, 2, return_indices=True), a.seconds)
+        print(f"pool forward threads={t} ms={ms:.4f} cpu_ms={cpu_ms:.4f}", flush=True)
         py, idx = F.max_pool2d(px, 2, return_indices=True)
-        ms = time_ms(lambda: torch.ops.aten.max_pool2d_with_indices_backward(
+        ms, cpu_ms = time_ms(lambda: torch.ops.aten.max_pool2d_with_indices_backward(
             py, px, [2, 2], [2, 2], [0, 0], [1, 1], False, idx), a.seconds)
-        print(f"pool backward threads={t} ms={ms:.4f}", flush=True)
+        print(f"pool backward threads={t} ms={ms:.4f} cpu_ms={cpu_ms:.4f}", flush=True)
