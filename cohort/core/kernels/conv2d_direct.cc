@@ -7,13 +7,13 @@
 
 #include "cohort/core/kernels/conv2d_direct.h"
 
-#include "cohort/core/kernels/conv2d_layout.h"
-
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <utility>
+
+#include "cohort/core/kernels/conv2d_layout.h"
 
 namespace cohort::kernels::detail {
 namespace {

@@ -1,10 +1,11 @@
 // Plain-loop convolution: the oracle the fast kernels are tested against.
 // Written for obviousness, not speed; accumulates in double so that the
 // oracle itself is not the source of rounding differences.
+#include "cohort/core/kernels/conv2d.h"
+
 #include <vector>
 
 #include "cohort/base/error.h"
-#include "cohort/core/kernels/conv2d.h"
 
 namespace cohort::kernels {
 

@@ -7,13 +7,12 @@
 
 #include "cohort/core/kernels/conv2d_winograd.h"
 
-#include "cohort/core/kernels/conv2d_winograd_transforms.h"
-
 #include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <utility>
+
+#include "cohort/core/kernels/conv2d_winograd_transforms.h"
 
 namespace cohort::kernels::detail {
 namespace {

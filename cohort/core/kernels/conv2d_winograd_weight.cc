@@ -9,11 +9,11 @@
 // merge source, which -Wmaybe-uninitialized reports inside inlined code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include <immintrin.h>
+#include "cohort/core/kernels/conv2d_winograd.h"
 
+#include <immintrin.h>
 #include <algorithm>
 
-#include "cohort/core/kernels/conv2d_winograd.h"
 #include "cohort/core/kernels/conv2d_winograd_transforms.h"
 
 namespace cohort::kernels::detail {

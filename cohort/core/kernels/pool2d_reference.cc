@@ -1,10 +1,11 @@
 // Plain-loop max pooling: the oracle for the fast kernels.
+#include "cohort/core/kernels/pool2d.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "cohort/base/error.h"
-#include "cohort/core/kernels/pool2d.h"
 
 namespace cohort::kernels {
 
