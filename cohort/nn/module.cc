@@ -90,13 +90,9 @@ size_t Module::register_module(std::string name, ModulePtr module) {
 }
 
 void Module::collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
-                     std::vector<const TensorImpl*>* seen) const {
+                     std::unordered_set<const TensorImpl*>* seen) const {
   for (const auto& [name, t] : params ? params_ : buffers_) {
-    const TensorImpl* id = t.unsafe_impl();
-    if (seen) {
-      if (std::find(seen->begin(), seen->end(), id) != seen->end()) continue;
-      seen->push_back(id);
-    }
+    if (seen && !seen->insert(t.unsafe_impl()).second) continue;
     out.emplace_back(join(prefix, name), t);
   }
   if (!recurse) return;
@@ -105,7 +101,7 @@ void Module::collect(const std::string& prefix, bool params, bool recurse, Named
 
 NamedTensors Module::named_parameters(bool recurse) const {
   NamedTensors out;
-  std::vector<const TensorImpl*> seen;
+  std::unordered_set<const TensorImpl*> seen;
   collect("", true, recurse, out, &seen);
   return out;
 }
@@ -118,7 +114,7 @@ std::vector<Tensor> Module::parameters(bool recurse) const {
 
 NamedTensors Module::named_buffers(bool recurse) const {
   NamedTensors out;
-  std::vector<const TensorImpl*> seen;
+  std::unordered_set<const TensorImpl*> seen;
   collect("", false, recurse, out, &seen);
   return out;
 }

@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -155,7 +156,7 @@ class Module {
   ModulePtr copy_tree(bool deep, CopyMemo& memo) const;
   void check_new_name(const std::string& name, const char* what) const;
   void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
-               std::vector<const TensorImpl*>* seen) const;
+               std::unordered_set<const TensorImpl*>* seen) const;
   void collect_modules(const std::string& prefix,
                        std::vector<std::pair<std::string, Module*>>& out);
   void collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);

@@ -9,8 +9,9 @@
 
 namespace cohort::optim {
 
-// Elements per parallel_for chunk of an update loop (a few times L2 size).
-inline constexpr int64_t kUpdateGrain = 1 << 16;
+// Elements per parallel_for chunk of an update loop: these loops are memory
+// bound, so only tensors of 1 MiB and more are worth splitting across threads.
+inline constexpr int64_t kUpdateGrain = 1 << 18;
 
 class DenseUpdate {
  public:
