@@ -49,10 +49,10 @@ namespace cohort::checkpoint {
 // Where a run is.
 struct TrainingState {
   int64_t epoch = 0;
-  int64_t step = 0;                // optimizer steps taken
-  std::vector<uint8_t> rng_state;  // Generator::get_state() (may be empty)
-  data::SamplerState sampler;      // DataLoader::state()
-  Metadata extra;                  // anything else (scheduler state, ...)
+  int64_t step = 0;                     // optimizer steps taken
+  std::vector<uint8_t> rng_state = {};  // Generator::get_state() (may be empty)
+  data::SamplerState sampler = {};      // DataLoader::state()
+  Metadata extra = {};                  // anything else (scheduler state, ...)
   bool operator==(const TrainingState&) const = default;
 };
 
