@@ -22,8 +22,11 @@ void AllgatherRing::run(Duration timeout) {
   if (bytes > 0) std::memmove(recv_ + static_cast<size_t>(r) * bytes, send_, bytes);
   if (n > 1) {
     Blocks b{count_ * static_cast<size_t>(n), n};
-    add_ring_all_gather(e.send((r + 1) % n), e.recv((r + n - 1) % n), recv_, b, e.elem(), r,
-                        nullptr);
+    Stream& out = e.send((r + 1) % n);
+    Stream& in = e.recv((r + n - 1) % n);
+    out.reserve(static_cast<size_t>(n));
+    in.reserve(static_cast<size_t>(n));
+    add_ring_all_gather(out, in, recv_, b, e.elem(), r, nullptr);
     e.run();
   }
 }

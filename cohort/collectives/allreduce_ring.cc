@@ -17,6 +17,8 @@ void AllreduceRing::run(Duration timeout) {
     Blocks b{count_, n};
     Stream& out = e.send((r + 1) % n);
     Stream& in = e.recv((r + n - 1) % n);
+    out.reserve(2 * static_cast<size_t>(n));
+    in.reserve(2 * static_cast<size_t>(n));
     const Piece* owned = add_ring_reduce_scatter(out, in, data_, b, e.elem(), r, 0);
     add_ring_all_gather(out, in, data_, b, e.elem(), ring_mod(r + 1, n), owned);
     e.run();

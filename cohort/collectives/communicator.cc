@@ -13,6 +13,7 @@
 #include "cohort/collectives/barrier_direct.h"
 #include "cohort/collectives/broadcast_chain.h"
 #include "cohort/collectives/broadcast_flat.h"
+#include "cohort/collectives/engine.h"
 #include "cohort/collectives/gather_direct.h"
 #include "cohort/collectives/point_to_point.h"
 #include "cohort/collectives/reduce_direct.h"
@@ -127,7 +128,8 @@ Communicator::Communicator(int rank, int size, CommunicatorOptions options,
       options_(std::move(options)),
       context_(std::move(context)),
       sent_(static_cast<size_t>(size), 0),
-      received_(static_cast<size_t>(size), 0) {}
+      received_(static_cast<size_t>(size), 0),
+      engine_state_(std::make_unique<EngineState>(size)) {}
 
 Communicator::~Communicator() = default;
 

@@ -66,6 +66,8 @@ class Context;
 
 namespace cohort::collectives {
 
+struct EngineState;
+
 enum class TransportKind { kAuto, kTcp, kShm };
 
 struct CommunicatorOptions {
@@ -150,6 +152,8 @@ class Communicator {
   void check_usable() const;
   // Records the first failure, tells the peers, and rethrows it.
   [[noreturn]] void fail(std::exception_ptr error);
+  // The Engine's reusable per-op state.
+  EngineState& engine_state() { return *engine_state_; }
   // A scratch buffer of at least `bytes`, reused across ops (one op at a time).
   std::byte* scratch(size_t bytes);
   // Per-pair message numbers of send/recv (checked like collective sequence numbers).
@@ -180,6 +184,7 @@ class Communicator {
   std::vector<uint64_t> received_;
   AlgoOverrides overrides_;
   bool single_copy_ = false;
+  std::unique_ptr<EngineState> engine_state_;
 };
 
 }  // namespace cohort::collectives

@@ -37,8 +37,10 @@ Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
       desc_(desc),
       elem_(element_size(desc.dtype)),
       timeout_(comm.resolve(timeout)),
-      header_sent_(static_cast<size_t>(comm.size()), 0),
-      header_received_(static_cast<size_t>(comm.size()), 0) {
+      st_(comm.engine_state()) {
+  st_.used = 0;
+  std::fill(st_.header_sent.begin(), st_.header_sent.end(), 0);
+  std::fill(st_.header_received.begin(), st_.header_received.end(), 0);
   comm_.check_usable();
   if (desc_.kind != OpKind::kSendRecv) {
     desc_.seq = comm_.next_sequence();
@@ -47,26 +49,58 @@ Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
   deadline_ = transport::Clock::now() + timeout_;
 }
 
-Stream& Engine::send(int peer) {
-  Stream& s = streams_.emplace_back();
-  s.pair = ctx_.pair(peer);
-  s.send = true;
+EngineState::EngineState(int size) {
+  // Most streams one run uses: a send and a receive per peer.
+  size_t max_streams = 2 * static_cast<size_t>(size) + 2;
+  streams.resize(max_streams);
+  for (Stream& s : streams) s.pieces.reserve(4);
+  header_sent.assign(static_cast<size_t>(size), 0);
+  header_received.assign(static_cast<size_t>(size), 0);
+  wants.reserve(max_streams);
+}
+
+Piece* Stream::add(void* data, size_t len, const Piece* gate, bool reduce) {
+  COHORT_ASSERT(pieces.size() < pieces.capacity(), "stream piece capacity {} exceeded",
+                pieces.capacity());
+  pieces.push_back(Piece{static_cast<std::byte*>(data), len, 0, gate, reduce});
+  return &pieces.back();
+}
+
+void Stream::reset(transport::Pair* p, bool is_send) {
+  pair = p;
+  send = is_send;
+  header_done = 0;
+  pieces.clear();
+  current = 0;
+  pad = 0;
+  pad_done = 0;
+  finished = false;
+  bounce_fill = 0;
+}
+
+Stream& Engine::next_stream(int peer, bool send) {
+  COHORT_ASSERT(st_.used < st_.streams.size(), "more than {} streams in one run",
+                st_.streams.size());
+  Stream& s = st_.streams[st_.used++];
+  s.reset(ctx_.pair(peer), send);
   s.header = to_wire(desc_);
-  if (header_sent_[static_cast<size_t>(peer)]) s.header_done = sizeof(WireHeader);
-  header_sent_[static_cast<size_t>(peer)] = 1;
+  return s;
+}
+
+Stream& Engine::send(int peer) {
+  Stream& s = next_stream(peer, true);
+  if (st_.header_sent[static_cast<size_t>(peer)]) s.header_done = sizeof(WireHeader);
+  st_.header_sent[static_cast<size_t>(peer)] = 1;
   return s;
 }
 
 Stream& Engine::recv(int peer) {
-  Stream& s = streams_.emplace_back();
-  s.pair = ctx_.pair(peer);
-  s.send = false;
-  s.header = to_wire(desc_);
-  if (header_received_[static_cast<size_t>(peer)]) {
+  Stream& s = next_stream(peer, false);
+  if (st_.header_received[static_cast<size_t>(peer)]) {
     s.header_done = sizeof(WireHeader);
     s.got = s.header;
   }
-  header_received_[static_cast<size_t>(peer)] = 1;
+  st_.header_received[static_cast<size_t>(peer)] = 1;
   return s;
 }
 
@@ -78,7 +112,7 @@ size_t Engine::stream_bytes(const Stream& s) const {
 
 void Engine::run() {
   try {
-    for (Stream& s : streams_) {
+    for (Stream& s : active()) {
       s.pad = (8 - stream_bytes(s) % 8) % 8;
       if (!s.send && !s.pair->can_peek()) {
         for (const Piece& p : s.pieces) {
@@ -92,10 +126,10 @@ void Engine::run() {
     drive();
   } catch (...) {
     dump_state();
-    streams_.clear();
+    st_.used = 0;
     comm_.fail(std::current_exception());
   }
-  streams_.clear();
+  st_.used = 0;
 }
 
 std::exception_ptr Engine::explain_loss(std::exception_ptr lost) {
@@ -121,7 +155,7 @@ void Engine::drive() {
   while (true) {
     bool progress = false;
     bool all_done = true;
-    for (Stream& s : streams_) {
+    for (Stream& s : active()) {
       if (s.finished) continue;
       try {
         progress |= s.send ? step_send(s) : step_recv(s);
@@ -147,15 +181,25 @@ void Engine::drive() {
       continue;
     }
     if (now >= deadline_) throw_timeout();
-    wants_.clear();
-    for (const Stream& s : streams_) {
-      if (!s.finished) wants_.push_back({s.pair, s.send});
+    st_.wants.clear();
+    for (const Stream& s : active()) {
+      // A send held back by its gate waits on a receive, not on ring space.
+      if (!s.finished && (!s.send || can_send_now(s))) st_.wants.push_back({s.pair, s.send});
     }
-    ctx_.wait(wants_, deadline_);
+    if (st_.wants.empty()) continue;
+    ctx_.wait(st_.wants, deadline_);
     if (ctx_.aborted()) ctx_.check_peers();
     idle = yield ? 0 : 1;
     if (!yield) idle_since = transport::Clock::now() - kSpin;  // after a sleep, go straight back
   }
+}
+
+bool Engine::can_send_now(const Stream& s) const {
+  if (s.header_done < sizeof(WireHeader)) return true;
+  if (s.current == s.pieces.size()) return s.pad_done < s.pad;
+  const Piece& p = s.pieces[s.current];
+  size_t limit = p.gate != nullptr ? std::min(p.len, p.gate->done) : p.len;
+  return p.done < limit;
 }
 
 bool Engine::step_send(Stream& s) {
@@ -299,7 +343,7 @@ bool Engine::step_recv(Stream& s) {
 void Engine::dump_state() {
   // COHORT_LOG_LEVEL=debug: where every stream stood when the op failed.
   if (log_level() >= LogLevel::kDebug) {
-    for (const Stream& s : streams_) {
+    for (const Stream& s : active()) {
       std::string st = fmt::format("rank {} {} peer {} hdr {} cur {}/{} pad {}/{} fin {}:", rank(),
                                    s.send ? "send" : "recv", s.pair->peer(), s.header_done,
                                    s.current, s.pieces.size(), s.pad_done, s.pad, s.finished);
@@ -316,7 +360,7 @@ void Engine::throw_timeout() const {
   std::vector<int> waiting;
   std::vector<int> absent;
   bool all_known = true;
-  for (const Stream& s : streams_) {
+  for (const Stream& s : active()) {
     if (s.finished) continue;
     int p = s.pair->peer();
     if (std::find(waiting.begin(), waiting.end(), p) == waiting.end()) waiting.push_back(p);

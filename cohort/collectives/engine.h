@@ -15,8 +15,8 @@
 
 #include <chrono>
 #include <cstddef>
-#include <deque>
 #include <exception>
+#include <span>
 #include <vector>
 
 #include "cohort/collectives/communicator.h"
@@ -39,7 +39,7 @@ struct Stream {
   WireHeader header{};  // to send, or the one expected
   WireHeader got{};     // received
   size_t header_done = 0;
-  std::deque<Piece> pieces;
+  std::vector<Piece> pieces;  // capacity reserved up front: gates point into it
   size_t current = 0;
   size_t pad = 0;
   size_t pad_done = 0;
@@ -49,10 +49,21 @@ struct Stream {
   size_t bounce_fill = 0;
 
   // Appends a piece; returns it so later send pieces can gate on it.
-  Piece* add(void* data, size_t len, const Piece* gate = nullptr, bool reduce = false) {
-    pieces.push_back(Piece{static_cast<std::byte*>(data), len, 0, gate, reduce});
-    return &pieces.back();
-  }
+  Piece* add(void* data, size_t len, const Piece* gate = nullptr, bool reduce = false);
+  void reset(transport::Pair* p, bool is_send);
+  // Makes room for n pieces; call before add() when a stream takes more than 4.
+  void reserve(size_t n) { pieces.reserve(n); }
+};
+
+// The streams and bookkeeping of one communicator's ops, kept between ops so
+// that starting an op allocates nothing.
+struct EngineState {
+  explicit EngineState(int size);
+  std::vector<Stream> streams;  // [0, used) belong to the running op
+  size_t used = 0;
+  std::vector<char> header_sent;
+  std::vector<char> header_received;
+  std::vector<transport::Want> wants;
 };
 
 class Engine {
@@ -80,6 +91,7 @@ class Engine {
   void dump_state();
   std::exception_ptr explain_loss(std::exception_ptr lost);
   bool step_send(Stream& s);
+  bool can_send_now(const Stream& s) const;
   bool step_recv(Stream& s);
   bool recv_piece(Stream& s, Piece& p);
   void check_header(const Stream& s) const;
@@ -92,10 +104,11 @@ class Engine {
   size_t elem_;
   Duration timeout_;
   transport::Clock::time_point deadline_;
-  std::deque<Stream> streams_;
-  std::vector<char> header_sent_;
-  std::vector<char> header_received_;
-  std::vector<transport::Want> wants_;
+  std::span<Stream> active() { return {st_.streams.data(), st_.used}; }
+  std::span<const Stream> active() const { return {st_.streams.data(), st_.used}; }
+  Stream& next_stream(int peer, bool send);
+
+  EngineState& st_;
 };
 
 }  // namespace cohort::collectives

@@ -30,7 +30,11 @@ void ReduceRing::run(Duration timeout) {
       buf = comm_.scratch(count_ * elem);
       if (count_ > 0) std::memcpy(buf, data_, count_ * elem);
     }
-    add_ring_reduce_scatter(e.send((r + 1) % n), e.recv((r + n - 1) % n), buf, b, elem, r, 0);
+    Stream& out = e.send((r + 1) % n);
+    Stream& in = e.recv((r + n - 1) % n);
+    out.reserve(static_cast<size_t>(n));
+    in.reserve(static_cast<size_t>(n));
+    add_ring_reduce_scatter(out, in, buf, b, elem, r, 0);
     e.run();
     // Rank p now holds block p+1; the root collects them.
     if (r != root_) {

@@ -28,7 +28,11 @@ void ReduceScatterRing::run(Duration timeout) {
   if (n > 1) {
     Blocks b{count_ * static_cast<size_t>(n), n};
     // shift -1: rank r finishes block r.
-    add_ring_reduce_scatter(e.send((r + 1) % n), e.recv((r + n - 1) % n), buf, b, elem, r, -1);
+    Stream& out = e.send((r + 1) % n);
+    Stream& in = e.recv((r + n - 1) % n);
+    out.reserve(static_cast<size_t>(n));
+    in.reserve(static_cast<size_t>(n));
+    add_ring_reduce_scatter(out, in, buf, b, elem, r, -1);
     e.run();
   }
   if (bytes > 0) std::memcpy(recv_, buf + static_cast<size_t>(r) * bytes, bytes);
