@@ -6,9 +6,9 @@
 #include <thread>
 
 #include "cohort/autograd/gradcheck.h"
-#include "cohort/base/parallel.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/base/parallel.h"
 
 namespace cohort {
 namespace {
@@ -102,6 +102,29 @@ TEST(Engine, HookExceptionPropagates) {
   Tensor w = Tensor::ones({2}).set_requires_grad(true);
   w.register_grad_ready_hook([](Tensor&) { throw IoError("bucket all_reduce failed"); });
   EXPECT_THROW(sum(w).backward(), IoError);
+}
+
+TEST(Engine, InPlaceChangeOfASavedTensorIsReported) {
+  Tensor x = Tensor::from_vector<float>({1, -2, 3}).set_requires_grad(true);
+  Tensor y = relu(x * 1.0);
+  y.mul_(2.0);  // relu saved y for its gradient
+  try {
+    sum(y).backward();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("relu saved"), std::string::npos) << e.what();
+  }
+  // Tensors an op does not save may change: add keeps neither operand.
+  Tensor w = Tensor::ones({3}).set_requires_grad(true);
+  Tensor b = Tensor::ones({3});
+  Tensor z = w + b;
+  b.fill_(5);
+  sum(z).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{1, 1, 1}));
+  // mul keeps the other operand: changing it is caught.
+  Tensor m = w * b;
+  b.add_(1.0);
+  EXPECT_THROW(sum(m).backward(), Error);
 }
 
 TEST(Engine, UnreachableBranchesGetNoGrad) {

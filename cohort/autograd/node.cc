@@ -13,9 +13,12 @@ thread_local uint64_t t_next_sequence_nr = 0;
 Node::Node(std::vector<Edge> next_edges)
     : next_edges_(std::move(next_edges)), sequence_nr_(t_next_sequence_nr++) {}
 
-FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn)
+FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn,
+                           const std::vector<Tensor>& saved)
     : Node(std::move(next_edges)), name_(std::move(name)), fn_(std::move(fn)) {
   for (const Edge& e : this->next_edges()) needs_.push_back(e.valid());
+  for (const Tensor& t : saved)
+    if (t.defined()) saved_versions_.emplace_back(t.storage(), t.storage()->version());
 }
 
 std::vector<Tensor> FunctionNode::apply(const Tensor& grad) {
@@ -24,6 +27,15 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad) {
         fmt::format("backward: the graph through {} was already freed by an earlier "
                     "backward (cohort keeps no retain_graph)",
                     name_));
+  }
+  for (const auto& [storage, version] : saved_versions_) {
+    if (storage->version() != version) {
+      throw Error(fmt::format(
+          "backward: a tensor that {} saved for its gradient was modified in place after the "
+          "forward pass (storage version {}, saved at {}); update it under NoGradGuard only "
+          "after backward, or clone() it before modifying",
+          name_, storage->version(), version));
+    }
   }
   std::vector<Tensor> out = fn_(grad, needs_);
   fn_ = nullptr;  // frees the saved tensors
@@ -85,7 +97,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn) {
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn,
+               const std::vector<Tensor>& saved) {
   if (!any_requires_grad(inputs)) return out;
   std::vector<Edge> edges;
   edges.reserve(inputs.size());
@@ -93,7 +106,7 @@ Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
   COHORT_ASSERT(!out.has_autograd_meta() || !out.autograd_meta().grad_fn,
                 "{}: output already has a grad_fn", name);
   out.autograd_meta().grad_fn =
-      std::make_shared<FunctionNode>(name, std::move(edges), std::move(fn));
+      std::make_shared<FunctionNode>(name, std::move(edges), std::move(fn), saved);
   return out;
 }
 

@@ -62,7 +62,11 @@ using BackwardFn =
 
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn);
+  // `saved`: the tensors fn reads in backward; if one of them is modified in
+  // place before backward runs (its storage version moves), apply throws
+  // instead of computing a wrong gradient.
+  FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn,
+               const std::vector<Tensor>& saved = {});
   std::vector<Tensor> apply(const Tensor& grad) override;
   std::string name() const override { return name_; }
 
@@ -70,6 +74,7 @@ class FunctionNode final : public Node {
   std::string name_;
   BackwardFn fn_;
   std::vector<bool> needs_;
+  std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> saved_versions_;
 };
 
 // Accumulates into a leaf's grad (in place when the leaf already has one,
@@ -95,7 +100,10 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 
 // Makes `out` the output of a new FunctionNode over `inputs` when grad mode is
 // on and some input requires grad; otherwise does nothing. Returns out.
-// The closure must capture only detached tensors (Tensor::detach()).
-Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn);
+// The closure must capture only detached tensors (Tensor::detach()); those
+// that callers could modify in place (inputs, the output) are listed in
+// `saved` so that such a modification is reported at backward.
+Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn,
+               const std::vector<Tensor>& saved = {});
 
 }  // namespace cohort::autograd

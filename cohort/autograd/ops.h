@@ -7,9 +7,11 @@
 //
 // Views (reshape when possible, view, transpose, permute, unsqueeze, squeeze,
 // narrow, select, expand, flatten) share storage with their input, as in
-// PyTorch. In-place writes to a tensor that an op saved for backward are not
-// detected (there is no version counter): update parameters under
-// NoGradGuard between steps, as optimizers do.
+// PyTorch. Modifying, with an in-place Tensor member (add_, mul_, copy_,
+// fill_, ...), a tensor that an op saved for its gradient makes backward
+// throw (storage version counters, as in PyTorch); raw writes through
+// data_ptr() are not seen. Update parameters under NoGradGuard after
+// backward, as optimizers do.
 //
 // Thread safety: ops on distinct tensors may run concurrently; each op splits
 // its work under the calling thread's budget (cohort::num_threads()).

@@ -21,8 +21,11 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
   if (!autograd::any_requires_grad({a, b})) return out;
   Shape sa = a.sizes(), sb = b.sizes();
   DType da = a.dtype(), db = b.dtype();
-  Tensor ad = a.detach(), bd = b.detach();
-  Tensor od;
+  // Save only what the gradient reads: nothing for add/sub, the other
+  // operand for mul, the divisor and the result for div.
+  Tensor ad, bd, od;
+  if (op == BinaryOp::kMul) ad = a.detach();
+  if (op == BinaryOp::kMul || op == BinaryOp::kDiv) bd = b.detach();
   if (op == BinaryOp::kDiv) od = out.detach();
   return record(out, name, {a, b},
                 [=](const Tensor& g, const std::vector<bool>& needs) -> std::vector<Tensor> {
@@ -53,7 +56,8 @@ Tensor binary_op(BinaryOp op, const char* name, const Tensor& a, const Tensor& b
                       throw Error("binary_op: no backward");
                   }
                   return {ga, gb};
-                });
+                },
+                {ad, bd, od});
 }
 
 }  // namespace
@@ -95,12 +99,14 @@ Tensor rdiv(const Tensor& a, double s) {
   Tensor out = native::rbinary_scalar(BinaryOp::kDiv, s, a);
   DType da = a.dtype();
   Tensor ad = a.detach(), od = out.detach();
-  return record(out, "rdiv", {a}, [=](const Tensor& g, const std::vector<bool>&) {
-    // d(s/a)/da = -s/a^2 = -out/a
-    Tensor t = native::binary(BinaryOp::kMul, g, od);
-    t = native::binary(BinaryOp::kDiv, t, ad);
-    return std::vector<Tensor>{native::unary(native::UnaryOp::kNeg, t).to(da)};
-  });
+  return record(out, "rdiv", {a},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  // d(s/a)/da = -s/a^2 = -out/a
+                  Tensor t = native::binary(BinaryOp::kMul, g, od);
+                  t = native::binary(BinaryOp::kDiv, t, ad);
+                  return std::vector<Tensor>{native::unary(native::UnaryOp::kNeg, t).to(da)};
+                },
+                {ad, od});
 }
 
 Tensor neg(const Tensor& a) {
@@ -114,9 +120,11 @@ Tensor relu(const Tensor& x) {
   Tensor out = native::unary(native::UnaryOp::kRelu, x);
   if (!autograd::any_requires_grad({x})) return out;
   Tensor od = out.detach();
-  return record(out, "relu", {x}, [od](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{native::relu_backward(g, od)};
-  });
+  return record(out, "relu", {x},
+                [od](const Tensor& g, const std::vector<bool>&) {
+                  return std::vector<Tensor>{native::relu_backward(g, od)};
+                },
+                {od});
 }
 
 }  // namespace cohort

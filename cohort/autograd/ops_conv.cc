@@ -55,21 +55,24 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
   if (!autograd::any_requires_grad({x_in, w_in, b_in})) return y;
   Tensor xd = x.detach(), wd = w.detach(), yd = fuse_relu ? y.detach() : Tensor();
   bool has_b = b.defined();
-  return record(y, op, {x_in, w_in, b_in}, [=](const Tensor& g_in, const std::vector<bool>& needs) {
-    // One call computes every needed gradient; with the fused ReLU the mask
-    // y > 0 is applied to dy inside the kernel (no separate pass).
-    Tensor g = g_in.contiguous();
-    Tensor gx, gw, gb;
-    if (needs[0]) gx = Tensor::empty(xd.sizes());
-    if (needs[1]) gw = Tensor::empty(wd.sizes());
-    if (has_b && needs[2]) gb = Tensor::empty({geo.out_channels});
-    kernels::conv2d_backward(geo, xd.data_ptr<float>(), wd.data_ptr<float>(), g.data_ptr<float>(),
-                             fuse_relu ? yd.data_ptr<float>() : nullptr,
-                             gx.defined() ? gx.data_ptr<float>() : nullptr,
-                             gw.defined() ? gw.data_ptr<float>() : nullptr,
-                             gb.defined() ? gb.data_ptr<float>() : nullptr);
-    return std::vector<Tensor>{gx, gw, gb};
-  });
+  return record(y, op, {x_in, w_in, b_in},
+                [=](const Tensor& g_in, const std::vector<bool>& needs) {
+                  // One call computes every needed gradient; with the fused ReLU the mask
+                  // y > 0 is applied to dy inside the kernel (no separate pass).
+                  Tensor g = g_in.contiguous();
+                  Tensor gx, gw, gb;
+                  if (needs[0]) gx = Tensor::empty(xd.sizes());
+                  if (needs[1]) gw = Tensor::empty(wd.sizes());
+                  if (has_b && needs[2]) gb = Tensor::empty({geo.out_channels});
+                  kernels::conv2d_backward(geo, xd.data_ptr<float>(), wd.data_ptr<float>(),
+                                           g.data_ptr<float>(),
+                                           fuse_relu ? yd.data_ptr<float>() : nullptr,
+                                           gx.defined() ? gx.data_ptr<float>() : nullptr,
+                                           gw.defined() ? gw.data_ptr<float>() : nullptr,
+                                           gb.defined() ? gb.data_ptr<float>() : nullptr);
+                  return std::vector<Tensor>{gx, gw, gb};
+                },
+                {xd, wd, yd});
 }
 
 }  // namespace

@@ -60,9 +60,11 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   Tensor idx = index.detach();
   Shape in = x.sizes();
   DType dt = x.dtype();
-  return record(out, "gather", {x}, [=](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{native::scatter_add(in, dt, dim, idx, g)};
-  });
+  return record(out, "gather", {x},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  return std::vector<Tensor>{native::scatter_add(in, dt, dim, idx, g)};
+                },
+                {idx});
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
@@ -77,18 +79,20 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   Tensor idx = flat.to(kInt64).contiguous();
   Shape ws = weight.sizes();
   DType dt = weight.dtype();
-  return record(out, "embedding", {weight}, [=](const Tensor& g, const std::vector<bool>&) {
-    Tensor g2 = g.reshape({-1, ws[1]});
-    if (padding_idx) {
-      // Rows looked up at padding_idx contribute nothing.
-      const int64_t* pi = idx.data_ptr<int64_t>();
-      Tensor masked = g2.clone();
-      for (int64_t i = 0; i < idx.numel(); ++i)
-        if (pi[i] == *padding_idx) masked.select(0, i).zero_();
-      g2 = masked;
-    }
-    return std::vector<Tensor>{native::index_add(ws, dt, 0, idx, g2)};
-  });
+  return record(out, "embedding", {weight},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  Tensor g2 = g.reshape({-1, ws[1]});
+                  if (padding_idx) {
+                    // Rows looked up at padding_idx contribute nothing.
+                    const int64_t* pi = idx.data_ptr<int64_t>();
+                    Tensor masked = g2.clone();
+                    for (int64_t i = 0; i < idx.numel(); ++i)
+                      if (pi[i] == *padding_idx) masked.select(0, i).zero_();
+                    g2 = masked;
+                  }
+                  return std::vector<Tensor>{native::index_add(ws, dt, 0, idx, g2)};
+                },
+                {idx});
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {

@@ -12,28 +12,30 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor out = native::matmul(a, b);
   if (!autograd::any_requires_grad({a, b})) return out;
   Tensor ad = a.detach(), bd = b.detach();
-  return record(out, "matmul", {a, b}, [ad, bd](const Tensor& g, const std::vector<bool>& needs) {
-    Tensor ga, gb;
-    // Promote 1-D operands to matrices so one rule covers every case.
-    Tensor a2 = ad.dim() == 1 ? ad.unsqueeze(0) : ad;
-    Tensor b2 = bd.dim() == 1 ? bd.unsqueeze(1) : bd;
-    Tensor g2 = g;
-    if (ad.dim() == 1 && bd.dim() == 1)
-      g2 = g2.reshape({1, 1});
-    else if (ad.dim() == 1)
-      g2 = g2.unsqueeze(-2);
-    else if (bd.dim() == 1)
-      g2 = g2.unsqueeze(-1);
-    if (needs[0]) {
-      Tensor t = native::matmul(g2, b2.transpose(-1, -2));
-      ga = native::sum_to(t, a2.sizes()).reshape(ad.sizes());
-    }
-    if (needs[1]) {
-      Tensor t = native::matmul(a2.transpose(-1, -2), g2);
-      gb = native::sum_to(t, b2.sizes()).reshape(bd.sizes());
-    }
-    return std::vector<Tensor>{ga, gb};
-  });
+  return record(out, "matmul", {a, b},
+                [ad, bd](const Tensor& g, const std::vector<bool>& needs) {
+                  Tensor ga, gb;
+                  // Promote 1-D operands to matrices so one rule covers every case.
+                  Tensor a2 = ad.dim() == 1 ? ad.unsqueeze(0) : ad;
+                  Tensor b2 = bd.dim() == 1 ? bd.unsqueeze(1) : bd;
+                  Tensor g2 = g;
+                  if (ad.dim() == 1 && bd.dim() == 1)
+                    g2 = g2.reshape({1, 1});
+                  else if (ad.dim() == 1)
+                    g2 = g2.unsqueeze(-2);
+                  else if (bd.dim() == 1)
+                    g2 = g2.unsqueeze(-1);
+                  if (needs[0]) {
+                    Tensor t = native::matmul(g2, b2.transpose(-1, -2));
+                    ga = native::sum_to(t, a2.sizes()).reshape(ad.sizes());
+                  }
+                  if (needs[1]) {
+                    Tensor t = native::matmul(a2.transpose(-1, -2), g2);
+                    gb = native::sum_to(t, b2.sizes()).reshape(bd.sizes());
+                  }
+                  return std::vector<Tensor>{ga, gb};
+                },
+                {ad, bd});
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -50,7 +52,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
                   if (needs[1]) gw = native::mm(g2.transpose(0, 1), xd.reshape({-1, in}));
                   if (has_b && needs[2]) gb = native::sum(g2, {0});
                   return std::vector<Tensor>{gx, gw, gb};
-                });
+                },
+                {xd, wd});
 }
 
 }  // namespace cohort

@@ -26,13 +26,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor xd = x.detach(), wd = weight.defined() ? weight.detach() : Tensor();
   Tensor mean = r.mean, rstd = r.rstd;
   Shape ns = normalized_shape;
-  return record(
-      r.out, "layer_norm", {x, weight, bias}, [=](const Tensor& g, const std::vector<bool>& needs) {
-        native::LayerNormGrads gr =
-            native::layer_norm_backward(g, xd, ns, mean, rstd, wd, needs[0], needs[1], needs[2]);
-        return std::vector<Tensor>{gr.dx.defined() ? gr.dx.view(xd.sizes()) : Tensor(), gr.dweight,
-                                   gr.dbias};
-      });
+  return record(r.out, "layer_norm", {x, weight, bias},
+                [=](const Tensor& g, const std::vector<bool>& needs) {
+                  native::LayerNormGrads gr = native::layer_norm_backward(
+                      g, xd, ns, mean, rstd, wd, needs[0], needs[1], needs[2]);
+                  return std::vector<Tensor>{gr.dx.defined() ? gr.dx.view(xd.sizes()) : Tensor(),
+                                             gr.dweight, gr.dbias};
+                },
+                {xd, wd});
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -48,7 +49,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   native::BatchNormGrads gr = native::batch_norm_backward(
                       g, xd, mean, rstd, wd, training, needs[0], needs[1], needs[2]);
                   return std::vector<Tensor>{gr.dx, gr.dweight, gr.dbias};
-                });
+                },
+                {xd, wd});
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,

@@ -21,38 +21,45 @@ void check_floating(const Tensor& x, const char* op) {
                dtype_name(x.dtype()));
 }
 
-// Records a unary op whose gradient is fn(g, x_detached, out_detached).
+// Which of input and output a unary op's gradient reads.
+enum class Saves { kInput, kOutput };
+
+// Records a unary op whose gradient is fn(g, x_detached, out_detached); only
+// the tensor named by `saves` is kept (the other is passed undefined).
 template <typename F>
-Tensor unary_record(Tensor out, const Tensor& x, const char* name, F fn) {
+Tensor unary_record(Tensor out, const Tensor& x, const char* name, Saves saves, F fn) {
   if (!autograd::any_requires_grad({x})) return out;
-  Tensor xd = x.detach(), od = out.detach();
-  return record(out, name, {x}, [xd, od, fn](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{fn(g, xd, od)};
-  });
+  Tensor xd = saves == Saves::kInput ? x.detach() : Tensor();
+  Tensor od = saves == Saves::kOutput ? out.detach() : Tensor();
+  return record(out, name, {x},
+                [xd, od, fn](const Tensor& g, const std::vector<bool>&) {
+                  return std::vector<Tensor>{fn(g, xd, od)};
+                },
+                {xd, od});
 }
 
 }  // namespace
 
 Tensor exp(const Tensor& x) {
-  return unary_record(native::unary(UnaryOp::kExp, x), x, "exp",
+  return unary_record(native::unary(UnaryOp::kExp, x), x, "exp", Saves::kOutput,
                       [](const Tensor& g, const Tensor&, const Tensor& o) { return mul_t(g, o); });
 }
 
 Tensor log(const Tensor& x) {
   return unary_record(
-      native::unary(UnaryOp::kLog, x), x, "log",
+      native::unary(UnaryOp::kLog, x), x, "log", Saves::kInput,
       [](const Tensor& g, const Tensor& xd, const Tensor&) { return div_t(g, xd); });
 }
 
 Tensor sqrt(const Tensor& x) {
-  return unary_record(native::unary(UnaryOp::kSqrt, x), x, "sqrt",
+  return unary_record(native::unary(UnaryOp::kSqrt, x), x, "sqrt", Saves::kOutput,
                       [](const Tensor& g, const Tensor&, const Tensor& o) {
                         return native::binary_scalar(BinaryOp::kMul, div_t(g, o), 0.5);
                       });
 }
 
 Tensor abs(const Tensor& x) {
-  return unary_record(native::unary(UnaryOp::kAbs, x), x, "abs",
+  return unary_record(native::unary(UnaryOp::kAbs, x), x, "abs", Saves::kInput,
                       [](const Tensor& g, const Tensor& xd, const Tensor&) {
                         return mul_t(g, native::unary(UnaryOp::kSign, xd));
                       });
@@ -60,7 +67,7 @@ Tensor abs(const Tensor& x) {
 
 Tensor pow(const Tensor& x, double e) {
   check_floating(x, "pow");
-  return unary_record(native::binary_scalar(BinaryOp::kPow, x, e), x, "pow",
+  return unary_record(native::binary_scalar(BinaryOp::kPow, x, e), x, "pow", Saves::kInput,
                       [e](const Tensor& g, const Tensor& xd, const Tensor&) {
                         if (e == 0.0) return Tensor::zeros(xd.sizes(), xd.dtype());
                         Tensor d = native::binary_scalar(BinaryOp::kPow, xd, e - 1.0);
@@ -73,25 +80,28 @@ Tensor pow(const Tensor& x, const Tensor& e) {
   Tensor out = native::binary(BinaryOp::kPow, x, e);
   if (!autograd::any_requires_grad({x, e})) return out;
   Tensor xd = x.detach(), ed = e.detach(), od = out.detach();
-  return record(out, "pow", {x, e}, [xd, ed, od](const Tensor& g, const std::vector<bool>& needs) {
-    Tensor gx, ge;
-    if (needs[0]) {
-      // e * x^(e-1)
-      Tensor d = native::binary(BinaryOp::kPow, xd, native::binary_scalar(BinaryOp::kSub, ed, 1));
-      gx = native::sum_to(mul_t(g, mul_t(d, ed)), xd.sizes()).to(xd.dtype());
-    }
-    if (needs[1]) {
-      // x^e * log(x)
-      Tensor d = mul_t(od, native::unary(UnaryOp::kLog, xd));
-      ge = native::sum_to(mul_t(g, d), ed.sizes()).to(ed.dtype());
-    }
-    return std::vector<Tensor>{gx, ge};
-  });
+  return record(out, "pow", {x, e},
+                [xd, ed, od](const Tensor& g, const std::vector<bool>& needs) {
+                  Tensor gx, ge;
+                  if (needs[0]) {
+                    // e * x^(e-1)
+                    Tensor d = native::binary(BinaryOp::kPow, xd,
+                                              native::binary_scalar(BinaryOp::kSub, ed, 1));
+                    gx = native::sum_to(mul_t(g, mul_t(d, ed)), xd.sizes()).to(xd.dtype());
+                  }
+                  if (needs[1]) {
+                    // x^e * log(x)
+                    Tensor d = mul_t(od, native::unary(UnaryOp::kLog, xd));
+                    ge = native::sum_to(mul_t(g, d), ed.sizes()).to(ed.dtype());
+                  }
+                  return std::vector<Tensor>{gx, ge};
+                },
+                {xd, ed, od});
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
   COHORT_CHECK(lo <= hi, "clamp: min {} is greater than max {}", lo, hi);
-  return unary_record(native::clamp(x, lo, hi), x, "clamp",
+  return unary_record(native::clamp(x, lo, hi), x, "clamp", Saves::kInput,
                       [lo, hi](const Tensor& g, const Tensor& xd, const Tensor&) {
                         return native::clamp_backward(g, xd, lo, hi);
                       });
@@ -113,7 +123,8 @@ Tensor extremum(const Tensor& a, const Tensor& b, bool is_max) {
                   if (needs[1])
                     gb = native::sum_to(native::where(pick_a, zero, g), bd.sizes()).to(bd.dtype());
                   return std::vector<Tensor>{ga, gb};
-                });
+                },
+                {ad, bd});
 }
 
 }  // namespace
@@ -122,7 +133,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(a, b, true); 
 Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(a, b, false); }
 
 Tensor gelu(const Tensor& x) {
-  return unary_record(native::unary(UnaryOp::kGelu, x), x, "gelu",
+  return unary_record(native::unary(UnaryOp::kGelu, x), x, "gelu", Saves::kInput,
                       [](const Tensor& g, const Tensor& xd, const Tensor&) {
                         return native::gelu_backward(g, xd);
                       });
@@ -130,12 +141,12 @@ Tensor gelu(const Tensor& x) {
 
 Tensor tanh(const Tensor& x) {
   return unary_record(
-      native::unary(UnaryOp::kTanh, x), x, "tanh",
+      native::unary(UnaryOp::kTanh, x), x, "tanh", Saves::kOutput,
       [](const Tensor& g, const Tensor&, const Tensor& o) { return native::tanh_backward(g, o); });
 }
 
 Tensor sigmoid(const Tensor& x) {
-  return unary_record(native::unary(UnaryOp::kSigmoid, x), x, "sigmoid",
+  return unary_record(native::unary(UnaryOp::kSigmoid, x), x, "sigmoid", Saves::kOutput,
                       [](const Tensor& g, const Tensor&, const Tensor& o) {
                         return native::sigmoid_backward(g, o);
                       });
@@ -147,13 +158,15 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   Tensor md = mask.detach();
   Shape sa = a.sizes(), sb = b.sizes();
   DType da = a.dtype(), db = b.dtype();
-  return record(out, "where", {a, b}, [=](const Tensor& g, const std::vector<bool>& needs) {
-    Tensor zero = Tensor::scalar(0.0, g.dtype());
-    Tensor ga, gb;
-    if (needs[0]) ga = native::sum_to(native::where(md, g, zero), sa).to(da);
-    if (needs[1]) gb = native::sum_to(native::where(md, zero, g), sb).to(db);
-    return std::vector<Tensor>{ga, gb};
-  });
+  return record(out, "where", {a, b},
+                [=](const Tensor& g, const std::vector<bool>& needs) {
+                  Tensor zero = Tensor::scalar(0.0, g.dtype());
+                  Tensor ga, gb;
+                  if (needs[0]) ga = native::sum_to(native::where(md, g, zero), sa).to(da);
+                  if (needs[1]) gb = native::sum_to(native::where(md, zero, g), sb).to(db);
+                  return std::vector<Tensor>{ga, gb};
+                },
+                {md});
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::kEq, a, b); }

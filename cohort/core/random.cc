@@ -51,6 +51,7 @@ Tensor& fill_random(Tensor& t, const char* op, F make) {
   COHORT_CHECK(t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64,
                "{}: needs a float32 or float64 tensor, got {}", op, dtype_name(t.dtype()));
   Tensor dst = t.is_contiguous() ? t : Tensor::empty(t.sizes(), t.dtype());
+  t.storage()->bump_version();
   make(dst);
   if (!dst.is_same(t)) t.copy_(dst);
   return t;

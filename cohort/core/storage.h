@@ -13,7 +13,9 @@
 // bytes are the caller's to synchronise. The cache is thread safe.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace cohort {
@@ -33,6 +35,13 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
 
+  // Version counter shared by every view of this storage: the in-place
+  // members of Tensor (copy_, fill_, add_, ..., and the random fills) bump
+  // it, and autograd compares it with the value seen when a tensor was saved
+  // for backward. Raw writes through data_ptr() are not counted.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() const { version_.fetch_add(1, std::memory_order_relaxed); }
+
   // Bytes currently parked in the cache (for tests and memory reports).
   static size_t cached_bytes();
   // Returns every cached block to the system.
@@ -42,6 +51,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   size_t capacity_ = 0;  // bytes actually allocated (rounded up)
+  mutable std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace cohort

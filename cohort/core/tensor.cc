@@ -152,6 +152,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   COHORT_CHECK(b == sizes(), "copy_: source shape {} does not broadcast to destination {}",
                shape_str(src.sizes()), shape_str(sizes()));
   std::array<Shape, 2> st{strides(), broadcast_strides(src.sizes(), src.strides(), sizes())};
+  storage()->bump_version();
   dispatch_all(dtype(), "copy_", [&](auto dtag) {
     using D = decltype(dtag);
     D* dp = static_cast<D*>(raw_data());
@@ -179,6 +180,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(double value) {
+  storage()->bump_version();
   dispatch_all(dtype(), "fill_", [&](auto tag) {
     using T = decltype(tag);
     T v = cast_value<T>(value);

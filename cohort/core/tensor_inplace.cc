@@ -23,6 +23,7 @@ void inplace_apply(Tensor& self, const std::array<Tensor, K>& srcs, const char* 
     conv[k] = srcs[k].to(self.dtype());
     st[k + 1] = broadcast_strides(conv[k].sizes(), conv[k].strides(), self.sizes());
   }
+  self.storage()->bump_version();
   T* d = self.data_ptr<T>();
   std::array<const T*, K> s;
   for (size_t k = 0; k < K; ++k) s[k] = conv[k].template data_ptr<T>();
@@ -51,6 +52,7 @@ void inplace_apply(Tensor& self, const std::array<Tensor, K>& srcs, const char* 
 
 template <typename T, typename F>
 void inplace_unary(Tensor& self, const char* op, F&& f) {
+  self.storage()->bump_version();
   T* d = self.data_ptr<T>();
   std::array<Shape, 1> st{self.strides()};
   for_each_row<1>(
