@@ -4,7 +4,6 @@
 #include <random>
 
 #include "cohort/base/error.h"
-#include "cohort/core/random.h"
 
 namespace cohort::data {
 
@@ -64,11 +63,7 @@ RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
 }
 
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
-  // 2^32 Philox blocks per epoch: room for permutations of up to 2^33 items.
-  constexpr uint64_t kBlocksPerEpoch = uint64_t{1} << 32;
-  Generator gen(seed_);
-  gen.reserve(static_cast<uint64_t>(epoch) * kBlocksPerEpoch);
-  return randperm(n_, gen).to_vector<int64_t>();
+  return torch_cpu_randperm(n_, seed_ + static_cast<uint64_t>(epoch));
 }
 
 std::vector<int64_t> torch_cpu_randperm(int64_t n, uint64_t seed) {

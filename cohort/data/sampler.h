@@ -84,9 +84,13 @@ class SequentialSampler final : public Sampler {
   int64_t n_;
 };
 
-// A uniformly random permutation of [0, n) per epoch, drawn from a Philox
-// Generator seeded with `seed`, each epoch from its own disjoint stretch of
-// the stream: the order depends only on (seed, epoch).
+// A uniformly random permutation of [0, n) per epoch: the permutation
+// PyTorch's torch.randperm(n) draws from a CPU generator seeded with
+// seed + epoch -- the same one DistributedSampler shuffles with. So the order
+// depends only on (seed, epoch), and a single process with batch size R * B
+// visits, step by step, exactly the samples that R DistributedSampler ranks
+// (same seed, shuffle, no padding) visit with batch size B each: the
+// baseline that data-parallel training is compared against.
 class RandomSampler final : public Sampler {
  public:
   RandomSampler(int64_t n, uint64_t seed);

@@ -41,6 +41,26 @@ TEST(RandomSampler, PermutationDependsOnSeedAndEpochOnly) {
   EXPECT_NE(a0, c.indices(0));
 }
 
+TEST(RandomSampler, SameStepSamplesAsDistributedRanks) {
+  // One process, batch 2 * 4, sees per step the union of what 2 ranks with
+  // batch 4 see: the single-process baseline of data-parallel training.
+  const int64_t n = 64, b = 4;
+  RandomSampler single(n, 11);
+  std::vector<std::vector<int64_t>> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    DistributedSampler s(n, {.num_replicas = 2, .rank = r, .seed = 11});
+    s.set_epoch(3);
+    ranks.push_back(s.begin_epoch());
+  }
+  auto all = single.indices(3);
+  for (int64_t step = 0; step < n / (2 * b); ++step) {
+    std::multiset<int64_t> one(all.begin() + step * 2 * b, all.begin() + (step + 1) * 2 * b);
+    std::multiset<int64_t> two;
+    for (const auto& r : ranks) two.insert(r.begin() + step * b, r.begin() + (step + 1) * b);
+    EXPECT_EQ(one, two) << "step " << step;
+  }
+}
+
 TEST(RandomSampler, NewPermutationPerIteration) {
   RandomSampler s(50, 3);
   auto e0 = s.begin_epoch();
