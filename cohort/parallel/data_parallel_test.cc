@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <mutex>
 #include <set>
 
@@ -96,6 +97,27 @@ TEST(DataParallel, EachReplicaGetsItsChunk) {
   seen.clear();
   dp.forward(randn({3, 3}, gen));
   EXPECT_EQ(seen, (std::multiset<int64_t>{1, 1, 1}));
+}
+
+TEST(DataParallel, ReplicasRunConcurrently) {
+  // Each replica's forward waits until all 3 have started; run one after
+  // another, the first would wait in vain (bounded wait, then the test fails).
+  Generator gen(3);
+  auto model = std::make_shared<nn::ASimpleNet>(gen);
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;
+  bool all_met = true;
+  model->set_reporter([&](int64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    ++started;
+    cv.notify_all();
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return started >= 3; })) all_met = false;
+  });
+  DataParallel dp(model, 3);
+  dp.forward(randn({9, 3}, gen));
+  EXPECT_TRUE(all_met);
+  EXPECT_EQ(started, 3);
 }
 
 TEST(DataParallel, ReplicasRunWithTheirThreadBudget) {

@@ -162,6 +162,32 @@ TEST(DDP, BucketsFollowReverseRegistrationOrder) {
       2);
 }
 
+TEST(DDP, BucketsLaunchDuringBackward) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto model = make_net(rank);
+        // When the first bucket (fc2, fc1.bias) is launched, conv1's gradient
+        // -- the last one backward computes -- must not exist yet.
+        std::vector<bool> conv1_done_at_launch;
+        Tensor conv1_grad;
+        CommHook inner = allreduce_hook();
+        CommHook spy = [&](distributed::ProcessGroup& g, GradBucket& b) {
+          conv1_done_at_launch.push_back(sum(abs(conv1_grad)).item<double>() != 0.0);
+          return inner(g, b);
+        };
+        DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.05, .comm_hook = spy});
+        conv1_grad = model->conv1().weight().grad();
+        auto [x, y] = batch_of(0);
+        ddp.zero_grad();
+        nll_loss(ddp.forward(x.narrow(0, rank * 32, 32)), y.narrow(0, rank * 32, 32)).backward();
+        if (conv1_done_at_launch != std::vector<bool>{false, false, true})
+          throw Error("buckets were not launched while backward was still running");
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
 // Two heads; `use_b` decides per rank whether head b takes part.
 class TwoHeads : public nn::Cloneable<TwoHeads> {
  public:
