@@ -55,6 +55,7 @@ ProcessGroup::ProcessGroup(Private, BackendKind kind, std::unique_ptr<Backend> b
       rank_(backend_->rank()),
       size_(backend_->size()),
       ops_have_deadlines_(backend_->ops_have_deadlines()),
+      group_name_(std::make_shared<const std::string>(options_.name)),
       queue_(std::make_shared<detail::WorkQueue>(options_.name)) {}
 
 ProcessGroup::~ProcessGroup() { destroy(); }
@@ -89,10 +90,10 @@ std::string ProcessGroup::transport_name(int peer) const {
 }
 
 Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
-                           Duration timeout) {
+                           Duration timeout, bool async_op) {
   auto s = std::make_shared<detail::WorkState>();
   s->op = op;
-  s->group = options_.name;
+  s->group = group_name_;
   s->rank = rank_;
   s->collective = collective;
   // The op's own deadline should fire first and give the precise error.
@@ -100,13 +101,25 @@ Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()
   s->may_run_inline = ops_have_deadlines_;
   s->body = std::move(body);
   s->queue = queue_;
-  std::lock_guard<std::mutex> lk(issue_mu_);
-  if (destroyed_) {
-    throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
+  bool run_here = false;
+  {
+    std::lock_guard<std::mutex> lk(issue_mu_);
+    if (destroyed_) {
+      throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
+    }
+    if (collective) s->seq = next_seq_++;
+    // A blocking op on an idle group runs on this thread (ops issued after it
+    // queue behind it). Only for backends whose ops end by their deadline.
+    if (!async_op && ops_have_deadlines_) run_here = queue_->try_claim();
+    if (!run_here) queue_->push(s);
   }
-  if (collective) s->seq = next_seq_++;
-  queue_->push(s);
-  return Work(std::move(s));
+  if (run_here) {
+    s->run();
+    queue_->release();
+  }
+  Work w(std::move(s));
+  if (!async_op) w.wait();
+  return w;
 }
 
 void ProcessGroup::check_root(const char* op, int root) const {
@@ -151,8 +164,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
   Work w = enqueue(
       "new_group", false,
       [b, ranks, sub_store, sub, slot] { *slot = b->new_subgroup(ranks, sub_store, sub); },
-      sub.timeout);
-  w.wait();
+      sub.timeout, /*async_op=*/false);
   if (!*slot) return nullptr;
   std::vector<int> world;
   world.reserve(ranks.size());
@@ -218,7 +230,7 @@ Work ProcessGroup::all_reduce_impl(void* data, size_t count, DataType dtype,
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "all_reduce", true,
-      [=, keep = std::move(keep)] { b->all_reduce(data, count, dtype, o.op, t); }, t);
+      [=, keep = std::move(keep)] { b->all_reduce(data, count, dtype, o.op, t); }, t, o.async_op);
 }
 
 Work ProcessGroup::broadcast_impl(void* data, size_t count, DataType dtype,
@@ -229,7 +241,7 @@ Work ProcessGroup::broadcast_impl(void* data, size_t count, DataType dtype,
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "broadcast", true,
-      [=, keep = std::move(keep)] { b->broadcast(data, count, dtype, o.root, t); }, t);
+      [=, keep = std::move(keep)] { b->broadcast(data, count, dtype, o.root, t); }, t, o.async_op);
 }
 
 Work ProcessGroup::reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
@@ -240,7 +252,8 @@ Work ProcessGroup::reduce_impl(void* data, size_t count, DataType dtype, const R
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "reduce", true,
-      [=, keep = std::move(keep)] { b->reduce(data, count, dtype, o.op, o.root, t); }, t);
+      [=, keep = std::move(keep)] { b->reduce(data, count, dtype, o.op, o.root, t); }, t,
+      o.async_op);
 }
 
 Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
@@ -253,7 +266,7 @@ Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, D
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "all_gather", true,
-      [=, keep = std::move(keep)] { b->all_gather(send, recv, count, dtype, t); }, t);
+      [=, keep = std::move(keep)] { b->all_gather(send, recv, count, dtype, t); }, t, o.async_op);
 }
 
 Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataType dtype,
@@ -269,7 +282,8 @@ Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataT
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "gather", true,
-      [=, keep = std::move(keep)] { b->gather(send, recv, count, dtype, o.root, t); }, t);
+      [=, keep = std::move(keep)] { b->gather(send, recv, count, dtype, o.root, t); }, t,
+      o.async_op);
 }
 
 Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
@@ -285,7 +299,8 @@ Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, Data
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "scatter", true,
-      [=, keep = std::move(keep)] { b->scatter(send, recv, count, dtype, o.root, t); }, t);
+      [=, keep = std::move(keep)] { b->scatter(send, recv, count, dtype, o.root, t); }, t,
+      o.async_op);
 }
 
 Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
@@ -298,7 +313,8 @@ Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t coun
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "reduce_scatter", true,
-      [=, keep = std::move(keep)] { b->reduce_scatter(send, recv, count, dtype, o.op, t); }, t);
+      [=, keep = std::move(keep)] { b->reduce_scatter(send, recv, count, dtype, o.op, t); }, t,
+      o.async_op);
 }
 
 Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
@@ -311,14 +327,14 @@ Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, D
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "all_to_all", true,
-      [=, keep = std::move(keep)] { b->all_to_all(send, recv, count, dtype, t); }, t);
+      [=, keep = std::move(keep)] { b->all_to_all(send, recv, count, dtype, t); }, t, o.async_op);
 }
 
 Work ProcessGroup::barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep) {
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
-      "barrier", true, [=, keep = std::move(keep)] { b->barrier(t); }, t);
+      "barrier", true, [=, keep = std::move(keep)] { b->barrier(t); }, t, o.async_op);
 }
 
 Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int dst,
@@ -330,8 +346,8 @@ Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
-      "send", false, [=, keep = std::move(keep)] { b->send(data, count, dtype, dst, o.tag, t); },
-      t);
+      "send", false, [=, keep = std::move(keep)] { b->send(data, count, dtype, dst, o.tag, t); }, t,
+      o.async_op);
 }
 
 Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
@@ -343,8 +359,8 @@ Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
-      "recv", false, [=, keep = std::move(keep)] { b->recv(data, count, dtype, src, o.tag, t); },
-      t);
+      "recv", false, [=, keep = std::move(keep)] { b->recv(data, count, dtype, src, o.tag, t); }, t,
+      o.async_op);
 }
 
 }  // namespace cohort::distributed

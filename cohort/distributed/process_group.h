@@ -173,7 +173,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   Work recv_impl(void* data, size_t count, DataType dtype, int src, const RecvOptions& o,
                  std::vector<Tensor> keep);
   // Queues body as op `op` and returns its Work.
-  Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout);
+  Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
+               bool async_op);
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
   Duration op_timeout(Duration t) const { return t == kUseDefaultTimeout ? options_.timeout : t; }
@@ -186,6 +187,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   int rank_;
   int size_;
   bool ops_have_deadlines_;
+  std::shared_ptr<const std::string> group_name_;  // shared with every Work
   std::shared_ptr<detail::WorkQueue> queue_;
   mutable std::mutex issue_mu_;  // orders sequence numbers with queue order; guards below
   uint64_t next_seq_ = 0;

@@ -118,7 +118,7 @@ Work ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& 
         be->all_gather(in.data, flat.data(), in.count, in.dtype, t);
         unpack(flat.data(), outs);
       },
-      t);
+      t, o.async_op);
 }
 
 Work ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input,
@@ -150,7 +150,7 @@ Work ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& inpu
         be->gather(in.data, flat.data(), in.count, in.dtype, o.root, t);
         unpack(flat.data(), outs);
       },
-      t);
+      t, o.async_op);
 }
 
 Work ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -173,7 +173,7 @@ Work ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inpu
         pack(ins, flat.data());
         be->scatter(flat.data(), out.data, out.count, out.dtype, o.root, t);
       },
-      t);
+      t, o.async_op);
 }
 
 Work ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -190,7 +190,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor
         pack(ins, flat.data());
         be->reduce_scatter(flat.data(), out.data, out.count, out.dtype, o.op, t);
       },
-      t);
+      t, o.async_op);
 }
 
 Work ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
@@ -221,7 +221,7 @@ Work ProcessGroup::all_to_all(const std::vector<Tensor>& outputs, const std::vec
         be->all_to_all(send.data(), recv.data(), first.count, first.dtype, t);
         unpack(recv.data(), outs);
       },
-      t);
+      t, o.async_op);
 }
 
 Work ProcessGroup::all_to_all_single(const Tensor& output, const Tensor& input,

@@ -18,8 +18,9 @@ int64_t now_ns() {
 }  // namespace
 
 std::string WorkState::describe() const {
-  if (collective) return fmt::format("{} (group '{}', rank {}, seq {})", op, group, rank, seq);
-  return fmt::format("{} (group '{}', rank {})", op, group, rank);
+  const std::string& g = group ? *group : std::string();
+  if (collective) return fmt::format("{} (group '{}', rank {}, seq {})", op, g, rank, seq);
+  return fmt::format("{} (group '{}', rank {})", op, g, rank);
 }
 
 void WorkState::run() noexcept {
@@ -114,13 +115,13 @@ std::exception_ptr Work::exception() const {
   return s.error;
 }
 
-const std::string& Work::op() const { return state().op; }
+const char* Work::op() const { return state().op; }
 uint64_t Work::sequence() const { return state().collective ? state().seq : 0; }
 std::string Work::describe() const { return state().describe(); }
 
-Work Work::completed(std::string op, std::exception_ptr error) {
+Work Work::completed(const char* op, std::exception_ptr error) {
   auto s = std::make_shared<detail::WorkState>();
-  s->op = std::move(op);
+  s->op = op;
   s->collective = false;
   s->error = error;
   s->done.store(true);

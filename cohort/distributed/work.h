@@ -44,9 +44,9 @@ class WorkQueue;
 
 // State shared by a Work, its copies and the queue that runs it.
 struct WorkState {
-  std::string op;     // "all_reduce", "send", ...
-  std::string group;  // group name
-  int rank = 0;       // this process's rank in the group
+  const char* op = "";                       // "all_reduce", "send", ... (a literal)
+  std::shared_ptr<const std::string> group;  // the group's name
+  int rank = 0;                              // this process's rank in the group
   bool collective = true;
   uint64_t seq = 0;  // collective sequence number in the group (collectives only)
   // How long a default wait() waits after the op started.
@@ -92,14 +92,14 @@ class Work {
   bool is_success() const;
   // The failed op's exception; null while pending or after success.
   std::exception_ptr exception() const;
-  const std::string& op() const;
+  const char* op() const;
   // Collective sequence number in the group (0 for send/recv).
   uint64_t sequence() const;
   std::string describe() const;
 
   // A Work that is already complete (with `error` when non-null); for
-  // backends or callers that finish an op synchronously.
-  static Work completed(std::string op, std::exception_ptr error = nullptr);
+  // callers that finish an op synchronously. op: a string literal.
+  static Work completed(const char* op, std::exception_ptr error = nullptr);
 
  private:
   const detail::WorkState& state() const;

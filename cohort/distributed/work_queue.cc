@@ -33,9 +33,23 @@ void WorkQueue::help(const WorkState& target) {
     w->run();
     lk.lock();
     running_ = false;
-    // The queue's thread may be waiting for running_ to clear.
-    cv_.notify_all();
+    // The queue's thread waits for running_ to clear only when ops are left
+    // (or when closing); waking it otherwise costs the next op a context switch.
+    if (!queue_.empty() || closing_) cv_.notify_all();
   }
+}
+
+bool WorkQueue::try_claim() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (closing_ || running_ || !queue_.empty()) return false;
+  running_ = true;
+  return true;
+}
+
+void WorkQueue::release() {
+  std::lock_guard<std::mutex> lk(mu_);
+  running_ = false;
+  if (!queue_.empty() || closing_) cv_.notify_all();
 }
 
 size_t WorkQueue::pending() const {
@@ -69,7 +83,6 @@ void WorkQueue::loop() {
     w->run();
     lk.lock();
     running_ = false;
-    cv_.notify_all();
   }
 }
 

@@ -32,6 +32,11 @@ class WorkQueue {
   // and `target` is not done. Returns when target is done or another thread
   // runs an op (then target's completion is that thread's to signal).
   void help(const WorkState& target);
+  // Claims the queue for an op the caller runs itself, when nothing is
+  // queued or running (returns true; ops pushed meanwhile wait for
+  // release()). Returns false when busy or closing.
+  bool try_claim();
+  void release();
   // Ops queued or running.
   size_t pending() const;
   // Refuses new ops, runs the queued ones, joins the thread. Idempotent.

@@ -17,11 +17,11 @@ namespace {
 using namespace std::chrono_literals;
 
 std::shared_ptr<detail::WorkState> make_op(const std::shared_ptr<detail::WorkQueue>& q,
-                                           std::string op, uint64_t seq,
+                                           const char* op, uint64_t seq,
                                            std::function<void()> body) {
   auto s = std::make_shared<detail::WorkState>();
-  s->op = std::move(op);
-  s->group = "grp";
+  s->op = op;
+  s->group = std::make_shared<const std::string>("grp");
   s->seq = seq;
   s->wait_limit = 10s;
   s->body = std::move(body);
