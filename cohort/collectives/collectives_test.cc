@@ -7,12 +7,14 @@
 #include <stdexcept>
 
 #include "cohort/collectives/allgather_direct.h"
+#include "cohort/collectives/allgather_pull.h"
 #include "cohort/collectives/allgather_ring.h"
 #include "cohort/collectives/allreduce_direct.h"
 #include "cohort/collectives/allreduce_pull.h"
 #include "cohort/collectives/allreduce_ring.h"
 #include "cohort/collectives/broadcast_chain.h"
 #include "cohort/collectives/broadcast_flat.h"
+#include "cohort/collectives/broadcast_pull.h"
 #include "cohort/collectives/reduce_direct.h"
 #include "cohort/collectives/reduce_ring.h"
 #include "cohort/collectives/reduce_scatter_direct.h"
@@ -149,13 +151,16 @@ TEST_P(CollectivesTest, DataMovement) {
           std::string what = case_name(n, count, dt, ReduceOp::kSum);
           size_t bytes = count * es;
           for (int root : {0, n / 2, n - 1}) {
-            for (int algo = 0; algo < 2; ++algo) {
+            for (int algo = 0; algo < 3; ++algo) {
+              if (algo == 2 && !c.single_copy()) continue;
               std::vector<std::byte> buf =
                   r == root ? pattern(root, bytes, algo) : std::vector<std::byte>(bytes);
               if (algo == 0) {
                 BroadcastFlat(c, buf.data(), count, dt, root).run();
-              } else {
+              } else if (algo == 1) {
                 BroadcastChain(c, buf.data(), count, dt, root).run();
+              } else {
+                BroadcastPull(c, buf.data(), count, dt, root).run();
               }
               expect_bytes(buf, pattern(root, bytes, algo), what + " broadcast");
             }
@@ -183,13 +188,16 @@ TEST_P(CollectivesTest, DataMovement) {
             expect_bytes(got, pattern(r, bytes, 2), what + " scatter");
           }
           // all_gather, both algorithms
-          for (int algo = 0; algo < 2; ++algo) {
+          for (int algo = 0; algo < 3; ++algo) {
+            if (algo == 2 && !c.single_copy()) continue;
             std::vector<std::byte> mine = pattern(r, bytes, 3);
             std::vector<std::byte> all(N * bytes);
             if (algo == 0) {
               AllgatherDirect(c, mine.data(), all.data(), count, dt).run();
-            } else {
+            } else if (algo == 1) {
               AllgatherRing(c, mine.data(), all.data(), count, dt).run();
+            } else {
+              AllgatherPull(c, mine.data(), all.data(), count, dt).run();
             }
             for (int p = 0; p < n; ++p) {
               std::vector<std::byte> part(all.begin() + static_cast<ptrdiff_t>(p * bytes),

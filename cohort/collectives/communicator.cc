@@ -5,6 +5,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/collectives/allgather_direct.h"
+#include "cohort/collectives/allgather_pull.h"
 #include "cohort/collectives/allgather_ring.h"
 #include "cohort/collectives/allreduce_direct.h"
 #include "cohort/collectives/allreduce_pull.h"
@@ -13,6 +14,7 @@
 #include "cohort/collectives/barrier_direct.h"
 #include "cohort/collectives/broadcast_chain.h"
 #include "cohort/collectives/broadcast_flat.h"
+#include "cohort/collectives/broadcast_pull.h"
 #include "cohort/collectives/engine.h"
 #include "cohort/collectives/gather_direct.h"
 #include "cohort/collectives/point_to_point.h"
@@ -35,6 +37,7 @@ constexpr size_t kDirectBytes = 256 * 1024;
 // From this size on, same-host groups that may read each other's memory
 // all_reduce by pulling (one copy) instead of through the rings (two).
 constexpr size_t kPullAllReduceBytes = 256 * 1024;
+constexpr size_t kPullBytes = 256 * 1024;
 
 std::string env_choice(const char* name, std::initializer_list<const char*> allowed) {
   const char* v = std::getenv(name);
@@ -77,9 +80,9 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
   }
   AlgoOverrides ov;
   ov.all_reduce = env_choice("COHORT_ALLREDUCE_ALGO", {"ring", "direct", "pull"});
-  ov.broadcast = env_choice("COHORT_BROADCAST_ALGO", {"flat", "chain"});
+  ov.broadcast = env_choice("COHORT_BROADCAST_ALGO", {"flat", "chain", "pull"});
   ov.reduce = env_choice("COHORT_REDUCE_ALGO", {"direct", "ring"});
-  ov.all_gather = env_choice("COHORT_ALLGATHER_ALGO", {"direct", "ring"});
+  ov.all_gather = env_choice("COHORT_ALLGATHER_ALGO", {"direct", "ring", "pull"});
   ov.reduce_scatter = env_choice("COHORT_REDUCE_SCATTER_ALGO", {"direct", "ring"});
 
   auto deadline = transport::Clock::now() + options.timeout;
@@ -207,8 +210,12 @@ void Communicator::all_reduce(void* data, size_t count, DataType dtype, ReduceOp
 void Communicator::broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) {
   check_root(*this, root, "broadcast");
   check_buffer(data, count, "broadcast", "data");
-  size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_ - 1);
-  if (use_first(overrides_.broadcast, "flat", size_ <= 2 || bytes <= kDirectBytes)) {
+  size_t bytes = count * element_size(dtype);
+  const std::string& o = overrides_.broadcast;
+  if (single_copy_ && (o.empty() ? bytes >= kPullBytes : o == "pull")) {
+    BroadcastPull(*this, data, count, dtype, root).run(timeout);
+  } else if (use_first(o, "flat",
+                       size_ <= 2 || bytes * static_cast<size_t>(size_ - 1) <= kDirectBytes)) {
     BroadcastFlat(*this, data, count, dtype, root).run(timeout);
   } else {
     BroadcastChain(*this, data, count, dtype, root).run(timeout);
@@ -232,7 +239,10 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
   check_buffer(send, count, "all_gather", "send");
   check_buffer(recv, count, "all_gather", "recv");
   size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_);
-  if (use_first(overrides_.all_gather, "direct", bytes <= kDirectBytes)) {
+  const std::string& o = overrides_.all_gather;
+  if (single_copy_ && (o.empty() ? bytes >= kPullBytes : o == "pull")) {
+    AllgatherPull(*this, send, recv, count, dtype).run(timeout);
+  } else if (use_first(o, "direct", bytes <= kDirectBytes)) {
     AllgatherDirect(*this, send, recv, count, dtype).run(timeout);
   } else {
     AllgatherRing(*this, send, recv, count, dtype).run(timeout);

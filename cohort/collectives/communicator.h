@@ -9,6 +9,13 @@
 // Every rank of the group must call create with the same store namespace;
 // give each communicator on one store its own options.name.
 //
+// Large messages between same-host ranks take one copy: when every rank may
+// read its peers' memory (process_vm_readv works: same pid namespace, ptrace
+// allowed), all_reduce, broadcast and all_gather copy straight out of the
+// peers' buffers (single_copy(); COHORT_SHM_SINGLE_COPY=0 disables it);
+// otherwise bytes go through the shared-memory rings (copied in by the sender,
+// reduced or copied out in place by the receiver).
+//
 // Semantics (PyTorch's c10d names): all ranks call the same collectives in the
 // same order with the same count, dtype, op and root; `count` is elements (not
 // bytes). In-place ops work on `data`; out-of-place ones take `send`/`recv`
@@ -17,8 +24,8 @@
 // all_reduce are bitwise identical on every rank.
 //
 // Algorithms are chosen by message size and world size (see communicator.cc);
-// COHORT_ALLREDUCE_ALGO=ring|direct|pull, COHORT_BROADCAST_ALGO=flat|chain,
-// COHORT_ALLGATHER_ALGO=direct|ring, COHORT_REDUCE_SCATTER_ALGO=direct|ring,
+// COHORT_ALLREDUCE_ALGO=ring|direct|pull, COHORT_BROADCAST_ALGO=flat|chain|pull,
+// COHORT_ALLGATHER_ALGO=direct|ring|pull, COHORT_REDUCE_SCATTER_ALGO=direct|ring,
 // COHORT_REDUCE_ALGO=direct|ring override the choice (all ranks must agree;
 // a disagreement is reported as a mismatch).
 //
