@@ -215,9 +215,8 @@ bool Tensor::requires_grad() const {
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
   COHORT_CHECK(is_leaf(),
-               "set_requires_grad: only leaf tensors can change requires_grad "
-               "(this one is the output of {})",
-               "an op");
+               "set_requires_grad: only leaf tensors can change requires_grad; this one is the "
+               "output of an op (use detach() to get a leaf)");
   if (requires_grad) {
     COHORT_CHECK(is_floating(dtype()),
                  "set_requires_grad: only floating tensors can require "

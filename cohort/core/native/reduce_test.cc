@@ -25,6 +25,16 @@ TEST(Reduce, SumMatchesReference) {
   EXPECT_TRUE(allclose(sum(big, {0}), sum_reference(big, {0}, false), 1e-5, 1e-4));
   EXPECT_TRUE(allclose(sum(big.transpose(0, 1), {1}), sum_reference(big, {0}, false), 1e-5, 1e-4));
   EXPECT_EQ(sum(Tensor::from_vector<int64_t>({1, 2, 3})).item<int64_t>(), 6);
+  // A long single row is summed in blocks: same value for every thread count.
+  Tensor longrow = random_tensor({200001}, 3);
+  Tensor s1, s4;
+  {
+    ThreadBudgetGuard one(1);
+    s1 = sum(longrow);
+  }
+  s4 = sum(longrow);
+  EXPECT_TRUE(equal(s1, s4));
+  EXPECT_TRUE(allclose(s1, sum_reference(longrow, {}, false), 1e-6, 1e-4));
   EXPECT_EQ(sum(Tensor::ones({3}, kUInt8)).dtype(), kInt64);
   EXPECT_THROW(sum(x, {1, 1}), InvalidArgument);
   EXPECT_THROW(sum(x, {3}), InvalidArgument);
