@@ -64,13 +64,13 @@ void Module::check_new_name(const std::string& name, const char* what) const {
                "{}: cannot register {} '{}': the name is already taken", describe(), what, name);
 }
 
-size_t Module::register_parameter(std::string name, Tensor t) {
+size_t Module::register_parameter(std::string name, Tensor t, bool requires_grad) {
   check_new_name(name, "parameter");
   COHORT_CHECK(t.defined() && is_floating(t.dtype()),
                "{}: parameter '{}' must be a defined floating tensor", describe(), name);
   COHORT_CHECK(t.is_leaf(), "{}: parameter '{}' must be a leaf tensor (detach it first)",
                describe(), name);
-  t.set_requires_grad(true);
+  t.set_requires_grad(requires_grad);
   params_.emplace_back(std::move(name), std::move(t));
   return params_.size() - 1;
 }
@@ -143,6 +143,12 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   std::vector<std::pair<std::string, Module*>> out;
   collect_modules("", out);
   return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [name, c] : children_) c->apply(fn);
+  fn(*this);
+  return *this;
 }
 
 int64_t Module::num_parameters() const {

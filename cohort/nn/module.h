@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -86,6 +87,9 @@ class Module {
   std::vector<ModulePtr> children() const;
   // Every module of the tree with its dotted path; the root is "" (non-owning).
   std::vector<std::pair<std::string, Module*>> named_modules();
+  // Calls fn on every module of the tree, children first and this module
+  // last (torch.nn.Module.apply), e.g. for a custom initialisation.
+  Module& apply(const std::function<void(Module&)>& fn);
   // Total number of parameter elements.
   int64_t num_parameters() const;
 
@@ -130,8 +134,9 @@ class Module {
 
   // Register an entry; names must be non-empty, without '.', unique within
   // this module. Parameters must be defined floating leaf tensors; they are
-  // set to require grad. Returns the slot for param()/buffer()/child().
-  size_t register_parameter(std::string name, Tensor t);
+  // set to require grad unless requires_grad is false (a frozen parameter,
+  // still listed and saved). Returns the slot for param()/buf()/child().
+  size_t register_parameter(std::string name, Tensor t, bool requires_grad = true);
   size_t register_buffer(std::string name, Tensor t);
   size_t register_module(std::string name, ModulePtr module);
 

@@ -68,11 +68,16 @@ TEST(Module, RegistrationErrors) {
   class Bad : public Cloneable<Bad> {
    public:
     Bad() : Cloneable("Bad") {}
-    void reg(const std::string& name, Tensor t) { register_parameter(name, t); }
+    void reg(const std::string& name, Tensor t, bool grad = true) {
+      register_parameter(name, t, grad);
+    }
     void reg_child(const std::string& name, ModulePtr m) { register_module(name, m); }
   };
   Bad bad;
   bad.reg("w", Tensor::ones({2}));
+  bad.reg("frozen", Tensor::ones({2}), /*grad=*/false);
+  EXPECT_FALSE(bad.parameter("frozen").requires_grad());
+  EXPECT_EQ(bad.state_dict().keys(), (std::vector<std::string>{"w", "frozen"}));
   expect_error([&] { bad.reg("w", Tensor::ones({2})); }, {"Bad", "'w'", "already taken"});
   expect_error([&] { bad.reg("a.b", Tensor::ones({2})); }, {"'a.b'"});
   expect_error([&] { bad.reg("i", Tensor::ones({2}, kInt64)); }, {"floating"});
@@ -199,6 +204,19 @@ TEST(Module, TrainEvalAndZeroGrad) {
   seq.zero_grad(/*set_to_none=*/true);
   EXPECT_FALSE(seq.at<Linear>(0).weight().grad().defined());
   expect_error([&] { seq.at<Linear>(1); }, {"Dropout"});
+}
+
+TEST(Module, ApplyVisitsChildrenFirst) {
+  Generator gen(7);
+  ToyModel toy(gen);
+  std::vector<std::string> seen;
+  toy.apply([&](Module& m) {
+    seen.push_back(m.type_name());
+    if (auto* fc = dynamic_cast<Linear*>(&m)) init::constant_(fc->weight(), 0.5);
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"Linear", "ReLU", "Linear", "ToyModel"}));
+  EXPECT_EQ(max(toy.net2().weight()).item<float>(), 0.5f);
+  EXPECT_TRUE(toy.net2().weight().requires_grad());
 }
 
 TEST(Module, Repr) {
