@@ -188,6 +188,33 @@ TEST(DDP, BucketsLaunchDuringBackward) {
       2);
 }
 
+TEST(DDP, BuffersComeFromRankZeroEveryForward) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        Generator gen(8);
+        auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+            std::make_shared<nn::Linear>(4, 4, gen), std::make_shared<nn::BatchNorm1d>(4)});
+        auto ref = model->clone();
+        DistributedDataParallel ddp(model, pg);
+        auto data_of = [](int r) {
+          Generator g(100 + static_cast<uint64_t>(r));
+          return mul(randn({6, 4}, g), 1.0 + r);
+        };
+        ddp.forward(data_of(rank));  // each rank updates its statistics with its own data
+        model->eval();
+        ddp.forward(data_of(rank));  // starts by broadcasting rank 0's; eval changes nothing
+        ref->forward(data_of(0));    // rank 0's statistics after its training forward
+        auto got = model->named_buffers();
+        auto want = ref->named_buffers();
+        for (size_t i = 0; i < got.size(); ++i)
+          if (!allclose(got[i].second, want[i].second, 1e-5, 1e-6))
+            throw Error(fmt::format("rank {}: buffer {} is not rank 0's", rank, got[i].first));
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
 // Two heads; `use_b` decides per rank whether head b takes part.
 class TwoHeads : public nn::Cloneable<TwoHeads> {
  public:
