@@ -108,26 +108,62 @@ void reduce_typed(void* dst, const void* src, size_t n, ReduceOp op) {
   }
 }
 
-float combine(float a, float b, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      return a + b;
-    case ReduceOp::kProduct:
-      return a * b;
-    case ReduceOp::kMin:
-      return b < a ? b : a;
-    case ReduceOp::kMax:
-      return a < b ? b : a;
+// 16-bit types go through float32 in blocks, so each conversion loop and the
+// float reduction vectorize (F16C / AVX for float16, shifts for bfloat16).
+constexpr size_t kHalfBlock = 256;
+
+void bf16_block_to_float(const uint16_t* __restrict in, float* __restrict out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(in[i]) << 16;
+    std::memcpy(&out[i], &u, 4);
   }
-  return a;
 }
 
-template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void float_block_to_bf16(const float* __restrict in, uint16_t* __restrict out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &in[i], 4);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
+  }
+}
+
+void f16_block_to_float(const uint16_t* __restrict in, float* __restrict out, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) out[i] = f16_to_float(in[i]);
+}
+
+void float_block_to_f16(const float* __restrict in, uint16_t* __restrict out, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+#endif
+  for (; i < n; ++i) out[i] = float_to_f16(in[i]);
+}
+
+template <void (*Load)(const uint16_t*, float*, size_t),
+          void (*Store)(const float*, uint16_t*, size_t)>
 void reduce_half(void* dst_v, const void* src_v, size_t n, ReduceOp op) {
   auto* dst = static_cast<uint16_t*>(dst_v);
   const auto* src = static_cast<const uint16_t*>(src_v);
-  for (size_t i = 0; i < n; ++i) dst[i] = Store(combine(Load(dst[i]), Load(src[i]), op));
+  alignas(64) float a[kHalfBlock];
+  alignas(64) float b[kHalfBlock];
+  for (size_t i = 0; i < n; i += kHalfBlock) {
+    size_t k = std::min(kHalfBlock, n - i);
+    Load(dst + i, a, k);
+    Load(src + i, b, k);
+    reduce_typed<float>(a, b, k, op);
+    Store(a, dst + i, k);
+  }
 }
 
 }  // namespace
@@ -145,9 +181,9 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dtype, Reduc
     case DataType::kUInt8:
       return reduce_typed<uint8_t>(dst, src, count, op);
     case DataType::kBFloat16:
-      return reduce_half<bf16_to_float, float_to_bf16>(dst, src, count, op);
+      return reduce_half<bf16_block_to_float, float_block_to_bf16>(dst, src, count, op);
     case DataType::kFloat16:
-      return reduce_half<f16_to_float, float_to_f16>(dst, src, count, op);
+      return reduce_half<f16_block_to_float, float_block_to_f16>(dst, src, count, op);
   }
   throw InvalidArgument(fmt::format("reduce: unknown dtype {}", static_cast<int>(dtype)));
 }

@@ -65,6 +65,26 @@ TEST(ReduceKernels, HalfTypesReduceInFloat32) {
   EXPECT_FLOAT_EQ(f16_to_float(h[1]), 1.0f);
 }
 
+TEST(ReduceKernels, HalfTypesMatchScalarConversionsOnLongOddBuffers) {
+  const size_t n = 1000 + 3;  // several blocks and a ragged tail
+  for (DataType dt : {DataType::kBFloat16, DataType::kFloat16}) {
+    auto to = dt == DataType::kBFloat16 ? float_to_bf16 : float_to_f16;
+    auto from = dt == DataType::kBFloat16 ? bf16_to_float : f16_to_float;
+    std::vector<uint16_t> d(n), s(n);
+    for (size_t i = 0; i < n; ++i) {
+      d[i] = to(static_cast<float>(i % 97) * 0.37f - 11.0f);
+      s[i] = to(static_cast<float>(i % 13) * 1.9f);
+    }
+    d[5] = to(std::numeric_limits<float>::quiet_NaN());
+    std::vector<uint16_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = to(from(d[i]) * from(s[i]));
+    reduce_into(d.data(), s.data(), n, dt, ReduceOp::kProduct);
+    EXPECT_TRUE(std::isnan(from(d[5])));
+    d[5] = want[5] = 0;
+    EXPECT_EQ(d, want) << dtype_name(dt);
+  }
+}
+
 TEST(ReduceKernels, ElementSizesAndNames) {
   EXPECT_EQ(element_size(DataType::kFloat64), 8u);
   EXPECT_EQ(element_size(DataType::kUInt8), 1u);
