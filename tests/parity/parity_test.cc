@@ -22,7 +22,11 @@ namespace cohort {
 namespace {
 
 constexpr int kSteps = 20;
-constexpr const char* kPython = "/usr/bin/python3";
+// The system Python (REFERENCE.md); COHORT_PARITY_PYTHON overrides it.
+std::string python() {
+  const char* env = std::getenv("COHORT_PARITY_PYTHON");
+  return env != nullptr && *env != 0 ? env : "/usr/bin/python3";
+}
 // Losses follow PyTorch's to ~1e-6 over the whole run, and the first
 // gradients to ~1e-6 of their scale. Later gradients (hence their norms and the
 // final weights) can differ by a few 1e-4 of their scale: the two convolutions
@@ -90,9 +94,9 @@ class Parity : public ::testing::Test {
       parity::write_tensor_file(*dir_ + "/toy_batches.safetensors", batches);
     }
     std::string out;
-    if (run(std::string(kPython) + " -c 'import torch'", out) != 0) {
+    if (run(python() + " -c 'import torch'", out) != 0) {
       error_ = new std::string(
-          std::string("parity: ") + kPython +
+          "parity: " + python() +
           " cannot import torch; install Debian's python3-torch (apt-get install python3-torch). "
           "Output: " +
           out);
@@ -100,11 +104,15 @@ class Parity : public ::testing::Test {
     }
     out.clear();
     std::string script = std::string(COHORT_SOURCE_DIR) + "/tests/parity/torch_parity.py";
-    if (run(std::string(kPython) + " " + script + " " + *dir_, out) != 0) {
+    if (run(python() + " " + script + " " + *dir_, out) != 0) {
       error_ = new std::string("parity: " + script + " failed:\n" + out);
       return;
     }
-    torch_ = new TensorDict(parity::read_tensor_file(*dir_ + "/torch_out.safetensors"));
+    try {
+      torch_ = new TensorDict(parity::read_tensor_file(*dir_ + "/torch_out.safetensors"));
+    } catch (const Error& e) {
+      error_ = new std::string("parity: " + script + " wrote no usable output: " + e.what());
+    }
   }
 
   static void TearDownTestSuite() {
