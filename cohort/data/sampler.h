@@ -10,7 +10,10 @@
 // the consumer, end_epoch() when the iteration completes. Sequential and
 // random samplers move to the next epoch themselves (as PyTorch's
 // RandomSampler draws a new permutation per iteration); DistributedSampler
-// does not -- the training loop calls set_epoch(), as in PyTorch.
+// does not -- the training loop calls set_epoch(), as in PyTorch. An
+// iteration abandoned midway (a break out of the loop) neither completes nor
+// advances the epoch: the next iteration starts the same epoch from 0 (or from
+// a position loaded with load_state()).
 //
 // Thread safety: none; a sampler belongs to one DataLoader and is used on the
 // consumer's thread.
