@@ -48,6 +48,7 @@ struct BenchArgs {
   int nproc = 0;
   bool json = false;
   bool check = true;
+  bool async = false;
 };
 
 size_t parse_size(const std::string& s) {
@@ -128,28 +129,29 @@ struct Buffers {
 };
 
 distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, size_t count,
-                        DataType dt, ReduceOp rop) {
+                        DataType dt, ReduceOp rop, bool async) {
   int n = pg.size(), r = pg.rank();
   std::byte* a = buf.a.data();
   std::byte* b = buf.b.data();
-  if (op == "all_reduce") return pg.all_reduce(a, count, dt, {.op = rop});
-  if (op == "broadcast") return pg.broadcast(a, count, dt, {.root = 0});
-  if (op == "reduce") return pg.reduce(a, count, dt, {.op = rop, .root = 0});
-  if (op == "all_gather") return pg.all_gather(a, b, count, dt);
-  if (op == "reduce_scatter") return pg.reduce_scatter(a, b, count, dt, {.op = rop});
-  if (op == "all_to_all") return pg.all_to_all(a, b, count, dt);
-  if (op == "gather") return pg.gather(a, b, count, dt, {.root = 0});
-  if (op == "scatter") return pg.scatter(a, b, count, dt, {.root = 0});
-  if (op == "barrier") return pg.barrier();
+  if (op == "all_reduce") return pg.all_reduce(a, count, dt, {.op = rop, .async_op = async});
+  if (op == "broadcast") return pg.broadcast(a, count, dt, {.root = 0, .async_op = async});
+  if (op == "reduce") return pg.reduce(a, count, dt, {.op = rop, .root = 0, .async_op = async});
+  if (op == "all_gather") return pg.all_gather(a, b, count, dt, {.async_op = async});
+  if (op == "reduce_scatter")
+    return pg.reduce_scatter(a, b, count, dt, {.op = rop, .async_op = async});
+  if (op == "all_to_all") return pg.all_to_all(a, b, count, dt, {.async_op = async});
+  if (op == "gather") return pg.gather(a, b, count, dt, {.root = 0, .async_op = async});
+  if (op == "scatter") return pg.scatter(a, b, count, dt, {.root = 0, .async_op = async});
+  if (op == "barrier") return pg.barrier({.async_op = async});
   // sendrecv: a ring; even ranks send first so no cycle of blocked senders forms.
   if (n == 1) return distributed::Work::completed("sendrecv");
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   if (r % 2 == 0) {
-    pg.send(a, count, dt, next);
-    return pg.recv(b, count, dt, prev);
+    pg.send(a, count, dt, next, {.async_op = async});
+    return pg.recv(b, count, dt, prev, {.async_op = async});
   }
-  pg.recv(b, count, dt, prev);
-  return pg.send(a, count, dt, next);
+  pg.recv(b, count, dt, prev, {.async_op = async});
+  return pg.send(a, count, dt, next, {.async_op = async});
 }
 
 // all_reduce / broadcast / all_gather results checked once per size.
@@ -205,9 +207,9 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
     std::string transport = n > 1 ? pg.transport_name(pg.rank() == 0 ? 1 : 0) : "self";
     std::printf(
         "# cohort bench collectives: op %s, dtype %s, reduce %s, backend %s, %zu ranks, "
-        "transport %s\n",
+        "transport %s, %s calls\n",
         args.op.c_str(), args.dtype.c_str(), args.reduce_op.c_str(), args.backend.c_str(), n,
-        transport.c_str());
+        transport.c_str(), args.async ? "async_op" : "blocking");
     std::printf("# %12s %12s %6s %12s %12s %12s\n", "size(B)", "count", "iters", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)");
     std::fflush(stdout);
@@ -229,11 +231,12 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
     int iters = args.iters > 0 ? args.iters
                                : static_cast<int>(std::clamp<size_t>(
                                      (size_t{256} << 20) / std::max<size_t>(bytes, 1), 20, 1000));
-    for (int i = 0; i < args.warmup; ++i) issue(pg, args.op, buf, count, dt, rop).wait();
+    for (int i = 0; i < args.warmup; ++i)
+      issue(pg, args.op, buf, count, dt, rop, args.async).wait();
     std::vector<double> times(static_cast<size_t>(iters));
     for (int i = 0; i < iters; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      issue(pg, args.op, buf, count, dt, rop).wait();
+      issue(pg, args.op, buf, count, dt, rop, args.async).wait();
       auto t1 = std::chrono::steady_clock::now();
       times[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
@@ -246,15 +249,15 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
     double busbw = algbw * bus_factor(args.op, static_cast<double>(n));
     if (!print) continue;
     if (args.json) {
-      std::printf(
-          "{\"op\": \"%s\", \"bytes\": %zu, \"count\": %zu, \"dtype\": \"%s\", "
-          "\"world_size\": %zu, \"backend\": \"%s\", \"iters\": %d, \"time_us\": %.3f, "
-          "\"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}\n",
-          args.op.c_str(), bytes, count, args.dtype.c_str(), n, args.backend.c_str(), iters, median,
-          algbw, busbw);
+      fmt::print(
+          "{{\"op\": \"{}\", \"bytes\": {}, \"count\": {}, \"dtype\": \"{}\", "
+          "\"world_size\": {}, \"backend\": \"{}\", \"async\": {}, \"iters\": {}, "
+          "\"time_us\": {:.3f}, \"algbw_gbps\": {:.4f}, \"busbw_gbps\": {:.4f}}}\n",
+          args.op, bytes, count, args.dtype, n, args.backend, args.async, iters, median, algbw,
+          busbw);
     } else {
-      std::printf("  %12zu %12zu %6d %12.2f %12.3f %12.3f\n", bytes, count, iters, median, algbw,
-                  busbw);
+      fmt::print("  {:12} {:12} {:6} {:12.2f} {:12.3f} {:12.3f}\n", bytes, count, iters, median,
+                 algbw, busbw);
     }
     std::fflush(stdout);
   }
@@ -313,6 +316,8 @@ std::function<int()> setup_bench(CLI::App& app) {
                 "Start this many local ranks (instead of running under cohort run / mpirun)")
       ->capture_default_str();
   c->add_flag("--json", args->json, "One JSON object per size");
+  c->add_flag("--async", args->async,
+              "Issue each op with async_op=true and wait on its Work (default: blocking calls)");
   c->add_flag("!--no-check", args->check, "Skip the result check after each size");
   c->footer(
       "Examples:\n  cohort bench collectives --nproc 2 --op all_reduce -b 8 -e 64M -f 2\n"
