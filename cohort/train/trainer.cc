@@ -8,6 +8,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/base/parallel.h"
+#include "cohort/checkpoint/distributed_checkpoint.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
 #include "cohort/optim/clip_grad.h"
@@ -99,7 +100,13 @@ TrainResult Trainer::run(TrainObserver* observer) {
   const bool main = info.rank == 0;
 
   // Everything that can fail on bad input fails here, before the first step.
-  if (!o.checkpoint_dir.empty()) checkpoint::check_writable_dir(o.checkpoint_dir);
+  if (!o.checkpoint_dir.empty()) {
+    if (pg != nullptr) {
+      checkpoint::check_writable_dir(*pg, o.checkpoint_dir);
+    } else {
+      checkpoint::check_writable_dir(o.checkpoint_dir);
+    }
+  }
   MetricsWriter metrics(o.metrics_path);
   if (main && !o.metrics_path.empty()) metrics.check_writable();
   Splits splits = make_splits(o);
@@ -111,7 +118,9 @@ TrainResult Trainer::run(TrainObserver* observer) {
 
   std::optional<checkpoint::TrainingState> resumed;
   if (!o.resume.empty()) {
-    if (auto path = checkpoint::resolve_resume(o.resume, o.checkpoint_dir)) {
+    auto path = pg != nullptr ? checkpoint::resolve_resume(*pg, o.resume, o.checkpoint_dir)
+                              : checkpoint::resolve_resume(o.resume, o.checkpoint_dir);
+    if (path) {
       resumed = checkpoint::load_checkpoint(*path, *model, opt.get());
       if (!resumed->rng_state.empty()) gen.set_state(resumed->rng_state);
       auto it = resumed->extra.find(kModel);
@@ -197,14 +206,14 @@ TrainResult Trainer::run(TrainObserver* observer) {
     st.extra[kSeconds] = fmt::format("{:.17g}", carry ? epoch_seconds : 0.0);
     st.extra[kWorldSize] = std::to_string(info.world_size);
     st.extra[kModel] = std::string(model_name(o.model));
-    if (main) {
-      checkpoint::SaveOptions so2;
-      so2.keep_last = o.keep_last;
-      result.last_checkpoint =
-          checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(), st, so2);
-      if (observer != nullptr) observer->on_checkpoint(result.last_checkpoint, step);
-    }
-    if (pg != nullptr) pg->barrier().wait();
+    checkpoint::SaveOptions so2;
+    so2.keep_last = o.keep_last;
+    // With a group: rank 0 writes, every rank learns the outcome (a barrier).
+    result.last_checkpoint =
+        pg != nullptr
+            ? checkpoint::save_checkpoint(*pg, o.checkpoint_dir, *model, opt.get(), st, so2)
+            : checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(), st, so2);
+    if (main && observer != nullptr) observer->on_checkpoint(result.last_checkpoint, step);
   };
 
   for (int64_t epoch = start_epoch; epoch < o.epochs; ++epoch) {

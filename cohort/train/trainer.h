@@ -12,7 +12,8 @@
 //
 // Checkpoints (checkpoint.h layout): every `checkpoint_every` steps, at the
 // end of every epoch and when the run stops at max_steps; in a DDP job rank 0
-// writes (atomically) and every rank waits at a barrier. A checkpoint holds
+// writes (atomically) and every rank learns the outcome before going on
+// (distributed_checkpoint.h). A checkpoint holds
 // the model (without DDP's "module." prefix, so it loads in one process),
 // the optimizer, the step, the sampler position and the epoch's running
 // loss, so `resume` ("auto": the latest complete checkpoint) continues as if

@@ -51,6 +51,8 @@ int run_train(CLI::App* app, TrainArgs* args) {
 std::function<int()> setup(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   train::TrainOptions& o = args->options;
+  // A flag given twice: the last one wins (scripts append overrides).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", args->model, "Model: net (the DDP tutorial's CNN) or toy (ToyModel)")
       ->check(CLI::IsMember({"net", "toy"}))
       ->capture_default_str();
@@ -96,6 +98,12 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--backend", o.backend, "DDP process group backend: native or mpi")
       ->check(CLI::IsMember({"native", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--synthetic-train-size", o.synthetic_train_size,
+                 "Training examples of --dataset synthetic")
+      ->capture_default_str();
+  app.add_option("--synthetic-test-size", o.synthetic_test_size,
+                 "Test examples of --dataset synthetic")
       ->capture_default_str();
   app.add_option("--log-every", o.log_every,
                  "Progress every N steps (0: about ten lines per epoch)")

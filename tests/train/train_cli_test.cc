@@ -1,0 +1,109 @@
+// `cohort train` input errors, NaN detection and the metrics file.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/train/train_test_util.h"
+
+namespace cohort::test {
+namespace {
+
+TEST(TrainCli, BadFlagsAreRejectedWithUsage) {
+  for (const auto& extra : std::vector<std::vector<std::string>>{
+           {"--epochs", "0"},
+           {"--epochs", "abc"},
+           {"--bogus"},
+           {"--model", "resnet"},
+           {"--optimizer", "lbfgs"},
+           {"--batch-size", "-3"},
+           {"--lr", "-1"},
+           {"--checkpoint-every", "5"},  // without --checkpoint-dir
+           {"--model", "toy", "--dataset", "fashion-mnist"}}) {
+    std::vector<std::string> argv = {kCohort, "train"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Finished f = run_command(argv);
+    EXPECT_NE(f.exit_code, 0) << extra[0];
+    EXPECT_NE(f.output.find("Usage:"), std::string::npos) << extra[0] << ": " << f.output;
+    EXPECT_EQ(f.output.find("epoch 1"), std::string::npos) << f.output;
+  }
+}
+
+TEST(TrainCli, MissingDataDirNamesPathAndPackage) {
+  Finished f =
+      run_command({kCohort, "train", "--data-dir", "/nonexistent/fashion", "--max-steps", "1"});
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_NE(f.output.find("/nonexistent/fashion"), std::string::npos) << f.output;
+  EXPECT_NE(f.output.find("dataset-fashion-mnist"), std::string::npos) << f.output;
+}
+
+TEST(TrainCli, UnwritableCheckpointDirFailsBeforeTraining) {
+  // A path below a regular file cannot be created, even by root.
+  std::string dir = make_temp_dir("unwritable");
+  std::ofstream(dir + "/file") << "x";
+  Finished f =
+      run_command(train_argv({"--checkpoint-dir", dir + "/file/ckpt", "--max-steps", "2"}));
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_NE(f.output.find(dir + "/file/ckpt"), std::string::npos) << f.output;
+  EXPECT_EQ(f.output.find("step 1/"), std::string::npos) << "trained before failing:\n" << f.output;
+}
+
+TEST(TrainCli, NonFiniteLossStopsNamingTheStep) {
+  Finished f = run_command(
+      train_argv({"--lr", "1e12", "--momentum", "0", "--max-steps", "50", "--log-every", "1"}));
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_NE(f.output.find("loss is"), std::string::npos) << f.output;
+  EXPECT_NE(f.output.find("at step"), std::string::npos) << f.output;
+  EXPECT_EQ(f.output.find("epoch 1:"), std::string::npos) << f.output;
+}
+
+TEST(TrainCli, MetricsFileHasOneJsonObjectPerEpoch) {
+  std::string dir = make_temp_dir("metrics");
+  std::string path = dir + "/metrics.jsonl";
+  Finished f = run_command(train_argv({"--epochs", "3", "--metrics", path}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  std::istringstream lines(read_file(path));
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j.at("epoch").get<int>(), n);
+    for (const char* key : {"train_loss", "test_accuracy", "seconds", "samples_per_second"}) {
+      ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
+      EXPECT_TRUE(j.at(key).is_number()) << key << " in " << line;
+    }
+    double acc = j.at("test_accuracy").get<double>();
+    EXPECT_GE(acc, 0.0);
+    EXPECT_LE(acc, 1.0);
+    EXPECT_GT(j.at("samples_per_second").get<double>(), 0.0);
+  }
+  EXPECT_EQ(n, 3);
+  // One summary line per epoch on stdout too.
+  for (int e = 1; e <= 3; ++e) {
+    EXPECT_NE(f.output.find("epoch " + std::to_string(e) + ": train loss"), std::string::npos)
+        << f.output;
+  }
+}
+
+TEST(TrainCli, ToyModelReportsTestLossAndNullAccuracy) {
+  std::string path = make_temp_dir("toy") + "/m.jsonl";
+  Finished f = run_command({kCohort, "train", "--model", "toy", "--dataset", "synthetic",
+                            "--threads", "1", "--metrics", path});
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  auto j = nlohmann::json::parse(read_file(path));
+  EXPECT_TRUE(j.at("test_accuracy").is_null());
+  EXPECT_TRUE(j.at("train_loss").is_number());
+  EXPECT_NE(f.output.find("test loss"), std::string::npos) << f.output;
+}
+
+TEST(TrainCli, DataParallelStrategyTrains) {
+  Finished f = run_command(
+      train_argv({"--strategy", "dp", "--replicas", "2", "--threads", "2", "--max-steps", "4"}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("DataParallel, 2 replicas"), std::string::npos) << f.output;
+}
+
+}  // namespace
+}  // namespace cohort::test
