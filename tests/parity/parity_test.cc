@@ -93,6 +93,33 @@ class Parity : public ::testing::Test {
       }
       parity::write_tensor_file(*dir_ + "/toy_batches.safetensors", batches);
     }
+    {
+      TensorDict in;
+      auto put = [&](const std::string& k, Tensor t) { in.insert(k, t); };
+      put("bn.x1", randn({4, 3, 5, 5}, gen) * 2.0 + 1.0);
+      put("bn.x2", randn({4, 3, 5, 5}, gen));
+      put("bn.c", randn({4, 3, 5, 5}, gen));
+      put("bn.weight", rand({3}, gen) + 0.5);
+      put("bn.bias", randn({3}, gen));
+      put("ln.x", randn({3, 4, 5}, gen) * 3.0);
+      put("ln.c", randn({3, 4, 5}, gen));
+      put("ln.weight", randn({4, 5}, gen));
+      put("ln.bias", randn({4, 5}, gen));
+      put("act.x", randn({64}, gen) * 3.0);
+      put("act.c", randn({64}, gen));
+      put("emb.weight", randn({10, 4}, gen));
+      put("emb.idx", Tensor::from_vector<int64_t>({1, 2, 9, 1, 0, 2}, {2, 3}));
+      put("emb.c", randn({2, 3, 4}, gen));
+      put("ce.logits", randn({6, 5}, gen) * 2.0);
+      put("ce.target", Tensor::from_vector<int64_t>({0, 4, -100, 2, 2, 1}));
+      put("conv.x", randn({2, 3, 9, 9}, gen));
+      put("conv.weight", randn({4, 3, 3, 3}, gen) * 0.2);
+      put("conv.bias", randn({4}, gen));
+      put("conv.c", randn({2, 4, 5, 5}, gen));
+      put("pool.x", randn({2, 3, 9, 9}, gen));
+      put("pool.c", randn({2, 3, 5, 5}, gen));
+      parity::write_tensor_file(*dir_ + "/layers_in.safetensors", in);
+    }
     std::string out;
     if (run(python() + " -c 'import torch'", out) != 0) {
       error_ = new std::string(
@@ -215,6 +242,105 @@ TEST_F(Parity, ToyModelAdamWAmsgrad) {
   o.amsgrad = true;
   optim::AdamW opt(model.parameters(), o);
   toy_run("adamw", opt, model, load("toy_batches.safetensors"), *torch_);
+}
+
+// Leaf copy of an input, requiring grad.
+Tensor leaf(const Tensor& t) {
+  Tensor c = t.clone();
+  c.set_requires_grad(true);
+  return c;
+}
+
+TEST_F(Parity, Layers) {
+  TensorDict in = load("layers_in.safetensors");
+  auto weighted = [&](const Tensor& y, const std::string& c) { return sum(y * in.at(c)); };
+  auto check = [&](const std::string& key, const Tensor& mine) {
+    EXPECT_TRUE(close(key, mine, torch(key), 1e-5, 1e-6));
+  };
+  Generator gen(0);
+  {
+    nn::BatchNorm2d bn(3);
+    TensorDict sd = bn.state_dict();
+    sd.insert_or_assign("weight", in.at("bn.weight"));
+    sd.insert_or_assign("bias", in.at("bn.bias"));
+    bn.load_state_dict(sd);
+    Tensor x1 = leaf(in.at("bn.x1"));
+    Tensor y1 = bn(x1), y2 = bn(in.at("bn.x2"));
+    (weighted(y1, "bn.c") + weighted(y2, "bn.c")).backward();
+    check("bn.y1", y1);
+    check("bn.y2", y2);
+    check("bn.gx1", x1.grad());
+    check("bn.gweight", bn.weight().grad());
+    check("bn.gbias", bn.bias().grad());
+    check("bn.running_mean", bn.running_mean());
+    check("bn.running_var", bn.running_var());
+    EXPECT_TRUE(equal(bn.num_batches_tracked(), torch("bn.num_batches_tracked")));
+    bn.eval();
+    check("bn.y_eval", bn(in.at("bn.x1")));
+  }
+  {
+    nn::LayerNorm ln(Shape{4, 5});
+    TensorDict sd;
+    sd.insert("weight", in.at("ln.weight"));
+    sd.insert("bias", in.at("ln.bias"));
+    ln.load_state_dict(sd);
+    Tensor x = leaf(in.at("ln.x"));
+    Tensor y = ln(x);
+    weighted(y, "ln.c").backward();
+    check("ln.y", y);
+    check("ln.gx", x.grad());
+    check("ln.gweight", ln.weight().grad());
+    check("ln.gbias", ln.bias().grad());
+  }
+  std::vector<std::pair<std::string, nn::ModulePtr>> acts = {
+      {"gelu", std::make_shared<nn::GELU>()},
+      {"tanh", std::make_shared<nn::Tanh>()},
+      {"sigmoid", std::make_shared<nn::Sigmoid>()}};
+  for (auto& [name, act] : acts) {
+    Tensor x = leaf(in.at("act.x"));
+    Tensor y = (*act)(x);
+    weighted(y, "act.c").backward();
+    check(name + ".y", y);
+    check(name + ".gx", x.grad());
+  }
+  {
+    nn::Embedding emb(10, 4, gen, 2);
+    TensorDict sd;
+    sd.insert("weight", in.at("emb.weight"));
+    emb.load_state_dict(sd);
+    Tensor y = emb(in.at("emb.idx"));
+    weighted(y, "emb.c").backward();
+    check("emb.y", y);
+    check("emb.gweight", emb.weight().grad());
+  }
+  {
+    Tensor logits = leaf(in.at("ce.logits"));
+    Tensor loss = nn::CrossEntropyLoss()(logits, in.at("ce.target"));
+    loss.backward();
+    check("ce.loss", loss);
+    check("ce.glogits", logits.grad());
+  }
+  {
+    nn::Conv2d conv(3, 4, 3, gen, {.stride = {2, 2}, .padding = {1, 1}});
+    TensorDict sd;
+    sd.insert("weight", in.at("conv.weight"));
+    sd.insert("bias", in.at("conv.bias"));
+    conv.load_state_dict(sd);
+    Tensor x = leaf(in.at("conv.x"));
+    Tensor y = conv(x);
+    weighted(y, "conv.c").backward();
+    check("conv.y", y);
+    check("conv.gx", x.grad());
+    check("conv.gweight", conv.weight().grad());
+    check("conv.gbias", conv.bias().grad());
+  }
+  {
+    Tensor x = leaf(in.at("pool.x"));
+    Tensor y = nn::MaxPool2d(3, 2, 1)(x);
+    weighted(y, "pool.c").backward();
+    check("pool.y", y);
+    check("pool.gx", x.grad());
+  }
 }
 
 TEST_F(Parity, Schedulers) {

@@ -12,6 +12,10 @@ test) and writes DIR/torch_out.safetensors with:
                                            20 steps of Adam / AdamW(amsgrad) on
                                            ToyModel with MSE loss
   sched.<name> [15]                        lrs of StepLR, CosineAnnealingLR, LinearLR
+  <layer>.*                                BatchNorm2d, LayerNorm, GELU/Tanh/Sigmoid,
+                                           Embedding, cross_entropy, strided padded
+                                           Conv2d, padded MaxPool2d: outputs and
+                                           gradients on DIR/layers_in.safetensors
 Files use the safetensors layout, read and written here with json + numpy so
 that no extra Python package is needed.
 """
@@ -135,12 +139,76 @@ def schedulers(out):
         out["sched." + key] = torch.tensor(lrs, dtype=torch.float64)
 
 
+def layer_parity(d, out):
+    """Each layer on the inputs in layers_in: output, and the gradients of
+    sum(output * c) for a fixed random c."""
+    t = read(os.path.join(d, "layers_in.safetensors"))
+    nn = torch.nn
+
+    def grads(y, c, *leaves):
+        (y * c).sum().backward()
+        return [leaf.grad for leaf in leaves]
+
+    # BatchNorm2d: two training steps, then eval.
+    bn = nn.BatchNorm2d(3)
+    bn.load_state_dict({"weight": t["bn.weight"], "bias": t["bn.bias"],
+                        "running_mean": torch.zeros(3), "running_var": torch.ones(3),
+                        "num_batches_tracked": torch.tensor(0)})
+    x1 = t["bn.x1"].clone().requires_grad_()
+    y1 = bn(x1)
+    y2 = bn(t["bn.x2"])
+    ((y1 * t["bn.c"]).sum() + (y2 * t["bn.c"]).sum()).backward()
+    out.update({"bn.y1": y1, "bn.y2": y2, "bn.gx1": x1.grad, "bn.gweight": bn.weight.grad,
+                "bn.gbias": bn.bias.grad, "bn.running_mean": bn.running_mean,
+                "bn.running_var": bn.running_var,
+                "bn.num_batches_tracked": bn.num_batches_tracked})
+    bn.eval()
+    out["bn.y_eval"] = bn(t["bn.x1"])
+
+    ln = nn.LayerNorm([4, 5])
+    ln.load_state_dict({"weight": t["ln.weight"], "bias": t["ln.bias"]})
+    x = t["ln.x"].clone().requires_grad_()
+    y = ln(x)
+    gx, gw, gb = grads(y, t["ln.c"], x, ln.weight, ln.bias)
+    out.update({"ln.y": y, "ln.gx": gx, "ln.gweight": gw, "ln.gbias": gb})
+
+    for name, fn in {"gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}.items():
+        x = t["act.x"].clone().requires_grad_()
+        y = fn(x)
+        (gx,) = grads(y, t["act.c"], x)
+        out.update({f"{name}.y": y, f"{name}.gx": gx})
+
+    emb = nn.Embedding(10, 4, padding_idx=2)
+    emb.load_state_dict({"weight": t["emb.weight"]})
+    y = emb(t["emb.idx"])
+    (gw,) = grads(y, t["emb.c"], emb.weight)
+    out.update({"emb.y": y, "emb.gweight": gw})
+
+    logits = t["ce.logits"].clone().requires_grad_()
+    loss = F.cross_entropy(logits, t["ce.target"])
+    loss.backward()
+    out.update({"ce.loss": loss.reshape([]), "ce.glogits": logits.grad})
+
+    conv = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+    conv.load_state_dict({"weight": t["conv.weight"], "bias": t["conv.bias"]})
+    x = t["conv.x"].clone().requires_grad_()
+    y = conv(x)
+    gx, gw, gb = grads(y, t["conv.c"], x, conv.weight, conv.bias)
+    out.update({"conv.y": y, "conv.gx": gx, "conv.gweight": gw, "conv.gbias": gb})
+
+    x = t["pool.x"].clone().requires_grad_()
+    y = F.max_pool2d(x, 3, stride=2, padding=1)
+    (gx,) = grads(y, t["pool.c"], x)
+    out.update({"pool.y": y, "pool.gx": gx})
+
+
 def main():
     torch.set_num_threads(1)
     d = sys.argv[1]
     out = {}
     net_parity(d, out)
     toy_parity(d, out)
+    layer_parity(d, out)
     schedulers(out)
     write(os.path.join(d, "torch_out.safetensors"), out)
 
