@@ -1,5 +1,6 @@
 #include "cohort/core/tensor.h"
 
+#include <bit>
 #include <cmath>
 #include <ostream>
 #include <sstream>
@@ -32,6 +33,29 @@ template uint8_t convert_from<uint8_t>(const void*, DType);
 template bool convert_from<bool>(const void*, DType);
 
 }  // namespace detail
+
+namespace {
+
+// Contiguous conversion; float <-> bfloat16 get branch-free loops the
+// compiler vectorises (DDP's bf16 gradient compression converts whole buckets).
+template <typename D, typename S>
+void convert_run(D* d, const S* s, int64_t n) {
+  if constexpr (std::is_same_v<D, BFloat16> && std::is_same_v<S, float>) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = std::bit_cast<uint32_t>(s[i]);
+      const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+      const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+      d[i].bits = static_cast<uint16_t>(nan ? 0x7fc0u : rounded);
+    }
+  } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, BFloat16>) {
+    for (int64_t i = 0; i < n; ++i)
+      d[i] = std::bit_cast<float>(static_cast<uint32_t>(s[i].bits) << 16);
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = cast_value<D>(s[i]);
+  }
+}
+
+}  // namespace
 
 // ---- factories ----
 
@@ -168,7 +192,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
               if constexpr (std::is_same_v<D, S>) {
                 std::memcpy(d, s, static_cast<size_t>(n) * sizeof(D));
               } else {
-                for (int64_t i = 0; i < n; ++i) d[i] = cast_value<D>(s[i]);
+                convert_run(d, s, n);
               }
             } else {
               for (int64_t i = 0; i < n; ++i) d[i * is[0]] = cast_value<D>(s[i * is[1]]);

@@ -118,6 +118,25 @@ TEST(Tensor, LowPrecisionConversions) {
   EXPECT_NEAR(h[4], 1e-7f, 6e-8);  // subnormal half
   EXPECT_TRUE(std::isinf(static_cast<float>(Half(70000.0f))));
   EXPECT_EQ(static_cast<float>(BFloat16(1.00390625f)), 1.0f);  // ties to even
+  // The vectorised contiguous path agrees with the scalar conversion.
+  std::vector<float> many;
+  for (int i = -2000; i < 2000; ++i) many.push_back(static_cast<float>(i) * 1.2345e-3f * i);
+  many.push_back(NAN);
+  many.push_back(INFINITY);
+  many.push_back(-3.0e38f);
+  Tensor mt = Tensor::from_vector(many);
+  Tensor mb = mt.to(kBFloat16);
+  const BFloat16* pb = mb.data_ptr<BFloat16>();
+  for (size_t i = 0; i < many.size(); ++i) {
+    if (std::isnan(many[i])) {
+      ASSERT_TRUE(std::isnan(static_cast<float>(pb[i])));
+    } else {
+      ASSERT_EQ(pb[i].bits, BFloat16(many[i]).bits) << many[i];
+    }
+  }
+  auto round_trip = mb.to(kFloat32).to_vector<float>();
+  for (size_t i = 0; i + 3 < many.size(); ++i)
+    ASSERT_EQ(round_trip[i], static_cast<float>(BFloat16(many[i])));
 }
 
 TEST(Tensor, InPlaceMath) {
