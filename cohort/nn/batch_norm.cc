@@ -4,7 +4,8 @@
 
 namespace cohort::nn {
 
-BatchNormBase::BatchNormBase(std::string type_name, int64_t num_features, BatchNormOptions options)
+BatchNormBase::BatchNormBase(std::string type_name, int64_t num_features,
+                             const BatchNormOptions& options)
     : Module(std::move(type_name)), num_features_(num_features), options_(options) {
   COHORT_CHECK(num_features > 0, "{}: num_features must be positive, got {}", this->type_name(),
                num_features);

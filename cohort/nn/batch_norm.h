@@ -39,7 +39,7 @@ class BatchNormBase : public Module {
   Tensor num_batches_tracked() const { return options_.track_running_stats ? buf(2) : Tensor(); }
 
  protected:
-  BatchNormBase(std::string type_name, int64_t num_features, BatchNormOptions options);
+  BatchNormBase(std::string type_name, int64_t num_features, const BatchNormOptions& options);
   virtual void check_input(const Tensor& x) const = 0;
 
  private:
@@ -49,7 +49,7 @@ class BatchNormBase : public Module {
 
 class BatchNorm1d : public BatchNormBase {
  public:
-  explicit BatchNorm1d(int64_t num_features, BatchNormOptions options = {})
+  explicit BatchNorm1d(int64_t num_features, const BatchNormOptions& options = {})
       : BatchNormBase("BatchNorm1d", num_features, options) {}
 
  protected:
@@ -59,7 +59,7 @@ class BatchNorm1d : public BatchNormBase {
 
 class BatchNorm2d : public BatchNormBase {
  public:
-  explicit BatchNorm2d(int64_t num_features, BatchNormOptions options = {})
+  explicit BatchNorm2d(int64_t num_features, const BatchNormOptions& options = {})
       : BatchNormBase("BatchNorm2d", num_features, options) {}
 
  protected:

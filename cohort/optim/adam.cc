@@ -87,10 +87,10 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamSte
 
 }  // namespace
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Adam("Adam", std::move(params), options, false) {}
 
-Adam::Adam(std::string name, std::vector<Tensor> params, AdamOptions o, bool decoupled)
+Adam::Adam(std::string name, std::vector<Tensor> params, const AdamOptions& o, bool decoupled)
     : Optimizer(std::move(name), {{"lr", o.lr},
                                   {"beta1", o.beta1},
                                   {"beta2", o.beta2},
@@ -102,8 +102,11 @@ Adam::Adam(std::string name, std::vector<Tensor> params, AdamOptions o, bool dec
   add_param_group(std::move(params));
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Adam("AdamW", std::move(params), options, true) {}
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
+    : Adam("AdamW", std::move(params),
+           AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay,
+                       options.amsgrad, options.maximize},
+           true) {}
 
 void Adam::check_options(const Options& options) const {
   ParamGroup g;

@@ -28,11 +28,11 @@ struct AdamOptions {
 
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<Tensor> params, AdamOptions options = {});
+  Adam(std::vector<Tensor> params, const AdamOptions& options = {});
   void step() override;
 
  protected:
-  Adam(std::string name, std::vector<Tensor> params, AdamOptions options, bool decoupled);
+  Adam(std::string name, std::vector<Tensor> params, const AdamOptions& options, bool decoupled);
   std::vector<std::string> state_keys(const ParamGroup& group) const override;
   void check_options(const Options& options) const override;
 
@@ -41,13 +41,19 @@ class Adam : public Optimizer {
 };
 
 // AdamW: Adam with decoupled weight decay (default 1e-2, as PyTorch).
-struct AdamWOptions : AdamOptions {
-  AdamWOptions() { weight_decay = 1e-2; }
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  bool amsgrad = false;
+  bool maximize = false;
 };
 
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamWOptions options = {});
+  AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
 };
 
 }  // namespace cohort::optim

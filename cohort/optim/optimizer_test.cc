@@ -106,9 +106,13 @@ void run_adam(bool decoupled, bool amsgrad) {
                 .amsgrad = amsgrad};
   std::unique_ptr<Optimizer> opt;
   if (decoupled) {
-    AdamWOptions w;
-    static_cast<AdamOptions&>(w) = o;
-    opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, w);
+    opt =
+        std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamWOptions{.lr = o.lr,
+                                                                     .beta1 = o.beta1,
+                                                                     .beta2 = o.beta2,
+                                                                     .eps = o.eps,
+                                                                     .weight_decay = o.weight_decay,
+                                                                     .amsgrad = amsgrad});
   } else {
     opt = std::make_unique<Adam>(std::vector<Tensor>{p}, o);
   }

@@ -35,7 +35,7 @@ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, const SgdStep& s) {
 
 }  // namespace
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions o)
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& o)
     : Optimizer("SGD", {{"lr", o.lr},
                         {"momentum", o.momentum},
                         {"dampening", o.dampening},

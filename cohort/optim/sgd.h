@@ -25,7 +25,7 @@ struct SGDOptions {
 
 class SGD : public Optimizer {
  public:
-  SGD(std::vector<Tensor> params, SGDOptions options);
+  SGD(std::vector<Tensor> params, const SGDOptions& options);
   void step() override;
 
  protected:

@@ -236,11 +236,7 @@ TEST_F(Parity, ToyModelAdamWAmsgrad) {
   Generator gen(0);
   nn::ToyModel model(gen);
   model.load_state_dict(load("toy_init.safetensors"));
-  optim::AdamWOptions o;
-  o.lr = 0.01;
-  o.weight_decay = 0.05;
-  o.amsgrad = true;
-  optim::AdamW opt(model.parameters(), o);
+  optim::AdamW opt(model.parameters(), {.lr = 0.01, .weight_decay = 0.05, .amsgrad = true});
   toy_run("adamw", opt, model, load("toy_batches.safetensors"), *torch_);
 }
 
