@@ -8,6 +8,11 @@
 // identical bits. Three small all-to-all exchanges order the phases (and
 // carry the op header, so mismatches are caught as everywhere else).
 //
+// Opt-in (COHORT_ALLREDUCE_ALGO=pull): measured on a 2-core VM, 2 ranks,
+// the kernel copy of process_vm_readv (page pinning, per-page copies) cost
+// more CPU than the ring's two user-space copies through a ring that stays in
+// cache (1 MiB: fastest iteration 295 us vs 39 us; 16 MiB: 14 ms vs 1.4 ms).
+//
 // Set up once with the buffer, run() any number of times. Ownership:
 // borrows the communicator and the buffer. Thread safety: one run at a time
 // per communicator. Failures: see communicator.h (a peer that dies during a

@@ -34,10 +34,10 @@ namespace {
 // larger ones the bandwidth-optimal ring/chain (measured in bench/collectives).
 constexpr size_t kDirectAllReduceBytes = 64 * 1024;
 constexpr size_t kDirectBytes = 256 * 1024;
-// From this size on, same-host groups that may read each other's memory
-// all_reduce by pulling (one copy) instead of through the rings (two).
-constexpr size_t kPullAllReduceBytes = 256 * 1024;
-constexpr size_t kPullBytes = 256 * 1024;
+// The single-copy "pull" algorithms are opt-in (COHORT_*_ALGO=pull): on the
+// measured machine the kernel's process_vm_readv copy cost more CPU and time
+// than two user-space copies through a cache-resident ring (see
+// bench/collectives/bench_allreduce_raw and docs in allreduce_pull.h).
 
 std::string env_choice(const char* name, std::initializer_list<const char*> allowed) {
   const char* v = std::getenv(name);
@@ -197,7 +197,7 @@ void Communicator::all_reduce(void* data, size_t count, DataType dtype, ReduceOp
   const std::string& o = overrides_.all_reduce;
   bool direct =
       o.empty() ? bytes * static_cast<size_t>(size_ - 1) <= kDirectAllReduceBytes : o == "direct";
-  bool pull = single_copy_ && (o.empty() ? bytes >= kPullAllReduceBytes : o == "pull");
+  bool pull = single_copy_ && o == "pull";
   if (direct) {
     AllreduceDirect(*this, data, count, dtype, op).run(timeout);
   } else if (pull) {
@@ -212,7 +212,7 @@ void Communicator::broadcast(void* data, size_t count, DataType dtype, int root,
   check_buffer(data, count, "broadcast", "data");
   size_t bytes = count * element_size(dtype);
   const std::string& o = overrides_.broadcast;
-  if (single_copy_ && (o.empty() ? bytes >= kPullBytes : o == "pull")) {
+  if (single_copy_ && o == "pull") {
     BroadcastPull(*this, data, count, dtype, root).run(timeout);
   } else if (use_first(o, "flat",
                        size_ <= 2 || bytes * static_cast<size_t>(size_ - 1) <= kDirectBytes)) {
@@ -240,7 +240,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
   check_buffer(recv, count, "all_gather", "recv");
   size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_);
   const std::string& o = overrides_.all_gather;
-  if (single_copy_ && (o.empty() ? bytes >= kPullBytes : o == "pull")) {
+  if (single_copy_ && o == "pull") {
     AllgatherPull(*this, send, recv, count, dtype).run(timeout);
   } else if (use_first(o, "direct", bytes <= kDirectBytes)) {
     AllgatherDirect(*this, send, recv, count, dtype).run(timeout);

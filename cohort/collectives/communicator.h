@@ -9,12 +9,13 @@
 // Every rank of the group must call create with the same store namespace;
 // give each communicator on one store its own options.name.
 //
-// Large messages between same-host ranks take one copy: when every rank may
-// read its peers' memory (process_vm_readv works: same pid namespace, ptrace
-// allowed), all_reduce, broadcast and all_gather copy straight out of the
-// peers' buffers (single_copy(); COHORT_SHM_SINGLE_COPY=0 disables it);
-// otherwise bytes go through the shared-memory rings (copied in by the sender,
-// reduced or copied out in place by the receiver).
+// Large messages between same-host ranks go through cache-sized
+// shared-memory rings: the sender copies in, the receiver reduces (or copies)
+// in place, block by block, pipelined. Where every rank may read its peers'
+// memory (process_vm_readv: same pid namespace, ptrace allowed;
+// single_copy()), COHORT_ALLREDUCE_ALGO / COHORT_BROADCAST_ALGO /
+// COHORT_ALLGATHER_ALGO=pull copy straight out of the peers' buffers instead
+// (one copy; not the default: slower than the rings where measured).
 //
 // Semantics (PyTorch's c10d names): all ranks call the same collectives in the
 // same order with the same count, dtype, op and root; `count` is elements (not

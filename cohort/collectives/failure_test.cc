@@ -23,9 +23,11 @@ bool contains(const std::string& s, const std::string& part) {
 
 // Ranks loop on all_reduce; `victim` kills itself with SIGKILL from a second
 // thread after a short random delay, so it dies inside a collective.
-void kill_mid_collective(TransportKind transport, int n, int victim, size_t count) {
+void kill_mid_collective(TransportKind transport, int n, int victim, size_t count,
+                         const char* algo = nullptr) {
   std::string name = testing::unique_name("kill");
   auto status = testing::run_processes(n, 60s, [&](int rank, rendezvous::Store& store) {
+    if (algo != nullptr) ::setenv("COHORT_ALLREDUCE_ALGO", algo, 1);
     CommunicatorOptions o;
     o.name = name;
     o.transport = transport;
@@ -71,6 +73,10 @@ void kill_mid_collective(TransportKind transport, int n, int victim, size_t coun
 TEST(Failure, KilledRankShmSmallMessages) { kill_mid_collective(TransportKind::kShm, 4, 1, 3); }
 TEST(Failure, KilledRankShmLargeMessages) {
   kill_mid_collective(TransportKind::kShm, 3, 2, 1 << 20);
+}
+TEST(Failure, KilledRankShmSingleCopy) {
+  // Falls back to the rings where process_vm_readv is not allowed.
+  kill_mid_collective(TransportKind::kShm, 3, 1, 1 << 20, "pull");
 }
 TEST(Failure, KilledRankTcp) { kill_mid_collective(TransportKind::kTcp, 4, 0, 100000); }
 

@@ -91,10 +91,25 @@ TEST(Processes, SingleCopyIsUsedWhenProcessesMayReadEachOther) {
   auto st = testing::run_processes(3, 60s, [&](int rank, rendezvous::Store& store) {
     ::unsetenv("COHORT_TRANSPORT");
     ::unsetenv("COHORT_SHM_SINGLE_COPY");
+    if (expected) {
+      ::setenv("COHORT_ALLREDUCE_ALGO", "pull", 1);
+      ::setenv("COHORT_BROADCAST_ALGO", "pull", 1);
+      ::setenv("COHORT_ALLGATHER_ALGO", "pull", 1);
+    }
     CommunicatorOptions o;
     o.name = name;
     auto c = Communicator::create(store, rank, 3, o);
     if (c->single_copy() != expected) throw Error("single_copy disagrees with the probe");
+    std::vector<int32_t> b(100003, rank == 2 ? 9 : 0);
+    c->broadcast(b.data(), b.size(), DataType::kInt32, 2);
+    for (int32_t v : b) {
+      if (v != 9) throw Error("broadcast (single copy) wrong");
+    }
+    std::vector<int32_t> mine(70001, rank), all(3 * 70001);
+    c->all_gather(mine.data(), all.data(), mine.size(), DataType::kInt32);
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (all[i] != static_cast<int32_t>(i / 70001)) throw Error("all_gather (single copy) wrong");
+    }
     size_t count = (size_t{1} << 20) + 3;
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       auto buf = testing::make_input(rank, count, DataType::kFloat32, op);
