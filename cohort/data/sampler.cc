@@ -43,9 +43,15 @@ void Sampler::advance(int64_t n) {
 }
 
 void Sampler::end_epoch() {
-  position_ = 0;
   resume_pending_ = false;
-  if (advances_epoch_itself()) ++epoch_;
+  if (advances_epoch_itself()) {
+    ++epoch_;
+    position_ = 0;
+  } else {
+    // Stays "epoch e, all consumed": a checkpoint taken now resumes after
+    // this epoch even if the caller records e as the current epoch.
+    position_ = size();
+  }
 }
 
 SequentialSampler::SequentialSampler(int64_t n) : n_(n) {

@@ -60,8 +60,9 @@ class Sampler {
   std::vector<int64_t> begin_epoch();
   // The consumer has taken n more indices.
   void advance(int64_t n);
-  // The iteration completed: position back to 0; epoch + 1 unless the
-  // sampler leaves epochs to set_epoch().
+  // The iteration completed: epoch + 1 and position 0, or, for samplers that
+  // leave epochs to set_epoch(), position = size() (the epoch is used up; a
+  // new iteration without set_epoch() or load_state() starts it over).
   void end_epoch();
 
  protected:

@@ -198,7 +198,13 @@ TEST(DistributedSampler, EpochChangesShuffleOnlyViaSetEpoch) {
   auto e0 = s.begin_epoch();
   s.advance(static_cast<int64_t>(e0.size()));
   s.end_epoch();
-  EXPECT_EQ(s.epoch(), 0);  // PyTorch semantics: no automatic advance
+  EXPECT_EQ(s.epoch(), 0);                            // PyTorch semantics: no automatic advance
+  EXPECT_EQ(s.state(), (SamplerState{0, s.size()}));  // used up
+  // Resuming from that state yields nothing more of epoch 0.
+  DistributedSampler resumed(30, {.num_replicas = 2, .rank = 0, .seed = 1});
+  resumed.load_state(s.state());
+  resumed.set_epoch(0);
+  EXPECT_TRUE(resumed.begin_epoch().empty());
   s.set_epoch(1);
   EXPECT_NE(s.begin_epoch(), e0);
 }
