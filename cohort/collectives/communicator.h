@@ -42,14 +42,17 @@
 //  - cohort::TimeoutError naming the op, the group, the sequence number and
 //    the ranks that have not arrived (shared memory peers) or that this rank
 //    still waited on (TCP peers);
-//  - cohort::Error "rank R aborted: ..." when a peer failed (its reason
-//    follows).
+//  - when a peer failed first, the same exception type as its failure with
+//    the message "rank R of group 'g' failed: <its reason>" (so a dead rank
+//    is named as PeerLost on every rank, whoever noticed first); abort()
+//    gives cohort::Error "rank R of group 'g' aborted: <reason>".
 //
 // Point-to-point: send/recv are blocking and tagged; messages between two
 // ranks are delivered in the order they were sent and share that order with
 // the collectives (a recv whose next message is a different tag, count or a
-// collective is a mismatch). A large send returns once the receiver has taken
-// the data, so two ranks must not both send large messages to each other
+// collective is a mismatch). A send returns once its bytes are in the
+// transport (ring or socket buffer); one larger than that waits for the
+// receiver, so two ranks must not both send large messages to each other
 // before receiving.
 //
 // Thread safety: one operation at a time per communicator (the ProcessGroup
