@@ -7,7 +7,7 @@
 //
 // Writing a module: derive from Cloneable<YourModule>, register everything
 // in the constructor and keep the returned slot numbers (or use fixed ones);
-// reach tensors and children through param(slot), buffer(slot) and
+// reach tensors and children through param(slot), buf(slot) and
 // child<T>(slot). Keep no other Tensor handles or child pointers as members:
 // clone() and replicate() copy the registry and the plain members of your
 // class (with its copy constructor), so anything outside the registry would
