@@ -1,7 +1,9 @@
 #include "cohort/transport/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -9,6 +11,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <ctime>
 #include <random>
 #include <utility>
@@ -37,6 +40,27 @@ std::string random_name() {
   return fmt::format("/cohort-{}-{:016x}", ::getpid(), r);
 }
 
+// Names are unlinked once every peer has mapped them, so only a rank killed
+// during bootstrap leaves one behind. Remove those: ours by name, whose
+// creator no longer exists, and old enough (10 min) that no bootstrap can
+// still be using them even if the pid belongs to another pid namespace.
+void sweep_stale_segments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  time_t now = ::time(nullptr);
+  while (dirent* e = ::readdir(dir)) {
+    long pid = 0;
+    char rest[64];
+    if (std::sscanf(e->d_name, "cohort-%ld-%60s", &pid, rest) != 2 || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    struct stat st {};
+    std::string path = std::string("/dev/shm/") + e->d_name;
+    if (::stat(path.c_str(), &st) != 0 || now - st.st_mtime < 600) continue;
+    ::shm_unlink((std::string("/") + e->d_name).c_str());
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 size_t ShmSegment::layout_bytes(int size, size_t ring_bytes) {
@@ -46,6 +70,7 @@ size_t ShmSegment::layout_bytes(int size, size_t ring_bytes) {
 ShmSegment ShmSegment::create(int owner_rank, int size, size_t ring_bytes) {
   COHORT_CHECK(ring_bytes >= 4096 && (ring_bytes & (ring_bytes - 1)) == 0,
                "shm segment: ring size must be a power of two >= 4096, got {}", ring_bytes);
+  sweep_stale_segments();
   ShmSegment seg;
   UniqueFd fd;
   for (int attempt = 0; attempt < 8 && !fd.valid(); ++attempt) {
