@@ -7,8 +7,9 @@
 //      this CPU-only machine (which cannot replicate: it says why), and 2 CPU
 //      replicas on Python threads;
 // printing step time, samples/s and the ratios. The machine is shared: the
-// configurations are run in alternation for --rounds rounds and the best
-// round of each is kept.
+// configurations are run in a rotating order for --rounds rounds and the
+// best round of each is kept. "DataParallel (1)" is the wrapper around a
+// single replica: its overhead.
 //
 //   build-*/bench/dp/bench_dp [--steps 30] [--rounds 2] [--no-torch]
 #include <fcntl.h>
@@ -39,7 +40,7 @@ namespace {
 struct Args {
   int steps = 30;
   int warmup = 3;
-  int rounds = 2;
+  int rounds = 3;
   int64_t batch = 64;
   bool torch = true;
 };
@@ -191,12 +192,24 @@ int main(int argc, char** argv) {
         "bench_dp: Net, global batch %ld, %d steps (+%d warm-up), %d cores, best of %d rounds\n",
         static_cast<long>(args.batch), args.steps, args.warmup, cores, args.rounds);
     std::fflush(stdout);
-    double single = 1e9, dp = 1e9, ddp = 1e9;
+    double single = 1e9, dp = 1e9, ddp = 1e9, dp1 = 1e9;
     for (int r = 0; r < args.rounds; ++r) {
       // DDP first in each round: spawn forks, best done before this process starts threads.
       ddp = std::min(ddp, run_ddp(args, 2));
-      single = std::min(single, run_single(args, cores));
-      dp = std::min(dp, run_dp(args, cores, 2));
+      // The in-process configurations in a rotating order, so none always runs first.
+      for (int k = 0; k < 3; ++k) {
+        switch ((k + r) % 3) {
+          case 0:
+            single = std::min(single, run_single(args, cores));
+            break;
+          case 1:
+            dp = std::min(dp, run_dp(args, cores, 2));
+            break;
+          default:
+            dp1 = std::min(dp1, run_dp(args, cores, 1));
+            break;
+        }
+      }
     }
     auto row = [&](const char* name, const std::string& how, double sec) {
       std::printf("  %-28s %-34s %8.1f ms/step %8.0f samples/s  x%.2f vs one replica\n", name,
@@ -205,6 +218,7 @@ int main(int argc, char** argv) {
     row("cohort one replica", std::to_string(cores) + " threads", single);
     row("cohort DataParallel",
         "2 replicas x " + std::to_string(std::max(1, cores / 2)) + " threads", dp);
+    row("cohort DataParallel (1)", "1 replica x " + std::to_string(cores) + " threads", dp1);
     row("cohort DDP", "2 processes x " + std::to_string(std::max(1, cores / 2)) + " threads", ddp);
     if (args.torch) {
       std::string error;
