@@ -109,8 +109,9 @@ Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()
     }
     if (collective) s->seq = next_seq_++;
     // A blocking op on an idle group runs on this thread (ops issued after it
-    // queue behind it). Only for backends whose ops end by their deadline.
-    if (!async_op && ops_have_deadlines_) run_here = queue_->try_claim();
+    // queue behind it). The mpi backend's calls cannot time out on any thread,
+    // so running them here loses nothing.
+    if (!async_op) run_here = queue_->try_claim();
     if (!run_here) queue_->push(s);
   }
   if (run_here) {
