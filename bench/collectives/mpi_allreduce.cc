@@ -42,9 +42,10 @@ int main(int argc, char** argv) {
     double algbw = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
     double busbw = algbw * 2.0 * (size - 1) / size;
     if (rank == 0) {
-      std::printf("{\"impl\": \"openmpi\", \"op\": \"all_reduce\", \"bytes\": %zu, \"iters\": %d, "
-                  "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}\n",
-                  bytes, iters, us, algbw, busbw);
+      std::printf(
+          "{\"impl\": \"openmpi\", \"op\": \"all_reduce\", \"bytes\": %zu, \"iters\": %d, "
+          "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f}\n",
+          bytes, iters, us, algbw, busbw);
       std::fflush(stdout);
     }
   }
