@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
       std::string error;
       auto t = run_torch(args, cores, error);
       if (!error.empty()) std::printf("  PyTorch: %s\n", error.c_str());
-      for (const char* mode : {"single", "dp-cpu", "threads"}) {
+      for (const char* mode : {"single", "dp-cpu", "single-half", "threads"}) {
         auto it = t.find(mode);
         if (it == t.end()) continue;
         std::string name = std::string("torch ") + mode;

@@ -1,7 +1,8 @@
 """PyTorch's side of bench/dp: Net training steps (batch 64, SGD lr 0.01 momentum 0.9) on
 synthetic data, as
 
-  single    one process, the module itself with --threads intra-op threads;
+  single    one process, the module itself with --threads intra-op threads
+            (single-half: with half of them, as each replica of "threads" has);
   dp-cpu    torch.nn.DataParallel(module) on this CPU-only machine: torch 1.13 finds no
             accelerator, sets device_ids = [] and forward calls the module itself (one
             replica, no scatter, no threads) -- printed as the reason it cannot replicate;
@@ -108,6 +109,10 @@ def main():
     emit("dp-cpu", run_single(dp, data, args.warmup, args.steps), why)
 
     torch.set_num_threads(max(1, args.threads // 2))
+    # OpenMP's spinning threads suffer most on a loaded machine: this row shows the module
+    # with the per-replica thread count, the same as each replica of "threads".
+    emit("single-half", run_single(Net(), data, args.warmup, args.steps),
+         f"the module itself, {max(1, args.threads // 2)} intra-op threads")
     emit("threads", run_threads(Net(), data, args.warmup, args.steps, 2),
          f"2 CPU replicas on Python threads, {max(1, args.threads // 2)} intra-op threads")
 
