@@ -192,27 +192,26 @@ void Module::zero_grad(bool set_to_none) {
 }
 
 void Module::collect_state(const std::string& prefix,
-                           std::vector<std::pair<std::string, Tensor*>>& out) {
+                           std::vector<std::pair<std::string, const Tensor*>>& out) const {
   for (auto& [name, t] : params_) out.emplace_back(join(prefix, name), &t);
   for (auto& [name, t] : buffers_) out.emplace_back(join(prefix, name), &t);
   for (auto& [name, c] : children_) c->collect_state(join(prefix, name), out);
 }
 
 TensorDict Module::state_dict() const {
-  std::vector<std::pair<std::string, Tensor*>> entries;
-  // collect_state only reads through the pointers here.
-  const_cast<Module*>(this)->collect_state("", entries);
+  std::vector<std::pair<std::string, const Tensor*>> entries;
+  collect_state("", entries);
   TensorDict out;
   for (auto& [name, t] : entries) out.insert(name, t->detach());
   return out;
 }
 
 LoadStateDictResult Module::load_state_dict(const TensorDict& dict, bool strict) {
-  std::vector<std::pair<std::string, Tensor*>> entries;
+  std::vector<std::pair<std::string, const Tensor*>> entries;
   collect_state("", entries);
   LoadStateDictResult result;
   std::unordered_set<std::string> known;
-  std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  std::vector<std::pair<const Tensor*, const Tensor*>> copies;
   for (auto& [name, target] : entries) {
     known.insert(name);
     const Tensor* src = dict.find(name);
@@ -237,8 +236,10 @@ LoadStateDictResult Module::load_state_dict(const TensorDict& dict, bool strict)
     throw InvalidArgument(msg);
   }
   NoGradGuard no_grad;
-  for (auto& [target, src] : copies)
-    if (!src->is_same(*target)) target->copy_(*src);
+  for (auto& [target, src] : copies) {
+    Tensor t = *target;  // a handle on the same data: copy_ writes the module's tensor
+    if (!src->is_same(t)) t.copy_(*src);
+  }
   return result;
 }
 

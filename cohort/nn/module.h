@@ -164,7 +164,8 @@ class Module {
                std::unordered_set<const TensorImpl*>* seen) const;
   void collect_modules(const std::string& prefix,
                        std::vector<std::pair<std::string, Module*>>& out);
-  void collect_state(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
+  void collect_state(const std::string& prefix,
+                     std::vector<std::pair<std::string, const Tensor*>>& out) const;
   void repr_into(std::string& out, int indent) const;
 
   std::string type_name_;

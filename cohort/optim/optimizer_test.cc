@@ -175,6 +175,24 @@ TEST(Optimizer, LargeParameterMatchesSmall) {
   }
 }
 
+TEST(Optimizer, NonContiguousParameterIsUpdatedInPlace) {
+  Tensor base = Tensor::zeros({3, 4});
+  Tensor p = base.transpose(0, 1);  // [4, 3], not contiguous
+  ASSERT_FALSE(p.is_contiguous());
+  p.set_requires_grad(true);
+  p.set_grad(Tensor::arange(0.0, 12.0).view({4, 3}));
+  SGD opt({p}, {.lr = 0.5, .momentum = 0.9});
+  opt.step();
+  EXPECT_FLOAT_EQ(at(p.contiguous(), 5), -2.5f);             // row 1, col 2 of p
+  EXPECT_FLOAT_EQ(at(base.contiguous(), 2 * 4 + 1), -2.5f);  // the same element of base
+  Tensor q = Tensor::zeros({2, 2}).transpose(0, 1);
+  q.set_requires_grad(true);
+  q.set_grad(Tensor::ones({2, 2}));
+  Adam adam({q}, {.lr = 0.1});
+  adam.step();
+  EXPECT_NEAR(at(q.contiguous(), 3), -0.1f, 1e-6);
+}
+
 TEST(Optimizer, ParamGroupsAndLr) {
   Tensor a = param({1.0f}), b = param({1.0f});
   SGD opt({a}, {.lr = 0.1});
