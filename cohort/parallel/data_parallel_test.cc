@@ -175,6 +175,9 @@ TEST(DataParallel, RejectsBadOptions) {
   EXPECT_THROW(DataParallel(model, 0), InvalidArgument);
   DataParallel dp(model, 2);
   EXPECT_THROW(dp.forward(Tensor::zeros({0, 10})), InvalidArgument);
+  // A replica's exception reaches the caller, and the pool stays usable.
+  EXPECT_THROW(dp.forward(Tensor::zeros({4, 7})), InvalidArgument);
+  EXPECT_EQ(dp.forward(Tensor::zeros({4, 10})).sizes(), (Shape{4, 5}));
 }
 
 TEST(DataParallel, TrainingNetMatchesSingleReplica) {
