@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
         loss.backward();  // gradients are averaged over the ranks when this returns
         optim::clip_grad_norm(ddp_model.parameters(), 10.0);
         optimizer.step();
-        if (rank == 0 && ++step % 100 == 0) {
+        ++step;  // on every rank: all ranks must stop at the same step
+        if (rank == 0 && step % 100 == 0) {
           std::printf("epoch %lld step %lld loss %.4f\n", static_cast<long long>(epoch + 1),
                       static_cast<long long>(step), loss.item<double>());
           std::fflush(stdout);
