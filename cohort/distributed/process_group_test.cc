@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <atomic>
 #include <functional>
 #include <latch>
 #include <thread>
@@ -194,6 +195,42 @@ TEST(ProcessGroup, AsyncOpsRunInIssueOrder) {
     for (size_t i = 0; i + 1 < works.size(); ++i)
       EXPECT_LT(works[i].sequence(), works[i + 1].sequence());
     EXPECT_EQ(buf, std::vector<int32_t>(100, 7 * 59049));
+  });
+}
+
+TEST(ProcessGroup, BlockingOpsQueueBehindAsyncOnesAndThrowDirectly) {
+  run_ranks(3, [](ProcessGroup& pg) {
+    std::vector<int32_t> buf(5000, pg.rank() == 1 ? 3 : 0);
+    // async broadcast, then a blocking all_reduce of the same buffer: the
+    // blocking one must wait for the broadcast (issue order), then sum.
+    Work b = pg.broadcast(buf.data(), buf.size(), DataType::kInt32, {.root = 1});
+    Work a = pg.all_reduce(buf.data(), buf.size(), DataType::kInt32, {.async_op = false});
+    EXPECT_TRUE(a.is_completed());
+    EXPECT_TRUE(b.is_completed());
+    EXPECT_EQ(buf, std::vector<int32_t>(5000, 9));
+    // A blocking op's failure is thrown by the call itself.
+    size_t count = pg.rank() == 0 ? 4 : 5;
+    EXPECT_THROW(pg.all_reduce(buf.data(), count, DataType::kInt32, {.async_op = false}), Error);
+  });
+}
+
+TEST(ProcessGroup, WorkIssuedOnOneThreadIsWaitedOnAnother) {
+  run_ranks(2, [](ProcessGroup& pg) {
+    std::vector<std::vector<float>> bufs(200, std::vector<float>(64, 1.0f));
+    std::vector<Work> works(bufs.size());
+    std::atomic<size_t> issued{0};
+    std::thread waiter([&] {
+      for (size_t i = 0; i < works.size(); ++i) {
+        while (issued.load() <= i) std::this_thread::yield();
+        works[i].wait();  // may run the op on this thread
+      }
+    });
+    for (size_t i = 0; i < bufs.size(); ++i) {
+      works[i] = pg.all_reduce(bufs[i].data(), 64, DataType::kFloat32);
+      issued.store(i + 1);
+    }
+    waiter.join();
+    for (auto& b : bufs) EXPECT_EQ(b, std::vector<float>(64, 2.0f));
   });
 }
 
