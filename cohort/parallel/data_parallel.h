@@ -42,7 +42,7 @@ namespace cohort::parallel {
 
 struct DataParallelOptions {
   // One replica per entry (distinct, >= 0); empty: two replicas {0, 1}.
-  std::vector<int> device_ids;
+  std::vector<int> device_ids = {};
   // Where the gathered output "lives": must be one of device_ids (-1: the
   // first). On the CPU every device shares memory, so it only has to be valid.
   int output_device = -1;

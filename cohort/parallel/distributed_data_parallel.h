@@ -56,7 +56,7 @@ struct DistributedDataParallelOptions {
   // not reach as ready (their gradient is not averaged in; see reducer.h).
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // broadcast buffers from rank 0 every forward
-  CommHook comm_hook;             // empty: all_reduce average (allreduce_hook())
+  CommHook comm_hook = {};        // empty: all_reduce average (allreduce_hook())
 };
 
 class DistributedDataParallel : public nn::Module {

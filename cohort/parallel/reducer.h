@@ -53,7 +53,7 @@ namespace cohort::parallel {
 struct ReducerOptions {
   size_t bucket_cap_bytes = size_t{25} << 20;
   bool find_unused_parameters = false;
-  CommHook comm_hook;  // empty: allreduce_hook()
+  CommHook comm_hook = {};  // empty: allreduce_hook()
 };
 
 class Reducer {
