@@ -10,7 +10,10 @@
 //   cohort::distributed::destroy_process_group(pg);
 //
 // Every op returns a Work at once and runs later, in issue order, on the
-// group's execution thread (work.h). Argument errors (bad root, a
+// group's execution thread (work.h); with `.async_op = false` the call
+// returns when the op completed (and throws its error), as PyTorch's default
+// blocking calls do. Ops must be issued in the same order on every rank
+// (with several issuing threads per rank, the order they enter). Argument errors (bad root, a
 // non-contiguous tensor, list sizes that do not match the group) are thrown
 // by the call itself; failures of the op (a lost peer, a mismatch between
 // ranks, a timeout) come through the Work, with the op, group, rank and
@@ -26,8 +29,9 @@
 //
 // Ownership: a group owns its backend (sockets, shared memory, MPI
 // communicator), its execution thread and a share of the store. destroy()
-// (also run by the destructor) finishes the queued ops -- or, if any are
-// still pending, aborts them so that no rank hangs -- and releases everything.
+// (also run by the destructor) aborts the ops still pending, if any (they
+// fail at once here and on the peers instead of waiting out a timeout), and
+// releases everything. Wait for your Works before destroying a group.
 // Thread safety: every method may be called from any thread; ops issued
 // concurrently from several threads run in the order the calls entered.
 #pragma once
