@@ -109,6 +109,7 @@ class Engine {
   Stream& next_stream(int peer, bool send);
 
   EngineState& st_;
+  std::chrono::nanoseconds spin_;
 };
 
 }  // namespace cohort::collectives
