@@ -5,7 +5,7 @@
 // input with the upstream gradient of the real step), the full backward,
 // clip_grad_norm, the SGD step and zero_grad -- and prints ms per step and
 // the share of each. Run with the thread count to profile.
-// Usage: bench_net_profile [threads] [steps] [data-dir]
+// Usage: bench_net_profile [threads] [steps] [prefetch] [data-dir]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +64,8 @@ void time_backward(Timers& t, const std::string& name, const Tensor& input, cons
 int main(int argc, char** argv) {
   int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   int steps = argc > 2 ? std::atoi(argv[2]) : 100;
-  std::string dir = argc > 3 ? argv[3] : data::FashionMnist::kDefaultRoot;
+  int prefetch = argc > 3 ? std::atoi(argv[3]) : 2;
+  std::string dir = argc > 4 ? argv[4] : data::FashionMnist::kDefaultRoot;
   set_default_num_threads(threads);
   set_num_threads(threads);
   Generator gen(0);
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
   auto params = model->parameters();
   optim::SGD opt(params, {.lr = 0.01, .momentum = 0.9});
   auto train = std::make_shared<data::FashionMnist>(dir, data::Split::kTrain);
-  data::DataLoader loader(train, {.batch_size = 64, .shuffle = true, .seed = 0});
+  data::DataLoader loader(train,
+                          {.batch_size = 64, .shuffle = true, .seed = 0, .prefetch = prefetch});
   auto& c1 = model->conv1();
   auto& c2 = model->conv2();
   auto& f1 = model->fc1();
@@ -135,7 +137,8 @@ int main(int argc, char** argv) {
   double wall = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   double total = 0;
   for (auto& n : t.order) total += t.ms[n];
-  std::printf("Net training step, batch 64, %d threads, %d steps\n", threads, measured);
+  std::printf("Net training step, batch 64, %d threads, %d steps, DataLoader prefetch %d\n",
+              threads, measured, prefetch);
   std::printf("%-30s %9s %7s\n", "piece of the step", "ms/step", "share");
   for (auto& n : t.order) {
     std::printf("%-30s %9.3f %6.1f%%\n", n.c_str(), t.ms[n] / measured, 100 * t.ms[n] / total);

@@ -102,6 +102,7 @@ void TrainOptions::validate() const {
   COHORT_CHECK(resume.empty() || resume != "auto" || !checkpoint_dir.empty(),
                "--resume auto needs --checkpoint-dir (where to look for the latest checkpoint)");
   COHORT_CHECK(replicas >= 1, "--replicas must be >= 1, got {}", replicas);
+  COHORT_CHECK(prefetch >= 0, "--prefetch must be >= 0, got {}", prefetch);
   COHORT_CHECK(log_every >= 0, "--log-every must be >= 0, got {}", log_every);
   COHORT_CHECK(model != ModelKind::kToy || dataset == DatasetKind::kSynthetic,
                "--model toy takes 10 inputs and trains on --dataset synthetic only, not {}",

@@ -41,6 +41,10 @@ struct TrainOptions {
   std::string backend = "native";       // DDP process group backend
   int64_t synthetic_train_size = 6000;  // --dataset synthetic
   int64_t synthetic_test_size = 1000;
+  // Batches the DataLoader gathers ahead on a background thread (0: inline).
+  // Gathering an in-memory batch costs ~0.2 ms, less than a thread hand-off
+  // on a busy machine, so the default gathers inline.
+  int64_t prefetch = 0;
   int64_t log_every = 0;  // progress period in steps; 0: about 10 per epoch
 
   // The effective learning rate and momentum.

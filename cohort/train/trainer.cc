@@ -153,6 +153,7 @@ TrainResult Trainer::run(TrainObserver* observer) {
   auto sampler = std::make_shared<data::DistributedSampler>(splits.train->size(), so);
   data::DataLoaderOptions lo;
   lo.batch_size = o.batch_size;
+  lo.prefetch = o.prefetch;
   data::DataLoader loader(splits.train, lo, sampler);
 
   info.train_examples = splits.train->size();

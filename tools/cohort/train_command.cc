@@ -105,6 +105,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--synthetic-test-size", o.synthetic_test_size,
                  "Test examples of --dataset synthetic")
       ->capture_default_str();
+  app.add_option("--prefetch", o.prefetch,
+                 "Batches gathered ahead on a background thread (0: gathered inline)")
+      ->capture_default_str();
   app.add_option("--log-every", o.log_every,
                  "Progress every N steps (0: about ten lines per epoch)")
       ->capture_default_str();
