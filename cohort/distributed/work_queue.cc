@@ -29,10 +29,12 @@ void WorkQueue::help(const WorkState& target) {
     std::shared_ptr<WorkState> w = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
+    current_ = w;
     lk.unlock();
     w->run();
     lk.lock();
     running_ = false;
+    current_.reset();
     // The queue's thread waits for running_ to clear only when ops are left
     // (or when closing); waking it otherwise costs the next op a context switch.
     if (!queue_.empty() || closing_) cv_.notify_all();
@@ -54,7 +56,12 @@ void WorkQueue::release() {
 
 size_t WorkQueue::pending() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return queue_.size() + (running_ ? 1 : 0);
+  // A waiter wakes as soon as its op is done, before this thread has cleared
+  // running_; that op must not count, or destroy() right after the last wait
+  // would abort the peers still finishing it.
+  bool running_not_done =
+      running_ && (!current_ || !current_->done.load(std::memory_order_acquire));
+  return queue_.size() + (running_not_done ? 1 : 0);
 }
 
 void WorkQueue::close() {
@@ -79,10 +86,12 @@ void WorkQueue::loop() {
     std::shared_ptr<WorkState> w = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
+    current_ = w;
     lk.unlock();
     w->run();
     lk.lock();
     running_ = false;
+    current_.reset();
   }
 }
 

@@ -37,7 +37,8 @@ class WorkQueue {
   // release()). Returns false when busy or closing.
   bool try_claim();
   void release();
-  // Ops queued or running.
+  // Ops queued or running and not yet done (an op that has signalled its
+  // waiters counts as finished even while its thread is still returning).
   size_t pending() const;
   // Refuses new ops, runs the queued ones, joins the thread. Idempotent.
   void close();
@@ -50,6 +51,7 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<WorkState>> queue_;
   bool running_ = false;
+  std::shared_ptr<WorkState> current_;  // the op running_ refers to (null: claimed)
   bool closing_ = false;
   std::thread thread_;
 };
