@@ -160,7 +160,8 @@ class Tensor {
   // Replaces the gradient tensor. Backward then accumulates IN PLACE into this
   // very tensor (DDP points it into a flat bucket). Pass Tensor() to clear.
   void set_grad(const Tensor& grad) const;
-  // Reference to the stored gradient, for callers that reassign or zero it.
+  // Reference to the stored gradient, for callers that reassign or zero it
+  // (unlocked: not while a backward pass on another thread may accumulate).
   Tensor& mutable_grad() const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   bool is_leaf() const { return grad_fn() == nullptr; }
