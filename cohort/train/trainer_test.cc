@@ -1,0 +1,202 @@
+#include "cohort/train/trainer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cohort/base/error.h"
+#include "cohort/checkpoint/safetensors.h"
+#include "cohort/train/metrics_writer.h"
+#include "cohort/train/workload.h"
+
+namespace cohort::train {
+namespace {
+
+std::string temp_dir(const std::string& tag) {
+  std::string tmpl =
+      (std::filesystem::temp_directory_path() / ("cohort_trainer_" + tag + "_XXXXXX")).string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  EXPECT_NE(mkdtemp(buf.data()), nullptr);
+  return buf.data();
+}
+
+TrainOptions small_net() {
+  TrainOptions o;
+  o.dataset = DatasetKind::kSynthetic;
+  o.synthetic_train_size = 256;
+  o.synthetic_test_size = 64;
+  o.threads = 1;
+  o.lr = 0.002;
+  o.strategy = Strategy::kSingle;
+  return o;
+}
+
+class Recorder : public TrainObserver {
+ public:
+  void on_start(const RunInfo& info) override { started = true; }
+  void on_step(const StepInfo& s) override { steps.push_back(s.step); }
+  void on_epoch_end(const EpochStats& e) override { epochs.push_back(e); }
+  void on_checkpoint(const std::string& path, int64_t step) override {
+    checkpoints.push_back(path);
+  }
+  bool started = false;
+  std::vector<int64_t> steps;
+  std::vector<EpochStats> epochs;
+  std::vector<std::string> checkpoints;
+};
+
+TEST(TrainOptions, ParsesNamesAndRejectsUnknownOnes) {
+  EXPECT_EQ(parse_model("toy"), ModelKind::kToy);
+  EXPECT_EQ(parse_dataset("fashion-mnist"), DatasetKind::kFashionMnist);
+  EXPECT_EQ(parse_optimizer("adamw"), OptimizerKind::kAdamW);
+  EXPECT_EQ(parse_strategy("dp"), Strategy::kDp);
+  EXPECT_THROW(parse_model("resnet"), InvalidArgument);
+  try {
+    parse_optimizer("lbfgs");
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("sgd, adam, adamw"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainOptions, DefaultsFollowTheModelAndValidateRejectsBadValues) {
+  TrainOptions o;
+  EXPECT_DOUBLE_EQ(o.effective_lr(), 0.01);
+  EXPECT_DOUBLE_EQ(o.effective_momentum(), 0.9);
+  EXPECT_EQ(o.effective_data_dir(), "/usr/share/datasets/fashion-mnist");
+  o.model = ModelKind::kToy;
+  EXPECT_DOUBLE_EQ(o.effective_lr(), 0.001);
+  EXPECT_THROW(o.validate(), InvalidArgument);  // toy on fashion-mnist
+  o.dataset = DatasetKind::kSynthetic;
+  EXPECT_NO_THROW(o.validate());
+  for (auto bad : std::vector<std::function<void(TrainOptions&)>>{
+           [](TrainOptions& t) { t.epochs = 0; }, [](TrainOptions& t) { t.batch_size = 0; },
+           [](TrainOptions& t) { t.lr = -1; }, [](TrainOptions& t) { t.lr = NAN; },
+           [](TrainOptions& t) { t.momentum = 1.0; }, [](TrainOptions& t) { t.threads = -1; },
+           [](TrainOptions& t) { t.checkpoint_every = 3; },
+           [](TrainOptions& t) { t.resume = "auto"; }, [](TrainOptions& t) { t.replicas = 0; }}) {
+    TrainOptions t = o;
+    bad(t);
+    EXPECT_THROW(t.validate(), InvalidArgument);
+  }
+}
+
+TEST(MetricsWriter, AppendsOneObjectPerLineWithNullForNonFinite) {
+  std::string path = temp_dir("metrics") + "/m.jsonl";
+  MetricsWriter w(path);
+  w.check_writable();
+  w.append({{"epoch", 1}, {"test_accuracy", json_number(0.5)}});
+  w.append({{"epoch", 2}, {"test_accuracy", json_number(std::nan(""))}});
+  std::ifstream in(path);
+  std::string a, b, c;
+  ASSERT_TRUE(std::getline(in, a));
+  ASSERT_TRUE(std::getline(in, b));
+  EXPECT_FALSE(std::getline(in, c));
+  EXPECT_EQ(nlohmann::json::parse(a).at("test_accuracy").get<double>(), 0.5);
+  EXPECT_TRUE(nlohmann::json::parse(b).at("test_accuracy").is_null());
+  EXPECT_THROW(MetricsWriter("/nonexistent/dir/m.jsonl").check_writable(), IoError);
+}
+
+TEST(Trainer, RunsEpochsAndReportsToTheObserver) {
+  TrainOptions o = small_net();
+  o.epochs = 2;
+  o.log_every = 1;
+  Recorder rec;
+  TrainResult r = Trainer(o).run(&rec);
+  EXPECT_TRUE(rec.started);
+  EXPECT_EQ(r.info.steps_per_epoch, 4);
+  EXPECT_EQ(r.steps, 8);
+  ASSERT_EQ(rec.epochs.size(), 2u);
+  EXPECT_EQ(rec.steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  for (const EpochStats& e : rec.epochs) {
+    EXPECT_TRUE(e.complete);
+    EXPECT_EQ(e.samples, 256);
+    EXPECT_TRUE(std::isfinite(e.train_loss));
+    EXPECT_GE(e.test_accuracy, 0.0);
+    EXPECT_LE(e.test_accuracy, 1.0);
+  }
+}
+
+TEST(Trainer, MaxStepsStopsMidEpochAndResumeContinuesTheSameRun) {
+  std::string straight = temp_dir("straight");
+  std::string stopped = temp_dir("stopped");
+  TrainOptions o = small_net();
+  o.epochs = 2;
+  o.max_steps = 7;
+  o.checkpoint_dir = straight;
+  TrainResult full = Trainer(o).run();
+  EXPECT_EQ(full.steps, 7);
+
+  TrainOptions a = o;
+  a.checkpoint_dir = stopped;
+  a.max_steps = 3;
+  Recorder rec;
+  TrainResult part = Trainer(a).run(&rec);
+  ASSERT_EQ(rec.epochs.size(), 1u);
+  EXPECT_FALSE(rec.epochs[0].complete);
+  EXPECT_EQ(part.last_checkpoint, stopped + "/step-00000003");
+
+  TrainOptions b = o;
+  b.checkpoint_dir = stopped;
+  b.resume = "auto";
+  TrainResult rest = Trainer(b).run();
+  EXPECT_EQ(rest.info.resumed_from, stopped + "/step-00000003");
+  EXPECT_EQ(rest.info.start_step, 3);
+  EXPECT_EQ(rest.steps, 7);
+  auto x = checkpoint::load_safetensors(full.last_checkpoint + "/model.safetensors").tensors;
+  auto y = checkpoint::load_safetensors(rest.last_checkpoint + "/model.safetensors").tensors;
+  ASSERT_EQ(x.keys(), y.keys());
+  for (const auto& [name, t] : x) EXPECT_TRUE(equal(t, y.at(name))) << name;
+}
+
+TEST(Trainer, NonFiniteLossNamesTheStep) {
+  TrainOptions o = small_net();
+  o.lr = 1e12;
+  o.momentum = 0;
+  o.epochs = 50;
+  try {
+    Trainer(o).run();
+    FAIL() << "training with lr 1e12 did not diverge";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at step"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, DataParallelMatchesSingleProcessTraining) {
+  TrainOptions o = small_net();
+  o.max_steps = 3;
+  TrainOptions d = o;
+  d.strategy = Strategy::kDp;
+  d.replicas = 2;
+  d.threads = 2;
+  o.checkpoint_dir = temp_dir("single");
+  d.checkpoint_dir = temp_dir("dp");
+  TrainResult a = Trainer(o).run();
+  TrainResult b = Trainer(d).run();
+  auto x = checkpoint::load_safetensors(a.last_checkpoint + "/model.safetensors").tensors;
+  auto y = checkpoint::load_safetensors(b.last_checkpoint + "/model.safetensors").tensors;
+  for (const auto& [name, t] : x) EXPECT_TRUE(allclose(t, y.at(name), 1e-4, 1e-5)) << name;
+}
+
+TEST(Evaluate, CountsCorrectPredictions) {
+  TrainOptions o = small_net();
+  Splits s = make_splits(o);
+  Generator gen(0);
+  auto model = make_model(ModelKind::kNet, gen);
+  Evaluation e = evaluate(*model, ModelKind::kNet, *s.test, nullptr, 16);
+  EXPECT_EQ(e.examples, 64);
+  std::vector<int64_t> indices(64);
+  for (int64_t i = 0; i < 64; ++i) indices[static_cast<size_t>(i)] = i;
+  data::Batch all = s.test->get_batch(indices);
+  double correct = sum(eq(argmax(model->forward(all.input), 1), all.target)).item<double>();
+  EXPECT_DOUBLE_EQ(e.accuracy, correct / 64);
+}
+
+}  // namespace
+}  // namespace cohort::train
