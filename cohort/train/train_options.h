@@ -37,8 +37,10 @@ struct TrainOptions {
   std::string resume;            // "", "auto" (latest in checkpoint_dir) or a path
   std::string metrics_path;      // "": no metrics file
   Strategy strategy = Strategy::kAuto;
-  int replicas = 2;                     // DataParallel replicas
-  std::string backend = "native";       // DDP process group backend
+  int replicas = 2;  // DataParallel replicas
+  // DDP process group backend: "native", "mpi", or "auto": mpi under mpirun
+  // when MASTER_ADDR is not exported (and the mpi backend was built), else native.
+  std::string backend = "auto";
   int64_t synthetic_train_size = 6000;  // --dataset synthetic
   int64_t synthetic_test_size = 1000;
   // Batches the DataLoader gathers ahead on a background thread (0: inline).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "cohort/base/error.h"
@@ -70,6 +71,17 @@ std::string rank_suffix(distributed::ProcessGroup* pg) {
 
 }  // namespace
 
+std::string resolve_backend(const std::string& requested) {
+  if (requested != "auto") return requested;
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  const bool has_master = std::getenv("MASTER_ADDR") != nullptr;
+  if (under_mpirun && !has_master &&
+      distributed::backend_available(distributed::BackendKind::kMpi)) {
+    return "mpi";
+  }
+  return "native";
+}
+
 Strategy resolve_strategy(Strategy requested) {
   if (requested != Strategy::kAuto) return requested;
   return env_world_size() > 1 ? Strategy::kDdp : Strategy::kSingle;
@@ -92,7 +104,7 @@ TrainResult Trainer::run(TrainObserver* observer) {
     set_num_threads(o.threads);
   }
   if (info.strategy == Strategy::kDdp && pg_ == nullptr) {
-    pg_ = distributed::init_process_group(o.backend, "env://");
+    pg_ = distributed::init_process_group(resolve_backend(o.backend), "env://");
   }
   distributed::ProcessGroup* pg = info.strategy == Strategy::kDdp ? pg_.get() : nullptr;
   info.rank = pg != nullptr ? pg->rank() : 0;

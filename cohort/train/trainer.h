@@ -115,6 +115,9 @@ class Trainer {
   std::shared_ptr<distributed::ProcessGroup> pg_;
 };
 
+// The backend `options.backend` resolves to in this environment.
+std::string resolve_backend(const std::string& requested);
+
 // The strategy `options.strategy` resolves to in this environment.
 Strategy resolve_strategy(Strategy requested);
 

@@ -96,8 +96,10 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
       ->capture_default_str();
-  app.add_option("--backend", o.backend, "DDP process group backend: native or mpi")
-      ->check(CLI::IsMember({"native", "mpi"}))
+  app.add_option("--backend", o.backend,
+                 "DDP process group backend: native, mpi, or auto (mpi under mpirun without "
+                 "MASTER_ADDR, else native)")
+      ->check(CLI::IsMember({"auto", "native", "mpi"}))
       ->capture_default_str();
   app.add_option("--synthetic-train-size", o.synthetic_train_size,
                  "Training examples of --dataset synthetic")
