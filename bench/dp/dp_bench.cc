@@ -11,7 +11,7 @@
 // best round of each is kept. "DataParallel (1)" is the wrapper around a
 // single replica: its overhead.
 //
-//   build-*/bench/dp/bench_dp [--steps 30] [--rounds 2] [--no-torch]
+//   build-*/bench/dp/bench_dp [--steps 30] [--rounds 3] [--bucket-mb 25] [--no-torch]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -43,6 +43,7 @@ struct Args {
   int rounds = 3;
   int64_t batch = 64;
   bool torch = true;
+  double bucket_mb = 25.0;
 };
 
 std::vector<std::pair<Tensor, Tensor>> make_batches(int64_t batch) {
@@ -100,7 +101,7 @@ double run_ddp(const Args& args, int nprocs) {
         auto pg = distributed::init_process_group("native", "env://");
         Generator gen(1);
         auto model = std::make_shared<nn::Net>(gen);
-        parallel::DistributedDataParallel ddp(model, pg);
+        parallel::DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = args.bucket_mb});
         optim::SGD opt(ddp.parameters(), {.lr = 0.01, .momentum = 0.9});
         const int64_t local = args.batch / pg->size();
         auto data = make_batches(args.batch);
@@ -181,8 +182,12 @@ int main(int argc, char** argv) {
       args.batch = std::stoi(argv[++i]);
     else if (a == "--no-torch")
       args.torch = false;
+    else if (a == "--bucket-mb" && i + 1 < argc)
+      args.bucket_mb = std::stod(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_dp [--steps N] [--rounds R] [--batch B] [--no-torch]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_dp [--steps N] [--rounds R] [--batch B] [--bucket-mb M] [--no-torch]\n");
       return 2;
     }
   }
