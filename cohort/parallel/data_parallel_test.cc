@@ -81,6 +81,33 @@ TEST(DataParallel, NetMatchesUnwrapped) {
   }
 }
 
+// Scales its input elementwise by a [1, C] weight: any dim can be the batch.
+class Scale : public nn::Cloneable<Scale> {
+ public:
+  explicit Scale(Generator& gen) : Cloneable("Scale") {
+    register_parameter("weight", randn({5, 1}, gen));
+  }
+  Tensor forward(const Tensor& x) override { return mul(tanh(x), param(0)); }
+};
+
+TEST(DataParallel, SplitsAndGathersAlongDim) {
+  Generator gen(4);
+  auto model = std::make_shared<Scale>(gen);
+  Tensor x_data = randn({5, 7}, gen);  // batch along dim 1
+  Tensor w = randn({5, 7}, gen);
+  nn::ModulePtr ref = model->clone();
+  Tensor xr = x_data.clone().set_requires_grad(true);
+  sum(mul(ref->forward(xr), w)).backward();
+  DataParallel dp(model, DataParallelOptions{.device_ids = {0, 1, 2}, .dim = 1});
+  model->zero_grad(true);
+  Tensor x = x_data.clone().set_requires_grad(true);
+  Tensor out = dp.forward(x);
+  expect_close(out, ref->forward(x_data), "dim=1 output");
+  sum(mul(out, w)).backward();
+  expect_close(model->parameter("weight").grad(), ref->parameter("weight").grad(), "dim=1 grad");
+  expect_close(x.grad(), xr.grad(), "dim=1 input grad");
+}
+
 TEST(DataParallel, EachReplicaGetsItsChunk) {
   Generator gen(3);
   auto model = std::make_shared<nn::ASimpleNet>(gen);
