@@ -16,10 +16,24 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// 40 steps (two ranks: 4 steps per epoch, 10 epochs), a checkpoint every 4.
+// 80 steps (2048 examples, two ranks: 16 steps per epoch, 5 epochs), a
+// checkpoint every 4: long enough that the kill after the first checkpoint
+// lands mid-run.
 std::vector<std::string> job(const std::string& dir) {
-  return {"--epochs",         "10", "--max-steps", "40",   "--checkpoint-every", "4",
-          "--checkpoint-dir", dir,  "--resume",    "auto", "--log-every",        "1"};
+  return {"--synthetic-train-size",
+          "2048",
+          "--epochs",
+          "5",
+          "--max-steps",
+          "80",
+          "--checkpoint-every",
+          "4",
+          "--checkpoint-dir",
+          dir,
+          "--resume",
+          "auto",
+          "--log-every",
+          "1"};
 }
 
 // Waits until `root` holds checkpoint `step`, then SIGKILLs the rank-1 worker
@@ -53,7 +67,7 @@ TEST(TrainFault, KilledWorkerStopsTheJobWithAReport) {
   EXPECT_TRUE(out.find("job failed: rank 1") != std::string::npos ||
               out.find("rank 1 lost") != std::string::npos)
       << out;
-  EXPECT_FALSE(std::filesystem::exists(step_dir(dir, 40))) << out;
+  EXPECT_FALSE(std::filesystem::exists(step_dir(dir, 80))) << out;
 }
 
 TEST(TrainFault, RestartResumesFromLastCheckpointAndMatchesUninterruptedRun) {
@@ -69,7 +83,7 @@ TEST(TrainFault, RestartResumesFromLastCheckpointAndMatchesUninterruptedRun) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("restarting the group"), std::string::npos) << out;
   EXPECT_NE(out.find("resumed from " + dir + "/step-"), std::string::npos) << out;
-  expect_same_checkpoint(step_dir(straight, 40), step_dir(dir, 40));
+  expect_same_checkpoint(step_dir(straight, 80), step_dir(dir, 80));
 }
 
 }  // namespace
