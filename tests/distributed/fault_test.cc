@@ -15,7 +15,6 @@
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
-#include "cohort/rendezvous/file_store.h"
 #include "tests/distributed/process_runner.h"
 
 namespace cohort::distributed {
@@ -29,16 +28,6 @@ bool contains(const std::string& s, const std::string& part) {
 
 std::shared_ptr<ProcessGroup> join(const std::string& path, int rank, int n, Duration timeout) {
   return init_process_group("native", "file://" + path, n, rank, timeout);
-}
-
-// Counts this survivor in and waits (bounded) until all `survivors` are.
-void survivors_done(const std::string& path, int survivors) {
-  rendezvous::FileStore store(path + ".done", 20s);
-  store.add("done", 1);
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (store.add("done", 0) < survivors && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(2ms);
-  }
 }
 
 // All ranks stream async all_reduces; `victim` SIGKILLs itself from a second
@@ -68,7 +57,8 @@ void kill_mid_stream(int n, int victim, size_t count, bool tcp) {
         if (!contains(m, "rank " + std::to_string(victim)) || !contains(m, "all_reduce")) {
           throw Error("PeerLost does not name the dead rank and the op: " + m);
         }
-        // Every op issued with it fails too, and so does the next one.
+        // Every op issued with it has ended (failed, unless it completed
+        // before the death), and the next op fails too.
         for (auto& w : works) {
           try {
             w.wait(30s);  // bounded: a pending op must end
@@ -85,16 +75,14 @@ void kill_mid_stream(int n, int victim, size_t count, bool tcp) {
           barrier_failed = true;
         }
         if (!barrier_failed) throw Error("barrier after PeerLost succeeded");
-        // Survivors leave together: each must name the victim from its own
-        // observation, not from a fellow survivor that exited first.
-        survivors_done(path, n - 1);
+        // Exits at once: a fellow survivor still waiting must not blame this
+        // rank for the victim's death.
         return;
       }
     }
     throw Error("stream ended without an error");
   });
   ::unlink(path.c_str());
-  ::unlink((path + ".done").c_str());
   for (int r = 0; r < n; ++r) {
     int st = status[static_cast<size_t>(r)];
     if (r == victim) {
