@@ -90,6 +90,46 @@ void pool_plane_2x2(const Pool2dGeometry& g, const float* xp, float* yp, int32_t
   }
 }
 
+// Backward of the 2x2 / stride 2 / no-padding case: windows do not overlap,
+// so every input element gets its window's gradient or zero and dx is written
+// once, row pair by row pair, with no clearing pass and no scatter. argmax
+// must come from max_pool2d_forward with the same geometry.
+void unpool_plane_2x2(const Pool2dGeometry& g, const float* dyp, const int32_t* ap, float* dxp) {
+  const int64_t oh_n = g.out_h(), ow_n = g.out_w(), w = g.in_w;
+  const __m512i lanes2 =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  // Interleave even (a) and odd (b) columns: lo = a0 b0 a1 b1 ... a7 b7, hi = a8 b8 ...
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  for (int64_t oh = 0; oh < oh_n; ++oh) {
+    float* r0 = dxp + 2 * oh * w;
+    float* r1 = r0 + w;
+    for (int64_t ow = 0; ow < ow_n; ow += 16) {
+      const int64_t n = std::min<int64_t>(16, ow_n - ow);
+      const __mmask16 m_in = static_cast<__mmask16>((1u << n) - 1u);
+      const __mmask16 m_lo = static_cast<__mmask16>(n >= 8 ? 0xffff : (1u << (2 * n)) - 1u);
+      const __mmask16 m_hi = static_cast<__mmask16>(n <= 8 ? 0 : (1u << (2 * n - 16)) - 1u);
+      const __m512 d = _mm512_maskz_loadu_ps(m_in, dyp + oh * ow_n + ow);
+      const __m512i a = _mm512_maskz_loadu_epi32(m_in, ap + oh * ow_n + ow);
+      const __m512i base =
+          _mm512_add_epi32(_mm512_set1_epi32(static_cast<int32_t>(2 * oh * w + 2 * ow)), lanes2);
+      const int32_t off[4] = {0, 1, static_cast<int32_t>(w), static_cast<int32_t>(w + 1)};
+      __m512 v[4];
+      for (int k = 0; k < 4; ++k)
+        v[k] = _mm512_maskz_mov_ps(
+            _mm512_cmpeq_epi32_mask(a, _mm512_add_epi32(base, _mm512_set1_epi32(off[k]))), d);
+      _mm512_mask_storeu_ps(r0 + 2 * ow, m_lo, _mm512_permutex2var_ps(v[0], lo, v[1]));
+      _mm512_mask_storeu_ps(r0 + 2 * ow + 16, m_hi, _mm512_permutex2var_ps(v[0], hi, v[1]));
+      _mm512_mask_storeu_ps(r1 + 2 * ow, m_lo, _mm512_permutex2var_ps(v[2], lo, v[3]));
+      _mm512_mask_storeu_ps(r1 + 2 * ow + 16, m_hi, _mm512_permutex2var_ps(v[2], hi, v[3]));
+    }
+    // An odd last column belongs to no window.
+    for (int64_t x = 2 * ow_n; x < w; ++x) r0[x] = r1[x] = 0.0f;
+  }
+  // As does an odd last row.
+  std::memset(dxp + 2 * oh_n * w, 0, sizeof(float) * (g.in_h - 2 * oh_n) * w);
+}
+
 #endif  // defined(__AVX512F__)
 
 }  // namespace
@@ -119,8 +159,18 @@ void max_pool2d_backward(const Pool2dGeometry& g, const float* dy, const int32_t
   check_pool2d_geometry(g, "max_pool2d_backward");
   const int64_t plane_in = g.in_h * g.in_w, plane_out = g.out_h() * g.out_w();
   const int64_t planes = g.batch * g.channels;
+  [[maybe_unused]] const bool fast_2x2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 &&
+                                         g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0;
   parallel_for(0, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(plane_in, 1)),
                [&](int64_t p0, int64_t p1) {
+#if defined(__AVX512F__)
+                 if (fast_2x2) {
+                   for (int64_t p = p0; p < p1; ++p)
+                     unpool_plane_2x2(g, dy + p * plane_out, argmax + p * plane_out,
+                                      dx + p * plane_in);
+                   return;
+                 }
+#endif
                  std::memset(dx + p0 * plane_in, 0, sizeof(float) * (p1 - p0) * plane_in);
                  for (int64_t p = p0; p < p1; ++p) {
                    float* dxp = dx + p * plane_in;
