@@ -267,6 +267,7 @@ TrainResult Trainer::run(TrainObserver* observer) {
         si.step_in_epoch = step_in_epoch;
         si.steps_in_epoch = info.steps_per_epoch;
         si.loss = l;
+        si.last = last;
         si.elapsed_seconds = seconds_since(t0);
         si.samples_per_second =
             si.elapsed_seconds > 0 ? local_samples_run * info.world_size / si.elapsed_seconds : 0;

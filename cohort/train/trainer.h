@@ -66,6 +66,7 @@ struct StepInfo {
   double samples_per_second = 0;  // over all ranks, this epoch so far
   double elapsed_seconds = 0;     // this epoch so far
   double eta_seconds = 0;         // rest of this epoch at the current rate
+  bool last = false;              // the last step of the epoch or of the run
 };
 
 struct EpochStats {

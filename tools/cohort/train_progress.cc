@@ -68,8 +68,7 @@ void ProgressPrinter::on_step(const train::StepInfo& s) {
                                  number(s.loss, 4), s.samples_per_second, clock_str(s.eta_seconds));
   if (terminal_) {
     auto now = std::chrono::steady_clock::now();
-    bool last = s.step_in_epoch == s.steps_in_epoch;
-    if (!last && line_open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    if (!s.last && line_open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
     constexpr int kWidth = 24;
     int filled = s.steps_in_epoch > 0
