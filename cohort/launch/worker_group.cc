@@ -19,6 +19,7 @@ struct Worker {
   ChildProcess proc;
   std::unique_ptr<LinePrefixer> out, err;
   std::optional<ExitStatus> status;
+  bool reported = false;  // its failure was looked at
 };
 
 // Reads what is available on fd into prefixer; returns false at end of stream.
@@ -42,6 +43,13 @@ const char* signal_name(int sig) {
   return abbrev ? abbrev : "?";
 }
 
+// True when a worker ended by a signal the launcher did not send: it stops
+// workers with SIGTERM, and with SIGKILL only once `killed_by_us`.
+bool died_on_its_own(const ExitStatus& status, bool killed_by_us) {
+  if (status.signal == 0 || status.signal == SIGTERM) return false;
+  return !(killed_by_us && status.signal == SIGKILL);
+}
+
 }  // namespace
 
 WorkerGroup::WorkerGroup(std::vector<WorkerSpec> workers, WorkerGroupOptions options)
@@ -54,7 +62,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
   for (const auto& spec : specs_) {
     ChildSpec child = spec.child;
     child.capture_output = true;
-    Worker w{&spec, ChildProcess::exec(child), nullptr, nullptr, std::nullopt};
+    Worker w{&spec, ChildProcess::exec(child), nullptr, nullptr, std::nullopt, false};
     std::string prefix =
         options_.prefix_output ? fmt::format("[rank {}] ", spec.rank) : std::string();
     w.out = std::make_unique<LinePrefixer>(prefix, fd_sink(options_.stdout_fd));
@@ -64,7 +72,10 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
 
   AttemptResult result;
   bool stopping = false, killed = false;
-  Clock::time_point kill_deadline;
+  Clock::time_point kill_deadline, first_failure_at;
+  // How long after the first failure a worker found killed by a signal still
+  // counts as its cause (peers notice a death within a fraction of a second).
+  constexpr auto kCauseWindow = std::chrono::seconds(2);
   auto stop_all = [&](int sig) {
     for (auto& w : workers) {
       if (!w.status) w.proc.signal(sig);
@@ -85,13 +96,27 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
         all_ended = false;
         continue;
       }
-      if (!w.status->success() && !result.failure && !result.interrupted_by) {
+      if (w.status->success() || result.interrupted_by || w.reported) continue;
+      w.reported = true;
+      if (!result.failure) {
         result.failure = WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status};
         report(
             fmt::format("cohort run: rank {} (local rank {}, pid {}) {}; stopping the other "
                         "workers\n",
                         w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe()));
+        first_failure_at = Clock::now();
         begin_stop();
+      } else if (result.failure->status.signal == 0 && died_on_its_own(*w.status, killed) &&
+                 Clock::now() - first_failure_at < kCauseWindow) {
+        // A worker killed from outside takes its peers down with it: they see
+        // the lost connection and exit with an error, sometimes before the
+        // launcher reaps the killed one. The killed worker is the cause.
+        report(
+            fmt::format("cohort run: rank {} (local rank {}, pid {}) {}; naming it as the "
+                        "cause of rank {}'s failure\n",
+                        w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe(),
+                        result.failure->rank));
+        result.failure = WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status};
       }
     }
     if (all_ended) break;

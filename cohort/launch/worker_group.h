@@ -32,7 +32,7 @@ struct WorkerFailure {
 };
 
 struct AttemptResult {
-  std::optional<WorkerFailure> failure;  // the first worker to fail
+  std::optional<WorkerFailure> failure;  // the first worker to fail, or one killed from outside
   int interrupted_by = 0;                // SIGINT/SIGTERM received, or 0
 };
 

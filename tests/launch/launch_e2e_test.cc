@@ -192,6 +192,16 @@ TEST(LaunchE2E, CrashedWorkerIsNamedWithItsSignal) {
   EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
 }
 
+TEST(LaunchE2E, WorkerKilledFromOutsideIsNamedOverThePeerItTookDown) {
+  for (int attempt = 0; attempt < 3; ++attempt) {  // the reaping order varies; each must name 1
+    RunResult r =
+        run_cohort({"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "kill-cascade"}, 30s);
+    ASSERT_FALSE(r.hung) << r.out << r.err;
+    EXPECT_EQ(r.status.code, 128 + SIGKILL) << r.err;
+    EXPECT_NE(r.err.find("job failed: rank 1"), std::string::npos) << r.err;
+  }
+}
+
 TEST(LaunchE2E, WorkerIgnoringSigtermIsKilledAfterGrace) {
   RunResult r = run_cohort({"run", "--nproc-per-node", "2", "--grace-period", "1", "--",
                             COHORT_TEST_WORKER, "stubborn", "0"},

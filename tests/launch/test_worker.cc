@@ -85,6 +85,23 @@ int run_fail(int bad_rank, int code, bool crash, bool stubborn) {
   return 0;
 }
 
+// Rank 1 is SIGKILLed by rank 0, which then exits with an error at once, as a
+// rank does when it sees its peer's connection drop: the launcher may reap rank
+// 0 first, yet the killed rank is the cause it must name.
+int run_kill_cascade() {
+  auto r = cohort::rendezvous::bootstrap("env://");
+  if (r.rank == 1) r.store->set("pid1", std::to_string(::getpid()));
+  barrier(*r.store, r.world_size, "start");
+  if (r.rank == 0) {
+    pid_t victim = std::stoi(r.store->get_string("pid1"));
+    ::kill(victim, SIGKILL);
+    std::fprintf(stderr, "rank 1 lost\n");
+    return 1;
+  }
+  sleep_long();
+  return 0;
+}
+
 std::sig_atomic_t volatile g_term = 0;
 void on_term(int) { g_term = 1; }
 
@@ -158,6 +175,7 @@ int main(int argc, char** argv) {
     if (mode == "wait-term" && argc > 2) return run_wait_term(argv[2]);
     if (mode == "resume" && argc > 2) return run_resume(argv[2]);
     if (mode == "spawn") return run_spawn();
+    if (mode == "kill-cascade") return run_kill_cascade();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "test_worker %s: %s\n", mode.c_str(), e.what());
     return 1;
