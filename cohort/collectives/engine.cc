@@ -64,7 +64,8 @@ Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
     desc_.seq = comm_.next_sequence();
     ctx_.set_op_seq(desc_.seq + 1);
   }
-  deadline_ = transport::Clock::now() + timeout_;
+  // deadline_ is set at the op's first stall (drive), from the clock read the
+  // spin takes anyway: an op that never waits reads no clock at all.
 }
 
 EngineState::EngineState(int size) {
@@ -187,7 +188,13 @@ void Engine::drive() {
       idle = 0;
       continue;
     }
-    if (idle++ == 0) idle_since = transport::Clock::now();
+    if (idle++ == 0) {
+      idle_since = transport::Clock::now();
+      if (!deadline_set_) {
+        deadline_ = idle_since + timeout_;
+        deadline_set_ = true;
+      }
+    }
     if (!yield) {
       // Spin (with pause) before sleeping: a peer that answers within the
       // spin costs no wake-up, and two ranks doing back-to-back ops stay on

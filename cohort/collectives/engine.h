@@ -103,7 +103,8 @@ class Engine {
   OpDesc desc_;
   size_t elem_;
   Duration timeout_;
-  transport::Clock::time_point deadline_;
+  transport::Clock::time_point deadline_;  // from the op's first stall
+  bool deadline_set_ = false;
   std::span<Stream> active() { return {st_.streams.data(), st_.used}; }
   std::span<const Stream> active() const { return {st_.streams.data(), st_.used}; }
   Stream& next_stream(int peer, bool send);

@@ -115,7 +115,7 @@ Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()
     if (!run_here) queue_->push(s);
   }
   if (run_here) {
-    s->run();
+    s->run_unshared();
     queue_->release();
   }
   Work w(std::move(s));

@@ -23,6 +23,18 @@ std::string WorkState::describe() const {
   return fmt::format("{} (group '{}', rank {})", op, g, rank);
 }
 
+void WorkState::run_unshared() noexcept {
+  // Nobody else holds this state yet: no waiter needs the start time or a
+  // wake-up (saves a clock read and a lock per blocking op).
+  try {
+    body();
+  } catch (...) {
+    error = with_context(std::current_exception(), describe());
+  }
+  body = nullptr;
+  done.store(true, std::memory_order_release);
+}
+
 void WorkState::run() noexcept {
   started_ns.store(now_ns(), std::memory_order_release);
   std::exception_ptr failure;

@@ -67,6 +67,9 @@ struct WorkState {
   std::string describe() const;
   // Runs body, records its failure with this op's context, wakes waiters.
   void run() noexcept;
+  // run() for an op no other thread can see yet (a blocking op run on the
+  // issuing thread before its Work exists).
+  void run_unshared() noexcept;
 };
 
 // Re-creates the exception in `error` with `prefix` before its message,
