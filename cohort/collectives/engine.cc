@@ -30,6 +30,8 @@ constexpr size_t kChunk = 64 * 1024;
 constexpr int64_t kDefaultSpinUs = 1000;
 constexpr size_t kLongSpinMaxBytes = size_t{16} << 20;
 constexpr std::chrono::microseconds kShortSpin{50};
+// Polls of a stalled op before the spin starts pausing.
+constexpr int kEagerPolls = 256;
 
 std::chrono::microseconds env_us(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -201,7 +203,9 @@ void Engine::drive() {
       // their CPUs even when the host is busy (sleeping there turned 0.25 us
       // all_reduces into 45-65 us ones, as every op then waited for a wake-up).
       if ((idle & 63) != 0) {
-        cpu_relax();
+        // The first polls go without pause: the peer's bytes usually land
+        // within a few hundred ns, and a pause would delay seeing them.
+        if (idle > kEagerPolls) cpu_relax();
         continue;
       }
       if (transport::Clock::now() - idle_since < spin_) continue;
@@ -341,8 +345,35 @@ bool Engine::recv_piece(Stream& s, Piece& p) {
   return r > 0;
 }
 
+bool Engine::recv_header_in_place(Stream& s) {
+  // Header and the start of a copied first piece straight out of the ring,
+  // released with one consume: a small op then costs the producer's ring one
+  // tail update (and its fence) instead of two.
+  std::span<const std::byte> v = s.pair->peek();
+  size_t k = std::min(v.size(), sizeof(WireHeader) - s.header_done);
+  if (k == 0) return false;
+  std::memcpy(reinterpret_cast<std::byte*>(&s.got) + s.header_done, v.data(), k);
+  s.header_done += k;
+  if (s.header_done == sizeof(WireHeader)) {
+    check_header(s);
+    if (s.current < s.pieces.size() && !s.pieces[s.current].reduce) {
+      Piece& p = s.pieces[s.current];
+      size_t m = std::min({v.size() - k, p.len - p.done, kChunk});
+      if (m > 0) std::memcpy(p.data + p.done, v.data() + k, m);
+      p.done += m;
+      k += m;
+    }
+  }
+  s.pair->consume(k);
+  return true;
+}
+
 bool Engine::step_recv(Stream& s) {
   bool progress = false;
+  if (s.header_done < sizeof(WireHeader) && s.pair->can_peek()) {
+    progress = recv_header_in_place(s);
+    if (s.header_done < sizeof(WireHeader)) return progress;
+  }
   if (s.header_done < sizeof(WireHeader)) {
     size_t r = s.pair->read_some(reinterpret_cast<std::byte*>(&s.got) + s.header_done,
                                  sizeof(WireHeader) - s.header_done);

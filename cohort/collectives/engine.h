@@ -94,6 +94,7 @@ class Engine {
   bool can_send_now(const Stream& s) const;
   bool step_recv(Stream& s);
   bool recv_piece(Stream& s, Piece& p);
+  bool recv_header_in_place(Stream& s);
   void check_header(const Stream& s) const;
   [[noreturn]] void throw_timeout() const;
   size_t stream_bytes(const Stream& s) const;
