@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "cohort/base/error.h"
@@ -89,24 +90,41 @@ std::string ProcessGroup::transport_name(int peer) const {
   return backend_->transport_name(peer);
 }
 
+std::shared_ptr<detail::WorkState> ProcessGroup::fresh_state() {
+  // The last op's state, when no Work refers to it any more, serves again:
+  // a blocking op then allocates (and destroys) no state, mutex or condvar.
+  if (spare_ && spare_.use_count() == 1) {
+    // Pairs with the release of the last other owner (a Work, the queue).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    spare_->done.store(false, std::memory_order_relaxed);
+    spare_->started_ns.store(0, std::memory_order_relaxed);
+    spare_->error = nullptr;
+    return spare_;
+  }
+  spare_ = std::make_shared<detail::WorkState>();
+  spare_->group = group_name_;
+  spare_->rank = rank_;
+  spare_->queue = queue_;
+  return spare_;
+}
+
 Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
                            Duration timeout, bool async_op) {
-  auto s = std::make_shared<detail::WorkState>();
-  s->op = op;
-  s->group = group_name_;
-  s->rank = rank_;
-  s->collective = collective;
-  // The op's own deadline should fire first and give the precise error.
-  s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
-  s->may_run_inline = ops_have_deadlines_;
-  s->body = std::move(body);
-  s->queue = queue_;
+  std::shared_ptr<detail::WorkState> s;
   bool run_here = false;
   {
     std::lock_guard<std::mutex> lk(issue_mu_);
     if (destroyed_) {
       throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
     }
+    s = fresh_state();
+    s->op = op;
+    s->collective = collective;
+    s->seq = 0;
+    // The op's own deadline should fire first and give the precise error.
+    s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
+    s->may_run_inline = ops_have_deadlines_;
+    s->body = std::move(body);
     if (collective) s->seq = next_seq_++;
     // A blocking op on an idle group runs on this thread (ops issued after it
     // queue behind it). The mpi backend's calls cannot time out on any thread,

@@ -177,6 +177,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   Work recv_impl(void* data, size_t count, DataType dtype, int src, const RecvOptions& o,
                  std::vector<Tensor> keep);
   // Queues body as op `op` and returns its Work.
+  // A WorkState for the next op (issue_mu_ held).
+  std::shared_ptr<detail::WorkState> fresh_state();
   Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
                bool async_op);
   void check_root(const char* op, int root) const;
@@ -197,6 +199,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   uint64_t next_seq_ = 0;
   int subgroups_ = 0;
   bool destroyed_ = false;
+  std::shared_ptr<detail::WorkState> spare_;  // reused once no Work holds it
 };
 
 // ---- PyTorch's free functions ----
