@@ -40,7 +40,7 @@ void AllgatherPull::run(Duration timeout) {
                                                    addresses_[static_cast<size_t>(p)], bytes);
     }
   } catch (...) {
-    comm_.fail(std::current_exception());
+    e.fail(std::current_exception());
   }
   // Send buffers stay readable until everyone has its copy.
   uint64_t done = 1;

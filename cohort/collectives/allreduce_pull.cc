@@ -65,7 +65,7 @@ void AllreducePull::run(Duration timeout) {
         }
       }
     } catch (...) {
-      comm_.fail(std::current_exception());
+      e.fail(std::current_exception());
     }
     // 3: all blocks final.
     step = 2;
@@ -79,7 +79,7 @@ void AllreducePull::run(Duration timeout) {
             data_ + off, addresses_[static_cast<size_t>(p)] + off, b.length(p) * elem);
       }
     } catch (...) {
-      comm_.fail(std::current_exception());
+      e.fail(std::current_exception());
     }
     // 5: nobody reads this buffer any more; it is the caller's again.
     step = 3;

@@ -43,7 +43,7 @@ void BroadcastPull::run(Duration timeout) {
       e.comm().context().pair(root_)->read_peer_memory(data_, remote, count_ * e.elem());
     }
   } catch (...) {
-    comm_.fail(std::current_exception());
+    e.fail(std::current_exception());
   }
   uint64_t done = 1;
   e.send(root_).add(&done, sizeof(done));

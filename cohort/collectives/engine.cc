@@ -153,6 +153,16 @@ void Engine::run() {
   st_.used = 0;
 }
 
+void Engine::fail(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost&) {
+    error = explain_loss(error);
+  } catch (...) {
+  }
+  comm_.fail(error);
+}
+
 std::exception_ptr Engine::explain_loss(std::exception_ptr lost) {
   // A data connection that broke may belong to a peer that failed first and
   // sent its reason (naming the rank that really died) on the control

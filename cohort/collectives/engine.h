@@ -85,6 +85,9 @@ class Engine {
   // Drives every stream added since the last run to completion. Two streams
   // in one direction on one pair must go in separate runs.
   void run();
+  // Fails the communicator with `error` (an error of work done outside run(),
+  // such as single-copy reads); a PeerLost is first explained as in run().
+  [[noreturn]] void fail(std::exception_ptr error);
 
  private:
   void drive();

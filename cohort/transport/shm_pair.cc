@@ -1,6 +1,12 @@
 #include "cohort/transport/shm_pair.h"
 
+#include <signal.h>
 #include <sys/uio.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +16,30 @@
 #include "cohort/base/error.h"
 
 namespace cohort::transport {
+
+namespace {
+
+// Whether process pid is gone or exiting (zombie). An exiting process drops
+// its memory before it becomes a zombie, so process_vm_readv fails with
+// EFAULT in between: wait a little for the state to settle.
+bool process_ended(pid_t pid) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  do {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    if (!std::getline(f, stat)) return true;
+    size_t close = stat.rfind(')');
+    if (close != std::string::npos && close + 2 < stat.size()) {
+      char state = stat[close + 2];
+      if (state == 'Z' || state == 'X' || state == 'x') return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
+}  // namespace
 
 ShmPair::ShmPair(int rank, int peer, const ShmSegment& own, const ShmSegment& peer_seg)
     : Pair(rank, peer),
@@ -124,14 +154,14 @@ void ShmPair::read_peer_memory(void* dst, uint64_t remote, size_t n) {
       n -= static_cast<size_t>(got);
       continue;
     }
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0 && errno == ESRCH) {
+    int err = got < 0 ? errno : EIO;
+    if (err == EINTR) continue;
+    if (err == ESRCH || (err == EFAULT && process_ended(peer_pid_))) {
       throw PeerLost(fmt::format("rank {} lost: its process is gone (rank {} reading its memory)",
                                  peer(), rank()));
     }
     throw IoError(errno_message(
-        fmt::format("rank {}: process_vm_readv of {} bytes from rank {}", rank(), n, peer()),
-        got < 0 ? errno : EIO));
+        fmt::format("rank {}: process_vm_readv of {} bytes from rank {}", rank(), n, peer()), err));
   }
 }
 
