@@ -23,6 +23,7 @@
 #include "cohort/base/error.h"
 #include "cohort/collectives/communicator.h"
 #include "cohort/collectives/reduce_kernels.h"
+#include "cohort/collectives/reference_values.h"
 #include "cohort/rendezvous/file_store.h"
 #include "cohort/rendezvous/hash_store.h"
 
@@ -141,53 +142,6 @@ inline const std::vector<ReduceOp>& all_ops() {
   return o;
 }
 
-// The value rank `rank` contributes at element i (small integers; products stay tiny).
-inline double input_value(int rank, size_t i, ReduceOp op, DataType dtype) {
-  if (op == ReduceOp::kProduct) return ((static_cast<size_t>(rank) + i) % 5 == 0) ? 2.0 : 1.0;
-  if (dtype == DataType::kUInt8)
-    return static_cast<double>((static_cast<size_t>(rank) * 3 + i) % 7);
-  return static_cast<double>(static_cast<int64_t>((static_cast<size_t>(rank) * 7 + i * 3) % 11) -
-                             5);
-}
-
-inline void store_value(std::byte* p, DataType dtype, double v) {
-  switch (dtype) {
-    case DataType::kFloat32: {
-      float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DataType::kFloat64:
-      std::memcpy(p, &v, 8);
-      return;
-    case DataType::kInt32: {
-      auto x = static_cast<int32_t>(v);
-      std::memcpy(p, &x, 4);
-      return;
-    }
-    case DataType::kInt64: {
-      auto x = static_cast<int64_t>(v);
-      std::memcpy(p, &x, 8);
-      return;
-    }
-    case DataType::kUInt8: {
-      auto x = static_cast<uint8_t>(static_cast<int64_t>(v));
-      std::memcpy(p, &x, 1);
-      return;
-    }
-    case DataType::kBFloat16: {
-      uint16_t x = float_to_bf16(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      return;
-    }
-    case DataType::kFloat16: {
-      uint16_t x = float_to_f16(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      return;
-    }
-  }
-}
-
 inline std::vector<std::byte> make_input(int rank, size_t count, DataType dtype, ReduceOp op) {
   size_t es = element_size(dtype);
   std::vector<std::byte> out(count * es);
@@ -200,39 +154,8 @@ inline std::vector<std::byte> make_input(int rank, size_t count, DataType dtype,
 inline std::vector<std::byte> reference_reduce(int n, size_t count, DataType dtype, ReduceOp op) {
   size_t es = element_size(dtype);
   std::vector<std::byte> out(count * es);
-  for (size_t i = 0; i < count; ++i) {
-    double acc = input_value(0, i, op, dtype);
-    for (int r = 1; r < n; ++r) {
-      double v = input_value(r, i, op, dtype);
-      switch (op) {
-        case ReduceOp::kSum:
-        case ReduceOp::kAvg:
-          acc += v;
-          break;
-        case ReduceOp::kProduct:
-          acc *= v;
-          break;
-        case ReduceOp::kMin:
-          acc = std::min(acc, v);
-          break;
-        case ReduceOp::kMax:
-          acc = std::max(acc, v);
-          break;
-      }
-    }
-    if (op == ReduceOp::kAvg) {
-      bool integral =
-          dtype == DataType::kInt32 || dtype == DataType::kInt64 || dtype == DataType::kUInt8;
-      if (integral) {
-        acc = static_cast<double>(static_cast<int64_t>(acc) / n);
-      } else if (dtype == DataType::kFloat64) {
-        acc = acc / n;
-      } else {
-        acc = static_cast<double>(static_cast<float>(acc) / static_cast<float>(n));
-      }
-    }
-    store_value(&out[i * es], dtype, acc);
-  }
+  for (size_t i = 0; i < count; ++i)
+    store_value(&out[i * es], dtype, reference_value(n, i, op, dtype));
   return out;
 }
 
