@@ -1,57 +1,73 @@
 // Public conv2d entry points: check the geometry, then pick a path:
-//  - batch >= kMinBatch16: batch-16 layout (conv2d_batch16.h): Winograd
-//    F(4x4, 5x5) for 5x5 stride-1 layers with enough channels
-//    (conv2d_winograd.h), direct AVX-512 kernels otherwise (conv2d_direct.h);
-//  - smaller batches and the rest: im2col + sgemm (conv2d_im2col.h).
+//  - batch >= kMinBatch16 on the avx2 / avx512 kernel paths: batch-16 layout
+//    (conv2d_batch16.h): Winograd F(4x4, 5x5) for 5x5 stride-1 layers with
+//    enough channels, direct kernels otherwise;
+//  - smaller batches, the baseline path and the rest: im2col + sgemm
+//    (conv2d_im2col.h).
 #include "cohort/core/kernels/conv2d.h"
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "cohort/base/cpu.h"
 #include "cohort/core/kernels/conv2d_batch16.h"
 #include "cohort/core/kernels/conv2d_im2col.h"
 
 namespace cohort::kernels {
-namespace {
-
-// The batch-16 kernels need AVX-512; without it every call takes im2col.
-#if defined(__AVX512F__)
-#define COHORT_CONV_BATCH16 1
-using detail::kMinBatch16;
-#else
-#define COHORT_CONV_BATCH16 0
+namespace detail {
+#if defined(__x86_64__)
+namespace isa_avx2 {
+extern const Batch16Ops kBatch16Ops;
+}
+namespace isa_avx512 {
+extern const Batch16Ops kBatch16Ops;
+}
 #endif
 
-bool batch16(const Conv2dGeometry& g) {
-#if COHORT_CONV_BATCH16
-  return g.batch >= kMinBatch16;
-#else
-  return false;
+const Batch16Ops* batch16_ops() {
+  switch (kernel_path()) {
+#if defined(__x86_64__)
+    case KernelPath::kAvx512:
+      return &isa_avx512::kBatch16Ops;
+    case KernelPath::kAvx2:
+      return &isa_avx2::kBatch16Ops;
 #endif
+    default:
+      return nullptr;
+  }
 }
 
-bool batch16_input_grad(const Conv2dGeometry& g) {
-  return batch16(g) && g.stride_h == 1 && g.stride_w == 1 && g.pad_h < g.kernel_h &&
-         g.pad_w < g.kernel_w;
+}  // namespace detail
+
+namespace {
+
+using detail::Batch16Ops;
+using detail::kMinBatch16;
+
+// The batch-16 kernels when they take this geometry, else null.
+const Batch16Ops* batch16(const Conv2dGeometry& g) {
+  return g.batch >= kMinBatch16 ? detail::batch16_ops() : nullptr;
+}
+
+const Batch16Ops* batch16_input_grad(const Conv2dGeometry& g) {
+  const bool fits =
+      g.stride_h == 1 && g.stride_w == 1 && g.pad_h < g.kernel_h && g.pad_w < g.kernel_w;
+  return fits ? batch16(g) : nullptr;
 }
 
 // dy_mask only on the batch-16 paths (conv2d_backward masks up front
 // otherwise).
 void backward_input(const Conv2dGeometry& g, const float* dy, const float* dy_mask, const float* w,
                     float* dx) {
-#if COHORT_CONV_BATCH16
-  if (batch16_input_grad(g))
-    return detail::batch16_conv(g, dy, w, nullptr, false, true, dy_mask, dx);
-#endif
+  if (const Batch16Ops* ops = batch16_input_grad(g))
+    return ops->conv(g, dy, w, nullptr, false, true, dy_mask, dx);
   detail::im2col_backward_input(g, dy, w, dx);
 }
 
 void backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, const float* dy_mask,
                      float* dw, float* dbias) {
-#if COHORT_CONV_BATCH16
-  if (batch16(g)) return detail::batch16_backward_weight(g, x, dy, dy_mask, dw, dbias);
-#endif
+  if (const Batch16Ops* ops = batch16(g)) return ops->backward_weight(g, x, dy, dy_mask, dw, dbias);
   detail::im2col_backward_weight(g, x, dy, dw, dbias);
 }
 
@@ -60,18 +76,14 @@ void backward_weight(const Conv2dGeometry& g, const float* x, const float* dy, c
 void conv2d_forward(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                     float* y) {
   check_conv2d_geometry(g, "conv2d_forward");
-#if COHORT_CONV_BATCH16
-  if (batch16(g)) return detail::batch16_conv(g, x, w, bias, false, false, nullptr, y);
-#endif
+  if (const Batch16Ops* ops = batch16(g)) return ops->conv(g, x, w, bias, false, false, nullptr, y);
   detail::im2col_forward(g, x, w, bias, false, y);
 }
 
 void conv2d_forward_relu(const Conv2dGeometry& g, const float* x, const float* w, const float* bias,
                          float* y) {
   check_conv2d_geometry(g, "conv2d_forward_relu");
-#if COHORT_CONV_BATCH16
-  if (batch16(g)) return detail::batch16_conv(g, x, w, bias, true, false, nullptr, y);
-#endif
+  if (const Batch16Ops* ops = batch16(g)) return ops->conv(g, x, w, bias, true, false, nullptr, y);
   detail::im2col_forward(g, x, w, bias, true, y);
 }
 
@@ -95,11 +107,8 @@ void conv2d_backward(const Conv2dGeometry& g, const float* x, const float* w, co
     for (size_t i = 0; i < masked.size(); ++i) masked[i] = y_relu[i] <= 0.0f ? 0.0f : dy[i];
     return conv2d_backward(g, x, w, masked.data(), nullptr, dx, dw, dbias);
   }
-#if COHORT_CONV_BATCH16
-  if (dx && dw && batch16_input_grad(g) &&
-      detail::batch16_backward_shared(g, x, w, dy, y_relu, dx, dw, dbias))
-    return;
-#endif
+  if (const Batch16Ops* ops = batch16_input_grad(g))
+    if (dx && dw && ops->backward_shared(g, x, w, dy, y_relu, dx, dw, dbias)) return;
   if (dx) backward_input(g, dy, y_relu, w, dx);
   if (dw || dbias) {
     if (dw) return backward_weight(g, x, dy, y_relu, dw, dbias);

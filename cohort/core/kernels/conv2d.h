@@ -1,11 +1,13 @@
 // 2-D convolution kernels on raw float32 buffers (NCHW, contiguous), the
 // compute behind nn::Conv2d. Each kernel has a plain-loop *_reference twin
 // that the tests use as the oracle; the fast versions are measured in
-// bench/kernels. For batches of 8 and more they work on 16 samples per
-// AVX-512 vector: 5x5 stride-1 layers with enough channels use Winograd
+// bench/kernels. On the avx2 and avx512 kernel paths (cohort/base/cpu.h),
+// batches of 8 and more work on 16 samples per element (one AVX-512 register
+// or two AVX2 ones): 5x5 stride-1 layers with enough channels use Winograd
 // F(4x4, 5x5) (about 6x fewer multiplies; largest rounding error about 4e-6
-// of the largest output instead of 2e-7), other layers direct convolution; smaller
-// batches use im2col + OpenBLAS (one BLAS thread per call).
+// of the largest output instead of 2e-7), other layers direct convolution.
+// Smaller batches and the baseline path use im2col + OpenBLAS (one BLAS
+// thread per call).
 //
 // Shapes (PyTorch conventions, groups = 1, dilation = 1):
 //   x  [batch, in_channels, in_h, in_w]

@@ -1,4 +1,4 @@
-// Internal to the conv2d kernels: direct convolution on batch-16 buffers
+// Internal to the *_isa.cc conv2d kernels: direct convolution on batch-16 buffers
 // (see conv2d_layout.h). Every element is a vector over 16 samples, so the
 // register tiles are (output channels x output columns) for the forward pass
 // and (output channels x kernel columns) for the weight gradient, with no
@@ -9,7 +9,11 @@
 
 #include <cstdint>
 
-namespace cohort::kernels::detail {
+#if !defined(COHORT_ISA_NS)
+#error "conv2d_direct.h belongs to *_isa.cc kernel sources (see cohort/base/isa.h)"
+#endif
+
+namespace cohort::kernels::detail::COHORT_ISA_NS {
 
 // One direct convolution over batch-16 buffers.
 //   x  [groups][c][h][wp][16]: horizontal padding materialized (wp columns,
@@ -43,4 +47,4 @@ void direct_forward_rows(const DirectConv& d, const float* x, const float* w, co
 void direct_backward_weight_channels(const DirectConv& d, const float* x, const float* dy,
                                      int64_t c0, int64_t c1, float* dw);
 
-}  // namespace cohort::kernels::detail
+}  // namespace cohort::kernels::detail::COHORT_ISA_NS

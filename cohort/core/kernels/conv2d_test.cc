@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/base/kernel_path_testing.h"
 #include "cohort/base/parallel.h"
 
 namespace cohort::kernels {
@@ -101,11 +102,16 @@ Buffers make(const Conv2dGeometry& g, uint32_t seed) {
           random_vec(g.batch * g.out_channels * g.out_h() * g.out_w(), seed + 3)};
 }
 
+// Every test below runs once per kernel path (baseline, avx2, avx512) the
+// host can execute.
+class Conv2dPaths : public testing::KernelPathTest {};
+COHORT_INSTANTIATE_KERNEL_PATHS(Conv2dPaths);
+
 // Thread budgets the fast paths are checked under (each splits work
 // differently); the reference is computed once per geometry.
 constexpr int kBudgets[] = {1, 2, 3};
 
-TEST(Conv2d, ForwardMatchesReference) {
+TEST_P(Conv2dPaths, ForwardMatchesReference) {
   uint32_t seed = 1;
   for (const auto& g : geometries()) {
     Buffers d = make(g, seed += 10);
@@ -134,7 +140,7 @@ TEST(Conv2d, ForwardMatchesReference) {
   }
 }
 
-TEST(Conv2d, BackwardInputMatchesReference) {
+TEST_P(Conv2dPaths, BackwardInputMatchesReference) {
   uint32_t seed = 2;
   for (const auto& g : geometries()) {
     Buffers d = make(g, seed += 10);
@@ -151,7 +157,7 @@ TEST(Conv2d, BackwardInputMatchesReference) {
   }
 }
 
-TEST(Conv2d, BackwardWeightMatchesReference) {
+TEST_P(Conv2dPaths, BackwardWeightMatchesReference) {
   uint32_t seed = 3;
   for (const auto& g : geometries()) {
     Buffers d = make(g, seed += 10);
@@ -174,7 +180,7 @@ TEST(Conv2d, BackwardWeightMatchesReference) {
   }
 }
 
-TEST(Conv2d, CombinedBackwardWithReluMatchesReference) {
+TEST_P(Conv2dPaths, CombinedBackwardWithReluMatchesReference) {
   // conv2d_backward with y_relu: dy is masked by y_relu > 0 on the fly.
   uint32_t seed = 4;
   for (const auto& g : geometries()) {
@@ -210,7 +216,7 @@ TEST(Conv2d, CombinedBackwardWithReluMatchesReference) {
   }
 }
 
-TEST(Conv2d, CombinedBackwardWithoutReluMatchesSeparateCalls) {
+TEST_P(Conv2dPaths, CombinedBackwardWithoutReluMatchesSeparateCalls) {
   Conv2dGeometry g{32, 20, 12, 12, 20, 5, 5};  // Winograd, two groups
   Buffers d = make(g, 99);
   const int64_t xsize = g.batch * g.in_channels * g.in_h * g.in_w;
@@ -228,7 +234,7 @@ TEST(Conv2d, CombinedBackwardWithoutReluMatchesSeparateCalls) {
   }
 }
 
-TEST(Conv2d, ReferenceMatchesHandComputedValue) {
+TEST_P(Conv2dPaths, ReferenceMatchesHandComputedValue) {
   // x = 1..9 in a 3x3 plane, 2x2 kernel of ones, bias 0.5: each output is the
   // sum of a 2x2 window plus 0.5.
   Conv2dGeometry g{1, 1, 3, 3, 1, 2, 2};
@@ -239,7 +245,7 @@ TEST(Conv2d, ReferenceMatchesHandComputedValue) {
   EXPECT_EQ(y, (std::vector<float>{12.5f, 16.5f, 24.5f, 28.5f}));
 }
 
-TEST(Conv2d, ConcurrentCallersAgree) {
+TEST_P(Conv2dPaths, ConcurrentCallersAgree) {
   // DataParallel replicas call the kernels from several threads at once, each
   // with its own budget; per-thread scratch must not be shared. Covers the
   // Winograd (5x5) and direct (3x3) batch-16 paths and the im2col path.

@@ -1,4 +1,4 @@
-// Internal to the conv2d kernels: Winograd F(4x4, 5x5) convolution on
+// Internal to the *_isa.cc conv2d kernels: Winograd F(4x4, 5x5) convolution on
 // batch-16 buffers (see conv2d_layout.h), for 5x5 stride-1 layers.
 //
 // Each 4x4 block of outputs comes from an 8x8 input tile: V = B^T d B,
@@ -16,7 +16,11 @@
 
 #include <cstdint>
 
-namespace cohort::kernels::detail {
+#if !defined(COHORT_ISA_NS)
+#error "conv2d_winograd.h belongs to *_isa.cc kernel sources (see cohort/base/isa.h)"
+#endif
+
+namespace cohort::kernels::detail::COHORT_ISA_NS {
 
 struct WinogradConv {
   int64_t c, oc, ocp;        // input / output channels; ocp = oc rounded up to tile_oc
@@ -81,4 +85,4 @@ void winograd_weight_group(const WinogradConv& d, const float* x, const float* d
 // dw [oc][c][5][5] = G^T what G (overwrites dw).
 void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw);
 
-}  // namespace cohort::kernels::detail
+}  // namespace cohort::kernels::detail::COHORT_ISA_NS

@@ -1,24 +1,24 @@
-// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
-// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
-// merge source, which -Wmaybe-uninitialized reports inside inlined code.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include "cohort/core/kernels/conv2d_direct.h"
-
+// Direct convolution on batch-16 buffers (conv2d_direct.h), for every ISA:
+// register tiles of output channels x columns (forward) or output channels x
+// kernel columns (weight gradient), each element a vector over samples.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <utility>
 
-#include "cohort/core/kernels/conv2d_layout.h"
+#include "cohort/base/isa.h"
 
-namespace cohort::kernels::detail {
+COHORT_ISA_BEGIN
+#include "cohort/core/kernels/conv2d_direct.h"
+#include "cohort/core/kernels/simd.h"
+
+namespace cohort::kernels::detail::COHORT_ISA_NS {
 namespace {
 
-constexpr int kMaxAcc = 24;    // accumulators per register tile (of 32 zmm)
+// Accumulators per register tile: 24 of 32 zmm; 12 of 16 ymm.
+constexpr int kMaxAcc = kRegs == 32 ? 24 : 12;
 constexpr int kMaxTileOc = 6;  // output channels per weight-gradient tile
 constexpr int kMaxTaps = 6;    // kernel columns per weight-gradient tile
 
@@ -26,43 +26,53 @@ constexpr int kMaxTaps = 6;    // kernel columns per weight-gradient tile
 template <int R, int V>
 void forward_tile(const DirectConv& d, const float* x, const float* w, const float* bias, bool relu,
                   int64_t oc0, int64_t oh, int64_t ow0, float* y) {
-  __m512 acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   const int64_t ih0 = oh * d.sh - d.ph;
   const int64_t kh_lo = std::max<int64_t>(0, -ih0), kh_hi = std::min<int64_t>(d.kh, d.h - ih0);
   const int64_t sw16 = d.sw * 16;
-  for (int64_t c = 0; c < d.c; ++c) {
-    for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-      const float* xr = x + ((c * d.h + ih0 + kh) * d.wp + ow0 * d.sw) * 16;
-      const float* wr = w + (c * d.kh + kh) * d.kw * d.ocp + oc0;
-      for (int64_t kw = 0; kw < d.kw; ++kw) {
-        __m512 xv[V];
-        for (int v = 0; v < V; ++v) xv[v] = _mm512_load_ps(xr + v * sw16 + kw * 16);
-        for (int r = 0; r < R; ++r) {
-          const __m512 wv = _mm512_set1_ps(wr[kw * d.ocp + r]);
-          for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(wv, xv[v], acc[r][v]);
+  const VN zero = vzero();
+  for (int h = 0; h < kHalves; ++h) {
+    VN acc[R][V];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = zero;
+    for (int64_t c = 0; c < d.c; ++c) {
+      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+        const float* xr = x + ((c * d.h + ih0 + kh) * d.wp + ow0 * d.sw) * 16 + h * kN;
+        const float* wr = w + (c * d.kh + kh) * d.kw * d.ocp + oc0;
+        for (int64_t kw = 0; kw < d.kw; ++kw) {
+          VN xv[V];
+          for (int v = 0; v < V; ++v) xv[v] = vload(xr + v * sw16 + kw * 16);
+          for (int r = 0; r < R; ++r) {
+            const VN wv = vset1(wr[kw * d.ocp + r]);
+            for (int v = 0; v < V; ++v) acc[r][v] = vfmadd(wv, xv[v], acc[r][v]);
+          }
         }
       }
     }
-  }
-  const __m512 zero = _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) {
-    if (oc0 + r >= d.oc) break;
-    const __m512 b = bias ? _mm512_set1_ps(bias[oc0 + r]) : zero;
-    float* yr = y + (((oc0 + r) * d.oh + oh) * d.ow + ow0) * 16;
-    for (int v = 0; v < V; ++v) {
-      __m512 o = _mm512_add_ps(acc[r][v], b);
-      if (relu) o = _mm512_max_ps(o, zero);
-      _mm512_store_ps(yr + v * 16, o);
+    for (int r = 0; r < R; ++r) {
+      if (oc0 + r >= d.oc) break;
+      const VN b = bias ? vset1(bias[oc0 + r]) : zero;
+      float* yr = y + (((oc0 + r) * d.oh + oh) * d.ow + ow0) * 16 + h * kN;
+      for (int v = 0; v < V; ++v) {
+        VN o = vadd(acc[r][v], b);
+        if (relu) o = vmax(o, zero);
+        vstore(yr + v * 16, o);
+      }
     }
   }
+}
+
+// Columns per forward tile of R channels: the accumulators, V inputs and one
+// broadcast weight must fit the registers.
+constexpr int forward_tile_v(int r) {
+  int v = kMaxAcc / r > 8 ? 8 : kMaxAcc / r;
+  if (kRegs == 16 && v > (kRegs - 1) / (r + 1)) v = (kRegs - 1) / (r + 1);
+  return v;
 }
 
 template <int R>
 void forward_row(const DirectConv& d, const float* x, const float* w, const float* bias, bool relu,
                  int64_t oc0, int64_t oh, float* y) {
-  constexpr int V = kMaxAcc / R > 8 ? 8 : kMaxAcc / R;
+  constexpr int V = forward_tile_v(R);
   int64_t ow0 = 0;
   for (; ow0 + V <= d.ow; ow0 += V) forward_tile<R, V>(d, x, w, bias, relu, oc0, oh, ow0, y);
   // Remainder columns: one narrower tile.
@@ -85,12 +95,14 @@ void forward_row(const DirectConv& d, const float* x, const float* w, const floa
 }
 
 // acc[r][t] = sum over pixels and lanes of dy[oc0 + r][oh][ow] * x[c][ih][ow * sw + kw0 + t].
+// On AVX2 both halves of each element add into one accumulator: the lanes
+// are summed at the end anyway.
 template <int R, int T>
 void weight_tile(const DirectConv& d, const float* x, const float* dy, int64_t oc0, int64_t c,
                  int64_t kh, int64_t kw0, float* dw) {
-  __m512 acc[R][T];
+  VN acc[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t) acc[r][t] = vzero();
   const int64_t plane = d.oh * d.ow * 16;
   const int64_t sw16 = d.sw * 16;
   for (int64_t oh = 0; oh < d.oh; ++oh) {
@@ -99,18 +111,20 @@ void weight_tile(const DirectConv& d, const float* x, const float* dy, int64_t o
     const float* xr = x + ((c * d.h + ih) * d.wp + kw0) * 16;
     const float* dr = dy + (oc0 * d.oh + oh) * d.ow * 16;
     for (int64_t ow = 0; ow < d.ow; ++ow) {
-      __m512 xv[T];
-      for (int t = 0; t < T; ++t) xv[t] = _mm512_load_ps(xr + ow * sw16 + t * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m512 dv = _mm512_load_ps(dr + r * plane + ow * 16);
-        for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(dv, xv[t], acc[r][t]);
+      for (int h = 0; h < kHalves; ++h) {
+        VN xv[T];
+        for (int t = 0; t < T; ++t) xv[t] = vload(xr + ow * sw16 + t * 16 + h * kN);
+        for (int r = 0; r < R; ++r) {
+          const VN dv = vload(dr + r * plane + ow * 16 + h * kN);
+          for (int t = 0; t < T; ++t) acc[r][t] = vfmadd(dv, xv[t], acc[r][t]);
+        }
       }
     }
   }
   for (int r = 0; r < R; ++r) {
     if (oc0 + r >= d.oc) break;
     float* out = dw + (((oc0 + r) * d.c + c) * d.kh + kh) * d.kw + kw0;
-    for (int t = 0; t < T; ++t) out[t] += sum_lanes(acc[r][t]);
+    for (int t = 0; t < T; ++t) out[t] += vsum(acc[r][t]);
   }
 }
 
@@ -212,6 +226,5 @@ void direct_backward_weight_channels(const DirectConv& d, const float* x, const 
       }
 }
 
-}  // namespace cohort::kernels::detail
-
-#endif  // defined(__AVX512F__)
+}  // namespace cohort::kernels::detail::COHORT_ISA_NS
+COHORT_ISA_END

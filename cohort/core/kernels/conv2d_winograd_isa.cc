@@ -1,20 +1,20 @@
-// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
-// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
-// merge source, which -Wmaybe-uninitialized reports inside inlined code.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include "cohort/core/kernels/conv2d_winograd.h"
-
+// Winograd F(4x4, 5x5) forward and backward-input passes on batch-16
+// buffers (conv2d_winograd.h), for every ISA.
 #include <immintrin.h>
+
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <utility>
 
-#include "cohort/core/kernels/conv2d_winograd_transforms.h"
+#include "cohort/base/isa.h"
 
-namespace cohort::kernels::detail {
+COHORT_ISA_BEGIN
+#include "cohort/core/kernels/conv2d_winograd.h"
+#include "cohort/core/kernels/conv2d_winograd_transforms.h"
+#include "cohort/core/kernels/simd.h"
+
+namespace cohort::kernels::detail::COHORT_ISA_NS {
 namespace {
 
 using namespace winograd;  // NOLINT: the transforms are this file's vocabulary
@@ -31,21 +31,23 @@ void gemm_tile(int64_t c_n, const float* v, int64_t v_row, int64_t v_pos, const 
                int64_t ocp, float* m) {
   const int64_t u_pos = c_n * ocp;
   for (int pos = 0; pos < kPos; ++pos, v += v_pos, u += u_pos, m += R * T * 16) {
-    __m512 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-    const float* vc = v;
-    const float* uc = u;
-    for (int64_t c = 0; c < c_n; ++c, vc += v_row, uc += ocp) {
-      __m512 vv[T];
-      for (int t = 0; t < T; ++t) vv[t] = _mm512_load_ps(vc + t * 16);
-      for (int r = 0; r < R; ++r) {
-        const __m512 uu = _mm512_set1_ps(uc[r]);
-        for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(uu, vv[t], acc[r][t]);
+    for (int h = 0; h < kHalves; ++h) {
+      VN acc[R][T];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) acc[r][t] = vzero();
+      const float* vc = v + h * kN;
+      const float* uc = u;
+      for (int64_t c = 0; c < c_n; ++c, vc += v_row, uc += ocp) {
+        VN vv[T];
+        for (int t = 0; t < T; ++t) vv[t] = vload(vc + t * 16);
+        for (int r = 0; r < R; ++r) {
+          const VN uu = vset1(uc[r]);
+          for (int t = 0; t < T; ++t) acc[r][t] = vfmadd(uu, vv[t], acc[r][t]);
+        }
       }
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) vstore(m + (r * T + t) * 16 + h * kN, acc[r][t]);
     }
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) _mm512_store_ps(m + (r * T + t) * 16, acc[r][t]);
   }
 }
 
@@ -75,17 +77,19 @@ WinogradConv make_winograd(int64_t c, int64_t oc, int64_t oh, int64_t ow) {
   d.tiles_w = (ow + 3) / 4;
   d.hp = 4 * d.tiles_h + 4;
   d.wp = 4 * d.tiles_w + 4;
-  // Tiles per register block: a divisor of the row of tiles when one fits.
-  d.tile_t = 4;
-  for (int t : {5, 6, 4})
+  // Tiles per register block: a divisor of the row of tiles when one fits;
+  // then output channels: as many as fit beside the tiles in the registers
+  // (25 accumulators of 32 zmm; on AVX2 the accumulators, T inputs and one
+  // broadcast in 16 ymm), preferring a divisor of oc.
+  constexpr bool kWide = kRegs == 32;
+  d.tile_t = kWide ? 4 : 3;
+  for (int t : kWide ? std::array<int, 3>{5, 6, 4} : std::array<int, 3>{3, 2, 3})
     if (d.tiles_w % t == 0) {
       d.tile_t = t;
       break;
     }
   if (d.tiles_w < d.tile_t) d.tile_t = static_cast<int>(d.tiles_w);
-  // Output channels: as many as fit beside the tiles in 25 accumulators,
-  // preferring a divisor of oc.
-  const int max_r = std::min(kMaxTileOc, 25 / d.tile_t);
+  const int max_r = std::min(kMaxTileOc, kWide ? 25 / d.tile_t : (kRegs - 1 - d.tile_t) / d.tile_t);
   d.tile_oc = static_cast<int>(std::min<int64_t>(oc, max_r));
   for (int r = d.tile_oc; r >= std::max(1, max_r - 2); --r)
     if (oc % r == 0) {
@@ -114,7 +118,7 @@ void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool t
   // u[pos][k][o]: k is the channel summed over, o the one produced. Each k
   // is done for 16 o at a time, one vector per element of g and G g.
   const int64_t n_k = transposed ? oc : c, n_o = transposed ? c : oc;
-  __m512 g[25], t[8][5];
+  VN g[25], t[8][5];
   for (int64_t k = 0; k < n_k; ++k)
     for (int64_t o0 = 0; o0 < ocp; o0 += 16) {
       const int64_t n = std::min<int64_t>(16, ocp - o0);
@@ -123,22 +127,22 @@ void winograd_weights(const float* w, int64_t oc, int64_t c, int64_t ocp, bool t
         const float* src = transposed ? w + (k * c + o) * 25 : w + (o * c + k) * 25;
         for (int e = 0; e < 25; ++e) lanes[e][o - o0] = src[e];
       }
-      for (int e = 0; e < 25; ++e) g[e] = _mm512_load_ps(lanes[e]);
-      for (int i = 0; i < 8; ++i)
-        for (int x = 0; x < 5; ++x) {
-          __m512 s = _mm512_setzero_ps();
-          for (int y = 0; y < 5; ++y)
-            s = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(kG[i][y])), g[y * 5 + x], s);
-          t[i][x] = s;
-        }
-      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-      for (int i = 0; i < 8; ++i)
-        for (int j = 0; j < 8; ++j) {
-          __m512 s = _mm512_setzero_ps();
-          for (int x = 0; x < 5; ++x)
-            s = _mm512_fmadd_ps(t[i][x], _mm512_set1_ps(static_cast<float>(kG[j][x])), s);
-          _mm512_mask_storeu_ps(u + ((i * 8 + j) * n_k + k) * ocp + o0, m, s);
-        }
+      for (int h = 0; h < kHalves && h * kN < n; ++h) {
+        for (int e = 0; e < 25; ++e) g[e] = vload(lanes[e] + h * kN);
+        for (int i = 0; i < 8; ++i)
+          for (int x = 0; x < 5; ++x) {
+            VN s = vzero();
+            for (int y = 0; y < 5; ++y)
+              s = vfmadd(vset1(static_cast<float>(kG[i][y])), g[y * 5 + x], s);
+            t[i][x] = s;
+          }
+        for (int i = 0; i < 8; ++i)
+          for (int j = 0; j < 8; ++j) {
+            VN s = vzero();
+            for (int x = 0; x < 5; ++x) s = vfmadd(t[i][x], vset1(static_cast<float>(kG[j][x])), s);
+            vstore_first(u + ((i * 8 + j) * n_k + k) * ocp + o0 + h * kN, n - h * kN, s);
+          }
+      }
     }
 }
 
@@ -156,7 +160,7 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
   float* m = v + kPos * d.c * tt * 16;          // [64][tile_oc][tt][16]
   float* tmp = m + kPos * d.tile_oc * tt * 16;  // [64][16]
   const int64_t pitch = d.wp * 16;
-  const __m512 zero = _mm512_setzero_ps();
+  const VN zero = vzero();
   for (int64_t a = a0; a < a1; ++a) {
     for (int64_t b0 = 0; b0 < d.tiles_w; b0 += tt) {
       const int64_t nt = std::min(tt, d.tiles_w - b0);
@@ -166,29 +170,30 @@ void winograd_forward_rows(const WinogradConv& d, const float* x, const float* u
       for (int64_t oc0 = 0; oc0 < d.ocp; oc0 += d.tile_oc) {
         kGemm[d.tile_oc - 1][nt - 1](d.c, v, tt * 16, d.c * tt * 16, u + oc0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && oc0 + r < d.oc; ++r) {
-          const __m512 bv = bias ? _mm512_set1_ps(bias[oc0 + r]) : zero;
-          for (int64_t t = 0; t < nt; ++t) {
-            // Y = A^T M A: columns into tmp [4][8], then the four rows.
-            for (int j = 0; j < 8; ++j) {
-              __m512 col[8], s[4];
-              for (int i = 0; i < 8; ++i)
-                col[i] = _mm512_load_ps(m + (((i * 8 + j) * d.tile_oc + r) * nt + t) * 16);
-              at8(col, s);
-              for (int i = 0; i < 4; ++i) _mm512_store_ps(tmp + (i * 8 + j) * 16, s[i]);
-            }
-            const int64_t oh = 4 * a, ow = 4 * (b0 + t);
-            for (int i = 0; i < 4 && oh + i < d.oh; ++i) {
-              __m512 row[8], out[4];
-              for (int j = 0; j < 8; ++j) row[j] = _mm512_load_ps(tmp + (i * 8 + j) * 16);
-              at8(row, out);
-              float* yr = y + (((oc0 + r) * d.oh + oh + i) * d.ow + ow) * 16;
-              for (int j = 0; j < 4 && ow + j < d.ow; ++j) {
-                __m512 o = _mm512_add_ps(out[j], bv);
-                if (relu) o = _mm512_max_ps(o, zero);
-                _mm512_store_ps(yr + j * 16, o);
+          const VN bv = bias ? vset1(bias[oc0 + r]) : zero;
+          for (int64_t t = 0; t < nt; ++t)
+            for (int h = 0; h < kHalves; ++h) {
+              // Y = A^T M A: columns into tmp [4][8], then the four rows.
+              for (int j = 0; j < 8; ++j) {
+                VN col[8], s[4];
+                for (int i = 0; i < 8; ++i)
+                  col[i] = vload(m + (((i * 8 + j) * d.tile_oc + r) * nt + t) * 16 + h * kN);
+                at8(col, s);
+                for (int i = 0; i < 4; ++i) vstore(tmp + (i * 8 + j) * 16 + h * kN, s[i]);
+              }
+              const int64_t oh = 4 * a, ow = 4 * (b0 + t);
+              for (int i = 0; i < 4 && oh + i < d.oh; ++i) {
+                VN row[8], out[4];
+                for (int j = 0; j < 8; ++j) row[j] = vload(tmp + (i * 8 + j) * 16 + h * kN);
+                at8(row, out);
+                float* yr = y + (((oc0 + r) * d.oh + oh + i) * d.ow + ow) * 16 + h * kN;
+                for (int j = 0; j < 4 && ow + j < d.ow; ++j) {
+                  VN o = vadd(out[j], bv);
+                  if (relu) o = vmax(o, zero);
+                  vstore(yr + j * 16, o);
+                }
               }
             }
-          }
         }
       }
     }
@@ -219,30 +224,29 @@ void winograd_backward_input_group(const WinogradConv& d, const float* dg, const
       for (int64_t o0 = 0; o0 < d.ocp; o0 += d.tile_oc) {
         kGemm[d.tile_oc - 1][nt - 1](d.c, v, dg_row, dg_pos, u + o0, d.ocp, m);
         for (int64_t r = 0; r < d.tile_oc && o0 + r < d.oc; ++r)
-          for (int64_t t = 0; t < nt; ++t) {
-            // dX tile += B M B^T: columns into tmp [8][8], then the rows.
-            for (int j = 0; j < 8; ++j) {
-              __m512 col[8], e[8];
-              for (int i = 0; i < 8; ++i)
-                col[i] = _mm512_load_ps(m + (((i * 8 + j) * d.tile_oc + r) * nt + t) * 16);
-              b8(col, e);
-              for (int i = 0; i < 8; ++i) _mm512_store_ps(tmp + (i * 8 + j) * 16, e[i]);
+          for (int64_t t = 0; t < nt; ++t)
+            for (int h = 0; h < kHalves; ++h) {
+              // dX tile += B M B^T: columns into tmp [8][8], then the rows.
+              for (int j = 0; j < 8; ++j) {
+                VN col[8], e[8];
+                for (int i = 0; i < 8; ++i)
+                  col[i] = vload(m + (((i * 8 + j) * d.tile_oc + r) * nt + t) * 16 + h * kN);
+                b8(col, e);
+                for (int i = 0; i < 8; ++i) vstore(tmp + (i * 8 + j) * 16 + h * kN, e[i]);
+              }
+              float* out = dx + (o0 + r) * dx_plane + (4 * a * d.wp + 4 * (b0 + t)) * 16 + h * kN;
+              for (int i = 0; i < 8; ++i) {
+                VN row[8], e[8];
+                for (int j = 0; j < 8; ++j) row[j] = vload(tmp + (i * 8 + j) * 16 + h * kN);
+                b8(row, e);
+                float* orow = out + i * dx_pitch;
+                for (int j = 0; j < 8; ++j) vstore(orow + j * 16, vadd(vload(orow + j * 16), e[j]));
+              }
             }
-            float* out = dx + (o0 + r) * dx_plane + (4 * a * d.wp + 4 * (b0 + t)) * 16;
-            for (int i = 0; i < 8; ++i) {
-              __m512 row[8], e[8];
-              for (int j = 0; j < 8; ++j) row[j] = _mm512_load_ps(tmp + (i * 8 + j) * 16);
-              b8(row, e);
-              float* orow = out + i * dx_pitch;
-              for (int j = 0; j < 8; ++j)
-                _mm512_store_ps(orow + j * 16, _mm512_add_ps(_mm512_load_ps(orow + j * 16), e[j]));
-            }
-          }
       }
     }
   }
 }
 
-}  // namespace cohort::kernels::detail
-
-#endif  // defined(__AVX512F__)
+}  // namespace cohort::kernels::detail::COHORT_ISA_NS
+COHORT_ISA_END

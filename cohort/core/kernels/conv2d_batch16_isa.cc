@@ -1,26 +1,26 @@
-// Batch-16 drivers of the conv2d kernels: pack NCHW buffers into the
-// batch-16 layout, run the Winograd or direct kernels over groups of 16
-// samples on the caller's thread budget, unpack the results.
-// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
-// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
-// merge source, which -Wmaybe-uninitialized reports inside inlined code.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include "cohort/core/kernels/conv2d_batch16.h"
-
+// Batch-16 drivers of the conv2d kernels (conv2d_batch16.h), one copy per
+// ISA: pack NCHW buffers into the batch-16 layout, run the Winograd or direct
+// kernels over groups of 16 samples on the caller's thread budget, unpack
+// the results.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 
+#include "cohort/base/isa.h"
 #include "cohort/base/parallel.h"
+#include "cohort/core/kernels/conv2d.h"
+#include "cohort/core/kernels/conv2d_batch16.h"
+#include "cohort/core/kernels/conv2d_scratch.h"
+
+COHORT_ISA_BEGIN
 #include "cohort/core/kernels/conv2d_direct.h"
 #include "cohort/core/kernels/conv2d_layout.h"
 #include "cohort/core/kernels/conv2d_winograd.h"
+#include "cohort/core/kernels/simd.h"
 
-namespace cohort::kernels::detail {
+namespace cohort::kernels::detail::COHORT_ISA_NS {
 namespace {
 
 int64_t groups_of(int64_t batch) { return (batch + kLanes - 1) / kLanes; }
@@ -197,9 +197,10 @@ constexpr int64_t kSumPos = 9;
 void add_bias_grad(const float* dy, int64_t oc_n, int64_t plane, float* dbias) {
   for (int64_t oc = 0; oc < oc_n; ++oc) {
     const float* row = dy + oc * plane * kLanes;
-    __m512 s = _mm512_setzero_ps();
-    for (int64_t k = 0; k < plane; ++k) s = _mm512_add_ps(s, _mm512_load_ps(row + k * kLanes));
-    dbias[oc] += sum_lanes(s);
+    VN s = vzero();
+    for (int64_t k = 0; k < plane; ++k)
+      for (int h = 0; h < kHalves; ++h) s = vadd(s, vload(row + k * kLanes + h * kN));
+    dbias[oc] += vsum(s);
   }
 }
 
@@ -374,6 +375,8 @@ bool batch16_backward_shared(const Conv2dGeometry& g, const float* x, const floa
   return true;
 }
 
-}  // namespace cohort::kernels::detail
+extern const Batch16Ops kBatch16Ops;
+const Batch16Ops kBatch16Ops{&batch16_conv, &batch16_backward_weight, &batch16_backward_shared};
 
-#endif  // defined(__AVX512F__)
+}  // namespace cohort::kernels::detail::COHORT_ISA_NS
+COHORT_ISA_END

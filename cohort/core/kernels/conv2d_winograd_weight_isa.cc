@@ -1,22 +1,20 @@
 // Winograd F(4x4, 5x5) weight gradient on batch-16 buffers: every 4x4 block
 // of output gradients and its 8x8 input tile are transformed, multiplied
-// position by position and summed over blocks with the 16 samples still in
-// the vector lanes; the lanes are summed once per group, 16 sums at a time.
-// AVX-512 only: without it (COHORT_NATIVE=OFF on an older target) the
-// batch-16 paths are compiled out and conv2d.cc uses im2col throughout.
-#if defined(__AVX512F__)
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused
-// merge source, which -Wmaybe-uninitialized reports inside inlined code.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include "cohort/core/kernels/conv2d_winograd.h"
-
+// position by position and summed over blocks with the samples still in the
+// vector lanes; the lanes are summed once per group, 16 sums at a time.
 #include <immintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 
+#include "cohort/base/isa.h"
+
+COHORT_ISA_BEGIN
+#include "cohort/core/kernels/conv2d_winograd.h"
 #include "cohort/core/kernels/conv2d_winograd_transforms.h"
+#include "cohort/core/kernels/simd.h"
 
-namespace cohort::kernels::detail {
+namespace cohort::kernels::detail::COHORT_ISA_NS {
 namespace {
 
 using namespace winograd;  // NOLINT: the transforms are this file's vocabulary
@@ -25,49 +23,58 @@ constexpr int64_t kBlock = 4;  // output x input channels per accumulator block
 
 int64_t round4(int64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
 
+#if defined(COHORT_ISA_AVX512)
 // Returns s with s[k] = sum of the lanes of v[k], k < 16.
 inline __m512 reduce16(const __m512 v[16]) {
   // Each level halves the partial sums per vector and doubles the vectors per
   // register; the lane order it leaves is fixed up by one permute at the end.
   __m512 w[8], z[4], y[2];
   for (int i = 0; i < 8; ++i)
-    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+    w[i] = vadd(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
   for (int i = 0; i < 4; ++i)
-    z[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
+    z[i] = vadd(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
   for (int i = 0; i < 2; ++i) {
     const __m512d a = _mm512_castps_pd(z[2 * i]), b = _mm512_castps_pd(z[2 * i + 1]);
-    y[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+    y[i] = vadd(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
   }
-  const __m512 s =
-      _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xdd));
+  const __m512 s = vadd(_mm512_shuffle_ps(y[0], y[1], 0x88), _mm512_shuffle_ps(y[0], y[1], 0xdd));
   static const __m512i order = [] {
     // Run the same tree on v[k] = k + 1 to learn where each sum lands.
     __m512 probe[16];
-    for (int k = 0; k < 16; ++k) probe[k] = _mm512_set1_ps(static_cast<float>(k + 1));
+    for (int k = 0; k < 16; ++k) probe[k] = vset1(static_cast<float>(k + 1));
     __m512 pw[8], pz[4], py[2];
     for (int i = 0; i < 8; ++i)
-      pw[i] = _mm512_add_ps(_mm512_shuffle_f32x4(probe[2 * i], probe[2 * i + 1], 0x44),
-                            _mm512_shuffle_f32x4(probe[2 * i], probe[2 * i + 1], 0xee));
+      pw[i] = vadd(_mm512_shuffle_f32x4(probe[2 * i], probe[2 * i + 1], 0x44),
+                   _mm512_shuffle_f32x4(probe[2 * i], probe[2 * i + 1], 0xee));
     for (int i = 0; i < 4; ++i)
-      pz[i] = _mm512_add_ps(_mm512_shuffle_f32x4(pw[2 * i], pw[2 * i + 1], 0x88),
-                            _mm512_shuffle_f32x4(pw[2 * i], pw[2 * i + 1], 0xdd));
+      pz[i] = vadd(_mm512_shuffle_f32x4(pw[2 * i], pw[2 * i + 1], 0x88),
+                   _mm512_shuffle_f32x4(pw[2 * i], pw[2 * i + 1], 0xdd));
     for (int i = 0; i < 2; ++i) {
       const __m512d a = _mm512_castps_pd(pz[2 * i]), b = _mm512_castps_pd(pz[2 * i + 1]);
-      py[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                            _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+      py[i] = vadd(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                   _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
     }
     alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_shuffle_ps(py[0], py[1], 0x88),
-                                         _mm512_shuffle_ps(py[0], py[1], 0xdd)));
+    vstore(lanes,
+           vadd(_mm512_shuffle_ps(py[0], py[1], 0x88), _mm512_shuffle_ps(py[0], py[1], 0xdd)));
     alignas(64) int32_t idx[16];
     for (int lane = 0; lane < 16; ++lane) idx[static_cast<int>(lanes[lane] / 16.0f) - 1] = lane;
     return _mm512_load_si512(idx);
   }();
   return _mm512_permutexvar_ps(order, s);
 }
+#else
+// Returns s with s[k] = sum of the lanes of v[k], k < 8.
+inline __m256 reduce8(const __m256 v[8]) {
+  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  // a = [v0..v3 sums of the low 128 bits | of the high 128 bits], b likewise.
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+#endif
 
 }  // namespace
 
@@ -116,20 +123,40 @@ void winograd_weight_group(const WinogradConv& d, const float* x, const float* d
     const float* dp = dg + pos * oc4 * tiles * 16;
     for (int64_t ocb = 0; ocb < ocb_n; ++ocb)
       for (int64_t cb = 0; cb < cb_n; ++cb) {
-        __m512 acc[16];
-        for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
         const float* dr = dp + ocb * kBlock * tiles * 16;
         const float* vr = vp + cb * kBlock * tiles * 16;
+        float* out = what + ((pos * ocb_n + ocb) * cb_n + cb) * 16;
+#if defined(COHORT_ISA_AVX512)
+        __m512 acc[16];
+        for (int k = 0; k < 16; ++k) acc[k] = vzero();
         for (int64_t t = 0; t < tiles; ++t) {
           __m512 dv[4], xv[4];
-          for (int r = 0; r < 4; ++r) dv[r] = _mm512_load_ps(dr + (r * tiles + t) * 16);
-          for (int q = 0; q < 4; ++q) xv[q] = _mm512_load_ps(vr + (q * tiles + t) * 16);
+          for (int r = 0; r < 4; ++r) dv[r] = vload(dr + (r * tiles + t) * 16);
+          for (int q = 0; q < 4; ++q) xv[q] = vload(vr + (q * tiles + t) * 16);
           for (int r = 0; r < 4; ++r)
-            for (int q = 0; q < 4; ++q)
-              acc[r * 4 + q] = _mm512_fmadd_ps(dv[r], xv[q], acc[r * 4 + q]);
+            for (int q = 0; q < 4; ++q) acc[r * 4 + q] = vfmadd(dv[r], xv[q], acc[r * 4 + q]);
         }
-        float* out = what + ((pos * ocb_n + ocb) * cb_n + cb) * 16;
-        _mm512_store_ps(out, _mm512_add_ps(_mm512_load_ps(out), reduce16(acc)));
+        vstore(out, vadd(vload(out), reduce16(acc)));
+#else
+        // Two output channels x four input channels at a time (8 of 16
+        // ymm), both halves of each element into the same accumulator.
+        for (int r0 = 0; r0 < 4; r0 += 2) {
+          __m256 acc[8];
+          for (int k = 0; k < 8; ++k) acc[k] = _mm256_setzero_ps();
+          for (int64_t t = 0; t < tiles; ++t)
+            for (int h = 0; h < 2; ++h) {
+              __m256 dv[2], xv[4];
+              for (int r = 0; r < 2; ++r)
+                dv[r] = _mm256_load_ps(dr + ((r0 + r) * tiles + t) * 16 + h * 8);
+              for (int q = 0; q < 4; ++q) xv[q] = _mm256_load_ps(vr + (q * tiles + t) * 16 + h * 8);
+              for (int r = 0; r < 2; ++r)
+                for (int q = 0; q < 4; ++q)
+                  acc[r * 4 + q] = _mm256_fmadd_ps(dv[r], xv[q], acc[r * 4 + q]);
+            }
+          float* o = out + r0 * 4;
+          _mm256_store_ps(o, _mm256_add_ps(_mm256_load_ps(o), reduce8(acc)));
+        }
+#endif
       }
   }
 }
@@ -140,25 +167,25 @@ void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw)
   const int64_t ocb_n = round4(d.oc) / kBlock, cb_n = round4(d.c) / kBlock;
   for (int64_t ocb = 0; ocb < ocb_n; ++ocb)
     for (int64_t cb = 0; cb < cb_n; ++cb) {
-      __m512 m[kPos];
-      for (int pos = 0; pos < kPos; ++pos)
-        m[pos] = _mm512_load_ps(what + ((pos * ocb_n + ocb) * cb_n + cb) * 16);
       alignas(64) float out[25][16];
-      for (int y = 0; y < 5; ++y) {
-        __m512 t[8];  // (G^T m)[y][j]
-        for (int j = 0; j < 8; ++j) {
-          t[j] = _mm512_setzero_ps();
-          for (int i = 0; i < 8; ++i)
-            if (kG[i][y] != 0.0)
-              t[j] =
-                  _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(kG[i][y])), m[i * 8 + j], t[j]);
-        }
-        for (int x = 0; x < 5; ++x) {
-          __m512 s = _mm512_setzero_ps();
-          for (int j = 0; j < 8; ++j)
-            if (kG[j][x] != 0.0)
-              s = _mm512_fmadd_ps(t[j], _mm512_set1_ps(static_cast<float>(kG[j][x])), s);
-          _mm512_store_ps(out[y * 5 + x], s);
+      for (int h = 0; h < kHalves; ++h) {
+        VN m[kPos];
+        for (int pos = 0; pos < kPos; ++pos)
+          m[pos] = vload(what + ((pos * ocb_n + ocb) * cb_n + cb) * 16 + h * kN);
+        for (int y = 0; y < 5; ++y) {
+          VN t[8];  // (G^T m)[y][j]
+          for (int j = 0; j < 8; ++j) {
+            t[j] = vzero();
+            for (int i = 0; i < 8; ++i)
+              if (kG[i][y] != 0.0)
+                t[j] = vfmadd(vset1(static_cast<float>(kG[i][y])), m[i * 8 + j], t[j]);
+          }
+          for (int x = 0; x < 5; ++x) {
+            VN s = vzero();
+            for (int j = 0; j < 8; ++j)
+              if (kG[j][x] != 0.0) s = vfmadd(t[j], vset1(static_cast<float>(kG[j][x])), s);
+            vstore(out[y * 5 + x] + h * kN, s);
+          }
         }
       }
       for (int lane = 0; lane < 16; ++lane) {
@@ -169,6 +196,5 @@ void winograd_weight_finish(const WinogradConv& d, const float* what, float* dw)
     }
 }
 
-}  // namespace cohort::kernels::detail
-
-#endif  // defined(__AVX512F__)
+}  // namespace cohort::kernels::detail::COHORT_ISA_NS
+COHORT_ISA_END

@@ -1,0 +1,72 @@
+// The CPU cohort runs on and the kernel path it uses.
+//
+// Fast kernels exist per instruction set (AVX2+FMA, AVX-512) beside portable
+// reference code, all in one binary: the library itself is compiled for a
+// portable baseline (x86-64-v2 on x86-64) and each ISA's kernels are compiled
+// for that ISA alone (see isa.h). Which set runs is one process-wide choice,
+// made once from the CPU's features and changeable through set_kernel_path
+// (or the COHORT_KERNELS environment variable, read once at the first
+// kernel_path() call: baseline, avx2 or avx512; docs/kernels.md).
+// Thread safety: all functions may be called from any thread; changing the
+// path while kernels run on other threads is allowed but those calls may use
+// either path.
+// Failure: asking for a path this CPU (or this build) cannot run throws
+// cohort::InvalidArgument naming the missing features; nothing is changed.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort {
+
+enum class KernelPath { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+
+struct CpuFeatures {
+  std::string arch;   // "x86_64", "aarch64", ...
+  std::string model;  // /proc/cpuinfo's model name, or "unknown"
+  bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512dq = false, avx512bw = false, avx512vl = false;
+  bool avx512_bf16 = false, amx_bf16 = false;
+  bool neon = false;
+  // The features above that are present, by their /proc/cpuinfo names.
+  std::vector<std::string> names() const;
+};
+
+// Detected once.
+const CpuFeatures& cpu_features();
+
+// "baseline", "avx2", "avx512".
+const char* kernel_path_name(KernelPath path);
+// Inverse of kernel_path_name; throws InvalidArgument naming the choices.
+KernelPath parse_kernel_path(std::string_view name);
+
+// Empty when this CPU and build can run `path`; else why not (the missing
+// features, or that the build has no such kernels).
+std::string kernel_path_unsupported_reason(KernelPath path);
+bool kernel_path_supported(KernelPath path);
+// Every path this CPU can run, baseline first.
+std::vector<KernelPath> supported_kernel_paths();
+// The fastest supported path.
+KernelPath best_kernel_path();
+
+// The path in use: COHORT_KERNELS when set (validated: an unknown name or a
+// path the CPU lacks throws InvalidArgument from this call), else the best.
+KernelPath kernel_path();
+// Forces `path` for the whole process; throws InvalidArgument when the CPU
+// cannot run it.
+void set_kernel_path(KernelPath path);
+
+// RAII: forces a path for a scope (tests, benchmarks) and restores the old one.
+class KernelPathGuard {
+ public:
+  explicit KernelPathGuard(KernelPath path);
+  ~KernelPathGuard();
+  KernelPathGuard(const KernelPathGuard&) = delete;
+  KernelPathGuard& operator=(const KernelPathGuard&) = delete;
+
+ private:
+  KernelPath saved_;
+};
+
+}  // namespace cohort
