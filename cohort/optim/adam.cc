@@ -1,11 +1,11 @@
 #include "cohort/optim/adam.h"
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/parallel.h"
+#include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
 namespace cohort::optim {
@@ -18,70 +18,33 @@ struct AdamStep {
   double step;
 };
 
-// kAmsgrad and the weight-decay flavour are compile-time so the loop has no
-// branches and vectorizes (with -fno-math-errno for sqrt, see CMakeLists.txt).
-template <typename T, bool kAmsgrad, int kDecay>  // kDecay: 0 none, 1 L2, 2 decoupled
-void adam_loop(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-               T* __restrict vmax, int64_t b, int64_t e, T sign, T wd, T decay, T b1, T b2,
-               T one_b1, T one_b2, T bc2_sqrt, T eps, T neg_step_size) {
-  for (int64_t i = b; i < e; ++i) {
-    T pi = p[i];
-    T gi = sign * g[i];
-    if constexpr (kDecay == 1) gi = gi + wd * pi;
-    if constexpr (kDecay == 2) pi = pi * decay;
-    T mi = m[i] * b1 + one_b1 * gi;
-    T vi = v[i] * b2 + one_b2 * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    if constexpr (kAmsgrad) {
-      vi = std::max(vmax[i], vi);
-      vmax[i] = vi;
-    }
-    T denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p[i] = pi + neg_step_size * (mi / denom);
-  }
-}
-
+// float32 through the kernel path's loop (update_kernels.h), float64 through
+// the reference loop; chunks of kUpdateGrain over the thread budget.
 template <typename T>
 void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamStep& s) {
   const double bc1 = 1.0 - std::pow(s.beta1, s.step);
   const double bc2 = 1.0 - std::pow(s.beta2, s.step);
-  const T neg_step_size = static_cast<T>(-(s.lr / bc1));
-  const T bc2_sqrt = static_cast<T>(std::sqrt(bc2));
-  const T b1 = static_cast<T>(s.beta1), b2 = static_cast<T>(s.beta2);
-  const T one_b1 = static_cast<T>(1.0 - s.beta1), one_b2 = static_cast<T>(1.0 - s.beta2);
-  const T eps = static_cast<T>(s.eps), wd = static_cast<T>(s.weight_decay);
-  const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
-  const T sign = s.maximize ? T(-1) : T(1);
-  const bool l2 = !s.decoupled && s.weight_decay != 0;
-  const bool decoupled = s.decoupled && s.weight_decay != 0;
-  const int kind = l2 ? 1 : decoupled ? 2 : 0;
+  AdamCoeffs<T> c;
+  c.sign = s.maximize ? T(-1) : T(1);
+  c.weight_decay = static_cast<T>(s.weight_decay);
+  c.decay_factor = static_cast<T>(1.0 - s.lr * s.weight_decay);
+  c.beta1 = static_cast<T>(s.beta1);
+  c.beta2 = static_cast<T>(s.beta2);
+  c.one_beta1 = static_cast<T>(1.0 - s.beta1);
+  c.one_beta2 = static_cast<T>(1.0 - s.beta2);
+  c.bc2_sqrt = static_cast<T>(std::sqrt(bc2));
+  c.eps = static_cast<T>(s.eps);
+  c.neg_step_size = static_cast<T>(-(s.lr / bc1));
+  c.decay = s.weight_decay == 0 ? 0 : s.decoupled ? 2 : 1;
+  auto loop = [] {
+    if constexpr (std::is_same_v<T, float>)
+      return update_kernels().adam;
+    else
+      return static_cast<void (*)(T*, const T*, T*, T*, T*, int64_t, const AdamCoeffs<T>&)>(
+          &adam_reference);
+  }();
   parallel_for(0, n, kUpdateGrain, [&](int64_t b, int64_t e) {
-    auto run = [&](auto amsgrad, auto decay_kind) {
-      adam_loop<T, decltype(amsgrad)::value, decltype(decay_kind)::value>(
-          p, g, m, v, vmax, b, e, sign, wd, decay, b1, b2, one_b1, one_b2, bc2_sqrt, eps,
-          neg_step_size);
-    };
-    using F = std::false_type;
-    using Tr = std::true_type;
-    using D0 = std::integral_constant<int, 0>;
-    using D1 = std::integral_constant<int, 1>;
-    using D2 = std::integral_constant<int, 2>;
-    if (vmax != nullptr) {
-      if (kind == 0)
-        run(Tr{}, D0{});
-      else if (kind == 1)
-        run(Tr{}, D1{});
-      else
-        run(Tr{}, D2{});
-    } else {
-      if (kind == 0)
-        run(F{}, D0{});
-      else if (kind == 1)
-        run(F{}, D1{});
-      else
-        run(F{}, D2{});
-    }
+    loop(p + b, g + b, m + b, v + b, vmax != nullptr ? vmax + b : nullptr, e - b, c);
   });
 }
 

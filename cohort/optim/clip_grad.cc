@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <type_traits>
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/parallel.h"
+#include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
 namespace cohort::optim {
@@ -23,7 +25,11 @@ double accumulate(const T* x, int64_t n, double p) {
     if (inf) {
       for (int64_t i = b; i < e; ++i) acc = std::max(acc, static_cast<double>(std::abs(x[i])));
     } else if (p == 2.0) {
-      for (int64_t i = b; i < e; ++i) acc += static_cast<double>(x[i]) * x[i];
+      // float32 through the kernel path's loop (update_kernels.h).
+      if constexpr (std::is_same_v<T, float>)
+        acc = update_kernels().sum_squares(x + b, e - b);
+      else
+        acc = sum_squares_reference(x + b, e - b);
     } else if (p == 1.0) {
       for (int64_t i = b; i < e; ++i) acc += std::abs(static_cast<double>(x[i]));
     } else {

@@ -1,7 +1,10 @@
 #include "cohort/optim/sgd.h"
 
+#include <type_traits>
+
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/parallel.h"
+#include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
 namespace cohort::optim {
@@ -14,22 +17,31 @@ struct SgdStep {
 };
 
 template <typename T>
+SgdCoeffs<T> coeffs(const SgdStep& s) {
+  return {static_cast<T>(s.lr),
+          static_cast<T>(s.momentum),
+          static_cast<T>(1.0 - s.dampening),
+          static_cast<T>(s.weight_decay),
+          s.maximize ? T(-1) : T(1),
+          s.weight_decay != 0,
+          s.momentum != 0,
+          s.first,
+          s.nesterov};
+}
+
+// float32 through the kernel path's loop (update_kernels.h), float64 through
+// the reference loop; chunks of kUpdateGrain over the thread budget.
+template <typename T>
 void sgd_kernel(T* p, const T* g, T* buf, int64_t n, const SgdStep& s) {
-  const T lr = static_cast<T>(s.lr), mom = static_cast<T>(s.momentum);
-  const T damp1 = static_cast<T>(1.0 - s.dampening), wd = static_cast<T>(s.weight_decay);
-  const T sign = s.maximize ? T(-1) : T(1);
-  const bool has_wd = s.weight_decay != 0, has_mom = s.momentum != 0;
+  const SgdCoeffs<T> c = coeffs<T>(s);
+  auto loop = [] {
+    if constexpr (std::is_same_v<T, float>)
+      return update_kernels().sgd;
+    else
+      return static_cast<void (*)(T*, const T*, T*, int64_t, const SgdCoeffs<T>&)>(&sgd_reference);
+  }();
   parallel_for(0, n, kUpdateGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T d = sign * g[i];
-      if (has_wd) d = d + wd * p[i];
-      if (has_mom) {
-        T m = s.first ? d : buf[i] * mom + damp1 * d;
-        buf[i] = m;
-        d = s.nesterov ? d + mom * m : m;
-      }
-      p[i] = p[i] - lr * d;
-    }
+    loop(p + b, g + b, buf != nullptr ? buf + b : nullptr, e - b, c);
   });
 }
 
