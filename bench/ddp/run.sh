@@ -14,6 +14,8 @@
 # Targets (REFERENCE.md): time <= 0.5x PyTorch, accuracy >= PyTorch - 0.5
 # points, peak memory <= 0.5x, scaling efficiency (2-worker throughput /
 # 1-worker throughput / 2) >= 0.9.
+# COHORT_KERNELS=baseline|avx2|avx512 forces cohort's kernel path and holds
+# PyTorch to the same ISA (bench/kernel_path.sh).
 # Usage: [ROUNDS=n] bench/ddp/run.sh [build-dir]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,6 +39,8 @@ run_cohort() {  # name nproc
   echo "{\"mem\": $(peak_mib "$tmp/$1.time"), \"cpu\": $(cpu_s "$tmp/$1.time")}" >"$tmp/$1.res"
 }
 
+source "$root/bench/kernel_path.sh"
+bench_kernel_path "$cohort"
 for ((r = 1; r <= ${ROUNDS:-1}; r++)); do
   echo "== round $r" >&2
   run_cohort "cohort2.$r" 2

@@ -8,6 +8,8 @@
 # whole process's user + system time (start-up, data loading and evaluation
 # included), which a busy shared machine disturbs less than wall time.
 # Targets (REFERENCE.md): time ratio <= 0.5, accuracy >= PyTorch's - 0.5 points.
+# COHORT_KERNELS=baseline|avx2|avx512 forces cohort's kernel path and holds
+# PyTorch to the same ISA (bench/kernel_path.sh).
 # Usage: bench/train/run.sh [build-dir] [thread counts, default "1 2"]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,6 +27,8 @@ cpu_s() {  # user + system CPU seconds of the whole process (load and evaluation
   awk -F: '/User time|System time/ {s += $2} END {printf "%.1f", s}' "$1"
 }
 
+source "$root/bench/kernel_path.sh"
+bench_kernel_path "$cohort"
 printf '%-8s %-7s %9s %11s %9s %9s %8s\n' impl threads seconds samples/s accuracy peak_MiB cpu_s
 for t in $threads; do
   /usr/bin/time -v "$cohort" train --model net --dataset fashion-mnist --epochs 1 --threads "$t" \

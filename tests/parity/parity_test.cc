@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "cohort/base/cpu.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/optim.h"
 #include "tensor_file.h"
@@ -66,7 +67,9 @@ int run(const std::string& cmd, std::string& output) {
          << what << ": max |cohort - torch| = " << diff << ", torch scale " << scale;
 }
 
-class Parity : public ::testing::Test {
+// Every test runs once per kernel path the host can execute (baseline, avx2,
+// avx512), the PyTorch script once for all.
+class Parity : public ::testing::TestWithParam<KernelPath> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(std::filesystem::temp_directory_path() /
@@ -152,8 +155,14 @@ class Parity : public ::testing::Test {
   }
 
   void SetUp() override {
+    const std::string why = kernel_path_unsupported_reason(GetParam());
+    if (!why.empty()) GTEST_SKIP() << kernel_path_name(GetParam()) << ": " << why;
+    guard_ = std::make_unique<KernelPathGuard>(GetParam());
     if (error_ != nullptr) FAIL() << *error_;
   }
+  void TearDown() override { guard_.reset(); }
+
+  std::unique_ptr<KernelPathGuard> guard_;
 
   static TensorDict load(const std::string& file) {
     return parity::read_tensor_file(*dir_ + "/" + file);
@@ -169,7 +178,14 @@ std::string* Parity::dir_ = nullptr;
 std::string* Parity::error_ = nullptr;
 TensorDict* Parity::torch_ = nullptr;
 
-TEST_F(Parity, NetForwardLossAndGradients) {
+INSTANTIATE_TEST_SUITE_P(Paths, Parity,
+                         ::testing::Values(KernelPath::kBaseline, KernelPath::kAvx2,
+                                           KernelPath::kAvx512),
+                         [](const ::testing::TestParamInfo<KernelPath>& info) {
+                           return std::string(kernel_path_name(info.param));
+                         });
+
+TEST_P(Parity, NetForwardLossAndGradients) {
   Generator gen(0);
   nn::Net net(gen);
   net.load_state_dict(load("net_init.safetensors"));
@@ -183,7 +199,7 @@ TEST_F(Parity, NetForwardLossAndGradients) {
     EXPECT_TRUE(close("grad of " + name, p.grad(), torch("net.grad." + name)));
 }
 
-TEST_F(Parity, NetSgdMomentumLossCurve) {
+TEST_P(Parity, NetSgdMomentumLossCurve) {
   Generator gen(0);
   nn::Net net(gen);
   net.load_state_dict(load("net_init.safetensors"));
@@ -224,7 +240,7 @@ void toy_run(const std::string& key, optim::Optimizer& opt, nn::ToyModel& model,
     EXPECT_TRUE(close(key + " final " + name, p, torch_out.at("toy." + key + ".final." + name)));
 }
 
-TEST_F(Parity, ToyModelAdam) {
+TEST_P(Parity, ToyModelAdam) {
   Generator gen(0);
   nn::ToyModel model(gen);
   model.load_state_dict(load("toy_init.safetensors"));
@@ -232,7 +248,7 @@ TEST_F(Parity, ToyModelAdam) {
   toy_run("adam", opt, model, load("toy_batches.safetensors"), *torch_);
 }
 
-TEST_F(Parity, ToyModelAdamWAmsgrad) {
+TEST_P(Parity, ToyModelAdamWAmsgrad) {
   Generator gen(0);
   nn::ToyModel model(gen);
   model.load_state_dict(load("toy_init.safetensors"));
@@ -247,7 +263,7 @@ Tensor leaf(const Tensor& t) {
   return c;
 }
 
-TEST_F(Parity, Layers) {
+TEST_P(Parity, Layers) {
   TensorDict in = load("layers_in.safetensors");
   auto weighted = [&](const Tensor& y, const std::string& c) { return sum(y * in.at(c)); };
   auto check = [&](const std::string& key, const Tensor& mine) {
@@ -339,7 +355,7 @@ TEST_F(Parity, Layers) {
   }
 }
 
-TEST_F(Parity, Schedulers) {
+TEST_P(Parity, Schedulers) {
   auto check = [&](const std::string& key, auto make) {
     Tensor p = Tensor::zeros({1});
     p.set_requires_grad(true);

@@ -1,9 +1,11 @@
-// `cohort info`: version, BLAS, thread count, optional backends.
+// `cohort info`: version, CPU and kernel path, BLAS, thread count, optional backends.
 #include <cblas.h>
 
 #include <cstdio>
+#include <string>
 
 #include "cohort/base/config.h"
+#include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "tools/cohort/command.h"
 
@@ -14,6 +16,16 @@ namespace {
 
 int run_info() {
   std::printf("cohort %s\n", COHORT_VERSION);
+  const CpuFeatures& cpu = cpu_features();
+  std::string features, paths;
+  for (const std::string& f : cpu.names()) features += (features.empty() ? "" : " ") + f;
+  for (KernelPath p : supported_kernel_paths())
+    paths += (paths.empty() ? "" : ", ") + std::string(kernel_path_name(p));
+  std::printf("cpu: %s (%s)\n", cpu.model.c_str(), cpu.arch.c_str());
+  std::printf("cpu features: %s\n", features.empty() ? "(none of interest)" : features.c_str());
+  std::printf("kernel paths: %s (this CPU); in use: %s%s\n", paths.c_str(),
+              kernel_path_name(kernel_path()),
+              kernel_path() == best_kernel_path() ? "" : " (forced)");
   std::printf("blas: OpenBLAS (%s)\n", openblas_get_config());
   std::printf("threads: %d\n", num_threads());
   std::printf("backends: native%s%s\n", COHORT_HAVE_MPI ? ", mpi" : "",
@@ -21,8 +33,9 @@ int run_info() {
   return 0;
 }
 
-CommandRegistrar reg({"info", "Print version, BLAS, thread count and built backends",
-                      [](CLI::App&) { return std::function<int()>(run_info); }});
+CommandRegistrar reg(
+    {"info", "Print version, CPU features and kernel path, BLAS, thread count and built backends",
+     [](CLI::App&) { return std::function<int()>(run_info); }});
 
 }  // namespace
 }  // namespace cohort::cli

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <map>
 
+#include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
 #include "tools/cohort/command.h"
 
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    // COHORT_KERNELS is checked here, before any work or worker starts, so a
+    // path this CPU lacks fails at once with the reason.
+    cohort::kernel_path();
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) return run();
     }

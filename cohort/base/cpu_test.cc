@@ -1,0 +1,80 @@
+#include "cohort/base/cpu.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cohort/base/error.h"
+
+namespace cohort {
+namespace {
+
+TEST(KernelPath, NamesRoundTrip) {
+  for (KernelPath p : {KernelPath::kBaseline, KernelPath::kAvx2, KernelPath::kAvx512})
+    EXPECT_EQ(parse_kernel_path(kernel_path_name(p)), p);
+}
+
+TEST(KernelPath, UnknownNameListsTheChoices) {
+  try {
+    parse_kernel_path("sse9");
+    FAIL() << "no throw";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'sse9'"), std::string::npos) << what;
+    EXPECT_NE(what.find("baseline, avx2, avx512"), std::string::npos) << what;
+  }
+}
+
+TEST(KernelPath, BaselineIsAlwaysSupportedAndBestIsSupported) {
+  EXPECT_TRUE(kernel_path_supported(KernelPath::kBaseline));
+  const auto paths = supported_kernel_paths();
+  ASSERT_FALSE(paths.empty());
+  EXPECT_EQ(paths.front(), KernelPath::kBaseline);
+  EXPECT_EQ(paths.back(), best_kernel_path());
+  EXPECT_TRUE(kernel_path_supported(best_kernel_path()));
+}
+
+TEST(KernelPath, SupportFollowsTheCpuFeatures) {
+  const CpuFeatures& f = cpu_features();
+#if defined(__x86_64__)
+  EXPECT_EQ(kernel_path_supported(KernelPath::kAvx2), f.avx2 && f.fma && f.f16c);
+  EXPECT_EQ(kernel_path_supported(KernelPath::kAvx512),
+            f.avx2 && f.fma && f.f16c && f.avx512f && f.avx512dq && f.avx512bw && f.avx512vl);
+  EXPECT_TRUE(f.sse42) << "the baseline build needs x86-64-v2";
+#else
+  EXPECT_FALSE(kernel_path_supported(KernelPath::kAvx2));
+  EXPECT_FALSE(kernel_path_supported(KernelPath::kAvx512));
+#endif
+  EXPECT_FALSE(f.arch.empty());
+  EXPECT_FALSE(f.model.empty());
+}
+
+TEST(KernelPath, ForcingAnUnsupportedPathThrowsAndChangesNothing) {
+  const KernelPath before = kernel_path();
+  for (KernelPath p : {KernelPath::kAvx2, KernelPath::kAvx512}) {
+    if (kernel_path_supported(p)) continue;
+    try {
+      set_kernel_path(p);
+      FAIL() << "no throw for " << kernel_path_name(p);
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(kernel_path_name(p)), std::string::npos) << what;
+      EXPECT_NE(what.find("this CPU can run: baseline"), std::string::npos) << what;
+    }
+    EXPECT_EQ(kernel_path(), before);
+  }
+}
+
+TEST(KernelPath, GuardForcesAndRestores) {
+  const KernelPath before = kernel_path();
+  for (KernelPath p : supported_kernel_paths()) {
+    {
+      KernelPathGuard guard(p);
+      EXPECT_EQ(kernel_path(), p);
+    }
+    EXPECT_EQ(kernel_path(), before);
+  }
+}
+
+}  // namespace
+}  // namespace cohort
