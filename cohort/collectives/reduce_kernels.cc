@@ -8,7 +8,9 @@
 #include <immintrin.h>
 #endif
 
+#include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
+#include "cohort/collectives/reduce_kernel_table.h"
 
 namespace cohort::collectives {
 
@@ -109,7 +111,9 @@ void reduce_typed(void* dst, const void* src, size_t n, ReduceOp op) {
 }
 
 // 16-bit types go through float32 in blocks, so each conversion loop and the
-// float reduction vectorize (F16C / AVX for float16, shifts for bfloat16).
+// float reduction vectorize (shifts for bfloat16; F16C for float16 where the
+// build targets it, else the scalar conversion: the baseline build has no
+// F16C, and the avx2 / avx512 paths have their own copies, reduce_kernels_isa.cc).
 constexpr size_t kHalfBlock = 256;
 
 void bf16_block_to_float(const uint16_t* __restrict in, float* __restrict out, size_t n) {
@@ -166,14 +170,57 @@ void reduce_half(void* dst_v, const void* src_v, size_t n, ReduceOp op) {
   }
 }
 
+// The baseline table: the plain loops above.
+void f32_reference(float* dst, const float* src, size_t n, ReduceOp op) {
+  reduce_typed<float>(dst, src, n, op);
+}
+void f64_reference(double* dst, const double* src, size_t n, ReduceOp op) {
+  reduce_typed<double>(dst, src, n, op);
+}
+void bf16_reference(uint16_t* dst, const uint16_t* src, size_t n, ReduceOp op) {
+  reduce_half<bf16_block_to_float, float_block_to_bf16>(dst, src, n, op);
+}
+void f16_reference(uint16_t* dst, const uint16_t* src, size_t n, ReduceOp op) {
+  reduce_half<f16_block_to_float, float_block_to_f16>(dst, src, n, op);
+}
+
+const ReduceKernelTable kReferenceTable{&f32_reference, &f64_reference, &bf16_reference,
+                                        &f16_reference};
+
 }  // namespace
+
+#if defined(__x86_64__)
+namespace isa_avx2 {
+extern const ReduceKernelTable kReduceKernelTable;
+}
+namespace isa_avx512 {
+extern const ReduceKernelTable kReduceKernelTable;
+}
+#endif
+
+const ReduceKernelTable& reduce_kernel_table_reference() { return kReferenceTable; }
+
+const ReduceKernelTable& reduce_kernel_table() {
+  switch (kernel_path()) {
+#if defined(__x86_64__)
+    case KernelPath::kAvx512:
+      return isa_avx512::kReduceKernelTable;
+    case KernelPath::kAvx2:
+      return isa_avx2::kReduceKernelTable;
+#endif
+    default:
+      return kReferenceTable;
+  }
+}
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
     case DataType::kFloat32:
-      return reduce_typed<float>(dst, src, count, op);
+      return reduce_kernel_table().f32(static_cast<float*>(dst), static_cast<const float*>(src),
+                                       count, op);
     case DataType::kFloat64:
-      return reduce_typed<double>(dst, src, count, op);
+      return reduce_kernel_table().f64(static_cast<double*>(dst), static_cast<const double*>(src),
+                                       count, op);
     case DataType::kInt32:
       return reduce_typed<int32_t>(dst, src, count, op);
     case DataType::kInt64:
@@ -181,9 +228,11 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dtype, Reduc
     case DataType::kUInt8:
       return reduce_typed<uint8_t>(dst, src, count, op);
     case DataType::kBFloat16:
-      return reduce_half<bf16_block_to_float, float_block_to_bf16>(dst, src, count, op);
+      return reduce_kernel_table().bf16(static_cast<uint16_t*>(dst),
+                                        static_cast<const uint16_t*>(src), count, op);
     case DataType::kFloat16:
-      return reduce_half<f16_block_to_float, float_block_to_f16>(dst, src, count, op);
+      return reduce_kernel_table().f16(static_cast<uint16_t*>(dst),
+                                       static_cast<const uint16_t*>(src), count, op);
   }
   throw InvalidArgument(fmt::format("reduce: unknown dtype {}", static_cast<int>(dtype)));
 }

@@ -1,8 +1,9 @@
 // Element-wise reduction kernels the algorithms apply to received data:
 // dst[i] = op(dst[i], src[i]). Sum, product, min and max; avg reduces as sum
 // and finish_avg divides once at the end. bfloat16/float16 go through float32
-// and round to nearest even. The float32 sum is written so the compiler
-// vectorizes it (restrict pointers, no aliasing).
+// and round to nearest even. The float loops are plain loops the compiler
+// vectorizes (restrict pointers, no aliasing), compiled once per kernel path
+// (AVX2 / AVX-512 copies chosen at run time, reduce_kernel_table.h).
 //
 // Thread safety: pure functions. The scalar conversions are exposed for tests
 // and for the serial reference.

@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
+
+#include "cohort/base/kernel_path_testing.h"
+#include "cohort/collectives/reduce_kernel_table.h"
 
 namespace cohort::collectives {
 namespace {
@@ -92,6 +98,117 @@ TEST(ReduceKernels, ElementSizesAndNames) {
   EXPECT_EQ(dtype_name(DataType::kBFloat16), "bfloat16");
   EXPECT_EQ(reduce_op_name(ReduceOp::kProduct), "product");
 }
+
+// Every kernel path against the reference loops (reduce_kernel_table.h);
+// paths this CPU cannot run are reported as skipped.
+class ReduceKernelPaths : public cohort::testing::KernelPathTest {};
+
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin,
+                             ReduceOp::kMax};
+constexpr size_t kLengths[] = {0, 1, 7, 15, 17, 33, 255, 257, 1000, 1003};
+
+// Random floats with NaN, inf and -inf on either side, in different places.
+std::vector<float> inputs(size_t n, uint64_t seed, bool dst_side) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-100, 100);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(gen);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  if (n > 4) {
+    v[dst_side ? 0 : 1] = nan;
+    v[dst_side ? 2 : 3] = inf;
+    v[n - 1] = dst_side ? -inf : nan;
+    v[n / 2] = dst_side ? -0.0f : 0.0f;
+  }
+  return v;
+}
+
+// Bit equality, any NaN matching any NaN of the same sign (NaN payloads
+// differ between F16C and the scalar float16 conversion).
+template <typename T>
+bool same(T a, T b) {
+  if (a != a || b != b) return a != a && b != b && std::signbit(a) == std::signbit(b);
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <typename T, typename Kernel>
+void expect_matches_reference(Kernel ReduceKernelTable::*kernel, DataType dt,
+                              const std::vector<T>& dst0, const std::vector<T>& src,
+                              float (*decode)(uint16_t)) {
+  for (ReduceOp op : kOps) {
+    std::vector<T> got = dst0, want = dst0;
+    reduce_into(got.data(), src.data(), got.size(), dt, op);
+    (reduce_kernel_table_reference().*kernel)(want.data(), src.data(), want.size(), op);
+    for (size_t i = 0; i < got.size(); ++i) {
+      bool ok;
+      if constexpr (std::is_same_v<T, uint16_t>)
+        ok = same(decode(got[i]), decode(want[i])) &&
+             (decode(got[i]) != decode(got[i]) || got[i] == want[i]);
+      else
+        ok = same(got[i], want[i]);
+      ASSERT_TRUE(ok) << dtype_name(dt) << " " << reduce_op_name(op) << " n=" << got.size() << " ["
+                      << i << "]: " << +got[i] << " vs reference " << +want[i];
+    }
+  }
+}
+
+TEST_P(ReduceKernelPaths, Float32MatchesReference) {
+  for (size_t n : kLengths)
+    expect_matches_reference<float>(&ReduceKernelTable::f32, DataType::kFloat32, inputs(n, 1, true),
+                                    inputs(n, 2, false), nullptr);
+}
+
+TEST_P(ReduceKernelPaths, Float64MatchesReference) {
+  for (size_t n : kLengths) {
+    std::vector<float> a = inputs(n, 3, true), b = inputs(n, 4, false);
+    std::vector<double> d(a.begin(), a.end()), s(b.begin(), b.end());
+    for (size_t i = 0; i < n; ++i) d[i] *= 1.0 + 1e-12 * static_cast<double>(i);  // past float
+    expect_matches_reference<double>(&ReduceKernelTable::f64, DataType::kFloat64, d, s, nullptr);
+  }
+}
+
+TEST_P(ReduceKernelPaths, BFloat16MatchesReference) {
+  for (size_t n : kLengths) {
+    std::vector<float> a = inputs(n, 5, true), b = inputs(n, 6, false);
+    std::vector<uint16_t> d(n), s(n);
+    for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(a[i]), s[i] = float_to_bf16(b[i]);
+    expect_matches_reference<uint16_t>(&ReduceKernelTable::bf16, DataType::kBFloat16, d, s,
+                                       &bf16_to_float);
+  }
+}
+
+TEST_P(ReduceKernelPaths, Float16MatchesReference) {
+  for (size_t n : kLengths) {
+    std::vector<float> a = inputs(n, 7, true), b = inputs(n, 8, false);
+    std::vector<uint16_t> d(n), s(n);
+    for (size_t i = 0; i < n; ++i) d[i] = float_to_f16(a[i]), s[i] = float_to_f16(b[i]);
+    expect_matches_reference<uint16_t>(&ReduceKernelTable::f16, DataType::kFloat16, d, s,
+                                       &f16_to_float);
+  }
+}
+
+// Every float16 value through both conversions (x * 1 and x + -0 are x), and
+// sums and products that round (halves, subnormals, overflow to inf), as the
+// scalar conversion gives them.
+TEST_P(ReduceKernelPaths, Float16ConversionsMatchScalarForEveryValue) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  const std::vector<uint16_t> one(all.size(), float_to_f16(1.0f));
+  const std::vector<uint16_t> neg_zero(all.size(), 0x8000);
+  std::vector<uint16_t> shuffled = all;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937_64(9));
+  expect_matches_reference<uint16_t>(&ReduceKernelTable::f16, DataType::kFloat16, all, one,
+                                     &f16_to_float);
+  expect_matches_reference<uint16_t>(&ReduceKernelTable::f16, DataType::kFloat16, all, neg_zero,
+                                     &f16_to_float);
+  expect_matches_reference<uint16_t>(&ReduceKernelTable::f16, DataType::kFloat16, all, shuffled,
+                                     &f16_to_float);
+  expect_matches_reference<uint16_t>(&ReduceKernelTable::bf16, DataType::kBFloat16, all, shuffled,
+                                     &bf16_to_float);
+}
+
+COHORT_INSTANTIATE_KERNEL_PATHS(ReduceKernelPaths);
 
 }  // namespace
 }  // namespace cohort::collectives
