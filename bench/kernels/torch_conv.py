@@ -15,6 +15,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--threads", default="1,2")
 p.add_argument("--seconds", type=float, default=0.5)
 p.add_argument("--batch", type=int, default=64)
+p.add_argument("--filter", default="", help='only "<layer> <pass>" names containing it')
 a = p.parse_args()
 
 
@@ -67,10 +68,15 @@ with torch.no_grad():
                               ("backward_input", bw([True, False, False])),
                               ("backward_weight", bw([False, True, True])),
                               ("backward_relu", bw_relu)]:
+                if a.filter not in f"{name} {pass_}":
+                    continue
                 ms, cpu_ms = time_ms(fn, a.seconds)
                 passes = 2 if pass_ == "backward_relu" and want_dx else 1
                 print(f"{name} {pass_} threads={t} ms={ms:.4f} "
                       f"gflops={passes * gflop / (ms * 1e-3):.1f} cpu_ms={cpu_ms:.4f}", flush=True)
+        # Pool lines are printed unless the filter names something else.
+        if a.filter and "pool" not in a.filter:
+            continue
         px = torch.rand(a.batch, 20, 20, 20)
         ms, cpu_ms = time_ms(lambda: F.max_pool2d(px, 2, return_indices=True), a.seconds)
         print(f"pool forward threads={t} ms={ms:.4f} cpu_ms={cpu_ms:.4f}", flush=True)

@@ -1,0 +1,864 @@
+// cohort's conv2d / max_pool2d kernels against oneDNN (the library PyTorch
+// 1.13 runs for these convolutions), one instruction set per process.
+//
+//   bench_onednn_conv --isa avx2 [--threads 1] [--seconds 0.3] [--repeats 9]
+//                     [--batch 64] [--filter text] [--algo direct|auto]
+//
+// --isa (baseline, avx2, avx512; default: cohort's current path) holds both
+// sides to one ISA: cohort through set_kernel_path, oneDNN through
+// dnnl::set_max_cpu_isa (sse41, avx2, avx512_core) before its first
+// primitive. An ISA this CPU (or this build of cohort) lacks prints one
+// "skip" line and exits 0, so scripts can loop over all of them.
+//
+// Passes, on Net's layers at batch 64, float32, NCHW, stride 1, no padding:
+// conv1 = Conv2d(1, 20, 5) on 28x28, conv2 = Conv2d(20, 20, 5) on 24x24:
+// forward (+bias), forward_relu (fused ReLU), backward_input (dx),
+// backward_weight (dw + dbias), backward_relu (ReLU backward + dx + dw + dbias,
+// conv1 without dx as in training); pool = max_pool2d 2x2 of [64, 20, 20, 20]
+// forward (with argmax / workspace) and backward.
+//
+// Each pass is timed for cohort and for three ways of calling oneDNN:
+//   onednn         primitives created with format_tag::any, and every tensor
+//                  kept in the layout the forward primitive chose (what a
+//                  framework that stays in oneDNN's blocked layouts runs);
+//                  a backward primitive that wants another layout pays its
+//                  reorder inside the timed call.
+//   onednn+reorder the same primitives on NCHW / OIHW tensors: reorders in
+//                  and out of the chosen layouts are timed (what PyTorch
+//                  1.13 does for ordinary NCHW tensors; weights change every
+//                  step, so they are reordered every call too).
+//   onednn_nchw    primitives created for the plain layouts themselves (no
+//                  reorders; what cohort would get by handing oneDNN its
+//                  NCHW buffers as they are).
+// Every figure is the median over --repeats rounds (after a warm-up) of the
+// time per call; the implementations' rounds are interleaved so that load
+// from other processes falls on all of them alike. Before timing, every
+// variant's outputs are checked against cohort's ("# check" lines).
+//
+// The top lines give the CPU, the ISA each side is held to, the core's clock
+// (measured with a chain of dependent adds, one per cycle; /proc/cpuinfo's
+// "cpu MHz" beside it) and the fp32 peak per core = FMA units x lanes x 2 x
+// clock (baseline: SSE without FMA, counted as a multiply and an add per unit
+// pair), checked against an FMA loop. GFLOP/s counts 2 x the multiply-adds of
+// a direct convolution (cohort::kernels::conv2d_macs), so Winograd, which
+// does fewer, can pass 100% of the peak.
+// --threads N[,M...] sets both cohort's thread budget (set_num_threads) and
+// oneDNN's (omp_set_num_threads: Debian's oneDNN runs on OpenMP, libgomp);
+// the default is 1. The baseline ISA re-executes itself with
+// OPENBLAS_CORETYPE=Nehalem, so that OpenBLAS (cohort's im2col path) is held
+// to SSE like oneDNN's sse41.
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cohort/base/cpu.h"
+#include "cohort/base/parallel.h"
+#include "cohort/core/kernels/conv2d.h"
+#include "cohort/core/kernels/pool2d.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+using cohort::kernels::Conv2dGeometry;
+using Clock = std::chrono::steady_clock;
+using dnnl::memory;
+using Tag = dnnl::memory::format_tag;
+
+namespace {
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& e : v) e = d(rng);
+  return v;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------- the core
+
+// Clock of this core under load, from a chain of dependent integer adds (one
+// per cycle on every x86-64 core of the last 15 years): best of 40 runs of
+// about 1 ms (short, so that some run sees no preemption on a busy machine).
+constexpr int kBestOf = 40;
+double measure_clock_ghz() {
+  double best = 0;
+  for (int run = 0; run < kBestOf; ++run) {
+    int64_t n = 200'000, x = 0;
+    const auto t0 = Clock::now();
+    asm volatile(
+        "1:\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "dec %1\n\tjnz 1b\n"
+        : "+r"(x), "+r"(n));
+    best = std::max(best, 200'000.0 * 16 / seconds_since(t0) * 1e-9);
+  }
+  return best;
+}
+
+// /proc/cpuinfo's "cpu MHz" of the first CPU (0 when absent).
+double cpuinfo_mhz() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("cpu MHz", 0) == 0) return std::atof(line.substr(line.find(':') + 1).c_str());
+  return 0;
+}
+
+std::string loadavg() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+// Measured fp32 FLOP/s of one core on independent chains in the ISA's widest
+// vectors, written in assembly so that the accumulators stay in registers:
+// 12 FMA chains (covers latency 4-5 x 2 units) for AVX2 and AVX-512; for the
+// baseline (x86-64-v2 has no FMA) 6 multiply and 6 add chains.
+constexpr int64_t kFmaSteps = 100'000;
+
+// clang-format off
+// One step of chain k: acc_k = 0 * 0 + acc_k (the values never change).
+#define COHORT_FMA(op, r, k) op " %%" r "12, %%" r "13, %%" r #k "\n\t"
+#define COHORT_FMA12(op, r)                                                           \
+  COHORT_FMA(op, r, 0) COHORT_FMA(op, r, 1) COHORT_FMA(op, r, 2) COHORT_FMA(op, r, 3) \
+  COHORT_FMA(op, r, 4) COHORT_FMA(op, r, 5) COHORT_FMA(op, r, 6) COHORT_FMA(op, r, 7) \
+  COHORT_FMA(op, r, 8) COHORT_FMA(op, r, 9) COHORT_FMA(op, r, 10) COHORT_FMA(op, r, 11)
+// Zeroes xmm k (garbage could hold denormals, which are slow); the VEX loops
+// start with vzeroall instead.
+#define COHORT_ZERO(k) "xorps %%xmm" #k ", %%xmm" #k "\n\t"
+#define COHORT_ZERO13                                                               \
+  COHORT_ZERO(0) COHORT_ZERO(1) COHORT_ZERO(2) COHORT_ZERO(3) COHORT_ZERO(4)        \
+  COHORT_ZERO(5) COHORT_ZERO(6) COHORT_ZERO(7) COHORT_ZERO(8) COHORT_ZERO(9)        \
+  COHORT_ZERO(10) COHORT_ZERO(11) COHORT_ZERO(12)
+#define COHORT_CLOBBER16                                                            \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",   \
+  "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+// clang-format on
+
+double fma_loop(cohort::KernelPath path) {
+  int64_t n = kFmaSteps;
+  const auto t0 = Clock::now();
+  double flop_per_step;
+  if (path == cohort::KernelPath::kAvx512) {
+    asm volatile(
+        "vzeroall\n\t"
+        "1:\n\t" COHORT_FMA12("vfmadd231ps", "zmm") "dec %0\n\tjnz 1b\n\tvzeroupper\n"
+        : "+r"(n)
+        :
+        : COHORT_CLOBBER16);
+    flop_per_step = 12.0 * 16 * 2;
+  } else if (path == cohort::KernelPath::kAvx2) {
+    asm volatile(
+        "vzeroall\n\t"
+        "1:\n\t" COHORT_FMA12("vfmadd231ps", "ymm") "dec %0\n\tjnz 1b\n\tvzeroupper\n"
+        : "+r"(n)
+        :
+        : COHORT_CLOBBER16);
+    flop_per_step = 12.0 * 8 * 2;
+  } else {
+    asm volatile(COHORT_ZERO13
+                 "1:\n\t"
+                 "mulps %%xmm12, %%xmm0\n\taddps %%xmm12, %%xmm1\n\tmulps %%xmm12, %%xmm2\n\t"
+                 "addps %%xmm12, %%xmm3\n\tmulps %%xmm12, %%xmm4\n\taddps %%xmm12, %%xmm5\n\t"
+                 "mulps %%xmm12, %%xmm6\n\taddps %%xmm12, %%xmm7\n\tmulps %%xmm12, %%xmm8\n\t"
+                 "addps %%xmm12, %%xmm9\n\tmulps %%xmm12, %%xmm10\n\taddps %%xmm12, %%xmm11\n\t"
+                 "dec %0\n\tjnz 1b\n"
+                 : "+r"(n)
+                 :
+                 : COHORT_CLOBBER16);
+    flop_per_step = 12.0 * 4;
+  }
+  return kFmaSteps * flop_per_step / seconds_since(t0);
+}
+
+struct Isa {
+  cohort::KernelPath path;
+  dnnl::cpu_isa onednn;
+  const char* onednn_name;
+  int lanes;        // fp32 lanes per vector (per FMA-unit equivalent)
+  const char* why;  // how the peak is counted
+};
+
+// ------------------------------------------------------------ oneDNN side
+
+enum class Variant { kKeepLayout, kNchwReorder, kNchwPlain };
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::kKeepLayout:
+      return "onednn";
+    case Variant::kNchwReorder:
+      return "onednn+reorder";
+    case Variant::kNchwPlain:
+      return "onednn_nchw";
+  }
+  return "?";
+}
+
+// oneDNN's own name for a blocked layout (what ONEDNN_VERBOSE prints): one
+// letter per dimension, outermost first, upper case when the dimension is
+// also blocked inside, then the inner blocks ("aBcd8b" is nChw8c).
+std::string layout_name(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked) return "special";
+  const auto& b = d.format_desc.blocking;
+  std::vector<int> order(d.ndims);
+  for (int i = 0; i < d.ndims; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int x, int y) { return b.strides[x] > b.strides[y]; });
+  std::string s;
+  for (int i : order) {
+    bool blocked = false;
+    for (int k = 0; k < b.inner_nblks; ++k) blocked |= b.inner_idxs[k] == i;
+    s += static_cast<char>((blocked ? 'A' : 'a') + i);
+  }
+  for (int k = 0; k < b.inner_nblks; ++k)
+    s += std::to_string(b.inner_blks[k]) + static_cast<char>('a' + b.inner_idxs[k]);
+  return s;
+}
+
+// A timed call: primitives (reorders included) run in order on one stream.
+struct Chain {
+  std::vector<std::pair<dnnl::primitive, std::unordered_map<int, memory>>> steps;
+  std::string what;  // "jit:avx2 aBcd8b ABcd8b8a a>aBcd8b": impl, layouts in>out
+  int reorders = 0;
+  void run(dnnl::stream& s) {
+    for (auto& [p, args] : steps) p.execute(s, args);
+    s.wait();
+  }
+};
+
+// Everything one (layer, variant) needs, set up once.
+class OnednnConv {
+ public:
+  OnednnConv(const dnnl::engine& eng, dnnl::stream& s, const Conv2dGeometry& g, Variant v,
+             dnnl::algorithm algo, const std::vector<float>& x, const std::vector<float>& w,
+             const std::vector<float>& b, const std::vector<float>& dy, bool want_dx)
+      : eng_(eng), s_(s) {
+    const memory::dims xd{g.batch, g.in_channels, g.in_h, g.in_w};
+    const memory::dims wd{g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+    const memory::dims bd{g.out_channels};
+    const memory::dims yd{g.batch, g.out_channels, g.out_h(), g.out_w()};
+    const memory::dims strides{g.stride_h, g.stride_w}, pad{g.pad_h, g.pad_w};
+    const auto f32 = memory::data_type::f32;
+    x_plain_ = memory::desc(xd, f32, Tag::nchw);
+    w_plain_ = memory::desc(wd, f32, Tag::oihw);
+    y_plain_ = memory::desc(yd, f32, Tag::nchw);
+    const memory::desc b_md(bd, f32, Tag::x);
+    const bool any = v != Variant::kNchwPlain;
+    const memory::desc x_c = any ? memory::desc(xd, f32, Tag::any) : x_plain_;
+    const memory::desc w_c = any ? memory::desc(wd, f32, Tag::any) : w_plain_;
+    const memory::desc y_c = any ? memory::desc(yd, f32, Tag::any) : y_plain_;
+
+    using dnnl::convolution_forward;
+    const convolution_forward::desc fwd_d(dnnl::prop_kind::forward_training, algo, x_c, w_c, b_md,
+                                          y_c, strides, pad, pad);
+    const convolution_forward::primitive_desc fwd_pd(fwd_d, eng);
+    dnnl::post_ops relu;
+    relu.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    dnnl::primitive_attr relu_attr;
+    relu_attr.set_post_ops(relu);
+    const convolution_forward::primitive_desc fwd_relu_pd(fwd_d, relu_attr, eng);
+    const dnnl::convolution_backward_data::primitive_desc bwd_data_pd(
+        dnnl::convolution_backward_data::desc(algo, x_c, w_c, y_c, strides, pad, pad), eng, fwd_pd);
+    const dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(
+        dnnl::convolution_backward_weights::desc(algo, x_c, w_c, b_md, y_c, strides, pad, pad), eng,
+        fwd_pd);
+
+    // The tensors as the caller holds them: in the forward's layouts, or NCHW.
+    const bool keep = v == Variant::kKeepLayout;
+    const memory::desc x_u = keep ? fwd_pd.src_desc() : x_plain_;
+    const memory::desc w_u = keep ? fwd_pd.weights_desc() : w_plain_;
+    const memory::desc y_u = keep ? fwd_pd.dst_desc() : y_plain_;
+    x_ = from_plain(x, x_plain_, x_u);
+    w_ = from_plain(w, w_plain_, w_u);
+    b_ = from_plain(b, b_md, b_md);
+    dy_ = from_plain(dy, y_plain_, y_u);
+    y_ = memory(y_u, eng);
+    yr_ = memory(y_u, eng);
+    dx_ = memory(x_u, eng);
+    dw_ = memory(w_u, eng);
+    db_ = memory(b_md, eng);
+    g_ = memory(y_u, eng);  // ReLU-masked gradient inside backward_relu
+    y_layout_ = y_u;
+
+    add(forward, dnnl::convolution_forward(fwd_pd), fwd_pd,
+        {{DNNL_ARG_SRC, x_, fwd_pd.src_desc()},
+         {DNNL_ARG_WEIGHTS, w_, fwd_pd.weights_desc()},
+         {DNNL_ARG_BIAS, b_, fwd_pd.bias_desc()}},
+        {{DNNL_ARG_DST, y_, fwd_pd.dst_desc()}});
+    add(forward_relu, dnnl::convolution_forward(fwd_relu_pd), fwd_relu_pd,
+        {{DNNL_ARG_SRC, x_, fwd_relu_pd.src_desc()},
+         {DNNL_ARG_WEIGHTS, w_, fwd_relu_pd.weights_desc()},
+         {DNNL_ARG_BIAS, b_, fwd_relu_pd.bias_desc()}},
+        {{DNNL_ARG_DST, yr_, fwd_relu_pd.dst_desc()}});
+    forward_relu.run(s_);  // yr_ feeds backward_relu
+    auto add_bwd_data = [&](Chain& c, const memory& dy_mem) {
+      add(c, dnnl::convolution_backward_data(bwd_data_pd), bwd_data_pd,
+          {{DNNL_ARG_DIFF_DST, dy_mem, bwd_data_pd.diff_dst_desc()},
+           {DNNL_ARG_WEIGHTS, w_, bwd_data_pd.weights_desc()}},
+          {{DNNL_ARG_DIFF_SRC, dx_, bwd_data_pd.diff_src_desc()}});
+    };
+    auto add_bwd_w = [&](Chain& c, const memory& dy_mem) {
+      add(c, dnnl::convolution_backward_weights(bwd_w_pd), bwd_w_pd,
+          {{DNNL_ARG_SRC, x_, bwd_w_pd.src_desc()},
+           {DNNL_ARG_DIFF_DST, dy_mem, bwd_w_pd.diff_dst_desc()}},
+          {{DNNL_ARG_DIFF_WEIGHTS, dw_, bwd_w_pd.diff_weights_desc()},
+           {DNNL_ARG_DIFF_BIAS, db_, bwd_w_pd.diff_bias_desc()}});
+    };
+    add_bwd_data(backward_input, dy_);
+    add_bwd_w(backward_weight, dy_);
+
+    // backward_relu: ReLU backward from the forward_relu output, in the layout
+    // the caller holds, then the convolution gradients from its result.
+    const auto relu_bwd_alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+    const dnnl::eltwise_forward::primitive_desc relu_fwd_pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, relu_bwd_alg, y_u), eng);
+    const dnnl::eltwise_backward::primitive_desc relu_bwd_pd(
+        dnnl::eltwise_backward::desc(relu_bwd_alg, y_u, y_u), eng, relu_fwd_pd);
+    add(backward_relu, dnnl::eltwise_backward(relu_bwd_pd), relu_bwd_pd,
+        {{DNNL_ARG_DST, yr_, y_u}, {DNNL_ARG_DIFF_DST, dy_, y_u}}, {{DNNL_ARG_DIFF_SRC, g_, y_u}});
+    if (want_dx) add_bwd_data(backward_relu, g_);
+    add_bwd_w(backward_relu, g_);
+  }
+
+  Chain forward, forward_relu, backward_input, backward_weight, backward_relu;
+
+  // The outputs in NCHW / OIHW, for the cross-check against cohort.
+  std::vector<float> y() { return to_plain(y_, y_plain_); }
+  std::vector<float> yr() { return to_plain(yr_, y_plain_); }
+  std::vector<float> dx() { return to_plain(dx_, x_plain_); }
+  std::vector<float> dw() { return to_plain(dw_, w_plain_); }
+  std::vector<float> db() {
+    return to_plain(db_, memory::desc(db_.get_desc().dims(), memory::data_type::f32, Tag::x));
+  }
+  const memory::desc& y_layout() const { return y_layout_; }
+
+ private:
+  struct Bind {
+    int arg;
+    memory mem;  // as the caller holds it
+    memory::desc want;
+  };
+
+  memory from_plain(const std::vector<float>& v, const memory::desc& plain,
+                    const memory::desc& want) {
+    memory src(plain, eng_, const_cast<float*>(v.data()));
+    memory dst(want, eng_);
+    dnnl::reorder(src, dst).execute(s_, src, dst);
+    s_.wait();
+    return dst;
+  }
+  std::vector<float> to_plain(memory m, const memory::desc& plain) {
+    std::vector<float> out(plain.get_size() / sizeof(float));
+    memory dst(plain, eng_, out.data());
+    dnnl::reorder(m, dst).execute(s_, m, dst);
+    s_.wait();
+    return out;
+  }
+
+  // Appends pd's primitive to c with reorders of inputs whose layout differs
+  // from what it wants, and of outputs back into the caller's layout.
+  void add(Chain& c, const dnnl::primitive& p, const dnnl::primitive_desc_base& pd,
+           const std::vector<Bind>& in, const std::vector<Bind>& out) {
+    std::unordered_map<int, memory> args;
+    std::string layouts;
+    for (const Bind& b : in) {
+      if (b.mem.get_desc() == b.want) {
+        args[b.arg] = b.mem;
+      } else {
+        memory tmp(b.want, eng_);
+        c.steps.push_back(
+            {dnnl::reorder(b.mem, tmp), {{DNNL_ARG_FROM, b.mem}, {DNNL_ARG_TO, tmp}}});
+        ++c.reorders;
+        args[b.arg] = tmp;
+      }
+      layouts += " " + layout_name(b.want);
+    }
+    std::vector<std::pair<memory, memory>> back;
+    for (const Bind& b : out) {
+      if (b.mem.get_desc() == b.want) {
+        args[b.arg] = b.mem;
+      } else {
+        memory tmp(b.want, eng_);
+        back.push_back({tmp, b.mem});
+        args[b.arg] = tmp;
+      }
+      layouts += ">" + layout_name(b.want);
+    }
+    if (pd.get_kind() != dnnl::primitive::kind::eltwise) {
+      if (!c.what.empty()) c.what += " | ";
+      c.what += std::string(pd.impl_info_str()) + layouts;
+    }
+    c.steps.push_back({p, std::move(args)});
+    for (auto& [from, to] : back) {
+      c.steps.push_back({dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}});
+      ++c.reorders;
+    }
+  }
+
+  dnnl::engine eng_;
+  dnnl::stream& s_;
+  memory::desc x_plain_, w_plain_, y_plain_, y_layout_;
+  memory x_, w_, b_, dy_, y_, yr_, dx_, dw_, db_, g_;
+};
+
+// max_pool2d 2x2 stride 2 on src in the given layout (forward_training with
+// the workspace oneDNN's backward needs, which is its argmax).
+class OnednnPool {
+ public:
+  OnednnPool(const dnnl::engine& eng, dnnl::stream& s, const memory::desc& src_md,
+             const std::vector<float>& x)
+      : eng_(eng) {
+    const memory::dims dims = src_md.dims();
+    const memory::dims yd{dims[0], dims[1], dims[2] / 2, dims[3] / 2};
+    const memory::desc y_any(yd, memory::data_type::f32, Tag::any);
+    const memory::dims k{2, 2}, pad{0, 0};
+    const dnnl::pooling_forward::primitive_desc fwd_pd(
+        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max,
+                                    src_md, y_any, k, k, pad, pad),
+        eng);
+    const dnnl::pooling_backward::primitive_desc bwd_pd(
+        dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, src_md, fwd_pd.dst_desc(), k, k,
+                                     pad, pad),
+        eng, fwd_pd);
+    memory plain(memory::desc(dims, memory::data_type::f32, Tag::nchw), eng,
+                 const_cast<float*>(x.data()));
+    x_ = memory(src_md, eng);
+    dnnl::reorder(plain, x_).execute(s, plain, x_);
+    y_ = memory(fwd_pd.dst_desc(), eng);
+    ws_ = memory(fwd_pd.workspace_desc(), eng);
+    dx_ = memory(src_md, eng);
+    forward.steps.push_back({dnnl::pooling_forward(fwd_pd),
+                             {{DNNL_ARG_SRC, x_}, {DNNL_ARG_DST, y_}, {DNNL_ARG_WORKSPACE, ws_}}});
+    forward.what = std::string(fwd_pd.impl_info_str()) + " " + layout_name(src_md) + ">" +
+                   layout_name(fwd_pd.dst_desc());
+    forward.run(s);
+    // The incoming gradient: the forward's output stands in for it.
+    backward.steps.push_back(
+        {dnnl::pooling_backward(bwd_pd),
+         {{DNNL_ARG_DIFF_DST, y_}, {DNNL_ARG_WORKSPACE, ws_}, {DNNL_ARG_DIFF_SRC, dx_}}});
+    backward.what = std::string(bwd_pd.impl_info_str()) + " " +
+                    layout_name(bwd_pd.diff_dst_desc()) + ">" + layout_name(bwd_pd.diff_src_desc());
+  }
+  Chain forward, backward;
+
+  // Output and input gradient in NCHW, after one backward call.
+  std::pair<std::vector<float>, std::vector<float>> outputs(dnnl::stream& s) {
+    backward.run(s);
+    return {to_nchw(y_, s), to_nchw(dx_, s)};
+  }
+
+ private:
+  std::vector<float> to_nchw(memory m, dnnl::stream& s) {
+    const memory::desc plain(m.get_desc().dims(), memory::data_type::f32, Tag::nchw);
+    std::vector<float> out(plain.get_size() / sizeof(float));
+    memory dst(plain, eng_, out.data());
+    dnnl::reorder(m, dst).execute(s, m, dst);
+    s.wait();
+    return out;
+  }
+
+  dnnl::engine eng_;
+  memory x_, y_, ws_, dx_;
+};
+
+// ------------------------------------------------------------------ timing
+
+struct Impl {
+  std::string name;
+  std::function<void()> fn;
+  std::string what;
+  std::vector<double> samples{};      // wall seconds per call, one per round
+  std::vector<double> cpu_samples{};  // process CPU seconds per call (all threads)
+  int iters = 1;
+};
+
+double process_cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Warm-up (at least 3 calls and 50 ms per implementation), then `repeats`
+// rounds; each round times every implementation for about seconds/repeats,
+// starting with a different one each round.
+void time_all(std::vector<Impl>& impls, double seconds, int repeats) {
+  for (Impl& im : impls) {
+    const auto t0 = Clock::now();
+    int calls = 0;
+    while (calls < 3 || seconds_since(t0) < 0.05) {
+      im.fn();
+      ++calls;
+    }
+    const double one = seconds_since(t0) / calls;
+    im.iters = std::max(1, static_cast<int>(seconds / repeats / one));
+  }
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t k = 0; k < impls.size(); ++k) {
+      Impl& im = impls[(k + r) % impls.size()];
+      const double c0 = process_cpu_seconds();
+      const auto t0 = Clock::now();
+      for (int i = 0; i < im.iters; ++i) im.fn();
+      im.samples.push_back(seconds_since(t0) / im.iters);
+      im.cpu_samples.push_back((process_cpu_seconds() - c0) / im.iters);
+    }
+  }
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+  }
+  return diff / scale;
+}
+
+struct Layer {
+  const char* name;
+  Conv2dGeometry g;
+};
+
+void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--isa baseline|avx2|avx512] [--threads 1[,2...]] [--seconds 0.3]\n"
+               "          [--repeats 9] [--batch 64] [--filter text] [--algo direct|auto]\n",
+               argv0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string isa_name;
+  std::vector<int> threads{1};
+  double seconds = 0.3;
+  int repeats = 9;
+  int64_t batch = 64;
+  std::string filter, algo_name = "direct";
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      usage(argv[0]);
+      return 2;
+    }
+    const char* val = argv[i + 1];
+    if (!std::strcmp(argv[i], "--isa")) {
+      isa_name = val;
+    } else if (!std::strcmp(argv[i], "--threads")) {
+      threads.clear();
+      for (char* s = argv[i + 1]; *s;) {
+        threads.push_back(static_cast<int>(std::strtol(s, &s, 10)));
+        if (*s == ',') ++s;
+      }
+    } else if (!std::strcmp(argv[i], "--seconds")) {
+      seconds = std::atof(val);
+    } else if (!std::strcmp(argv[i], "--repeats")) {
+      repeats = std::max(1, std::atoi(val));
+    } else if (!std::strcmp(argv[i], "--batch")) {
+      batch = std::atoll(val);
+    } else if (!std::strcmp(argv[i], "--filter")) {
+      filter = val;
+    } else if (!std::strcmp(argv[i], "--algo")) {
+      algo_name = val;
+    } else {
+      usage(argv[0]);
+      return 2;
+    }
+  }
+  if (algo_name != "direct" && algo_name != "auto") {
+    usage(argv[0]);
+    return 2;
+  }
+  const dnnl::algorithm algo =
+      algo_name == "auto" ? dnnl::algorithm::convolution_auto : dnnl::algorithm::convolution_direct;
+
+  const cohort::CpuFeatures& cpu = cohort::cpu_features();
+  const bool amd = cpu.model.find("AMD") != std::string::npos;
+  const cohort::KernelPath path =
+      isa_name.empty() ? cohort::kernel_path() : cohort::parse_kernel_path(isa_name);
+  isa_name = cohort::kernel_path_name(path);
+  Isa isa{path, dnnl::cpu_isa::sse41, "sse41", 4,
+          "2 units x 4 lanes x 2 (SSE, no FMA: a multiply and an add per unit pair; upper "
+          "bound)"};
+  if (path == cohort::KernelPath::kAvx2) {
+    isa = {path, dnnl::cpu_isa::avx2, "avx2", 8, "2 FMA units x 8 lanes x 2"};
+  } else if (path == cohort::KernelPath::kAvx512) {
+    isa = {path, dnnl::cpu_isa::avx512_core, "avx512_core", amd ? 8 : 16,
+           amd ? "2 FMA units x 8 lanes x 2 (AMD runs 512-bit FMAs as two 256-bit halves)"
+               : "2 FMA units x 16 lanes x 2 (server Intel; 1-unit parts reach half)"};
+  }
+
+  // cohort's baseline path runs im2col + OpenBLAS sgemm, and Debian's OpenBLAS
+  // picks its kernels from the CPU (AVX2 ones here): hold it to SSE like
+  // oneDNN's sse41 with OPENBLAS_CORETYPE, read when the library loads, so
+  // through a re-exec (a value already in the environment is kept).
+  if (path == cohort::KernelPath::kBaseline && !std::getenv("OPENBLAS_CORETYPE") &&
+      cohort::kernel_path_supported(path)) {
+    setenv("OPENBLAS_CORETYPE", "Nehalem", 1);
+    execv("/proc/self/exe", argv);
+    std::fprintf(stderr, "bench_onednn_conv: re-exec failed; OpenBLAS not held to SSE\n");
+  }
+  std::printf("# bench_onednn_conv: cohort kernels vs oneDNN, one ISA per process\n");
+  std::string flags;
+  for (const auto& f : cpu.names()) flags += " " + f;
+  std::printf("# cpu: %s (%s:%s), %u logical CPUs\n", cpu.model.c_str(), cpu.arch.c_str(),
+              flags.c_str(), std::thread::hardware_concurrency());
+  const std::string why = cohort::kernel_path_unsupported_reason(path);
+  if (!why.empty()) {
+    std::printf("skip isa %s: %s\n", isa_name.c_str(), why.c_str());
+    return 0;
+  }
+  cohort::set_kernel_path(path);
+  if (dnnl::set_max_cpu_isa(isa.onednn) != dnnl::status::success) {
+    std::printf("skip isa %s: dnnl::set_max_cpu_isa(%s) refused\n", isa_name.c_str(),
+                isa.onednn_name);
+    return 0;
+  }
+  std::printf("# OpenBLAS core (cohort's im2col path): %s%s\n", openblas_get_corename(),
+              std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE set)" : "");
+  const dnnl_version_t* ver = dnnl_version();
+  const dnnl::cpu_isa effective = dnnl::get_effective_cpu_isa();
+  std::printf(
+      "# isa %s: cohort kernel path %s; oneDNN %d.%d.%d max isa %s (effective 0x%x, %s), "
+      "algorithm convolution_%s, OpenMP runtime\n",
+      isa_name.c_str(), cohort::kernel_path_name(cohort::kernel_path()), ver->major, ver->minor,
+      ver->patch, isa.onednn_name, static_cast<unsigned>(effective),
+      effective == isa.onednn ? "as asked" : "NOT as asked", algo_name.c_str());
+
+  const double ghz = measure_clock_ghz();
+  const double peak = 2.0 * isa.lanes * 2.0 * ghz;  // GFLOP/s per core
+  double fma = 0;                                   // best of 7 runs of a few ms
+  for (int run = 0; run < 7; ++run) fma = std::max(fma, 1e-9 * fma_loop(path));
+  std::printf("# clock %.2f GHz (dependent-add loop, best of %d; /proc/cpuinfo cpu MHz %.0f)\n",
+              ghz, kBestOf, cpuinfo_mhz());
+  std::printf(
+      "# peak per core %.1f GFLOP/s = %s x %.2f GHz; FMA loop measured %.1f GFLOP/s "
+      "(%.1f FLOP/cycle, best of %d)\n",
+      peak, isa.why, ghz, fma, fma / ghz, kBestOf);
+  std::printf("# load average at start: %s\n", loadavg().c_str());
+  std::printf(
+      "# ms = median over %d interleaved rounds of the wall time per call; min_ms = best "
+      "round;\n# cpu_ms = median process CPU time per call (all threads; less disturbed by "
+      "other load);\n# GFLOP/s = 2 x multiply-adds of a direct convolution / ms (Winograd does "
+      "fewer, so it can pass 100%%);\n# %%peak = GFLOP/s / (threads x peak per core); %%pkcpu = "
+      "the same per CPU-second (from cpu_ms);\n# cohort/x = cohort ms / this ms (below 1: "
+      "cohort faster); cpu_c/x = the same with cpu_ms\n",
+      repeats);
+
+  const Layer layers[] = {{"conv1", {batch, 1, 28, 28, 20, 5, 5}},
+                          {"conv2", {batch, 20, 24, 24, 20, 5, 5}}};
+  const Variant variants[] = {Variant::kKeepLayout, Variant::kNchwReorder, Variant::kNchwPlain};
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+
+  for (int t : threads) {
+    cohort::set_num_threads(t);
+    omp_set_num_threads(t);
+    std::printf("\n%-6s %-16s %-14s %2s %8s %8s %8s %7s %5s %6s %8s %7s  %s\n", "layer", "pass",
+                "impl", "t", "ms", "min_ms", "cpu_ms", "GFLOP/s", "%peak", "%pkcpu", "cohort/x",
+                "cpu_c/x", "kernel (layouts in>out)");
+    // What one training step of Net runs (conv+ReLU forward and backward of
+    // both layers, the pool both ways), summed per implementation.
+    std::vector<std::string> step_order;
+    std::unordered_map<std::string, double> step_ms, step_cpu_ms;
+    std::unordered_map<std::string, int> step_parts;
+    double step_gflop = 0;
+    auto print = [&](const char* layer, const char* pass, std::vector<Impl>& impls, double gflop) {
+      const double cohort_ms = median(impls[0].samples) * 1e3;
+      const double cohort_cpu_ms = median(impls[0].cpu_samples) * 1e3;
+      const std::string p = pass;
+      const bool in_step =
+          p == "forward_relu" || p == "backward_relu" || !std::strcmp(layer, "pool");
+      if (in_step) step_gflop += gflop;
+      for (Impl& im : impls) {
+        const double ms = median(im.samples) * 1e3;
+        const double cpu_ms = median(im.cpu_samples) * 1e3;
+        if (in_step) {
+          // NCHW pooling needs no reorder: onednn+reorder pools like onednn_nchw.
+          std::vector<std::string> names{im.name};
+          if (im.name == "onednn_nchw" && !std::strcmp(layer, "pool"))
+            names.push_back("onednn+reorder");
+          for (const std::string& n : names) {
+            if (!step_ms.count(n)) step_order.push_back(n);
+            step_ms[n] += ms;
+            step_cpu_ms[n] += cpu_ms;
+            ++step_parts[n];
+          }
+        }
+        const double lo = *std::min_element(im.samples.begin(), im.samples.end()) * 1e3;
+        char gf[32] = "-", pk[32] = "-", pkc[32] = "-";
+        if (gflop > 0) {
+          std::snprintf(gf, sizeof gf, "%.1f", gflop / (ms * 1e-3));
+          std::snprintf(pk, sizeof pk, "%.0f%%", 100 * gflop / (ms * 1e-3) / (t * peak));
+          std::snprintf(pkc, sizeof pkc, "%.0f%%", 100 * gflop / (cpu_ms * 1e-3) / peak);
+        }
+        std::printf("%-6s %-16s %-14s %2d %8.3f %8.3f %8.3f %7s %5s %6s %8.2f %7.2f  %s\n", layer,
+                    pass, im.name.c_str(), t, ms, lo, cpu_ms, gf, pk, pkc, cohort_ms / ms,
+                    cohort_cpu_ms / cpu_ms, im.what.c_str());
+      }
+      std::fflush(stdout);
+    };
+    for (const Layer& l : layers) {
+      const Conv2dGeometry& g = l.g;
+      const auto x = random_vec(g.batch * g.in_channels * g.in_h * g.in_w, 1);
+      const auto w = random_vec(g.out_channels * g.in_channels * g.kernel_h * g.kernel_w, 2);
+      const auto b = random_vec(g.out_channels, 3);
+      const auto dy = random_vec(g.batch * g.out_channels * g.out_h() * g.out_w(), 4);
+      std::vector<float> y(dy.size()), yr(dy.size()), dx(x.size()), dw(w.size()), db(b.size());
+      const bool want_dx = g.in_channels > 1;  // Net's input needs no gradient
+      const double gflop = 2.0 * cohort::kernels::conv2d_macs(g) * 1e-9;
+      std::vector<std::unique_ptr<OnednnConv>> dn;
+      for (Variant v : variants)
+        dn.push_back(std::make_unique<OnednnConv>(eng, strm, g, v, algo, x, w, b, dy, want_dx));
+
+      namespace k = cohort::kernels;
+      // Cross-check: every variant's outputs against cohort's.
+      k::conv2d_forward(g, x.data(), w.data(), b.data(), y.data());
+      k::conv2d_forward_relu(g, x.data(), w.data(), b.data(), yr.data());
+      k::conv2d_backward_input(g, dy.data(), w.data(), dx.data());
+      k::conv2d_backward_weight(g, x.data(), dy.data(), dw.data(), db.data());
+      for (size_t i = 0; i < dn.size(); ++i) {
+        OnednnConv& o = *dn[i];
+        o.forward.run(strm);
+        o.backward_input.run(strm);
+        o.backward_weight.run(strm);
+        const double e =
+            std::max({max_rel_diff(y, o.y()), max_rel_diff(yr, o.yr()), max_rel_diff(dx, o.dx()),
+                      max_rel_diff(dw, o.dw()), max_rel_diff(db, o.db())});
+        std::printf("# check %s %s: largest difference from cohort %.1e of the largest value%s\n",
+                    l.name, variant_name(variants[i]), e, e > 1e-3 ? "  MISMATCH" : "");
+      }
+
+      auto run_pass = [&](const char* pass, std::function<void()> cohort_fn,
+                          Chain OnednnConv::*chain, double passes) {
+        if ((std::string(l.name) + " " + pass).find(filter) == std::string::npos) return;
+        std::vector<Impl> impls;
+        impls.push_back({"cohort", std::move(cohort_fn),
+                         std::string("path ") + cohort::kernel_path_name(path)});
+        for (size_t i = 0; i < dn.size(); ++i) {
+          Chain& c = (*dn[i]).*chain;
+          std::string what = c.what;
+          if (c.reorders) what += " +" + std::to_string(c.reorders) + " reorder(s)";
+          impls.push_back({variant_name(variants[i]), [&c, &strm] { c.run(strm); }, what});
+        }
+        time_all(impls, seconds, repeats);
+        print(l.name, pass, impls, passes * gflop);
+      };
+      run_pass(
+          "forward", [&] { k::conv2d_forward(g, x.data(), w.data(), b.data(), y.data()); },
+          &OnednnConv::forward, 1);
+      run_pass(
+          "forward_relu",
+          [&] { k::conv2d_forward_relu(g, x.data(), w.data(), b.data(), yr.data()); },
+          &OnednnConv::forward_relu, 1);
+      run_pass(
+          "backward_input", [&] { k::conv2d_backward_input(g, dy.data(), w.data(), dx.data()); },
+          &OnednnConv::backward_input, 1);
+      run_pass(
+          "backward_weight",
+          [&] { k::conv2d_backward_weight(g, x.data(), dy.data(), dw.data(), db.data()); },
+          &OnednnConv::backward_weight, 1);
+      k::conv2d_forward_relu(g, x.data(), w.data(), b.data(), yr.data());
+      run_pass(
+          "backward_relu",
+          [&] {
+            k::conv2d_backward(g, x.data(), w.data(), dy.data(), yr.data(),
+                               want_dx ? dx.data() : nullptr, dw.data(), db.data());
+          },
+          &OnednnConv::backward_relu, want_dx ? 2 : 1);
+
+      if (std::strcmp(l.name, "conv2") == 0 &&
+          (filter.empty() || filter.find("pool") != std::string::npos)) {
+        // Net's pool: relu(conv2) [64, 20, 20, 20] -> [64, 20, 10, 10].
+        cohort::kernels::Pool2dGeometry pg{batch, 20, 20, 20, 2, 2, 2, 2};
+        const auto px = random_vec(pg.batch * pg.channels * pg.in_h * pg.in_w, 5);
+        std::vector<float> py(pg.batch * pg.channels * pg.out_h() * pg.out_w()), pdx(px.size());
+        std::vector<int32_t> pa(py.size());
+        // In conv2's output layout (what follows relu(conv2) in a blocked
+        // framework) and in NCHW (which needs no reorder: oneDNN pools it).
+        OnednnPool pool_keep(eng, strm, dn[0]->y_layout(), px);
+        OnednnPool pool_nchw(eng, strm,
+                             memory::desc({pg.batch, pg.channels, pg.in_h, pg.in_w},
+                                          memory::data_type::f32, Tag::nchw),
+                             px);
+        k::max_pool2d_forward(pg, px.data(), py.data(), pa.data());
+        k::max_pool2d_backward(pg, py.data(), pa.data(), pdx.data());
+        for (OnednnPool* o : {&pool_keep, &pool_nchw}) {
+          const auto [oy, odx] = o->outputs(strm);
+          const double e = std::max(max_rel_diff(py, oy), max_rel_diff(pdx, odx));
+          std::printf(
+              "# check pool %s: largest difference from cohort %.1e of the largest value%s\n",
+              o == &pool_keep ? "onednn" : "onednn_nchw", e, e > 1e-6 ? "  MISMATCH" : "");
+        }
+        for (int pass = 0; pass < 2; ++pass) {
+          std::vector<Impl> impls;
+          if (pass == 0) {
+            impls.push_back({"cohort",
+                             [&] { k::max_pool2d_forward(pg, px.data(), py.data(), pa.data()); },
+                             std::string("path ") + cohort::kernel_path_name(path)});
+          } else {
+            k::max_pool2d_forward(pg, px.data(), py.data(), pa.data());
+            impls.push_back({"cohort",
+                             [&] { k::max_pool2d_backward(pg, py.data(), pa.data(), pdx.data()); },
+                             std::string("path ") + cohort::kernel_path_name(path)});
+          }
+          Chain& ck = pass == 0 ? pool_keep.forward : pool_keep.backward;
+          Chain& cn = pass == 0 ? pool_nchw.forward : pool_nchw.backward;
+          impls.push_back({"onednn", [&ck, &strm] { ck.run(strm); }, ck.what});
+          impls.push_back({"onednn_nchw", [&cn, &strm] { cn.run(strm); }, cn.what});
+          time_all(impls, seconds, repeats);
+          print("pool", pass == 0 ? "forward" : "backward", impls, 0);
+        }
+      }
+    }
+    // Only when every part was measured (no --filter).
+    if (!step_order.empty() && step_parts[step_order[0]] == 6) {
+      const double cohort_ms = step_ms["cohort"], cohort_cpu_ms = step_cpu_ms["cohort"];
+      for (const std::string& n : step_order) {
+        if (step_parts[n] != 6) continue;
+        const double ms = step_ms[n], cpu_ms = step_cpu_ms[n];
+        std::printf("%-6s %-16s %-14s %2d %8.3f %8s %8.3f %7.1f %4.0f%% %5.0f%% %8.2f %7.2f  %s\n",
+                    "step", "net_conv_passes", n.c_str(), t, ms, "-", cpu_ms,
+                    step_gflop / (ms * 1e-3), 100 * step_gflop / (ms * 1e-3) / (t * peak),
+                    100 * step_gflop / (cpu_ms * 1e-3) / peak, cohort_ms / ms,
+                    cohort_cpu_ms / cpu_ms,
+                    "sum of the medians: conv1, conv2 forward_relu + backward_relu; pool");
+      }
+      std::fflush(stdout);
+    }
+  }
+  std::printf("# load average at end: %s; clock at end %.2f GHz\n", loadavg().c_str(),
+              measure_clock_ghz());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_onednn_conv: %s\n", e.what());
+  return 1;
+}
