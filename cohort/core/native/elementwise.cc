@@ -4,6 +4,7 @@
 
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
+#include "cohort/core/native/vec_kernels.h"
 
 namespace cohort::native {
 namespace {
@@ -79,6 +80,45 @@ Tensor map1(const Tensor& x, DType out_dtype, F f) {
   return out;
 }
 
+// The contiguous float32 cases of map2 and map1 through the kernel path's
+// vector loops (vec_kernels.h), which give the same values; false where
+// there is none (baseline path, other dtypes, strided or broadcast operands):
+// then the generic loops run.
+static_assert(static_cast<int>(BinaryOp::kMinimum) + 1 == kVecBinaryOps &&
+              static_cast<int>(BinaryOp::kPow) == kVecBinaryOps);
+
+bool vec_map2(const VecKernels::Binary* forms, const Tensor& a, const Tensor& b, Tensor& out) {
+  const int64_t n = out.numel();
+  const bool a_flat = a.is_contiguous() && a.numel() == n;
+  const bool b_flat = b.is_contiguous() && b.numel() == n;
+  VecForm form;
+  if (a_flat && b_flat)
+    form = VecForm::kVectors;
+  else if (a_flat && b.numel() == 1)
+    form = VecForm::kScalarB;
+  else if (b_flat && a.numel() == 1)
+    form = VecForm::kScalarA;
+  else
+    return false;
+  const VecKernels::Binary f = forms[static_cast<int>(form)];
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  parallel_for(0, n, kGrain, [&](int64_t s, int64_t e) {
+    f(form == VecForm::kScalarA ? pa : pa + s, form == VecForm::kScalarB ? pb : pb + s, po + s,
+      e - s);
+  });
+  return true;
+}
+
+Tensor vec_map1(void (*f)(const float*, float*, int64_t), const Tensor& x) {
+  Tensor out = Tensor::empty(x.sizes(), DType::kFloat32);
+  const float* px = x.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  parallel_for(0, x.numel(), kGrain, [&](int64_t s, int64_t e) { f(px + s, po + s, e - s); });
+  return out;
+}
+
 DType result_dtype(BinaryOp op, DType a, DType b) {
   DType t = promote_types(a, b);
   if (op == BinaryOp::kDiv && !is_floating(t)) return DType::kFloat32;
@@ -135,6 +175,10 @@ Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   DType dt = result_dtype(op, a_in.dtype(), b_in.dtype());
   Tensor a = a_in.to(dt), b = b_in.to(dt);
   Tensor out = Tensor::empty(shape, dt);
+  const VecKernels* vec = dt == DType::kFloat32 ? vec_kernels() : nullptr;
+  if (vec != nullptr && op != BinaryOp::kPow &&
+      vec_map2(vec->binary[static_cast<int>(op)], a, b, out))
+    return out;
   dispatch_arith(dt, name, [&](auto tag) {
     using T = decltype(tag);
     with_binary<T>(op, [&](auto f) { map2<T, T, T>(a, b, out, f); });
@@ -195,6 +239,13 @@ double gelu_derivative(double x) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   if (op == UnaryOp::kNeg || op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kSign) {
+    const VecKernels* vec =
+        x.dtype() == DType::kFloat32 && x.is_contiguous() ? vec_kernels() : nullptr;
+    if (vec != nullptr && op != UnaryOp::kSign)
+      return vec_map1(op == UnaryOp::kNeg   ? vec->neg
+                      : op == UnaryOp::kAbs ? vec->abs
+                                            : vec->relu,
+                      x);
     return dispatch_arith(x.dtype(), "unary", [&](auto tag) {
       using T = decltype(tag);
       switch (op) {
@@ -276,9 +327,19 @@ Tensor axpby(const Tensor& a, double alpha, const Tensor& b, double beta) {
 
 Tensor relu_backward(const Tensor& grad, const Tensor& out) {
   Tensor r = Tensor::empty(grad.sizes(), grad.dtype());
+  Tensor y = out.to(grad.dtype());
+  const VecKernels* vec = grad.dtype() == DType::kFloat32 ? vec_kernels() : nullptr;
+  if (vec != nullptr && grad.is_contiguous() && y.is_contiguous() && y.numel() == r.numel()) {
+    const float* pg = grad.data_ptr<float>();
+    const float* py = y.data_ptr<float>();
+    float* pr = r.data_ptr<float>();
+    parallel_for(0, r.numel(), kGrain,
+                 [&](int64_t s, int64_t e) { vec->relu_backward(pg + s, py + s, pr + s, e - s); });
+    return r;
+  }
   dispatch_floating(grad.dtype(), "relu_backward", [&](auto tag) {
     using T = decltype(tag);
-    map2<T, T, T>(grad, out.to(grad.dtype()), r, [](T g, T y) -> T { return y > T(0) ? g : T(0); });
+    map2<T, T, T>(grad, y, r, [](T g, T v) -> T { return v > T(0) ? g : T(0); });
   });
   return r;
 }

@@ -5,7 +5,9 @@
 // the calling thread's budget. Thread safe (no shared state).
 // The oracle for tests is the scalar formula applied per element (see
 // elementwise_test.cc); the contiguous fast paths are plain loops the
-// compiler vectorises.
+// compiler vectorises, and on the avx2 / avx512 kernel paths the float32 ones
+// (add, sub, mul, div, maximum, minimum, neg, abs, relu, relu_backward) run
+// the per-ISA copies of vec_kernels.h, with the same results.
 #pragma once
 
 #include "cohort/core/tensor.h"

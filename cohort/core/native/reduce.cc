@@ -5,6 +5,7 @@
 
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
+#include "cohort/core/native/vec_kernels.h"
 
 namespace cohort::native {
 namespace {
@@ -28,6 +29,15 @@ Acc row_sum(const T* p, int64_t n) {
   Acc tail = 0;
   for (; i < n; ++i) tail += static_cast<Acc>(p[i]);
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + tail;
+}
+
+// row_sum, on float32 through the kernel path's vector loop when there is one
+// (vec_kernels.h: same sum up to double rounding).
+template <typename T, typename Acc>
+Acc fast_row_sum(const VecKernels* vec, const T* p, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    if (vec != nullptr) return vec->row_sum(p, n);
+  return row_sum<T, Acc>(p, n);
 }
 
 }  // namespace
@@ -80,6 +90,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
     using O = SumOut<T>;
     Tensor out = Tensor::empty(out_shape, dtype_of<O>);
     O* po = out.data_ptr<O>();
+    const VecKernels* vec = std::is_same_v<T, float> ? vec_kernels() : nullptr;
     if (leading && x.is_contiguous() && outer > 1) {
       const T* px = x.data_ptr<T>();
       parallel_for(0, outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)),
@@ -87,6 +98,12 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
                      std::vector<Acc> acc(e - b, Acc(0));
                      for (int64_t r = 0; r < inner; ++r) {
                        const T* row = px + r * outer;
+                       if constexpr (std::is_same_v<T, float>) {
+                         if (vec != nullptr) {
+                           vec->add_row(row + b, acc.data(), e - b);
+                           continue;
+                         }
+                       }
                        for (int64_t j = b; j < e; ++j) acc[j - b] += row[j];
                      }
                      for (int64_t j = b; j < e; ++j) po[j] = static_cast<O>(acc[j - b]);
@@ -103,7 +120,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
       parallel_for(0, blocks, 1, [&](int64_t b, int64_t e) {
         for (int64_t k = b; k < e; ++k) {
           const int64_t lo = k * kSumBlock, hi = std::min(inner, lo + kSumBlock);
-          part[k] = row_sum<T, Acc>(px + lo, hi - lo);
+          part[k] = fast_row_sum<T, Acc>(vec, px + lo, hi - lo);
         }
       });
       Acc acc = 0;
@@ -114,7 +131,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
     parallel_for(0, outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)),
                  [&](int64_t b, int64_t e) {
                    for (int64_t j = b; j < e; ++j)
-                     po[j] = static_cast<O>(row_sum<T, Acc>(px + j * inner, inner));
+                     po[j] = static_cast<O>(fast_row_sum<T, Acc>(vec, px + j * inner, inner));
                  });
     return out;
   });

@@ -2,7 +2,10 @@
 // results are closer to the exact value than PyTorch's float32 cascade (the
 // difference is below float32 tolerance for the sizes tests use). Integer
 // sums give int64. `dims` may be negative; an empty `dims` reduces all.
-// Parallel over output elements under the caller's thread budget.
+// Parallel over output elements under the caller's thread budget. Float32
+// sums run per-ISA vector loops on the avx2 / avx512 kernel paths
+// (vec_kernels.h): column sums give the baseline's bits, row sums add in
+// another order (in double; the float results agree to within an ulp).
 #pragma once
 
 #include <utility>
