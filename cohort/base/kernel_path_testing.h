@@ -10,9 +10,15 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "cohort/base/cpu.h"
+
+namespace cohort {
+// gtest prints parameters with this (test names in ctest then read "avx2").
+inline void PrintTo(KernelPath path, std::ostream* os) { *os << kernel_path_name(path); }
+}  // namespace cohort
 
 namespace cohort::testing {
 

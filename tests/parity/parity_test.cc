@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cohort/base/cpu.h"
+#include "cohort/base/kernel_path_testing.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/optim.h"
 #include "tensor_file.h"
