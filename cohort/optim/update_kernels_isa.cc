@@ -113,26 +113,45 @@ void adam(float* p, const float* g, float* m, float* v, float* vmax, int64_t n,
   run(std::false_type{});
 }
 
-// 32 independent double accumulators (8 ymm / 4 zmm FMA chains), combined
-// pairwise: the order differs from the reference's single running sum, by
-// rounding only (the sum is in double; clip_grad_norm has no order contract:
-// its threads already add their parts in any order).
+// acc[k] += acc[k + W] for k < W, then W / 2, ... 1: a pairwise sum of the
+// 2W accumulators into acc[0], each level one or two vector adds.
+template <int W>
+void fold(double* acc) {
+  for (int k = 0; k < W; ++k) acc[k] += acc[k + W];
+  if constexpr (W > 1) fold<W / 2>(acc);
+}
+
+// 32 independent double accumulators (8 ymm / 4 zmm FMA chains), seeded
+// with the first block (no zeroing pass), combined pairwise: the order
+// differs from the reference's single running sum, by rounding only (the sum
+// is in double; clip_grad_norm has no order contract: its threads already add
+// their parts in any order).
 double sum_squares(const float* __restrict x, int64_t n) {
   constexpr int kAcc = 32;
-  double acc[kAcc] = {};
-  int64_t i = 0;
+  double tail = 0;
+  if (n < kAcc) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      tail += v * v;
+    }
+    return tail;
+  }
+  double acc[kAcc];
+  for (int k = 0; k < kAcc; ++k) {
+    const double v = x[k];
+    acc[k] = v * v;
+  }
+  int64_t i = kAcc;
   for (; i + kAcc <= n; i += kAcc)
     for (int k = 0; k < kAcc; ++k) {
       const double v = x[i + k];
       acc[k] += v * v;
     }
-  double tail = 0;
   for (; i < n; ++i) {
     const double v = x[i];
     tail += v * v;
   }
-  for (int w = kAcc / 2; w > 0; w /= 2)
-    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  fold<kAcc / 2>(acc);
   return acc[0] + tail;
 }
 

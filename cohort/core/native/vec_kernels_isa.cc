@@ -52,19 +52,37 @@ void relu_backward(const float* __restrict grad, const float* __restrict out, fl
   for (int64_t i = 0; i < n; ++i) r[i] = out[i] > 0.0f ? grad[i] : 0.0f;
 }
 
-// 32 independent double accumulators (8 ymm / 4 zmm add chains; the
-// reference's 8 would leave AVX2 with 2 chains, no faster than SSE), combined
-// pairwise, then the tail.
+// acc[k] += acc[k + W] for k < W, then W / 2, ... 1: a pairwise sum of the
+// 2W accumulators into acc[0], each level one or two vector adds.
+template <int W>
+void fold(double* acc) {
+  for (int k = 0; k < W; ++k) acc[k] += acc[k + W];
+  if constexpr (W > 1) fold<W / 2>(acc);
+}
+
+// Independent double accumulators, 4 ymm / 4 zmm add chains (the
+// reference's 8 would leave AVX2 with 2 chains, no faster than SSE), seeded
+// with the first block (no zeroing pass), combined pairwise, then the tail.
+#if defined(COHORT_ISA_AVX512)
+constexpr int kSumLanes = 32;
+#else
+constexpr int kSumLanes = 16;
+#endif
+
 double row_sum(const float* __restrict x, int64_t n) {
-  constexpr int kAcc = 32;
-  double acc[kAcc] = {};
-  int64_t i = 0;
-  for (; i + kAcc <= n; i += kAcc)
-    for (int k = 0; k < kAcc; ++k) acc[k] += static_cast<double>(x[i + k]);
+  if (n < kSumLanes) {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]);
+    return s;
+  }
+  double acc[kSumLanes];
+  for (int k = 0; k < kSumLanes; ++k) acc[k] = static_cast<double>(x[k]);
+  int64_t i = kSumLanes;
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int k = 0; k < kSumLanes; ++k) acc[k] += static_cast<double>(x[i + k]);
   double tail = 0;
   for (; i < n; ++i) tail += static_cast<double>(x[i]);
-  for (int w = kAcc / 2; w > 0; w /= 2)
-    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  fold<kSumLanes / 2>(acc);
   return acc[0] + tail;
 }
 
