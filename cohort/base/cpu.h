@@ -57,6 +57,20 @@ KernelPath kernel_path();
 // cannot run it.
 void set_kernel_path(KernelPath path);
 
+// The table of kernel_path() among one table's per-ISA copies (see isa.h's
+// COHORT_ISA_TABLE): `avx512` or `avx2` on those paths, else `baseline`.
+template <class T>
+const T* kernel_table(const T* baseline, const T* avx2, const T* avx512) {
+  switch (kernel_path()) {
+    case KernelPath::kAvx512:
+      return avx512;
+    case KernelPath::kAvx2:
+      return avx2;
+    default:
+      return baseline;
+  }
+}
+
 // RAII: forces a path for a scope (tests, benchmarks) and restores the old one.
 class KernelPathGuard {
  public:

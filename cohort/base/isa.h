@@ -14,7 +14,18 @@
 //   COHORT_ISA_END
 //
 // The baseline code picks one copy at run time through a table of function
-// pointers that each copy defines (see kernel_path() in cpu.h).
+// pointers that each copy defines, at namespace scope:
+//
+//   // foo_isa.cc, in namespace ns::COHORT_ISA_NS:
+//   extern const FooTable kFoo;
+//   const FooTable kFoo{...};
+//   // foo.cc, in namespace ns (includes cohort/base/cpu.h):
+//   COHORT_ISA_DECLARE_TABLE(FooTable, kFoo)
+//   const FooTable* foo() { return COHORT_ISA_TABLE(FooTable, &kFooBaseline, kFoo); }
+//
+// COHORT_ISA_TABLE gives the copy of kernel_path(), or the baseline pointer
+// (which may be null) on the baseline path and on architectures without
+// ISA copies.
 // Why pragmas rather than per-file -mavx2: with a command-line flag, inline
 // functions from shared headers (std::vector's growth, std::function's
 // invoker) would be compiled for the ISA as well, and the linker keeps one
@@ -30,6 +41,21 @@
 #elif defined(COHORT_ISA_AVX2)
 #define COHORT_ISA_NS isa_avx2
 #define COHORT_ISA_TARGET "avx2,fma,f16c,bmi,bmi2,lzcnt"
+#endif
+
+#if defined(__x86_64__)
+#define COHORT_ISA_DECLARE_TABLE(Type, name) \
+  namespace isa_avx2 {                       \
+  extern const Type name;                    \
+  }                                          \
+  namespace isa_avx512 {                     \
+  extern const Type name;                    \
+  }
+#define COHORT_ISA_TABLE(Type, baseline, name) \
+  ::cohort::kernel_table<Type>(baseline, &isa_avx2::name, &isa_avx512::name)
+#else
+#define COHORT_ISA_DECLARE_TABLE(Type, name)
+#define COHORT_ISA_TABLE(Type, baseline, name) static_cast<const Type*>(baseline)
 #endif
 
 #if defined(COHORT_ISA_TARGET)

@@ -10,6 +10,7 @@
 
 #include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
+#include "cohort/base/isa.h"
 #include "cohort/collectives/reduce_kernel_table.h"
 
 namespace cohort::collectives {
@@ -189,28 +190,12 @@ const ReduceKernelTable kReferenceTable{&f32_reference, &f64_reference, &bf16_re
 
 }  // namespace
 
-#if defined(__x86_64__)
-namespace isa_avx2 {
-extern const ReduceKernelTable kReduceKernelTable;
-}
-namespace isa_avx512 {
-extern const ReduceKernelTable kReduceKernelTable;
-}
-#endif
+COHORT_ISA_DECLARE_TABLE(ReduceKernelTable, kReduceKernelTable)
 
 const ReduceKernelTable& reduce_kernel_table_reference() { return kReferenceTable; }
 
 const ReduceKernelTable& reduce_kernel_table() {
-  switch (kernel_path()) {
-#if defined(__x86_64__)
-    case KernelPath::kAvx512:
-      return isa_avx512::kReduceKernelTable;
-    case KernelPath::kAvx2:
-      return isa_avx2::kReduceKernelTable;
-#endif
-    default:
-      return kReferenceTable;
-  }
+  return *COHORT_ISA_TABLE(ReduceKernelTable, &kReferenceTable, kReduceKernelTable);
 }
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {

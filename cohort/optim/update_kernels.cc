@@ -5,17 +5,11 @@
 #include <type_traits>
 
 #include "cohort/base/cpu.h"
+#include "cohort/base/isa.h"
 
 namespace cohort::optim {
 
-#if defined(__x86_64__)
-namespace isa_avx2 {
-extern const UpdateKernels kUpdateKernels;
-}
-namespace isa_avx512 {
-extern const UpdateKernels kUpdateKernels;
-}
-#endif
+COHORT_ISA_DECLARE_TABLE(UpdateKernels, kUpdateKernels)
 
 namespace {
 
@@ -108,16 +102,7 @@ double sum_squares_reference(const float* x, int64_t n) { return sum_squares_loo
 double sum_squares_reference(const double* x, int64_t n) { return sum_squares_loop(x, n); }
 
 const UpdateKernels& update_kernels() {
-  switch (kernel_path()) {
-#if defined(__x86_64__)
-    case KernelPath::kAvx512:
-      return isa_avx512::kUpdateKernels;
-    case KernelPath::kAvx2:
-      return isa_avx2::kUpdateKernels;
-#endif
-    default:
-      return kBaselineKernels;
-  }
+  return *COHORT_ISA_TABLE(UpdateKernels, &kBaselineKernels, kUpdateKernels);
 }
 
 }  // namespace cohort::optim

@@ -11,32 +11,15 @@
 #include <vector>
 
 #include "cohort/base/cpu.h"
+#include "cohort/base/isa.h"
 #include "cohort/core/kernels/conv2d_batch16.h"
 #include "cohort/core/kernels/conv2d_im2col.h"
 
 namespace cohort::kernels {
 namespace detail {
-#if defined(__x86_64__)
-namespace isa_avx2 {
-extern const Batch16Ops kBatch16Ops;
-}
-namespace isa_avx512 {
-extern const Batch16Ops kBatch16Ops;
-}
-#endif
+COHORT_ISA_DECLARE_TABLE(Batch16Ops, kBatch16Ops)
 
-const Batch16Ops* batch16_ops() {
-  switch (kernel_path()) {
-#if defined(__x86_64__)
-    case KernelPath::kAvx512:
-      return &isa_avx512::kBatch16Ops;
-    case KernelPath::kAvx2:
-      return &isa_avx2::kBatch16Ops;
-#endif
-    default:
-      return nullptr;
-  }
-}
+const Batch16Ops* batch16_ops() { return COHORT_ISA_TABLE(Batch16Ops, nullptr, kBatch16Ops); }
 
 }  // namespace detail
 

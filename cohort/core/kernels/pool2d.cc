@@ -9,31 +9,16 @@
 #include <limits>
 
 #include "cohort/base/cpu.h"
+#include "cohort/base/isa.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/pool2d_fast.h"
 
 namespace cohort::kernels {
 namespace detail {
-#if defined(__x86_64__)
-namespace isa_avx2 {
-extern const Pool2dFastOps kPool2dFastOps;
-}
-namespace isa_avx512 {
-extern const Pool2dFastOps kPool2dFastOps;
-}
-#endif
+COHORT_ISA_DECLARE_TABLE(Pool2dFastOps, kPool2dFastOps)
 
 const Pool2dFastOps* pool2d_fast_ops() {
-  switch (kernel_path()) {
-#if defined(__x86_64__)
-    case KernelPath::kAvx512:
-      return &isa_avx512::kPool2dFastOps;
-    case KernelPath::kAvx2:
-      return &isa_avx2::kPool2dFastOps;
-#endif
-    default:
-      return nullptr;
-  }
+  return COHORT_ISA_TABLE(Pool2dFastOps, nullptr, kPool2dFastOps);
 }
 
 }  // namespace detail
