@@ -85,54 +85,17 @@ uint16_t float_to_f16(float f) {
 
 namespace {
 
-template <typename T, typename F>
-void apply(void* dst_v, const void* src_v, size_t n, F f) {
-  T* __restrict dst = static_cast<T*>(dst_v);
-  const T* __restrict src = static_cast<const T*>(src_v);
-  for (size_t i = 0; i < n; ++i) dst[i] = f(dst[i], src[i]);
-}
+#include "cohort/collectives/reduce_loops.inc"
 
+// Any dtype's elements, behind void pointers.
 template <typename T>
-void reduce_typed(void* dst, const void* src, size_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      apply<T>(dst, src, n, [](T a, T b) { return static_cast<T>(a + b); });
-      return;
-    case ReduceOp::kProduct:
-      apply<T>(dst, src, n, [](T a, T b) { return static_cast<T>(a * b); });
-      return;
-    case ReduceOp::kMin:
-      apply<T>(dst, src, n, [](T a, T b) { return b < a ? b : a; });
-      return;
-    case ReduceOp::kMax:
-      apply<T>(dst, src, n, [](T a, T b) { return a < b ? b : a; });
-      return;
-  }
+void reduce_any(void* dst, const void* src, size_t n, ReduceOp op) {
+  reduce_typed(static_cast<T*>(dst), static_cast<const T*>(src), n, op);
 }
 
-// 16-bit types go through float32 in blocks, so each conversion loop and the
-// float reduction vectorize (shifts for bfloat16; F16C for float16 where the
-// build targets it, else the scalar conversion: the baseline build has no
-// F16C, and the avx2 / avx512 paths have their own copies, reduce_kernels_isa.cc).
-constexpr size_t kHalfBlock = 256;
-
-void bf16_block_to_float(const uint16_t* __restrict in, float* __restrict out, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u = static_cast<uint32_t>(in[i]) << 16;
-    std::memcpy(&out[i], &u, 4);
-  }
-}
-
-void float_block_to_bf16(const float* __restrict in, uint16_t* __restrict out, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &in[i], 4);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    out[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
-  }
-}
-
+// float16 conversions: F16C where the build targets it, else the scalar
+// conversion (the baseline build has no F16C; the avx2 / avx512 paths have
+// their own copies, reduce_kernels_isa.cc).
 void f16_block_to_float(const uint16_t* __restrict in, float* __restrict out, size_t n) {
   size_t i = 0;
 #if defined(__F16C__)
@@ -155,28 +118,12 @@ void float_block_to_f16(const float* __restrict in, uint16_t* __restrict out, si
   for (; i < n; ++i) out[i] = float_to_f16(in[i]);
 }
 
-template <void (*Load)(const uint16_t*, float*, size_t),
-          void (*Store)(const float*, uint16_t*, size_t)>
-void reduce_half(void* dst_v, const void* src_v, size_t n, ReduceOp op) {
-  auto* dst = static_cast<uint16_t*>(dst_v);
-  const auto* src = static_cast<const uint16_t*>(src_v);
-  alignas(64) float a[kHalfBlock];
-  alignas(64) float b[kHalfBlock];
-  for (size_t i = 0; i < n; i += kHalfBlock) {
-    size_t k = std::min(kHalfBlock, n - i);
-    Load(dst + i, a, k);
-    Load(src + i, b, k);
-    reduce_typed<float>(a, b, k, op);
-    Store(a, dst + i, k);
-  }
-}
-
 // The baseline table: the plain loops above.
 void f32_reference(float* dst, const float* src, size_t n, ReduceOp op) {
-  reduce_typed<float>(dst, src, n, op);
+  reduce_typed(dst, src, n, op);
 }
 void f64_reference(double* dst, const double* src, size_t n, ReduceOp op) {
-  reduce_typed<double>(dst, src, n, op);
+  reduce_typed(dst, src, n, op);
 }
 void bf16_reference(uint16_t* dst, const uint16_t* src, size_t n, ReduceOp op) {
   reduce_half<bf16_block_to_float, float_block_to_bf16>(dst, src, n, op);
@@ -207,11 +154,11 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dtype, Reduc
       return reduce_kernel_table().f64(static_cast<double*>(dst), static_cast<const double*>(src),
                                        count, op);
     case DataType::kInt32:
-      return reduce_typed<int32_t>(dst, src, count, op);
+      return reduce_any<int32_t>(dst, src, count, op);
     case DataType::kInt64:
-      return reduce_typed<int64_t>(dst, src, count, op);
+      return reduce_any<int64_t>(dst, src, count, op);
     case DataType::kUInt8:
-      return reduce_typed<uint8_t>(dst, src, count, op);
+      return reduce_any<uint8_t>(dst, src, count, op);
     case DataType::kBFloat16:
       return reduce_kernel_table().bf16(static_cast<uint16_t*>(dst),
                                         static_cast<const uint16_t*>(src), count, op);
