@@ -97,67 +97,81 @@ void winograd_grad_transform(const WinogradConv& d, int64_t c, const float* dy, 
                        dg + (k * tiles + a * d.tiles_w + b) * 16, c4 * tiles * 16);
 }
 
+// Tile rows transformed at a time: x's transform for a band of rows stays in
+// L2 (about 256 KB) while every position of it is used, instead of the
+// whole group's (megabytes) going out to L3 and back, which two threads then
+// fight over. The lanes are summed once per band.
+static int64_t band_rows(const WinogradConv& d) {
+  constexpr int64_t kBandBytes = 256 * 1024;
+  const int64_t row_bytes = kPos * round4(d.c) * d.tiles_w * 16 * 4;
+  return std::clamp<int64_t>(kBandBytes / row_bytes, 1, d.tiles_h);
+}
+
 int64_t winograd_weight_scratch_floats(const WinogradConv& d) {
-  const int64_t tiles = d.tiles_h * d.tiles_w;
-  // vx [64][c4][tiles][16], then tmp.
-  return (kPos * round4(d.c) * tiles + std::max<int64_t>(64, input_row_tmp_vecs(d.tiles_w))) * 16;
+  // vx [64][c4][band tiles][16], then tmp.
+  return (kPos * round4(d.c) * band_rows(d) * d.tiles_w +
+          std::max<int64_t>(64, input_row_tmp_vecs(d.tiles_w))) *
+         16;
 }
 
 void winograd_weight_group(const WinogradConv& d, const float* x, const float* dg, float* what,
                            float* scratch) {
   const int64_t tiles = d.tiles_h * d.tiles_w;
   const int64_t c4 = round4(d.c), oc4 = round4(d.oc);
-  float* vx = scratch;                       // [64][c4][tiles][16]
-  float* tmp = vx + kPos * c4 * tiles * 16;  // input_row_tmp_vecs
+  const int64_t rows = band_rows(d);
+  float* vx = scratch;                                  // [64][c4][band tiles][16]
+  float* tmp = vx + kPos * c4 * rows * d.tiles_w * 16;  // input_row_tmp_vecs
   const int64_t x_pitch = d.wp * 16;
-  for (int64_t pos = 0; pos < kPos; ++pos)  // channels past c stay zero
-    for (int64_t c = d.c; c < c4; ++c)
-      std::fill_n(vx + (pos * c4 + c) * tiles * 16, tiles * 16, 0.0f);
-  for (int64_t a = 0; a < d.tiles_h; ++a)
-    for (int64_t c = 0; c < d.c; ++c)
-      input_transform_row(x + (c * d.hp + 4 * a) * x_pitch, x_pitch, d.tiles_w,
-                          vx + (c * tiles + a * d.tiles_w) * 16, c4 * tiles * 16, tmp);
   const int64_t ocb_n = oc4 / kBlock, cb_n = c4 / kBlock;
-  for (int64_t pos = 0; pos < kPos; ++pos) {
-    const float* vp = vx + pos * c4 * tiles * 16;
-    const float* dp = dg + pos * oc4 * tiles * 16;
-    for (int64_t ocb = 0; ocb < ocb_n; ++ocb)
-      for (int64_t cb = 0; cb < cb_n; ++cb) {
-        const float* dr = dp + ocb * kBlock * tiles * 16;
-        const float* vr = vp + cb * kBlock * tiles * 16;
-        float* out = what + ((pos * ocb_n + ocb) * cb_n + cb) * 16;
+  for (int64_t a0 = 0; a0 < d.tiles_h; a0 += rows) {
+    const int64_t a1 = std::min(d.tiles_h, a0 + rows), bt = (a1 - a0) * d.tiles_w;
+    for (int64_t pos = 0; pos < kPos; ++pos)  // channels past c stay zero
+      for (int64_t c = d.c; c < c4; ++c) std::fill_n(vx + (pos * c4 + c) * bt * 16, bt * 16, 0.0f);
+    for (int64_t a = a0; a < a1; ++a)
+      for (int64_t c = 0; c < d.c; ++c)
+        input_transform_row(x + (c * d.hp + 4 * a) * x_pitch, x_pitch, d.tiles_w,
+                            vx + (c * bt + (a - a0) * d.tiles_w) * 16, c4 * bt * 16, tmp);
+    for (int64_t pos = 0; pos < kPos; ++pos) {
+      const float* vp = vx + pos * c4 * bt * 16;
+      const float* dp = dg + (pos * oc4 * tiles + a0 * d.tiles_w) * 16;
+      for (int64_t ocb = 0; ocb < ocb_n; ++ocb)
+        for (int64_t cb = 0; cb < cb_n; ++cb) {
+          const float* dr = dp + ocb * kBlock * tiles * 16;
+          const float* vr = vp + cb * kBlock * bt * 16;
+          float* out = what + ((pos * ocb_n + ocb) * cb_n + cb) * 16;
 #if defined(COHORT_ISA_AVX512)
-        __m512 acc[16];
-        for (int k = 0; k < 16; ++k) acc[k] = vzero();
-        for (int64_t t = 0; t < tiles; ++t) {
-          __m512 dv[4], xv[4];
-          for (int r = 0; r < 4; ++r) dv[r] = vload(dr + (r * tiles + t) * 16);
-          for (int q = 0; q < 4; ++q) xv[q] = vload(vr + (q * tiles + t) * 16);
-          for (int r = 0; r < 4; ++r)
-            for (int q = 0; q < 4; ++q) acc[r * 4 + q] = vfmadd(dv[r], xv[q], acc[r * 4 + q]);
-        }
-        vstore(out, vadd(vload(out), reduce16(acc)));
+          __m512 acc[16];
+          for (int k = 0; k < 16; ++k) acc[k] = vzero();
+          for (int64_t t = 0; t < bt; ++t) {
+            __m512 dv[4], xv[4];
+            for (int r = 0; r < 4; ++r) dv[r] = vload(dr + (r * tiles + t) * 16);
+            for (int q = 0; q < 4; ++q) xv[q] = vload(vr + (q * bt + t) * 16);
+            for (int r = 0; r < 4; ++r)
+              for (int q = 0; q < 4; ++q) acc[r * 4 + q] = vfmadd(dv[r], xv[q], acc[r * 4 + q]);
+          }
+          vstore(out, vadd(vload(out), reduce16(acc)));
 #else
-        // Two output channels x four input channels at a time (8 of 16
-        // ymm), both halves of each element into the same accumulator.
-        for (int r0 = 0; r0 < 4; r0 += 2) {
-          __m256 acc[8];
-          for (int k = 0; k < 8; ++k) acc[k] = _mm256_setzero_ps();
-          for (int64_t t = 0; t < tiles; ++t)
-            for (int h = 0; h < 2; ++h) {
-              __m256 dv[2], xv[4];
-              for (int r = 0; r < 2; ++r)
-                dv[r] = _mm256_load_ps(dr + ((r0 + r) * tiles + t) * 16 + h * 8);
-              for (int q = 0; q < 4; ++q) xv[q] = _mm256_load_ps(vr + (q * tiles + t) * 16 + h * 8);
-              for (int r = 0; r < 2; ++r)
-                for (int q = 0; q < 4; ++q)
-                  acc[r * 4 + q] = _mm256_fmadd_ps(dv[r], xv[q], acc[r * 4 + q]);
-            }
-          float* o = out + r0 * 4;
-          _mm256_store_ps(o, _mm256_add_ps(_mm256_load_ps(o), reduce8(acc)));
-        }
+          // Two output channels x four input channels at a time (8 of 16
+          // ymm), both halves of each element into the same accumulator.
+          for (int r0 = 0; r0 < 4; r0 += 2) {
+            __m256 acc[8];
+            for (int k = 0; k < 8; ++k) acc[k] = _mm256_setzero_ps();
+            for (int64_t t = 0; t < bt; ++t)
+              for (int h = 0; h < 2; ++h) {
+                __m256 dv[2], xv[4];
+                for (int r = 0; r < 2; ++r)
+                  dv[r] = _mm256_load_ps(dr + ((r0 + r) * tiles + t) * 16 + h * 8);
+                for (int q = 0; q < 4; ++q) xv[q] = _mm256_load_ps(vr + (q * bt + t) * 16 + h * 8);
+                for (int r = 0; r < 2; ++r)
+                  for (int q = 0; q < 4; ++q)
+                    acc[r * 4 + q] = _mm256_fmadd_ps(dv[r], xv[q], acc[r * 4 + q]);
+              }
+            float* o = out + r0 * 4;
+            _mm256_store_ps(o, _mm256_add_ps(_mm256_load_ps(o), reduce8(acc)));
+          }
 #endif
-      }
+        }
+    }
   }
 }
 
