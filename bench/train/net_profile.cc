@@ -5,6 +5,7 @@
 // input with the upstream gradient of the real step), the full backward,
 // clip_grad_norm, the SGD step and zero_grad -- and prints ms per step and
 // the share of each. Run with the thread count to profile.
+// COHORT_KERNELS=baseline|avx2|avx512 forces the kernel path.
 // Usage: bench_net_profile [threads] [steps] [prefetch] [data-dir]
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/mnist.h"
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
   std::string dir = argc > 4 ? argv[4] : data::FashionMnist::kDefaultRoot;
   set_default_num_threads(threads);
   set_num_threads(threads);
+  if (const char* kernels = std::getenv("COHORT_KERNELS"))
+    apply_kernel_path_setting(kernels, "COHORT_KERNELS");
   Generator gen(0);
   auto model = std::make_shared<nn::Net>(gen);
   auto params = model->parameters();

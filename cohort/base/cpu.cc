@@ -162,24 +162,20 @@ void set_kernel_path(KernelPath path) {
 }
 
 KernelPath kernel_path() {
-  int p = g_path.load(std::memory_order_relaxed);
+  const int p = g_path.load(std::memory_order_relaxed);
   if (p != kUnset) return static_cast<KernelPath>(p);
-  // First use: the environment may ask for a path. A bad value throws here
-  // and again on the next call, so it is never silently ignored.
-  const char* env = std::getenv("COHORT_KERNELS");
-  KernelPath chosen = best_kernel_path();
-  if (env && *env && std::string_view(env) != "auto") {
-    try {
-      chosen = parse_kernel_path(env);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(fmt::format("COHORT_KERNELS={}: {} (or auto)", env, e.what()));
-    }
-    const std::string why = kernel_path_unsupported_reason(chosen);
-    if (!why.empty()) throw InvalidArgument(fmt::format("COHORT_KERNELS={}: {}", env, why));
-  }
   int expected = kUnset;
-  g_path.compare_exchange_strong(expected, static_cast<int>(chosen));
+  g_path.compare_exchange_strong(expected, static_cast<int>(best_kernel_path()));
   return static_cast<KernelPath>(g_path.load(std::memory_order_relaxed));
+}
+
+void apply_kernel_path_setting(std::string_view value, std::string_view origin) {
+  try {
+    set_kernel_path(value.empty() || value == "auto" ? best_kernel_path()
+                                                     : parse_kernel_path(value));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}={}: {}", origin, value, e.what()));
+  }
 }
 
 KernelPathGuard::KernelPathGuard(KernelPath path) : saved_(kernel_path()) { set_kernel_path(path); }

@@ -4,9 +4,10 @@
 // reference code, all in one binary: the library itself is compiled for a
 // portable baseline (x86-64-v2 on x86-64) and each ISA's kernels are compiled
 // for that ISA alone (see isa.h). Which set runs is one process-wide choice,
-// made once from the CPU's features and changeable through set_kernel_path
-// (or the COHORT_KERNELS environment variable, read once at the first
-// kernel_path() call: baseline, avx2 or avx512; docs/kernels.md).
+// made once from the CPU's features and changeable through set_kernel_path.
+// The library reads no environment: programs apply a user's setting with
+// apply_kernel_path_setting (the cohort CLI does so for COHORT_KERNELS;
+// docs/kernels.md).
 // Thread safety: all functions may be called from any thread; changing the
 // path while kernels run on other threads is allowed but those calls may use
 // either path.
@@ -50,12 +51,16 @@ std::vector<KernelPath> supported_kernel_paths();
 // The fastest supported path.
 KernelPath best_kernel_path();
 
-// The path in use: COHORT_KERNELS when set (validated: an unknown name or a
-// path the CPU lacks throws InvalidArgument from this call), else the best.
+// The path in use: the last one set, else the best this CPU supports.
 KernelPath kernel_path();
 // Forces `path` for the whole process; throws InvalidArgument when the CPU
 // cannot run it.
 void set_kernel_path(KernelPath path);
+// A user's setting ("baseline", "avx2", "avx512", or "auto" / empty for the
+// best), e.g. an environment variable's value read by a program's main:
+// applies it, or throws InvalidArgument "<origin>=<value>: <why>" naming the
+// choices or the features this CPU lacks.
+void apply_kernel_path_setting(std::string_view value, std::string_view origin);
 
 // The table of kernel_path() among one table's per-ISA copies (see isa.h's
 // COHORT_ISA_TABLE): `avx512` or `avx2` on those paths, else `baseline`.

@@ -76,5 +76,22 @@ TEST(KernelPath, GuardForcesAndRestores) {
   }
 }
 
+TEST(KernelPath, SettingAppliesNamesAndAutoAndNamesItsOriginWhenBad) {
+  KernelPathGuard restore(kernel_path());
+  apply_kernel_path_setting("baseline", "TEST_SETTING");
+  EXPECT_EQ(kernel_path(), KernelPath::kBaseline);
+  apply_kernel_path_setting("auto", "TEST_SETTING");
+  EXPECT_EQ(kernel_path(), best_kernel_path());
+  try {
+    apply_kernel_path_setting("sse9", "TEST_SETTING");
+    FAIL() << "no throw";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("TEST_SETTING=sse9: ", 0), 0u) << what;
+    EXPECT_NE(what.find("baseline, avx2, avx512"), std::string::npos) << what;
+  }
+  EXPECT_EQ(kernel_path(), best_kernel_path());
+}
+
 }  // namespace
 }  // namespace cohort

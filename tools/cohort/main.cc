@@ -1,5 +1,6 @@
 // cohort: the command-line tool. Subcommands register themselves (command.h).
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "cohort/base/cpu.h"
@@ -29,9 +30,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    // COHORT_KERNELS is checked here, before any work or worker starts, so a
-    // path this CPU lacks fails at once with the reason.
-    cohort::kernel_path();
+    // The CLI is the edge that reads COHORT_KERNELS (workers started by
+    // `cohort run` inherit it): checked before any work or worker starts, so
+    // a path this CPU lacks fails at once with the reason.
+    if (const char* kernels = std::getenv("COHORT_KERNELS"))
+      cohort::apply_kernel_path_setting(kernels, "COHORT_KERNELS");
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) return run();
     }
