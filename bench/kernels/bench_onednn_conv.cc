@@ -68,6 +68,8 @@
 #include <utility>
 #include <vector>
 
+#include "bench/kernels/core_peak.h"
+#include "bench/kernels/interleaved_timing.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/conv2d.h"
@@ -75,9 +77,17 @@
 #include "oneapi/dnnl/dnnl.hpp"
 
 using cohort::kernels::Conv2dGeometry;
-using Clock = std::chrono::steady_clock;
 using dnnl::memory;
 using Tag = dnnl::memory::format_tag;
+
+using cohort::bench::cpuinfo_mhz;
+using cohort::bench::fma_loop;
+using cohort::bench::Impl;
+using cohort::bench::kBestOf;
+using cohort::bench::loadavg;
+using cohort::bench::measure_clock_ghz;
+using cohort::bench::median;
+using cohort::bench::time_all;
 
 namespace {
 
@@ -87,111 +97,6 @@ std::vector<float> random_vec(int64_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (auto& e : v) e = d(rng);
   return v;
-}
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// ---------------------------------------------------------------- the core
-
-// Clock of this core under load, from a chain of dependent integer adds (one
-// per cycle on every x86-64 core of the last 15 years): best of 40 runs of
-// about 1 ms (short, so that some run sees no preemption on a busy machine).
-constexpr int kBestOf = 40;
-double measure_clock_ghz() {
-  double best = 0;
-  for (int run = 0; run < kBestOf; ++run) {
-    int64_t n = 200'000, x = 0;
-    const auto t0 = Clock::now();
-    asm volatile(
-        "1:\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "dec %1\n\tjnz 1b\n"
-        : "+r"(x), "+r"(n));
-    best = std::max(best, 200'000.0 * 16 / seconds_since(t0) * 1e-9);
-  }
-  return best;
-}
-
-// /proc/cpuinfo's "cpu MHz" of the first CPU (0 when absent).
-double cpuinfo_mhz() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("cpu MHz", 0) == 0) return std::atof(line.substr(line.find(':') + 1).c_str());
-  return 0;
-}
-
-std::string loadavg() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-// Measured fp32 FLOP/s of one core on independent chains in the ISA's widest
-// vectors, written in assembly so that the accumulators stay in registers:
-// 12 FMA chains (covers latency 4-5 x 2 units) for AVX2 and AVX-512; for the
-// baseline (x86-64-v2 has no FMA) 6 multiply and 6 add chains.
-constexpr int64_t kFmaSteps = 100'000;
-
-// clang-format off
-// One step of chain k: acc_k = 0 * 0 + acc_k (the values never change).
-#define COHORT_FMA(op, r, k) op " %%" r "12, %%" r "13, %%" r #k "\n\t"
-#define COHORT_FMA12(op, r)                                                           \
-  COHORT_FMA(op, r, 0) COHORT_FMA(op, r, 1) COHORT_FMA(op, r, 2) COHORT_FMA(op, r, 3) \
-  COHORT_FMA(op, r, 4) COHORT_FMA(op, r, 5) COHORT_FMA(op, r, 6) COHORT_FMA(op, r, 7) \
-  COHORT_FMA(op, r, 8) COHORT_FMA(op, r, 9) COHORT_FMA(op, r, 10) COHORT_FMA(op, r, 11)
-// Zeroes xmm k (garbage could hold denormals, which are slow); the VEX loops
-// start with vzeroall instead.
-#define COHORT_ZERO(k) "xorps %%xmm" #k ", %%xmm" #k "\n\t"
-#define COHORT_ZERO13                                                               \
-  COHORT_ZERO(0) COHORT_ZERO(1) COHORT_ZERO(2) COHORT_ZERO(3) COHORT_ZERO(4)        \
-  COHORT_ZERO(5) COHORT_ZERO(6) COHORT_ZERO(7) COHORT_ZERO(8) COHORT_ZERO(9)        \
-  COHORT_ZERO(10) COHORT_ZERO(11) COHORT_ZERO(12)
-#define COHORT_CLOBBER16                                                            \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",   \
-  "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
-// clang-format on
-
-double fma_loop(cohort::KernelPath path) {
-  int64_t n = kFmaSteps;
-  const auto t0 = Clock::now();
-  double flop_per_step;
-  if (path == cohort::KernelPath::kAvx512) {
-    asm volatile(
-        "vzeroall\n\t"
-        "1:\n\t" COHORT_FMA12("vfmadd231ps", "zmm") "dec %0\n\tjnz 1b\n\tvzeroupper\n"
-        : "+r"(n)
-        :
-        : COHORT_CLOBBER16);
-    flop_per_step = 12.0 * 16 * 2;
-  } else if (path == cohort::KernelPath::kAvx2) {
-    asm volatile(
-        "vzeroall\n\t"
-        "1:\n\t" COHORT_FMA12("vfmadd231ps", "ymm") "dec %0\n\tjnz 1b\n\tvzeroupper\n"
-        : "+r"(n)
-        :
-        : COHORT_CLOBBER16);
-    flop_per_step = 12.0 * 8 * 2;
-  } else {
-    asm volatile(COHORT_ZERO13
-                 "1:\n\t"
-                 "mulps %%xmm12, %%xmm0\n\taddps %%xmm12, %%xmm1\n\tmulps %%xmm12, %%xmm2\n\t"
-                 "addps %%xmm12, %%xmm3\n\tmulps %%xmm12, %%xmm4\n\taddps %%xmm12, %%xmm5\n\t"
-                 "mulps %%xmm12, %%xmm6\n\taddps %%xmm12, %%xmm7\n\tmulps %%xmm12, %%xmm8\n\t"
-                 "addps %%xmm12, %%xmm9\n\tmulps %%xmm12, %%xmm10\n\taddps %%xmm12, %%xmm11\n\t"
-                 "dec %0\n\tjnz 1b\n"
-                 : "+r"(n)
-                 :
-                 : COHORT_CLOBBER16);
-    flop_per_step = 12.0 * 4;
-  }
-  return kFmaSteps * flop_per_step / seconds_since(t0);
 }
 
 struct Isa {
@@ -484,55 +389,6 @@ class OnednnPool {
   dnnl::engine eng_;
   memory x_, y_, ws_, dx_;
 };
-
-// ------------------------------------------------------------------ timing
-
-struct Impl {
-  std::string name;
-  std::function<void()> fn;
-  std::string what;
-  std::vector<double> samples{};      // wall seconds per call, one per round
-  std::vector<double> cpu_samples{};  // process CPU seconds per call (all threads)
-  int iters = 1;
-};
-
-double process_cpu_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Warm-up (at least 3 calls and 50 ms per implementation), then `repeats`
-// rounds; each round times every implementation for about seconds/repeats,
-// starting with a different one each round.
-void time_all(std::vector<Impl>& impls, double seconds, int repeats) {
-  for (Impl& im : impls) {
-    const auto t0 = Clock::now();
-    int calls = 0;
-    while (calls < 3 || seconds_since(t0) < 0.05) {
-      im.fn();
-      ++calls;
-    }
-    const double one = seconds_since(t0) / calls;
-    im.iters = std::max(1, static_cast<int>(seconds / repeats / one));
-  }
-  for (int r = 0; r < repeats; ++r) {
-    for (size_t k = 0; k < impls.size(); ++k) {
-      Impl& im = impls[(k + r) % impls.size()];
-      const double c0 = process_cpu_seconds();
-      const auto t0 = Clock::now();
-      for (int i = 0; i < im.iters; ++i) im.fn();
-      im.samples.push_back(seconds_since(t0) / im.iters);
-      im.cpu_samples.push_back((process_cpu_seconds() - c0) / im.iters);
-    }
-  }
-}
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, scale = 1e-30;

@@ -1,0 +1,30 @@
+// What one core of this machine can do, for the kernel benchmarks' "% of
+// peak": its clock under load, a measured FMA (or mul + add) rate per ISA,
+// and the load average to print beside the figures. x86-64 only.
+#pragma once
+
+#include <string>
+
+#include "cohort/base/cpu.h"
+
+namespace cohort::bench {
+
+// Runs each measurement is the best of.
+constexpr int kBestOf = 40;
+
+// Clock of this core under load, from a chain of dependent integer adds (one
+// per cycle on every x86-64 core of the last 15 years): best of kBestOf runs
+// of about 1 ms (short, so that some run sees no preemption on a busy machine).
+double measure_clock_ghz();
+
+// /proc/cpuinfo's "cpu MHz" of the first CPU (0 when absent).
+double cpuinfo_mhz();
+
+// /proc/loadavg's three load averages.
+std::string loadavg();
+
+// Measured fp32 FLOP/s of one core on independent chains in the widest
+// vectors of `path`'s ISA.
+double fma_loop(KernelPath path);
+
+}  // namespace cohort::bench
