@@ -29,6 +29,7 @@
 #include "cohort/nn/max_pool2d.h"
 #include "cohort/nn/models/a_simple_net.h"
 #include "cohort/nn/models/net.h"
+#include "cohort/nn/models/sequential_models.h"
 #include "cohort/nn/models/toy_model.h"
 #include "cohort/nn/module.h"
 #include "cohort/nn/sequential.h"
