@@ -9,6 +9,7 @@
 // Thread safety: independent graphs may run on different threads at once.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "cohort/core/tensor.h"
@@ -18,5 +19,41 @@ namespace cohort::autograd {
 // grads[i] is the gradient of roots[i] (same shape); an undefined entry means
 // ones (only allowed for one-element roots).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads);
+
+// ---- Backward split in two (zero-bubble pipeline schedules) ----
+// NOTE: declared ahead of its implementation (issue 9, in progress).
+
+// The W half of a split backward: the gradients that do not flow into the
+// chosen inputs (parameter gradients), computed later and once.
+class DeferredGradients {
+ public:
+  DeferredGradients();
+  DeferredGradients(DeferredGradients&&) noexcept;
+  DeferredGradients& operator=(DeferredGradients&&) noexcept;
+  // Dropping it un-run frees the saved state (those gradients are lost).
+  ~DeferredGradients();
+  // Nothing left to run.
+  bool empty() const;
+  // W: accumulates into the leaves' .grad (their hooks fire); then empty().
+  void run();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  friend DeferredGradients run_backward_split(const std::vector<Tensor>&,
+                                              const std::vector<Tensor>&,
+                                              const std::vector<Tensor>&);
+};
+
+// B: runs only the part of the graph behind `roots` that leads to `inputs`
+// (tensors requiring grad, normally leaves such as a pipeline stage's
+// received activation x.detach().set_requires_grad(true)); their .grad()
+// receives the gradient exactly as backward() would give it. Everything else
+// (parameter gradients) is returned for a later run(). roots/grads as in
+// run_backward. With `inputs` empty (a first stage) B does nothing and W is
+// the whole backward. B then W gives the same gradients as run_backward.
+DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
+                                     const std::vector<Tensor>& grads,
+                                     const std::vector<Tensor>& inputs);
 
 }  // namespace cohort::autograd
