@@ -30,18 +30,18 @@ std::string_view name_of(E e, const std::pair<std::string_view, E> (&table)[N]) 
   return "?";
 }
 
-constexpr std::pair<std::string_view, ModelKind> kModels[] = {{"net", ModelKind::kNet},
-                                                              {"toy", ModelKind::kToy}};
+constexpr std::pair<std::string_view, ModelKind> kModels[] = {
+    {"net", ModelKind::kNet}, {"toy", ModelKind::kToy}, {"mlp", ModelKind::kMlp}};
 constexpr std::pair<std::string_view, DatasetKind> kDatasets[] = {
     {"fashion-mnist", DatasetKind::kFashionMnist},
     {"mnist", DatasetKind::kMnist},
     {"synthetic", DatasetKind::kSynthetic}};
 constexpr std::pair<std::string_view, OptimizerKind> kOptimizers[] = {
     {"sgd", OptimizerKind::kSgd}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}};
-constexpr std::pair<std::string_view, Strategy> kStrategies[] = {{"auto", Strategy::kAuto},
-                                                                 {"single", Strategy::kSingle},
-                                                                 {"ddp", Strategy::kDdp},
-                                                                 {"dp", Strategy::kDp}};
+constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
+    {"auto", Strategy::kAuto}, {"single", Strategy::kSingle},     {"ddp", Strategy::kDdp},
+    {"dp", Strategy::kDp},     {"pipeline", Strategy::kPipeline}, {"tensor", Strategy::kTensor}};
+constexpr std::string_view kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -71,11 +71,11 @@ int env_world_size() {
 }
 
 double TrainOptions::effective_lr() const {
-  return lr.value_or(model == ModelKind::kNet ? 0.01 : 0.001);
+  return lr.value_or(model == ModelKind::kToy ? 0.001 : 0.01);
 }
 
 double TrainOptions::effective_momentum() const {
-  return momentum.value_or(model == ModelKind::kNet ? 0.9 : 0.0);
+  return momentum.value_or(model == ModelKind::kToy ? 0.0 : 0.9);
 }
 
 std::string TrainOptions::effective_data_dir() const {
@@ -107,6 +107,18 @@ void TrainOptions::validate() const {
   COHORT_CHECK(model != ModelKind::kToy || dataset == DatasetKind::kSynthetic,
                "--model toy takes 10 inputs and trains on --dataset synthetic only, not {}",
                dataset_name(dataset));
+  bool known_schedule = false;
+  for (std::string_view n : kSchedules) known_schedule = known_schedule || n == pipeline_schedule;
+  COHORT_CHECK(known_schedule,
+               "--pipeline-schedule must be one of gpipe, 1f1b, interleaved, zb-h1, got '{}'",
+               pipeline_schedule);
+  COHORT_CHECK(micro_batches >= 1 && micro_batches <= batch_size,
+               "--micro-batches must be in [1, --batch-size = {}], got {}", batch_size,
+               micro_batches);
+  COHORT_CHECK(pipeline_stages >= 0, "--pipeline-stages must be >= 0 (0: every rank), got {}",
+               pipeline_stages);
+  COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
+               "--strategy tensor splits the linear layers of net or mlp, not of toy");
   COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,
                "synthetic data set sizes must be >= 1, got {} and {}", synthetic_train_size,
                synthetic_test_size);

@@ -11,13 +11,14 @@
 
 namespace cohort::train {
 
-enum class ModelKind { kNet, kToy };
+enum class ModelKind { kNet, kToy, kMlp };
 enum class DatasetKind { kFashionMnist, kMnist, kSynthetic };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // kAuto: DDP when the environment describes a job of more than one process
 // (WORLD_SIZE or OMPI_COMM_WORLD_SIZE > 1, i.e. under `cohort run` or
 // mpirun), else one process.
-enum class Strategy { kAuto, kSingle, kDdp, kDp };
+// kPipeline / kTensor: model parallelism (train_strategy.h).
+enum class Strategy { kAuto, kSingle, kDdp, kDp, kPipeline, kTensor };
 
 struct TrainOptions {
   ModelKind model = ModelKind::kNet;
@@ -38,6 +39,12 @@ struct TrainOptions {
   std::string metrics_path;      // "": no metrics file
   Strategy strategy = Strategy::kAuto;
   int replicas = 2;  // DataParallel replicas
+  // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the
+  // micro-batches each step's batch is cut into; the stages (0: every rank
+  // is a stage; else the world is stages x data-parallel replicas).
+  std::string pipeline_schedule = "1f1b";
+  int64_t micro_batches = 4;
+  int pipeline_stages = 0;
   // DDP process group backend: "native", "mpi", or "auto": mpi under mpirun
   // when MASTER_ADDR is not exported (and the mpi backend was built), else native.
   std::string backend = "auto";
@@ -57,8 +64,8 @@ struct TrainOptions {
   void validate() const;
 };
 
-// Name <-> enum ("net", "toy"; "fashion-mnist", "mnist", "synthetic"; "sgd",
-// "adam", "adamw"; "auto", "single", "ddp", "dp"). Parsing throws
+// Name <-> enum ("net", "toy", "mlp"; "fashion-mnist", "mnist", "synthetic"; "sgd",
+// "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor"). Parsing throws
 // InvalidArgument listing the accepted names.
 ModelKind parse_model(std::string_view name);
 DatasetKind parse_dataset(std::string_view name);

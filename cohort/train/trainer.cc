@@ -12,10 +12,8 @@
 #include "cohort/checkpoint/distributed_checkpoint.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
-#include "cohort/optim/clip_grad.h"
-#include "cohort/parallel/data_parallel.h"
-#include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/train/metrics_writer.h"
+#include "cohort/train/train_strategy.h"
 #include "cohort/train/workload.h"
 
 namespace cohort::train {
@@ -82,6 +80,11 @@ std::string resolve_backend(const std::string& requested) {
   return "native";
 }
 
+bool is_distributed(Strategy strategy) {
+  return strategy == Strategy::kDdp || strategy == Strategy::kPipeline ||
+         strategy == Strategy::kTensor;
+}
+
 Strategy resolve_strategy(Strategy requested) {
   if (requested != Strategy::kAuto) return requested;
   return env_world_size() > 1 ? Strategy::kDdp : Strategy::kSingle;
@@ -94,237 +97,285 @@ Trainer::Trainer(TrainOptions options, std::shared_ptr<distributed::ProcessGroup
 
 Trainer::~Trainer() = default;
 
-TrainResult Trainer::run(TrainObserver* observer) {
-  const TrainOptions& o = options_;
-  TrainResult result;
-  RunInfo& info = result.info;
-  info.strategy = resolve_strategy(o.strategy);
-  if (o.threads > 0) {
-    set_default_num_threads(o.threads);
-    set_num_threads(o.threads);
+namespace {
+
+// One run of the loop: the pieces Trainer::run strings together (set-up,
+// resume, the epochs, evaluation), sharing the run's state.
+class Run {
+ public:
+  Run(const TrainOptions& o, std::shared_ptr<distributed::ProcessGroup>& pg_slot,
+      TrainObserver* observer, TrainResult& result)
+      : o_(o), observer_(observer), result_(result), info_(result.info), gen_(o.seed) {
+    set_up(pg_slot);
   }
-  if (info.strategy == Strategy::kDdp && pg_ == nullptr) {
-    pg_ = distributed::init_process_group(resolve_backend(o.backend), "env://");
+
+  void resume();
+  void train();
+
+ private:
+  void set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot);
+  // One epoch, or its rest after a resume; ends it with the evaluation.
+  void run_epoch(int64_t epoch);
+  void save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry);
+  void end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete);
+  bool is_main() const { return info_.rank == 0; }
+  void report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last, Clock::time_point t0,
+                   double local_samples_run);
+
+  const TrainOptions& o_;
+  TrainObserver* observer_;
+  TrainResult& result_;
+  RunInfo& info_;
+  distributed::ProcessGroup* pg_ = nullptr;  // the world group of a distributed run
+  std::shared_ptr<distributed::ProcessGroup> world_;
+  Generator gen_;
+  Splits splits_;
+  std::unique_ptr<TrainStrategy> strategy_;
+  std::shared_ptr<data::DistributedSampler> sampler_;
+  std::unique_ptr<data::DataLoader> loader_;
+  MetricsWriter metrics_{""};
+  int64_t step_ = 0;
+  int64_t start_epoch_ = 0;
+  int64_t log_every_ = 1;
+  EpochTotals totals_;
+};
+
+void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
+  info_.strategy = resolve_strategy(o_.strategy);
+  if (o_.threads > 0) {
+    set_default_num_threads(o_.threads);
+    set_num_threads(o_.threads);
   }
-  distributed::ProcessGroup* pg = info.strategy == Strategy::kDdp ? pg_.get() : nullptr;
-  info.rank = pg != nullptr ? pg->rank() : 0;
-  info.world_size = pg != nullptr ? pg->size() : 1;
-  const bool main = info.rank == 0;
+  if (is_distributed(info_.strategy) && pg_slot == nullptr) {
+    pg_slot = distributed::init_process_group(resolve_backend(o_.backend), "env://");
+  }
+  if (is_distributed(info_.strategy)) world_ = pg_slot;
+  pg_ = world_.get();
+  info_.rank = pg_ != nullptr ? pg_->rank() : 0;
+  info_.world_size = pg_ != nullptr ? pg_->size() : 1;
 
   // Everything that can fail on bad input fails here, before the first step.
-  if (!o.checkpoint_dir.empty()) {
-    if (pg != nullptr) {
-      checkpoint::check_writable_dir(*pg, o.checkpoint_dir);
+  if (!o_.checkpoint_dir.empty()) {
+    if (pg_ != nullptr) {
+      checkpoint::check_writable_dir(*pg_, o_.checkpoint_dir);
     } else {
-      checkpoint::check_writable_dir(o.checkpoint_dir);
+      checkpoint::check_writable_dir(o_.checkpoint_dir);
     }
   }
-  MetricsWriter metrics(o.metrics_path);
-  if (main && !o.metrics_path.empty()) metrics.check_writable();
-  Splits splits = make_splits(o);
+  metrics_ = MetricsWriter(o_.metrics_path);
+  if (is_main() && !o_.metrics_path.empty()) metrics_.check_writable();
+  splits_ = make_splits(o_);
 
-  Generator gen(o.seed);
-  nn::ModulePtr model = make_model(o.model, gen);
-  std::vector<Tensor> params = model->parameters();
-  std::unique_ptr<optim::Optimizer> opt = make_optimizer(o, params);
-
-  std::optional<checkpoint::TrainingState> resumed;
-  if (!o.resume.empty()) {
-    auto path = pg != nullptr ? checkpoint::resolve_resume(*pg, o.resume, o.checkpoint_dir)
-                              : checkpoint::resolve_resume(o.resume, o.checkpoint_dir);
-    if (path) {
-      resumed = checkpoint::load_checkpoint(*path, *model, opt.get());
-      if (!resumed->rng_state.empty()) gen.set_state(resumed->rng_state);
-      auto it = resumed->extra.find(kModel);
-      COHORT_CHECK(it == resumed->extra.end() || it->second == model_name(o.model),
-                   "--resume {}: checkpoint is of model '{}', not '{}'", *path, it->second,
-                   model_name(o.model));
-      info.resumed_from = *path;
-    }
-  }
-
-  // The model as the loop calls it; `model` stays the bare one (saved,
-  // evaluated).
-  std::shared_ptr<nn::Module> wrapper;
-  if (info.strategy == Strategy::kDdp) {
-    wrapper = std::make_shared<parallel::DistributedDataParallel>(model, pg_);
-  } else if (info.strategy == Strategy::kDp) {
-    wrapper = std::make_shared<parallel::DataParallel>(model, o.replicas);
-    info.replicas = o.replicas;
-  }
-  nn::Module& net = wrapper ? *wrapper : *model;
-  info.threads = info.strategy == Strategy::kDp
-                     ? static_cast<parallel::DataParallel&>(net).replica_threads(0)
-                     : num_threads();
+  strategy_ = make_strategy(o_, info_.strategy, world_, gen_);
+  info_.threads = strategy_->threads();
+  info_.replicas = strategy_->replicas();
 
   data::DistributedSampler::Options so;
-  so.num_replicas = info.world_size;
-  so.rank = info.rank;
+  so.num_replicas = strategy_->data_replicas();
+  so.rank = strategy_->data_rank();
   so.shuffle = true;
-  so.seed = o.seed;
-  auto sampler = std::make_shared<data::DistributedSampler>(splits.train->size(), so);
+  so.seed = o_.seed;
+  sampler_ = std::make_shared<data::DistributedSampler>(splits_.train->size(), so);
   data::DataLoaderOptions lo;
-  lo.batch_size = o.batch_size;
-  lo.prefetch = o.prefetch;
-  data::DataLoader loader(splits.train, lo, sampler);
+  lo.batch_size = o_.batch_size;
+  lo.prefetch = o_.prefetch;
+  loader_ = std::make_unique<data::DataLoader>(splits_.train, lo, sampler_);
 
-  info.train_examples = splits.train->size();
-  info.test_examples = splits.test->size();
-  info.steps_per_epoch = loader.num_batches();
-  info.global_batch_size = o.batch_size * info.world_size;
+  info_.train_examples = splits_.train->size();
+  info_.test_examples = splits_.test->size();
+  info_.steps_per_epoch = loader_->num_batches();
+  info_.global_batch_size = o_.batch_size * strategy_->data_replicas();
+}
 
-  int64_t step = 0;
-  int64_t start_epoch = 0;
-  EpochTotals totals;
+void Run::resume() {
+  std::optional<checkpoint::TrainingState> resumed;
+  if (!o_.resume.empty()) {
+    auto path = pg_ != nullptr ? checkpoint::resolve_resume(*pg_, o_.resume, o_.checkpoint_dir)
+                               : checkpoint::resolve_resume(o_.resume, o_.checkpoint_dir);
+    if (path) {
+      resumed =
+          checkpoint::load_checkpoint(*path, strategy_->full_model(), &strategy_->full_optimizer());
+      strategy_->after_resume();
+      if (!resumed->rng_state.empty()) gen_.set_state(resumed->rng_state);
+      auto it = resumed->extra.find(kModel);
+      COHORT_CHECK(it == resumed->extra.end() || it->second == model_name(o_.model),
+                   "--resume {}: checkpoint is of model '{}', not '{}'", *path, it->second,
+                   model_name(o_.model));
+      info_.resumed_from = *path;
+    }
+  }
   if (resumed) {
-    step = resumed->step;
+    step_ = resumed->step;
     data::SamplerState s = resumed->sampler;
-    int64_t saved_world =
-        static_cast<int64_t>(parse_double(resumed->extra, kWorldSize, info.world_size));
-    if (saved_world != info.world_size && saved_world > 0) {
-      // Same share of the epoch, counted in this job's per-rank positions.
-      s.position = std::min(sampler->size(), s.position * saved_world / info.world_size);
+    const int64_t replicas = strategy_->data_replicas();
+    int64_t saved_world = static_cast<int64_t>(parse_double(resumed->extra, kWorldSize, replicas));
+    if (saved_world != replicas && saved_world > 0) {
+      // Same share of the epoch, counted in this job's per-replica positions.
+      s.position = std::min(sampler_->size(), s.position * saved_world / replicas);
     }
-    s.position = std::min(s.position, sampler->size());
-    loader.load_state(s);
-    start_epoch = s.epoch;
-    totals.seconds = parse_double(resumed->extra, kSeconds, 0);
-    if (main) {
-      totals.loss_sum = parse_double(resumed->extra, kLossSum, 0);
-      totals.loss_count = parse_double(resumed->extra, kLossCount, 0);
-      totals.samples = parse_double(resumed->extra, kSamples, 0);
+    s.position = std::min(s.position, sampler_->size());
+    loader_->load_state(s);
+    start_epoch_ = s.epoch;
+    totals_.seconds = parse_double(resumed->extra, kSeconds, 0);
+    if (is_main()) {
+      totals_.loss_sum = parse_double(resumed->extra, kLossSum, 0);
+      totals_.loss_count = parse_double(resumed->extra, kLossCount, 0);
+      totals_.samples = parse_double(resumed->extra, kSamples, 0);
     }
   }
-  info.start_step = step;
-  info.start_epoch = start_epoch;
-  if (main && observer != nullptr) observer->on_start(info);
+  info_.start_step = step_;
+  info_.start_epoch = start_epoch_;
+}
 
-  const double clip = clip_max_norm(o.model);
-  const int64_t log_every =
-      o.log_every > 0 ? o.log_every : std::max<int64_t>(1, info.steps_per_epoch / 10);
+// carry: the checkpoint is inside an epoch, whose running totals it keeps
+// (at an epoch's end the next epoch starts from zero).
+void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry) {
+  totals_.reduce(pg_);
+  strategy_->sync_full_model(true);
+  EpochTotals saved = carry ? totals_ : EpochTotals{};
+  checkpoint::TrainingState st;
+  st.epoch = sampler_state.epoch;
+  st.step = step_;
+  st.rng_state = gen_.get_state();
+  st.sampler = sampler_state;
+  st.extra[kLossSum] = fmt::format("{:.17g}", saved.loss_sum);
+  st.extra[kLossCount] = fmt::format("{:.17g}", saved.loss_count);
+  st.extra[kSamples] = fmt::format("{:.17g}", saved.samples);
+  st.extra[kSeconds] = fmt::format("{:.17g}", carry ? epoch_seconds : 0.0);
+  // The sampler's replicas: what a resumed run rescales its position by.
+  st.extra[kWorldSize] = std::to_string(strategy_->data_replicas());
+  st.extra[kModel] = std::string(model_name(o_.model));
+  checkpoint::SaveOptions so;
+  so.keep_last = o_.keep_last;
+  // With a group: rank 0 writes, every rank learns the outcome (a barrier).
+  nn::Module& model = strategy_->full_model();
+  optim::Optimizer* opt = &strategy_->full_optimizer();
+  result_.last_checkpoint =
+      pg_ != nullptr ? checkpoint::save_checkpoint(*pg_, o_.checkpoint_dir, model, opt, st, so)
+                     : checkpoint::save_checkpoint(o_.checkpoint_dir, model, opt, st, so);
+  if (is_main() && observer_ != nullptr) observer_->on_checkpoint(result_.last_checkpoint, step_);
+}
 
-  // carry: the checkpoint is inside an epoch, whose running totals it keeps
-  // (at an epoch's end the next epoch starts from zero).
-  auto save = [&](const data::SamplerState& sampler_state, double epoch_seconds, bool carry) {
-    totals.reduce(pg);
-    EpochTotals saved = carry ? totals : EpochTotals{};
-    checkpoint::TrainingState st;
-    st.epoch = sampler_state.epoch;
-    st.step = step;
-    st.rng_state = gen.get_state();
-    st.sampler = sampler_state;
-    st.extra[kLossSum] = fmt::format("{:.17g}", saved.loss_sum);
-    st.extra[kLossCount] = fmt::format("{:.17g}", saved.loss_count);
-    st.extra[kSamples] = fmt::format("{:.17g}", saved.samples);
-    st.extra[kSeconds] = fmt::format("{:.17g}", carry ? epoch_seconds : 0.0);
-    st.extra[kWorldSize] = std::to_string(info.world_size);
-    st.extra[kModel] = std::string(model_name(o.model));
-    checkpoint::SaveOptions so2;
-    so2.keep_last = o.keep_last;
-    // With a group: rank 0 writes, every rank learns the outcome (a barrier).
-    result.last_checkpoint =
-        pg != nullptr
-            ? checkpoint::save_checkpoint(*pg, o.checkpoint_dir, *model, opt.get(), st, so2)
-            : checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(), st, so2);
-    if (main && observer != nullptr) observer->on_checkpoint(result.last_checkpoint, step);
-  };
+void Run::report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last,
+                      Clock::time_point t0, double local_samples_run) {
+  StepInfo si;
+  si.epoch = epoch;
+  si.step = step_;
+  si.step_in_epoch = step_in_epoch;
+  si.steps_in_epoch = info_.steps_per_epoch;
+  si.loss = l;
+  si.last = last;
+  si.elapsed_seconds = seconds_since(t0);
+  const double replicas = strategy_->data_replicas();
+  si.samples_per_second =
+      si.elapsed_seconds > 0 ? local_samples_run * replicas / si.elapsed_seconds : 0;
+  double per_step = si.elapsed_seconds /
+                    static_cast<double>(std::max<double>(1.0, local_samples_run)) *
+                    static_cast<double>(o_.batch_size);
+  si.eta_seconds =
+      per_step * static_cast<double>(std::max<int64_t>(0, info_.steps_per_epoch - step_in_epoch));
+  observer_->on_step(si);
+}
 
-  for (int64_t epoch = start_epoch; epoch < o.epochs; ++epoch) {
-    if (o.max_steps > 0 && step >= o.max_steps) break;
-    loader.set_epoch(epoch);
-    int64_t step_in_epoch = (sampler->position() + o.batch_size - 1) / o.batch_size;
-    if (sampler->epoch() != epoch) step_in_epoch = 0;
-    const auto t0 = Clock::now();
-    double local_samples_run = 0;  // this stretch, this rank
-    bool stopped = false;
-    for (data::Batch& b : loader) {
-      opt->zero_grad();
-      Tensor out = net.forward(b.input);
-      Tensor loss = compute_loss(o.model, out, b.target);
-      const double l = loss.item<double>();
-      if (!std::isfinite(l)) {
-        throw Error(fmt::format(
-            "cohort train: loss is {} at step {} (epoch {}, step {} of the epoch{}); training "
-            "diverged -- try a lower --lr",
-            l, step + 1, epoch + 1, step_in_epoch + 1, rank_suffix(pg)));
-      }
-      loss.backward();
-      if (clip > 0) optim::clip_grad_norm(params, clip);
-      opt->step();
-      ++step;
-      ++step_in_epoch;
-      totals.loss_sum += l;
-      totals.loss_count += 1;
-      totals.samples += static_cast<double>(b.size());
-      local_samples_run += static_cast<double>(b.size());
+void Run::run_epoch(int64_t epoch) {
+  loader_->set_epoch(epoch);
+  int64_t step_in_epoch = (sampler_->position() + o_.batch_size - 1) / o_.batch_size;
+  if (sampler_->epoch() != epoch) step_in_epoch = 0;
+  const auto t0 = Clock::now();
+  double local_samples_run = 0;  // this stretch, this rank
+  bool stopped = false;
+  for (data::Batch& b : *loader_) {
+    auto check = [&](double l) {
+      if (std::isfinite(l)) return;
+      throw Error(fmt::format(
+          "cohort train: loss is {} at step {} (epoch {}, step {} of the epoch{}); training "
+          "diverged -- try a lower --lr",
+          l, step_ + 1, epoch + 1, step_in_epoch + 1, rank_suffix(pg_)));
+    };
+    const double l = strategy_->step(b, check);
+    ++step_;
+    ++step_in_epoch;
+    // Replicas that hold one batch between several ranks count it once.
+    const double share = strategy_->data_rank_counts() ? 1.0 : 0.0;
+    totals_.loss_sum += l * share;
+    totals_.loss_count += share;
+    totals_.samples += static_cast<double>(b.size()) * share;
+    local_samples_run += static_cast<double>(b.size());
 
-      const bool last =
-          step_in_epoch == info.steps_per_epoch || (o.max_steps > 0 && step >= o.max_steps);
-      if (main && observer != nullptr && (step_in_epoch % log_every == 0 || last)) {
-        StepInfo si;
-        si.epoch = epoch;
-        si.step = step;
-        si.step_in_epoch = step_in_epoch;
-        si.steps_in_epoch = info.steps_per_epoch;
-        si.loss = l;
-        si.last = last;
-        si.elapsed_seconds = seconds_since(t0);
-        si.samples_per_second =
-            si.elapsed_seconds > 0 ? local_samples_run * info.world_size / si.elapsed_seconds : 0;
-        double per_step = si.elapsed_seconds /
-                          static_cast<double>(std::max<double>(1.0, local_samples_run)) *
-                          static_cast<double>(o.batch_size);
-        si.eta_seconds = per_step * static_cast<double>(
-                                        std::max<int64_t>(0, info.steps_per_epoch - step_in_epoch));
-        observer->on_step(si);
-      }
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && !last) {
-        save(loader.state(), totals.seconds + seconds_since(t0), true);
-      }
-      if (o.max_steps > 0 && step >= o.max_steps) {
-        stopped = true;
-        break;
-      }
+    const bool last =
+        step_in_epoch == info_.steps_per_epoch || (o_.max_steps > 0 && step_ >= o_.max_steps);
+    if (is_main() && observer_ != nullptr && (step_in_epoch % log_every_ == 0 || last)) {
+      report_step(epoch, step_in_epoch, l, last, t0, local_samples_run);
     }
-    const double seconds = totals.seconds + seconds_since(t0);
-    const data::SamplerState position = loader.state();
-    const bool complete = !stopped || position.position >= sampler->size();
-    // Saved before the totals are reduced and cleared (save reduces them).
-    if (!o.checkpoint_dir.empty()) {
-      save(complete ? data::SamplerState{epoch + 1, 0} : position, seconds, !complete);
-    } else {
-      totals.reduce(pg);
+    if (o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0 && !last) {
+      save(loader_->state(), totals_.seconds + seconds_since(t0), true);
     }
-    Evaluation ev = evaluate(*model, o.model, *splits.test, pg);
-    EpochStats es;
-    es.epoch = epoch + 1;
-    es.steps = step_in_epoch;
-    es.samples = static_cast<int64_t>(totals.samples);
-    es.train_loss = totals.loss_count > 0 ? totals.loss_sum / totals.loss_count : std::nan("");
-    es.test_loss = ev.loss;
-    es.test_accuracy = ev.accuracy;
-    es.seconds = seconds;
-    es.samples_per_second = seconds > 0 ? totals.samples / seconds : 0;
-    es.complete = complete;
-    if (main) {
-      if (observer != nullptr) observer->on_epoch_end(es);
-      if (!o.metrics_path.empty()) {
-        nlohmann::json rec;
-        rec["epoch"] = es.epoch;
-        rec["train_loss"] = json_number(es.train_loss);
-        rec["test_accuracy"] = json_number(es.test_accuracy);
-        rec["seconds"] = json_number(es.seconds);
-        rec["samples_per_second"] = json_number(es.samples_per_second);
-        rec["test_loss"] = json_number(es.test_loss);
-        rec["step"] = step;
-        rec["complete"] = es.complete;
-        metrics.append(rec);
-      }
+    if (o_.max_steps > 0 && step_ >= o_.max_steps) {
+      stopped = true;
+      break;
     }
-    result.epochs.push_back(es);
-    totals = EpochTotals{};
   }
-  result.steps = step;
+  const double seconds = totals_.seconds + seconds_since(t0);
+  const data::SamplerState position = loader_->state();
+  const bool complete = !stopped || position.position >= sampler_->size();
+  // Saved before the totals are reduced and cleared (save reduces them).
+  if (!o_.checkpoint_dir.empty()) {
+    save(complete ? data::SamplerState{epoch + 1, 0} : position, seconds, !complete);
+  } else {
+    totals_.reduce(pg_);
+  }
+  end_epoch(epoch, step_in_epoch, seconds, complete);
+}
+
+void Run::end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete) {
+  strategy_->sync_full_model(false);
+  Evaluation ev = evaluate(strategy_->full_model(), o_.model, *splits_.test, pg_);
+  EpochStats es;
+  es.epoch = epoch + 1;
+  es.steps = step_in_epoch;
+  es.samples = static_cast<int64_t>(totals_.samples);
+  es.train_loss = totals_.loss_count > 0 ? totals_.loss_sum / totals_.loss_count : std::nan("");
+  es.test_loss = ev.loss;
+  es.test_accuracy = ev.accuracy;
+  es.seconds = seconds;
+  es.samples_per_second = seconds > 0 ? totals_.samples / seconds : 0;
+  es.complete = complete;
+  if (is_main()) {
+    if (observer_ != nullptr) observer_->on_epoch_end(es);
+    if (!o_.metrics_path.empty()) {
+      nlohmann::json rec;
+      rec["epoch"] = es.epoch;
+      rec["train_loss"] = json_number(es.train_loss);
+      rec["test_accuracy"] = json_number(es.test_accuracy);
+      rec["seconds"] = json_number(es.seconds);
+      rec["samples_per_second"] = json_number(es.samples_per_second);
+      rec["test_loss"] = json_number(es.test_loss);
+      rec["step"] = step_;
+      rec["complete"] = es.complete;
+      metrics_.append(rec);
+    }
+  }
+  result_.epochs.push_back(es);
+  totals_ = EpochTotals{};
+}
+
+void Run::train() {
+  if (is_main() && observer_ != nullptr) observer_->on_start(info_);
+  log_every_ = o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, info_.steps_per_epoch / 10);
+  for (int64_t epoch = start_epoch_; epoch < o_.epochs; ++epoch) {
+    if (o_.max_steps > 0 && step_ >= o_.max_steps) break;
+    run_epoch(epoch);
+  }
+  result_.steps = step_;
+}
+
+}  // namespace
+
+TrainResult Trainer::run(TrainObserver* observer) {
+  TrainResult result;
+  Run run(options_, pg_, observer, result);
+  run.resume();
+  run.train();
   return result;
 }
 

@@ -1,20 +1,24 @@
 // Trainer: the training loop behind `cohort train`. Trains a reference model
-// (workload.h) for some epochs in one of three ways:
-//   single  one process, intra-op threads only;
-//   ddp     one process per rank of a job started by `cohort run` or mpirun:
-//           init_process_group(env://), DistributedDataParallel, a
-//           DistributedSampler per rank, test accuracy sharded and reduced;
-//   dp      one process, DataParallel replicas on threads.
+// (workload.h) for some epochs in one of five ways (train_strategy.h):
+//   single    one process, intra-op threads only;
+//   ddp       one process per rank of a job started by `cohort run` or mpirun:
+//             init_process_group(env://), DistributedDataParallel, a
+//             DistributedSampler per rank, test accuracy sharded and reduced;
+//   dp        one process, DataParallel replicas on threads;
+//   pipeline  the model's layers in stages over pipeline_stages ranks
+//             (micro-batches, a schedule), data parallel over the rest;
+//   tensor    fc1/fc2 split over the ranks (Megatron-style), same batch on all.
 // Every strategy draws its batches from a DistributedSampler (one replica
 // when not distributed: a seeded shuffle, PyTorch's order) whose epoch the
 // loop advances with set_epoch, so every epoch has a new order and a resumed
 // run continues the same order from the same position.
 //
 // Checkpoints (checkpoint.h layout): every `checkpoint_every` steps, at the
-// end of every epoch and when the run stops at max_steps; in a DDP job rank 0
+// end of every epoch and when the run stops at max_steps; in a distributed job rank 0
 // writes (atomically) and every rank learns the outcome before going on
 // (distributed_checkpoint.h). A checkpoint holds
-// the model (without DDP's "module." prefix, so it loads in one process),
+// the whole model under single-process names (without DDP's "module."
+// prefix; a pipeline's or tensor-parallel job's parts gathered), so it loads in one process,
 // the optimizer, the step, the sampler position and the epoch's running
 // loss, so `resume` ("auto": the latest complete checkpoint) continues as if
 // the run had not stopped: the same data order, the same parameters.
@@ -118,6 +122,9 @@ class Trainer {
 
 // The backend `options.backend` resolves to in this environment.
 std::string resolve_backend(const std::string& requested);
+
+// Whether the strategy runs as several processes (ddp, pipeline, tensor).
+bool is_distributed(Strategy strategy);
 
 // The strategy `options.strategy` resolves to in this environment.
 Strategy resolve_strategy(Strategy requested);

@@ -10,7 +10,9 @@
 #include "cohort/data/mnist.h"
 #include "cohort/data/synthetic_dataset.h"
 #include "cohort/data/tensor_dataset.h"
+#include "cohort/nn/activation.h"
 #include "cohort/nn/models/net.h"
+#include "cohort/nn/models/sequential_models.h"
 #include "cohort/nn/models/toy_model.h"
 #include "cohort/optim/adam.h"
 #include "cohort/optim/sgd.h"
@@ -55,8 +57,33 @@ Splits make_splits(const TrainOptions& options) {
 }
 
 nn::ModulePtr make_model(ModelKind kind, Generator& gen) {
-  if (kind == ModelKind::kNet) return std::make_shared<nn::Net>(gen);
-  return std::make_shared<nn::ToyModel>(gen);
+  switch (kind) {
+    case ModelKind::kNet:
+      return std::make_shared<nn::Net>(gen);
+    case ModelKind::kToy:
+      return std::make_shared<nn::ToyModel>(gen);
+    case ModelKind::kMlp:
+      return nn::make_mlp(gen);
+  }
+  throw InvalidArgument("make_model: unknown model");
+}
+
+std::shared_ptr<nn::Sequential> make_sequential_model(ModelKind kind, Generator& gen) {
+  switch (kind) {
+    case ModelKind::kNet:
+      return nn::make_net_sequential(gen);
+    case ModelKind::kMlp:
+      return nn::make_mlp(gen);
+    case ModelKind::kToy: {
+      // ToyModel's names and draws: net1, relu, net2.
+      auto s = std::make_shared<nn::Sequential>();
+      s->add("net1", std::make_shared<nn::Linear>(10, 10, gen));
+      s->add("relu", std::make_shared<nn::ReLU>());
+      s->add("net2", std::make_shared<nn::Linear>(10, 5, gen));
+      return s;
+    }
+  }
+  throw InvalidArgument("make_sequential_model: unknown model");
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options,
@@ -81,12 +108,12 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options,
 }
 
 Tensor compute_loss(ModelKind kind, const Tensor& output, const Tensor& target) {
-  return kind == ModelKind::kNet ? nll_loss(output, target) : mse_loss(output, target);
+  return is_classifier(kind) ? nll_loss(output, target) : mse_loss(output, target);
 }
 
 double clip_max_norm(ModelKind kind) { return kind == ModelKind::kNet ? 10.0 : 0.0; }
 
-bool is_classifier(ModelKind kind) { return kind == ModelKind::kNet; }
+bool is_classifier(ModelKind kind) { return kind != ModelKind::kToy; }
 
 Evaluation evaluate(nn::Module& model, ModelKind kind, const data::Dataset& test,
                     distributed::ProcessGroup* pg, int64_t batch_size) {

@@ -5,6 +5,7 @@
 //
 //   Net      on fashion-mnist | mnist | synthetic (10 classes, [1, 28, 28]):
 //            NLL loss on log-probabilities, clip_grad_norm 10, accuracy
+//   MLP      as Net (nn/models/sequential_models.h: 784 -> 4 x 1024 -> 10), no clipping
 //   ToyModel on synthetic regression ([10] -> [5]): MSE loss, no accuracy
 //
 // Ownership: the returned objects are the caller's. Thread safety: none.
@@ -16,6 +17,7 @@
 #include "cohort/data/dataset.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
+#include "cohort/nn/sequential.h"
 #include "cohort/optim/optimizer.h"
 #include "cohort/train/train_options.h"
 
@@ -32,6 +34,9 @@ Splits make_splits(const TrainOptions& options);
 
 // The model, initialised from gen (PyTorch's initialisation, registration order).
 nn::ModulePtr make_model(ModelKind kind, Generator& gen);
+// The same model as an nn::Sequential (what a pipeline cuts into stages):
+// the same parameter names and the same draws from gen.
+std::shared_ptr<nn::Sequential> make_sequential_model(ModelKind kind, Generator& gen);
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options,
                                                  std::vector<Tensor> params);

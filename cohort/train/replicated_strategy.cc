@@ -1,0 +1,50 @@
+// The strategies in which every worker holds the whole model: single, ddp, dp.
+#include <memory>
+
+#include "cohort/base/parallel.h"
+#include "cohort/optim/clip_grad.h"
+#include "cohort/parallel/data_parallel.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/train/replicated_strategy.h"
+
+namespace cohort::train {
+
+ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy strategy,
+                                       std::shared_ptr<distributed::ProcessGroup> world,
+                                       Generator& gen)
+    : options_(options), world_(std::move(world)) {
+  model_ = make_model(options.model, gen);
+  params_ = model_->parameters();
+  optimizer_ = make_optimizer(options, params_);
+  if (strategy == Strategy::kDdp) {
+    wrapper_ = std::make_shared<parallel::DistributedDataParallel>(model_, world_);
+  } else if (strategy == Strategy::kDp) {
+    auto dp = std::make_shared<parallel::DataParallel>(model_, options.replicas);
+    threads_ = dp->replica_threads(0);
+    replicas_ = options.replicas;
+    wrapper_ = dp;
+  }
+  if (strategy != Strategy::kDp) threads_ = num_threads();
+}
+
+int ReplicatedStrategy::data_replicas() const { return world_ ? world_->size() : 1; }
+
+int ReplicatedStrategy::data_rank() const { return world_ ? world_->rank() : 0; }
+
+double ReplicatedStrategy::step(const data::Batch& batch,
+                                const std::function<void(double)>& check) {
+  nn::Module& net = wrapper_ ? *wrapper_ : *model_;
+  optimizer_->zero_grad();
+  Tensor out = net.forward(batch.input);
+  Tensor loss = compute_loss(options_.model, out, batch.target);
+  const double l = loss.item<double>();
+  check(l);
+  loss.backward();
+  if (const double clip = clip_max_norm(options_.model); clip > 0) {
+    optim::clip_grad_norm(params_, clip);
+  }
+  optimizer_->step();
+  return l;
+}
+
+}  // namespace cohort::train

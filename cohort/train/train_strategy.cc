@@ -1,0 +1,23 @@
+#include "cohort/train/train_strategy.h"
+
+#include "cohort/base/error.h"
+#include "cohort/train/replicated_strategy.h"
+
+namespace cohort::train {
+
+std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strategy strategy,
+                                             std::shared_ptr<distributed::ProcessGroup> world,
+                                             Generator& gen) {
+  switch (strategy) {
+    case Strategy::kSingle:
+    case Strategy::kDdp:
+    case Strategy::kDp:
+      return std::make_unique<ReplicatedStrategy>(options, strategy, std::move(world), gen);
+    default:
+      break;
+  }
+  throw NotSupported(fmt::format("cohort train: --strategy {} is not available in this build",
+                                 strategy_name(strategy)));
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,83 @@
+// TrainStrategy: how one training step runs on this rank, for each way
+// `cohort train` can spread the work. The Trainer (trainer.h) owns the loop,
+// the data, checkpoints and metrics and talks to the strategy only through
+// this interface, so strategies are peers:
+//   single    one process;
+//   ddp       DistributedDataParallel over the world group;
+//   dp        DataParallel replicas on threads in one process;
+//   pipeline  stages of the model on the ranks of a pipeline group (x data
+//             parallel replicas when the world has more ranks than stages);
+//   tensor    Net's fc1 column-parallel and fc2 row-parallel over the world
+//             group (every rank sees the same batch).
+//
+// Every strategy keeps a whole model under the single-process names
+// (full_model()): what checkpoints save and resume into and what evaluation
+// runs, so a checkpoint of any strategy loads into any other. For the
+// model-parallel strategies that model is brought up to date by
+// sync_full_model() (collective) before it is read.
+//
+// Ownership: the strategy owns the model, its wrappers and the optimizer;
+// it shares the world group. Thread safety: the training thread only.
+// Errors: collective methods fail with the group's errors (peer lost,
+// timeout), naming the rank.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "cohort/core/random.h"
+#include "cohort/data/dataset.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/nn/module.h"
+#include "cohort/optim/optimizer.h"
+#include "cohort/train/train_options.h"
+#include "cohort/train/workload.h"
+
+namespace cohort::train {
+
+class TrainStrategy {
+ public:
+  virtual ~TrainStrategy() = default;
+
+  // The whole model under single-process names (see the header comment).
+  virtual nn::Module& full_model() = 0;
+  // The optimizer whose state a checkpoint holds, over full_model()'s
+  // parameters in their order; up to date after sync_full_model(true).
+  virtual optim::Optimizer& full_optimizer() = 0;
+
+  // How the training data is sharded: the sampler's replicas and this rank's
+  // replica (data-parallel index), and the examples one step takes per replica.
+  virtual int data_replicas() const = 0;
+  virtual int data_rank() const = 0;
+  // Whether this rank's step losses and examples count in the epoch's
+  // totals: one rank per data replica (the ranks of one pipeline or of one
+  // tensor-parallel group all see the same batch).
+  virtual bool data_rank_counts() const { return true; }
+
+  // One optimizer step on this rank's batch: zero_grad, forward, loss,
+  // backward, gradient clipping, step. `check` sees the loss as soon as it is
+  // known (it throws to stop a diverged run). Returns the step's loss as the
+  // Trainer reports it (this replica's batch).
+  virtual double step(const data::Batch& batch, const std::function<void(double)>& check) = 0;
+
+  // Collective: full_model() (and, with optimizer, full_optimizer()) holds
+  // the current state on every rank that reads it (all ranks for the model,
+  // rank 0 for the optimizer). Nothing to do for replicated strategies.
+  virtual void sync_full_model(bool optimizer) {}
+  // Called on every rank after a checkpoint was loaded into full_model() and
+  // full_optimizer(): hands the state to the parts that train.
+  virtual void after_resume() {}
+
+  // Intra-op threads per process (per replica for dp) and DP replicas.
+  virtual int threads() const = 0;
+  virtual int replicas() const { return 1; }
+};
+
+// Builds the strategy `strategy` (resolved, never kAuto) for `options`,
+// initialising the model from gen. `world` is the job's group (null for
+// single and dp).
+std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strategy strategy,
+                                             std::shared_ptr<distributed::ProcessGroup> world,
+                                             Generator& gen);
+
+}  // namespace cohort::train
