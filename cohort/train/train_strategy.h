@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "cohort/core/random.h"
 #include "cohort/data/dataset.h"
@@ -71,6 +72,8 @@ class TrainStrategy {
   // Intra-op threads per process (per replica for dp) and DP replicas.
   virtual int threads() const = 0;
   virtual int replicas() const { return 1; }
+  // How the model is split, for the start-up line ("" when it is not).
+  virtual std::string layout() const { return ""; }
 };
 
 // Builds the strategy `strategy` (resolved, never kAuto) for `options`,

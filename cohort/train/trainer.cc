@@ -169,6 +169,7 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   strategy_ = make_strategy(o_, info_.strategy, world_, gen_);
   info_.threads = strategy_->threads();
   info_.replicas = strategy_->replicas();
+  info_.layout = strategy_->layout();
 
   data::DistributedSampler::Options so;
   so.num_replicas = strategy_->data_replicas();

@@ -52,6 +52,7 @@ struct RunInfo {
   int world_size = 1;
   int threads = 1;  // intra-op threads per process (per replica for dp)
   int replicas = 1;
+  std::string layout;  // how the model is split, e.g. "pipeline 1f1b: 2 stages x 1 replica"
   int64_t train_examples = 0;
   int64_t test_examples = 0;
   int64_t steps_per_epoch = 0;    // per rank

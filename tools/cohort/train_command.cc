@@ -53,8 +53,10 @@ std::function<int()> setup(CLI::App& app) {
   train::TrainOptions& o = args->options;
   // A flag given twice: the last one wins (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--model", args->model, "Model: net (the DDP tutorial's CNN) or toy (ToyModel)")
-      ->check(CLI::IsMember({"net", "toy"}))
+  app.add_option("--model", args->model,
+                 "Model: net (the DDP tutorial's CNN), mlp (784 -> 4 x 1024 -> 10) or toy "
+                 "(ToyModel)")
+      ->check(CLI::IsMember({"net", "mlp", "toy"}))
       ->capture_default_str();
   app.add_option("--dataset", args->dataset, "Data set: fashion-mnist, mnist or synthetic")
       ->check(CLI::IsMember({"fashion-mnist", "mnist", "synthetic"}))
@@ -91,8 +93,20 @@ std::function<int()> setup(CLI::App& app) {
       ->expected(0, 1);
   app.add_option("--metrics", o.metrics_path, "Append one JSON object per epoch to this file");
   app.add_option("--strategy", args->strategy,
-                 "auto (DDP under cohort run or mpirun, else single), single, ddp, dp")
-      ->check(CLI::IsMember({"auto", "single", "ddp", "dp"}))
+                 "auto (DDP under cohort run or mpirun, else single), single, ddp, dp, pipeline "
+                 "(layers in stages over the ranks), tensor (fc layers split over the ranks)")
+      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor"}))
+      ->capture_default_str();
+  app.add_option("--pipeline-schedule", o.pipeline_schedule,
+                 "Pipeline schedule: gpipe, 1f1b, interleaved (2 virtual stages per rank) or "
+                 "zb-h1 (zero bubble)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}))
+      ->capture_default_str();
+  app.add_option("--micro-batches", o.micro_batches,
+                 "Micro-batches each step's batch is cut into (--strategy pipeline)")
+      ->capture_default_str();
+  app.add_option("--pipeline-stages", o.pipeline_stages,
+                 "Pipeline stages (0: every rank; else data-parallel replicas = world / stages)")
       ->capture_default_str();
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
       ->capture_default_str();
@@ -118,8 +132,9 @@ std::function<int()> setup(CLI::App& app) {
 }
 
 CommandRegistrar reg({"train",
-                      "Train a reference model (net, toy) on Fashion-MNIST, MNIST or "
-                      "synthetic data, in one process, with DDP or DataParallel",
+                      "Train a reference model (net, mlp, toy) on Fashion-MNIST, MNIST or "
+                      "synthetic data, in one process, with DDP, DataParallel, a pipeline or "
+                      "tensor parallelism",
                       setup});
 
 }  // namespace

@@ -42,6 +42,10 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
     case train::Strategy::kDp:
       how = fmt::format("DataParallel, {} replicas x {} threads", info.replicas, info.threads);
       break;
+    case train::Strategy::kPipeline:
+    case train::Strategy::kTensor:
+      how = fmt::format("{}, {} ranks x {} threads", info.layout, info.world_size, info.threads);
+      break;
     default:
       how = fmt::format("1 process, {} threads", info.threads);
   }
