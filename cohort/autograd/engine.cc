@@ -1,7 +1,10 @@
 #include "cohort/autograd/engine.h"
 
+#include <algorithm>
+#include <functional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
@@ -26,99 +29,282 @@ void accumulate(Tensor& slot, const Tensor& g) {
   }
 }
 
-}  // namespace
-
-void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
-  COHORT_CHECK(roots.size() == grads.size(), "backward: {} roots but {} gradients", roots.size(),
+// Root gradients checked and defaulted (ones for one-element roots).
+std::vector<std::pair<std::shared_ptr<Node>, Tensor>> root_seeds(const std::vector<Tensor>& roots,
+                                                                 const std::vector<Tensor>& grads,
+                                                                 const char* op) {
+  COHORT_CHECK(roots.size() == grads.size(), "{}: {} roots but {} gradients", op, roots.size(),
                grads.size());
-  NoGradGuard no_grad;
-  std::unordered_map<Node*, Tensor> buffers;
-  std::unordered_map<Node*, int64_t> deps;
-  std::vector<std::shared_ptr<Node>> starts;
+  std::vector<std::pair<std::shared_ptr<Node>, Tensor>> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     COHORT_CHECK(r.requires_grad(),
-                 "backward: tensor does not require grad and has no grad_fn (did every input "
-                 "have requires_grad false, or was it computed under NoGradGuard?)");
+                 "{}: tensor does not require grad and has no grad_fn (did every input "
+                 "have requires_grad false, or was it computed under NoGradGuard?)",
+                 op);
     Tensor g = grads[i];
     if (!g.defined()) {
       COHORT_CHECK(r.numel() == 1,
-                   "backward: grad can be implied only for one-element outputs, got shape {}",
+                   "{}: grad can be implied only for one-element outputs, got shape {}", op,
                    shape_str(r.sizes()));
       g = Tensor::ones(r.sizes(), r.dtype());
     } else {
-      COHORT_CHECK(g.sizes() == r.sizes(), "backward: gradient shape {} differs from output {}",
+      COHORT_CHECK(g.sizes() == r.sizes(), "{}: gradient shape {} differs from output {}", op,
                    shape_str(g.sizes()), shape_str(r.sizes()));
     }
-    Edge e = gradient_edge(r);
-    accumulate(buffers[e.node.get()], g);
-    starts.push_back(e.node);
+    seeds.emplace_back(gradient_edge(r).node, g);
   }
-  // Count, for every reachable node, the edges that point to it.
-  std::vector<Node*> stack;
-  std::unordered_map<Node*, bool> seen;
-  for (auto& s : starts) {
-    if (!seen[s.get()]) {
-      seen[s.get()] = true;
-      stack.push_back(s.get());
-    }
-  }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (const Edge& e : n->next_edges()) {
-      if (!e.valid()) continue;
-      ++deps[e.node.get()];
-      if (!seen[e.node.get()]) {
-        seen[e.node.get()] = true;
-        stack.push_back(e.node.get());
+  return seeds;
+}
+
+std::vector<bool> valid_edges(const Node* n) {
+  std::vector<bool> m(n->next_edges().size());
+  for (size_t i = 0; i < m.size(); ++i) m[i] = n->next_edges()[i].valid();
+  return m;
+}
+
+// One pass of the engine over the subgraph reached from `seeds` along the
+// edges that mask_of(node) selects. A node runs (run_node(node, grad, mask))
+// once all selected edges into it have delivered; gradients summed per node.
+// Nodes that no gradient reached are skipped with their subgraph.
+using MaskFn = std::function<std::vector<bool>(Node*)>;
+using RunFn = std::function<std::vector<Tensor>(const std::shared_ptr<Node>&, const Tensor&,
+                                                const std::vector<bool>&)>;
+
+class GraphRun {
+ public:
+  GraphRun(const std::vector<std::pair<std::shared_ptr<Node>, Tensor>>& seeds,
+           const MaskFn& mask_of, RunFn run_node)
+      : run_node_(std::move(run_node)) {
+    std::vector<Node*> stack;
+    for (const auto& [node, g] : seeds) {
+      accumulate(buffers_[node.get()], g);
+      if (!info_.count(node.get())) {
+        info_[node.get()] = {node, mask_of(node.get())};
+        stack.push_back(node.get());
+        starts_.push_back(node.get());
       }
     }
+    // Count, for every reachable node, the selected edges that point to it.
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      const std::vector<bool>& mask = info_[n].mask;
+      const auto& edges = n->next_edges();
+      for (size_t i = 0; i < edges.size(); ++i) {
+        if (!mask[i]) continue;
+        Node* next = edges[i].node.get();
+        ++deps_[next];
+        if (!info_.count(next)) {
+          info_[next] = {edges[i].node, mask_of(next)};
+          stack.push_back(next);
+        }
+        max_branches_ = std::max(max_branches_, next->concurrent_branches());
+      }
+    }
+    for (Node* s : starts_) max_branches_ = std::max(max_branches_, s->concurrent_branches());
   }
-  std::priority_queue<Node*, std::vector<Node*>, Later> ready;
-  for (auto& s : starts) {
-    if (deps[s.get()] == 0 && seen[s.get()]) {
-      seen[s.get()] = false;  // enqueue once
-      ready.push(s.get());
+
+  void execute() {
+    std::priority_queue<Node*, std::vector<Node*>, Later> ready;
+    for (Node* s : starts_)
+      if (deps_[s] == 0) ready.push(s);
+    while (!ready.empty()) {
+      Node* n = ready.top();
+      ready.pop();
+      Tensor g = std::move(buffers_[n]);
+      buffers_.erase(n);
+      const NodeInfo& info = info_[n];
+      std::vector<Tensor> out = run_node_(info.self, g, info.mask);
+      g = Tensor();
+      release_edges(n, out, [&](Node* r) { ready.push(r); });
     }
   }
-  // Keep nodes alive while running even if their owners release them.
-  while (!ready.empty()) {
-    Node* n = ready.top();
-    ready.pop();
-    Tensor g = std::move(buffers[n]);
-    buffers.erase(n);
-    std::vector<Tensor> out = n->apply(g);
-    g = Tensor();
+
+ private:
+  // Delivers n's outputs along its selected edges; calls push for every node
+  // that became ready.
+  template <typename Push>
+  void release_edges(Node* n, const std::vector<Tensor>& out, const Push& push) {
     const auto& edges = n->next_edges();
+    const std::vector<bool>& mask = info_[n].mask;
+    std::vector<Node*> skip;
     for (size_t i = 0; i < edges.size(); ++i) {
-      if (!edges[i].valid()) continue;
+      if (!mask[i]) continue;
       Node* next = edges[i].node.get();
-      if (i < out.size() && out[i].defined()) accumulate(buffers[next], out[i]);
-      if (--deps[next] == 0) {
-        if (buffers.count(next) && buffers[next].defined()) {
-          ready.push(next);
+      if (i < out.size() && out[i].defined()) accumulate(buffers_[next], out[i]);
+      if (--deps_[next] == 0) {
+        auto it = buffers_.find(next);
+        if (it != buffers_.end() && it->second.defined()) {
+          push(next);
         } else {
-          buffers.erase(next);  // no gradient reached it: skip its subgraph
-          // Still release dependants so their counts stay right.
-          std::vector<Node*> skip{next};
-          while (!skip.empty()) {
-            Node* s = skip.back();
-            skip.pop_back();
-            for (const Edge& e : s->next_edges()) {
-              if (!e.valid()) continue;
-              if (--deps[e.node.get()] == 0) {
-                if (buffers.count(e.node.get()) && buffers[e.node.get()].defined())
-                  ready.push(e.node.get());
-                else
-                  skip.push_back(e.node.get());
-              }
-            }
-          }
+          if (it != buffers_.end()) buffers_.erase(it);
+          skip.push_back(next);  // no gradient reached it: skip its subgraph
+        }
+      }
+    }
+    // Skipped nodes still release their dependants so counts stay right.
+    while (!skip.empty()) {
+      Node* s = skip.back();
+      skip.pop_back();
+      const auto& se = s->next_edges();
+      const std::vector<bool>& sm = info_[s].mask;
+      for (size_t i = 0; i < se.size(); ++i) {
+        if (!sm[i]) continue;
+        Node* next = se[i].node.get();
+        if (--deps_[next] == 0) {
+          auto it = buffers_.find(next);
+          if (it != buffers_.end() && it->second.defined())
+            push(next);
+          else
+            skip.push_back(next);
         }
       }
     }
   }
+
+  RunFn run_node_;
+  std::unordered_map<Node*, Tensor> buffers_;
+  std::unordered_map<Node*, int64_t> deps_;
+  struct NodeInfo {
+    std::shared_ptr<Node> self;
+    std::vector<bool> mask;
+  };
+  std::unordered_map<Node*, NodeInfo> info_;
+  std::vector<Node*> starts_;
+  int max_branches_ = 1;
+};
+
+std::vector<Tensor> run_whole(const std::shared_ptr<Node>& n, const Tensor& g,
+                              const std::vector<bool>&) {
+  return n->apply(g);
+}
+
+}  // namespace
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
+  auto seeds = root_seeds(roots, grads, "backward");
+  NoGradGuard no_grad;
+  GraphRun run(seeds, valid_edges, run_whole);
+  run.execute();
+}
+
+// ---- split backward ----
+
+struct DeferredGradients::State {
+  // Where W starts: gradients for nodes that B did not run (roots that lead
+  // to no input; children of nodes that B ran whole) ...
+  std::vector<std::pair<std::shared_ptr<Node>, Tensor>> seeds;
+  // ... and the nodes that B ran in part, with the edges W still owes.
+  std::unordered_map<Node*, std::vector<bool>> partial;
+};
+
+DeferredGradients::DeferredGradients() = default;
+DeferredGradients::DeferredGradients(DeferredGradients&&) noexcept = default;
+DeferredGradients& DeferredGradients::operator=(DeferredGradients&&) noexcept = default;
+DeferredGradients::~DeferredGradients() = default;
+
+bool DeferredGradients::empty() const { return !state_ || state_->seeds.empty(); }
+
+void DeferredGradients::run() {
+  if (empty()) return;
+  // Taken out first: whatever happens, W runs at most once.
+  std::unique_ptr<State> st = std::move(state_);
+  NoGradGuard no_grad;
+  auto mask_of = [&](Node* n) {
+    auto it = st->partial.find(n);
+    return it != st->partial.end() ? it->second : valid_edges(n);
+  };
+  auto run_node = [&](const std::shared_ptr<Node>& n, const Tensor& g,
+                      const std::vector<bool>& mask) {
+    if (st->partial.count(n.get())) return n->apply(g, mask, /*release=*/true);
+    return n->apply(g);
+  };
+  GraphRun run(st->seeds, mask_of, run_node);
+  run.execute();
+}
+
+DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
+                                     const std::vector<Tensor>& grads,
+                                     const std::vector<Tensor>& inputs) {
+  auto seeds = root_seeds(roots, grads, "backward (split)");
+  std::unordered_set<Node*> targets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    COHORT_CHECK(in.defined() && in.requires_grad() && in.is_leaf(),
+                 "backward (split): inputs[{}] must be a leaf tensor that requires grad (e.g. "
+                 "x.detach().set_requires_grad(true)); got {}",
+                 i,
+                 !in.defined()         ? "an undefined tensor"
+                 : !in.requires_grad() ? "one that does not require grad"
+                                       : "a non-leaf (it has a grad_fn)");
+    targets.insert(gradient_edge(in).node.get());
+  }
+  NoGradGuard no_grad;
+  // leads[n]: some path from n reaches a target. Post-order over the graph.
+  std::unordered_map<Node*, bool> leads;
+  {
+    std::vector<std::pair<Node*, size_t>> stack;
+    for (const auto& s : seeds) {
+      if (leads.count(s.first.get())) continue;
+      leads[s.first.get()] = targets.count(s.first.get()) > 0;
+      stack.emplace_back(s.first.get(), 0);
+      while (!stack.empty()) {
+        auto& [n, i] = stack.back();
+        const auto& edges = n->next_edges();
+        if (i == edges.size()) {
+          Node* done = n;
+          stack.pop_back();
+          if (!stack.empty() && leads[done]) leads[stack.back().first] = true;
+          continue;
+        }
+        Node* next = edges[i++].node.get();
+        if (!next) continue;
+        auto it = leads.find(next);
+        if (it != leads.end()) {
+          if (it->second) leads[n] = true;
+          continue;
+        }
+        leads[next] = targets.count(next) > 0;
+        stack.emplace_back(next, 0);
+      }
+    }
+  }
+  auto state = std::make_unique<DeferredGradients::State>();
+  std::vector<std::pair<std::shared_ptr<Node>, Tensor>> b_seeds;
+  for (auto& s : seeds) (leads[s.first.get()] ? b_seeds : state->seeds).push_back(s);
+  auto split_mask = [&](Node* n, bool to_targets) {
+    std::vector<bool> m(n->next_edges().size());
+    for (size_t i = 0; i < m.size(); ++i) {
+      Node* next = n->next_edges()[i].node.get();
+      m[i] = next != nullptr && leads[next] == to_targets;
+    }
+    return m;
+  };
+  auto b_mask = [&](Node* n) { return split_mask(n, true); };
+  auto b_run = [&](const std::shared_ptr<Node>& n, const Tensor& g, const std::vector<bool>& mask) {
+    std::vector<bool> w = split_mask(n.get(), false);
+    if (std::find(w.begin(), w.end(), true) == w.end()) return n->apply(g);
+    if (n->can_apply_in_parts()) {
+      std::vector<Tensor> out = n->apply(g, mask, /*release=*/false);
+      // The seed's shared_ptr keeps the node (and what it saved) alive for W
+      // even when the caller drops the roots.
+      state->partial[n.get()] = w;
+      state->seeds.emplace_back(n, g);
+      return out;
+    }
+    // Run whole now; W receives the gradients of the other edges.
+    std::vector<Tensor> out = n->apply(g);
+    for (size_t i = 0; i < w.size(); ++i)
+      if (w[i] && i < out.size() && out[i].defined())
+        state->seeds.emplace_back(n->next_edges()[i].node, out[i]);
+    return out;
+  };
+  GraphRun run(b_seeds, b_mask, b_run);
+  run.execute();
+  DeferredGradients d;
+  if (!state->seeds.empty()) d.state_ = std::move(state);
+  return d;
 }
 
 }  // namespace cohort::autograd

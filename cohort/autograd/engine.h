@@ -21,7 +21,11 @@ namespace cohort::autograd {
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads);
 
 // ---- Backward split in two (zero-bubble pipeline schedules) ----
-// NOTE: declared ahead of its implementation (issue 9, in progress).
+// B runs each node on the path to the inputs with only the gradients that
+// lead there, keeping the node's saved state when other edges remain; W later
+// runs those nodes again for the remaining edges (then frees them) and
+// everything behind. Nodes other than FunctionNode that cannot run in parts
+// run whole in B, their other gradients kept for W.
 
 // The W half of a split backward: the gradients that do not flow into the
 // chosen inputs (parameter gradients), computed later and once.
@@ -35,6 +39,10 @@ class DeferredGradients {
   // Nothing left to run.
   bool empty() const;
   // W: accumulates into the leaves' .grad (their hooks fire); then empty().
+  // Runs at most once: a second call (or a call on an empty or moved-from
+  // object) does nothing. Failure: an exception from a node or hook
+  // propagates and the deferred work is dropped (as with run_backward, the
+  // graph is then partly consumed). Not thread-safe on one object.
   void run();
 
  private:
@@ -52,6 +60,9 @@ class DeferredGradients {
 // (parameter gradients) is returned for a later run(). roots/grads as in
 // run_backward. With `inputs` empty (a first stage) B does nothing and W is
 // the whole backward. B then W gives the same gradients as run_backward.
+// The returned object holds the graph's remaining saved state until run() or
+// destruction. Throws InvalidArgument for an input that is not a leaf
+// requiring grad.
 DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
                                      const std::vector<Tensor>& grads,
                                      const std::vector<Tensor>& inputs);

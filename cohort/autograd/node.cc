@@ -1,5 +1,6 @@
 #include "cohort/autograd/node.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "cohort/autograd/grad_mode.h"
@@ -8,10 +9,37 @@
 namespace cohort::autograd {
 namespace {
 thread_local uint64_t t_next_sequence_nr = 0;
+thread_local int t_concurrent_branches = 1;
 }  // namespace
 
 Node::Node(std::vector<Edge> next_edges)
-    : next_edges_(std::move(next_edges)), sequence_nr_(t_next_sequence_nr++) {}
+    : next_edges_(std::move(next_edges)),
+      sequence_nr_(t_next_sequence_nr++),
+      concurrent_branches_(t_concurrent_branches) {}
+
+std::vector<Tensor> Node::apply(const Tensor& grad, const std::vector<bool>& mask, bool release) {
+  (void)mask;  // the caller ignores gradients outside the mask
+  if (!release) {
+    throw NotSupported(
+        fmt::format("backward: {} cannot run its backward in two parts (split backward)", name()));
+  }
+  return apply(grad);
+}
+
+ConcurrentBranchScope::ConcurrentBranchScope(int branches, uint64_t sequence_start)
+    : saved_branches_(t_concurrent_branches), saved_sequence_(t_next_sequence_nr) {
+  t_concurrent_branches = saved_branches_ * std::max(branches, 1);
+  t_next_sequence_nr = sequence_start;
+}
+
+ConcurrentBranchScope::~ConcurrentBranchScope() {
+  t_concurrent_branches = saved_branches_;
+  t_next_sequence_nr = std::max(saved_sequence_, t_next_sequence_nr);
+}
+
+uint64_t next_sequence_nr() { return t_next_sequence_nr; }
+
+int current_concurrent_branches() { return t_concurrent_branches; }
 
 FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn,
                            const std::vector<Tensor>& saved)
@@ -21,7 +49,10 @@ FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, Backw
     if (t.defined()) saved_versions_.emplace_back(t.storage(), t.storage()->version());
 }
 
-std::vector<Tensor> FunctionNode::apply(const Tensor& grad) {
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad) { return apply(grad, needs_, true); }
+
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad, const std::vector<bool>& mask,
+                                        bool release) {
   if (!fn_) {
     throw Error(
         fmt::format("backward: the graph through {} was already freed by an earlier "
@@ -37,8 +68,12 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad) {
           name_, storage->version(), version));
     }
   }
-  std::vector<Tensor> out = fn_(grad, needs_);
-  fn_ = nullptr;  // frees the saved tensors
+  COHORT_ASSERT(mask.size() == needs_.size(), "{}: mask of {} for {} inputs", name_, mask.size(),
+                needs_.size());
+  std::vector<bool> needs(needs_.size());
+  for (size_t i = 0; i < needs.size(); ++i) needs[i] = needs_[i] && mask[i];
+  std::vector<Tensor> out = fn_(grad, needs);
+  if (release) fn_ = nullptr;  // frees the saved tensors
   COHORT_ASSERT(out.size() == needs_.size(), "{}: backward returned {} grads for {} inputs", name_,
                 out.size(), needs_.size());
   return out;
