@@ -1,0 +1,109 @@
+#include "cohort/parallel/tensor_parallel/mappings.h"
+
+#include <utility>
+#include <vector>
+
+#include "cohort/autograd/node.h"
+#include "cohort/base/error.h"
+
+namespace cohort::parallel {
+
+namespace {
+
+using distributed::ProcessGroup;
+
+void check_group(const std::shared_ptr<ProcessGroup>& tp, const char* op) {
+  COHORT_CHECK(tp != nullptr, "{}: the tensor-parallel group is null", op);
+}
+
+// A sum over the group of a private copy of x (the caller's tensor, possibly
+// a gradient shared with other nodes, is never written).
+Tensor all_reduce_copy(const Tensor& x, ProcessGroup& tp) {
+  Tensor out = x.clone();
+  if (tp.size() > 1) tp.all_reduce(out, {.async_op = false});
+  return out;
+}
+
+// Own slice of the last dim, after checking that it splits evenly.
+Tensor own_last_dim_slice(const Tensor& x, const ProcessGroup& tp, const char* op) {
+  COHORT_CHECK(x.dim() >= 1, "{} (rank {} of group {}): needs at least 1 dim, got a 0-d tensor", op,
+               tp.rank(), tp.name());
+  const int64_t n = x.size(-1);
+  COHORT_CHECK(n % tp.size() == 0,
+               "{} (rank {} of group {}): the last dim {} is not divisible by the group size {}",
+               op, tp.rank(), tp.name(), n, tp.size());
+  return shard_along_dim(x, -1, tp.rank(), tp.size());
+}
+
+}  // namespace
+
+Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
+  dim = wrap_dim(dim, x.dim(), "all_gather_along_dim");
+  const int64_t p = tp.size();
+  Shape full = x.sizes();
+  full[dim] *= p;
+  if (p == 1) return x.clone();
+  Tensor in = x.contiguous();
+  Tensor flat = Tensor::empty({p * x.numel()}, x.dtype());
+  tp.all_gather_into_tensor(flat, in, {.async_op = false});
+  // flat is [p, A, s, B] (rank-major); the result wants [A, p, s, B].
+  int64_t a = 1, b = 1;
+  for (int64_t i = 0; i < dim; ++i) a *= x.size(i);
+  for (int64_t i = dim + 1; i < x.dim(); ++i) b *= x.size(i);
+  return flat.view({p, a, x.size(dim), b}).permute({1, 0, 2, 3}).contiguous().view(full);
+}
+
+Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts) {
+  dim = wrap_dim(dim, x.dim(), "shard_along_dim");
+  COHORT_CHECK(parts > 0 && rank >= 0 && rank < parts,
+               "shard_along_dim: rank {} out of range for {} parts", rank, parts);
+  const int64_t n = x.size(dim);
+  COHORT_CHECK(n % parts == 0, "shard_along_dim: size {} of dim {} is not divisible by {} parts", n,
+               dim, parts);
+  const int64_t k = n / parts;
+  return x.narrow(dim, rank * k, k).clone();
+}
+
+Tensor copy_to_tensor_parallel_region(const Tensor& x, const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "copy_to_tensor_parallel_region");
+  // A new handle on the same data, so that the node is this op's, not x's.
+  Tensor out = x.detach();
+  return autograd::record(out, "CopyToTensorParallelRegion", {x},
+                          [tp](const Tensor& g, const std::vector<bool>&) {
+                            return std::vector<Tensor>{all_reduce_copy(g, *tp)};
+                          });
+}
+
+Tensor reduce_from_tensor_parallel_region(const Tensor& x,
+                                          const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "reduce_from_tensor_parallel_region");
+  Tensor out = all_reduce_copy(x, *tp);
+  return autograd::record(
+      out, "ReduceFromTensorParallelRegion", {x},
+      [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g}; });
+}
+
+Tensor gather_from_tensor_parallel_region(const Tensor& x,
+                                          const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "gather_from_tensor_parallel_region");
+  COHORT_CHECK(x.dim() >= 1,
+               "gather_from_tensor_parallel_region (rank {} of group {}): needs at least 1 dim, "
+               "got a 0-d tensor",
+               tp->rank(), tp->name());
+  Tensor out = all_gather_along_dim(x, -1, *tp);
+  return autograd::record(
+      out, "GatherFromTensorParallelRegion", {x}, [tp](const Tensor& g, const std::vector<bool>&) {
+        return std::vector<Tensor>{shard_along_dim(g, -1, tp->rank(), tp->size())};
+      });
+}
+
+Tensor scatter_to_tensor_parallel_region(const Tensor& x, const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "scatter_to_tensor_parallel_region");
+  Tensor out = own_last_dim_slice(x, *tp, "scatter_to_tensor_parallel_region");
+  return autograd::record(out, "ScatterToTensorParallelRegion", {x},
+                          [tp](const Tensor& g, const std::vector<bool>&) {
+                            return std::vector<Tensor>{all_gather_along_dim(g, -1, *tp)};
+                          });
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,54 @@
+// The communication ops of tensor (intra-op) parallelism, as Megatron-LM's
+// "f" and "g" functions (megatron/core/tensor_parallel/mappings.py). Each is
+// an autograd op over a tensor-parallel ProcessGroup `tp` whose ranks all
+// hold the same activations outside a parallel region:
+//
+//   copy_to_tensor_parallel_region      forward: identity      backward: all-reduce (sum)
+//   reduce_from_tensor_parallel_region  forward: all-reduce    backward: identity
+//   gather_from_tensor_parallel_region  forward: all-gather    backward: own slice
+//                                       along the last dim
+//   scatter_to_tensor_parallel_region   forward: own slice     backward: all-gather
+//                                       of the last dim        along the last dim
+//
+// Shapes: with p = tp->size() and r = tp->rank(), gather maps [..., k] to
+// [..., p*k] (rank j's part at columns [j*k, (j+1)*k)); scatter maps
+// [..., p*k] to [..., k] (columns [r*k, (r+1)*k)). A last dim not divisible by
+// p throws InvalidArgument naming the op, the rank and both numbers.
+//
+// Collectives: every call and every backward through it is one blocking
+// collective on tp (the identity directions communicate nothing), so every
+// rank of tp must run the same ops in the same order, as with any
+// ProcessGroup op; a failure of the group (a lost peer, a timeout) is thrown
+// by the call or by backward() with the group's message, which names the op,
+// the group and the rank. The backward closures keep tp alive.
+// Thread safety: as the ProcessGroup's (one issuing thread per group keeps
+// the order the same on every rank).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "cohort/core/tensor.h"
+#include "cohort/distributed/process_group.h"
+
+namespace cohort::parallel {
+
+Tensor copy_to_tensor_parallel_region(const Tensor& x,
+                                      const std::shared_ptr<distributed::ProcessGroup>& tp);
+Tensor reduce_from_tensor_parallel_region(const Tensor& x,
+                                          const std::shared_ptr<distributed::ProcessGroup>& tp);
+Tensor gather_from_tensor_parallel_region(const Tensor& x,
+                                          const std::shared_ptr<distributed::ProcessGroup>& tp);
+Tensor scatter_to_tensor_parallel_region(const Tensor& x,
+                                         const std::shared_ptr<distributed::ProcessGroup>& tp);
+
+// ---- the same movements without autograd (for state dicts and tests) ----
+
+// All ranks' x (same shape on every rank) concatenated along dim, in rank
+// order: [.., s_dim, ..] -> [.., p*s_dim, ..]. Blocking collective.
+Tensor all_gather_along_dim(const Tensor& x, int64_t dim, distributed::ProcessGroup& tp);
+// Rank `rank`'s part of x split into `parts` equal pieces along dim (a
+// contiguous copy); InvalidArgument when the size is not divisible.
+Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts);
+
+}  // namespace cohort::parallel
