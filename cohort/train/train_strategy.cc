@@ -2,6 +2,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/train/replicated_strategy.h"
+#include "cohort/train/tensor_strategy.h"
 
 namespace cohort::train {
 
@@ -13,6 +14,8 @@ std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strate
     case Strategy::kDdp:
     case Strategy::kDp:
       return std::make_unique<ReplicatedStrategy>(options, strategy, std::move(world), gen);
+    case Strategy::kTensor:
+      return std::make_unique<TensorStrategy>(options, std::move(world), gen);
     default:
       break;
   }

@@ -1,0 +1,116 @@
+#include "cohort/train/tensor_strategy.h"
+
+#include <string>
+
+#include "cohort/base/error.h"
+#include "cohort/base/parallel.h"
+#include "cohort/nn/models/net.h"
+#include "cohort/parallel/tensor_parallel/clip_grad_tensor_parallel.h"
+#include "cohort/parallel/tensor_parallel/full_state_dict.h"
+#include "cohort/parallel/tensor_parallel/mappings.h"
+#include "cohort/parallel/tensor_parallel/tensor_parallel_models.h"
+
+namespace cohort::train {
+namespace {
+
+// "state.<i>.<key>" -> i, or -1 for other keys (param_groups.*).
+int64_t state_param_index(const std::string& key) {
+  if (key.rfind("state.", 0) != 0) return -1;
+  const size_t dot = key.find('.', 6);
+  return std::stoll(key.substr(6, dot - 6));
+}
+
+}  // namespace
+
+TensorStrategy::TensorStrategy(const TrainOptions& options,
+                               std::shared_ptr<distributed::ProcessGroup> world, Generator& gen)
+    : options_(options), world_(std::move(world)) {
+  COHORT_CHECK(world_ != nullptr, "--strategy tensor needs a process group (run under cohort run)");
+  full_ = make_model(options.model, gen);
+  if (options.model == ModelKind::kNet) {
+    split_ = parallel::make_tensor_parallel_net(static_cast<const nn::Net&>(*full_), world_);
+  } else {
+    split_ = parallel::make_tensor_parallel_mlp(static_cast<const nn::Sequential&>(*full_), world_);
+  }
+  layouts_ = parallel::parameter_layouts(*split_);
+  auto names = full_->named_parameters();
+  COHORT_ASSERT(names.size() == layouts_.size(), "tensor strategy: {} split parameters for {}",
+                layouts_.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    COHORT_ASSERT(names[i].first == layouts_[i].name, "tensor strategy: parameter {} is {} not {}",
+                  i, layouts_[i].name, names[i].first);
+  }
+  opt_ = make_optimizer(options, split_->parameters());
+  full_opt_ = make_optimizer(options, full_->parameters());
+}
+
+double TensorStrategy::step(const data::Batch& batch, const std::function<void(double)>& check) {
+  opt_->zero_grad();
+  Tensor out = split_->forward(batch.input);
+  Tensor loss = compute_loss(options_.model, out, batch.target);
+  const double l = loss.item<double>();
+  check(l);
+  loss.backward();
+  if (const double clip = clip_max_norm(options_.model); clip > 0) {
+    parallel::clip_grad_norm_tensor_parallel(*split_, clip, *world_);
+  }
+  opt_->step();
+  return l;
+}
+
+int64_t TensorStrategy::state_split_dim(size_t param, const Tensor& t) const {
+  const parallel::ParameterLayout& p = layouts_.at(param);
+  // Per-element state (momentum, Adam's moments) is split as its parameter;
+  // scalars (Adam's step) are the same on every rank.
+  if (p.split_dim == parallel::kReplicated || t.sizes() != p.tensor.sizes()) {
+    return parallel::kReplicated;
+  }
+  return p.split_dim;
+}
+
+void TensorStrategy::sync_full_model(bool optimizer) {
+  full_->load_state_dict(parallel::full_state_dict(*split_, *world_));
+  if (!optimizer) return;
+  // Every rank holds the same keys in the same order, so the all-gathers
+  // line up.
+  TensorDict full;
+  for (const auto& [key, t] : opt_->state_dict()) {
+    const int64_t i = state_param_index(key);
+    const int64_t dim = i < 0 ? parallel::kReplicated : state_split_dim(static_cast<size_t>(i), t);
+    full.insert(key, dim == parallel::kReplicated
+                         ? t.clone()
+                         : parallel::all_gather_along_dim(t, dim, *world_));
+  }
+  full_opt_->load_state_dict(full);
+}
+
+void TensorStrategy::after_resume() {
+  parallel::load_full_state_dict(*split_, full_->state_dict(), *world_);
+  TensorDict mine;
+  for (const auto& [key, t] : full_opt_->state_dict()) {
+    const int64_t i = state_param_index(key);
+    int64_t dim = parallel::kReplicated;
+    if (i >= 0) {
+      const parallel::ParameterLayout& p = layouts_.at(static_cast<size_t>(i));
+      // The full state is shaped as the full parameter.
+      if (p.split_dim != parallel::kReplicated && t.dim() == p.tensor.dim() && t.dim() > 0) {
+        dim = p.split_dim;
+      }
+    }
+    mine.insert(key, dim == parallel::kReplicated
+                         ? t.clone()
+                         : parallel::shard_along_dim(t, dim, world_->rank(), world_->size()));
+  }
+  opt_->load_state_dict(mine);
+}
+
+int TensorStrategy::threads() const { return num_threads(); }
+
+std::string TensorStrategy::layout() const {
+  return fmt::format("tensor parallel over {} ranks ({})", world_->size(),
+                     options_.model == ModelKind::kNet
+                         ? "fc1 column-parallel, fc2 row-parallel, convolutions replicated"
+                         : "linear layers paired column/row-parallel");
+}
+
+}  // namespace cohort::train
