@@ -1,13 +1,18 @@
 #include "cohort/autograd/engine.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <queue>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
+#include "cohort/base/parallel.h"
 
 namespace cohort::autograd {
 namespace {
@@ -89,7 +94,7 @@ class GraphRun {
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
-      const std::vector<bool>& mask = info_[n].mask;
+      const std::vector<bool>& mask = info_.at(n).mask;
       const auto& edges = n->next_edges();
       for (size_t i = 0; i < edges.size(); ++i) {
         if (!mask[i]) continue;
@@ -105,7 +110,23 @@ class GraphRun {
     for (Node* s : starts_) max_branches_ = std::max(max_branches_, s->concurrent_branches());
   }
 
+  // Runs the graph. A graph holding nodes made by concurrent branches
+  // (Node::concurrent_branches() > 1) runs its ready nodes on up to that many
+  // threads, capped by the caller's thread budget, each with its share of
+  // the budget; any other graph runs on the caller's thread alone, in the
+  // deterministic latest-first order.
   void execute() {
+    const int budget = num_threads();
+    const int workers = std::min(max_branches_, budget);
+    if (workers <= 1) {
+      execute_serial();
+    } else {
+      execute_concurrent(workers, std::max(1, budget / workers));
+    }
+  }
+
+ private:
+  void execute_serial() {
     std::priority_queue<Node*, std::vector<Node*>, Later> ready;
     for (Node* s : starts_)
       if (deps_[s] == 0) ready.push(s);
@@ -114,20 +135,86 @@ class GraphRun {
       ready.pop();
       Tensor g = std::move(buffers_[n]);
       buffers_.erase(n);
-      const NodeInfo& info = info_[n];
+      const NodeInfo& info = info_.at(n);
       std::vector<Tensor> out = run_node_(info.self, g, info.mask);
       g = Tensor();
       release_edges(n, out, [&](Node* r) { ready.push(r); });
     }
   }
 
- private:
+  // Buffers, dependency counts and the ready queue are guarded by mu; nodes
+  // run outside it. Leaves (AccumulateGrad) run one at a time, so grad-ready
+  // hooks (e.g. DDP's reducer) are never called concurrently. The first
+  // exception stops the other threads after their current node and is
+  // rethrown here once all have stopped.
+  void execute_concurrent(int workers, int per_thread_budget) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::mutex leaf_mu;
+    std::priority_queue<Node*, std::vector<Node*>, Later> ready;
+    int running = 0;
+    std::exception_ptr error;
+    for (Node* s : starts_)
+      if (deps_[s] == 0) ready.push(s);
+    auto work = [&] {
+      NoGradGuard no_grad;  // grad mode is per thread
+      ThreadBudgetGuard budget(per_thread_budget);
+      std::unique_lock<std::mutex> lock(mu);
+      for (;;) {
+        cv.wait(lock, [&] { return error || !ready.empty() || running == 0; });
+        if (error || ready.empty()) break;  // failed, or nothing left anywhere
+        Node* n = ready.top();
+        ready.pop();
+        Tensor g = std::move(buffers_[n]);
+        buffers_.erase(n);
+        const NodeInfo& info = info_.at(n);
+        ++running;
+        lock.unlock();
+        std::vector<Tensor> out;
+        std::exception_ptr failed;
+        try {
+          if (dynamic_cast<AccumulateGrad*>(n) != nullptr) {
+            std::lock_guard<std::mutex> leaf(leaf_mu);
+            out = run_node_(info.self, g, info.mask);
+          } else {
+            out = run_node_(info.self, g, info.mask);
+          }
+          g = Tensor();
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        lock.lock();
+        --running;
+        if (!failed) {
+          try {
+            release_edges(n, out, [&](Node* r) { ready.push(r); });
+          } catch (...) {
+            failed = std::current_exception();
+          }
+        }
+        if (failed && !error) error = failed;
+        cv.notify_all();
+        out.clear();
+      }
+    };
+    {
+      std::vector<std::jthread> helpers;
+      try {
+        for (int i = 1; i < workers; ++i) helpers.emplace_back(work);
+      } catch (...) {
+        // Could not start a thread: the caller and those started finish it.
+      }
+      work();
+    }  // joins the helpers
+    if (error) std::rethrow_exception(error);
+  }
+
   // Delivers n's outputs along its selected edges; calls push for every node
   // that became ready.
   template <typename Push>
   void release_edges(Node* n, const std::vector<Tensor>& out, const Push& push) {
     const auto& edges = n->next_edges();
-    const std::vector<bool>& mask = info_[n].mask;
+    const std::vector<bool>& mask = info_.at(n).mask;
     std::vector<Node*> skip;
     for (size_t i = 0; i < edges.size(); ++i) {
       if (!mask[i]) continue;
@@ -148,7 +235,7 @@ class GraphRun {
       Node* s = skip.back();
       skip.pop_back();
       const auto& se = s->next_edges();
-      const std::vector<bool>& sm = info_[s].mask;
+      const std::vector<bool>& sm = info_.at(s).mask;
       for (size_t i = 0; i < se.size(); ++i) {
         if (!sm[i]) continue;
         Node* next = se[i].node.get();
@@ -277,11 +364,12 @@ DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
     std::vector<bool> m(n->next_edges().size());
     for (size_t i = 0; i < m.size(); ++i) {
       Node* next = n->next_edges()[i].node.get();
-      m[i] = next != nullptr && leads[next] == to_targets;
+      m[i] = next != nullptr && leads.at(next) == to_targets;
     }
     return m;
   };
   auto b_mask = [&](Node* n) { return split_mask(n, true); };
+  std::mutex state_mu;  // b_run may be called from several engine threads
   auto b_run = [&](const std::shared_ptr<Node>& n, const Tensor& g, const std::vector<bool>& mask) {
     std::vector<bool> w = split_mask(n.get(), false);
     if (std::find(w.begin(), w.end(), true) == w.end()) return n->apply(g);
@@ -289,12 +377,14 @@ DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
       std::vector<Tensor> out = n->apply(g, mask, /*release=*/false);
       // The seed's shared_ptr keeps the node (and what it saved) alive for W
       // even when the caller drops the roots.
+      std::lock_guard<std::mutex> lock(state_mu);
       state->partial[n.get()] = w;
       state->seeds.emplace_back(n, g);
       return out;
     }
     // Run whole now; W receives the gradients of the other edges.
     std::vector<Tensor> out = n->apply(g);
+    std::lock_guard<std::mutex> lock(state_mu);
     for (size_t i = 0; i < w.size(); ++i)
       if (w[i] && i < out.size() && out[i].defined())
         state->seeds.emplace_back(n->next_edges()[i].node, out[i]);

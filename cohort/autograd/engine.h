@@ -1,11 +1,23 @@
-// The backward engine: runs the graph behind `roots` in the calling thread.
-// Nodes are executed when all gradients flowing into them have arrived
-// (dependency counting), latest-created first among the ready ones; gradients
-// reaching one node along several paths are summed before it runs. Leaves
-// receive their gradient through AccumulateGrad, which fires the leaf's
-// grad-ready hooks. Grad mode is off while backward runs.
+// The backward engine: runs the graph behind `roots`. Nodes are executed
+// when all gradients flowing into them have arrived (dependency counting),
+// latest-created first among the ready ones; gradients reaching one node
+// along several paths are summed before it runs. Leaves receive their
+// gradient through AccumulateGrad, which fires the leaf's grad-ready hooks.
+// Grad mode is off while backward runs.
+//
+// Threads: a plain graph runs on the calling thread alone, in that
+// deterministic order (DDP's bucketing relies on it). A graph holding nodes
+// made inside concurrent inter-op branches (Node::concurrent_branches() > 1,
+// see cohort/parallel/inter_op) runs its ready nodes on N threads at once,
+// N = min(largest concurrent_branches(), the caller's num_threads()), each
+// with the caller's budget / N intra-op threads (so N x that <= the budget).
+// Gradient sums and dependency counts are then kept under a lock, and leaves
+// are applied one at a time, so grad-ready hooks never run concurrently
+// (though possibly on an engine thread other than the caller). Results equal
+// the single-threaded order's up to float rounding of sums.
 // Failure: an exception from a node or a hook propagates out of
-// run_backward; the graph is then partly consumed and must not be reused.
+// run_backward (the first one; other engine threads stop after their current
+// node); the graph is then partly consumed and must not be reused.
 // Thread safety: independent graphs may run on different threads at once.
 #pragma once
 
