@@ -39,6 +39,10 @@ ConcurrentBranchScope::~ConcurrentBranchScope() {
 
 uint64_t next_sequence_nr() { return t_next_sequence_nr; }
 
+void advance_next_sequence_nr(uint64_t at_least) {
+  t_next_sequence_nr = std::max(t_next_sequence_nr, at_least);
+}
+
 int current_concurrent_branches() { return t_concurrent_branches; }
 
 FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, BackwardFn fn,

@@ -96,6 +96,9 @@ class ConcurrentBranchScope {
 
 // The sequence number the calling thread's next node will get.
 uint64_t next_sequence_nr();
+// Moves it up to at least `at_least` (after joining branches that ran on
+// other threads, so that the join's nodes order after theirs).
+void advance_next_sequence_nr(uint64_t at_least);
 // The calling thread's concurrent_branches() for new nodes (1 outside any
 // ConcurrentBranchScope).
 int current_concurrent_branches();
