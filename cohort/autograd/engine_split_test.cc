@@ -6,6 +6,7 @@
 #include "cohort/autograd/engine.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/core/autograd_meta.h"
 
 namespace cohort {
 namespace {
@@ -180,6 +181,48 @@ TEST(EngineSplit, InputUsedTwiceGetsSummedGradient) {
   expect_same(xs.grad(), xf.grad(), "x");
   EXPECT_FALSE(ws.grad().defined());
   d.run();
+  expect_same(ws.grad(), wf.grad(), "w");
+}
+
+// A node that cannot run its backward in parts (like DataParallel's): y = x * w
+// elementwise, with both gradients computed in one call.
+class WholeMul final : public autograd::Node {
+ public:
+  WholeMul(const Tensor& x, const Tensor& w)
+      : Node({autograd::gradient_edge(x), autograd::gradient_edge(w)}),
+        x_(x.detach()),
+        w_(w.detach()) {}
+  std::vector<Tensor> apply(const Tensor& grad) override {
+    ++calls;
+    return {grad * w_, grad * x_};
+  }
+  std::string name() const override { return "WholeMul"; }
+  int calls = 0;
+
+ private:
+  Tensor x_, w_;
+};
+
+TEST(EngineSplit, NodeThatCannotSplitRunsWholeInB) {
+  auto build = [](Tensor& x, Tensor& w, std::shared_ptr<WholeMul>* node) {
+    x = randn({4}, 31).set_requires_grad(true);
+    w = randn({4}, 32).set_requires_grad(true);
+    Tensor y = (x.detach() * w.detach());
+    auto n = std::make_shared<WholeMul>(x, w);
+    y.autograd_meta().grad_fn = n;
+    if (node) *node = n;
+    return sum(tanh(y));
+  };
+  Tensor xf, wf, xs, ws;
+  build(xf, wf, nullptr).backward();
+  std::shared_ptr<WholeMul> node;
+  Tensor loss = build(xs, ws, &node);
+  DeferredGradients d = run_backward_split({loss}, {Tensor()}, {xs});
+  EXPECT_EQ(node->calls, 1);
+  expect_same(xs.grad(), xf.grad(), "x");
+  EXPECT_FALSE(ws.grad().defined());
+  d.run();
+  EXPECT_EQ(node->calls, 1);  // W used the gradient kept from B
   expect_same(ws.grad(), wf.grad(), "w");
 }
 
