@@ -48,7 +48,7 @@ struct ParallelBranchesOptions {
   int64_t dim = 1;  // for kConcat and kStack
   // When set, joins the outputs instead of `join` (called on the caller's
   // thread, under the caller's grad mode).
-  std::function<Tensor(const std::vector<Tensor>&)> join_fn;
+  std::function<Tensor(const std::vector<Tensor>&)> join_fn = {};
 };
 
 class ParallelBranches : public nn::Cloneable<ParallelBranches> {
