@@ -10,6 +10,8 @@
 #include <random>
 
 #include "cohort/autograd/engine.h"
+
+#include "cohort/autograd/autograd_testing.h"
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
@@ -20,14 +22,6 @@ namespace {
 
 using autograd::ConcurrentBranchScope;
 
-Tensor randn(const Shape& s, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> n(0, 1);
-  std::vector<double> v(shape_numel(s));
-  for (auto& x : v) x = n(g);
-  return Tensor::from_vector(v, s).to(kFloat32);
-}
-
 void expect_close(const Tensor& a, const Tensor& b, const std::string& what) {
   ASSERT_TRUE(a.defined()) << what;
   ASSERT_TRUE(b.defined()) << what;
@@ -37,23 +31,8 @@ void expect_close(const Tensor& a, const Tensor& b, const std::string& what) {
     EXPECT_NEAR(va[i], vb[i], 1e-5f * (1.0f + std::abs(vb[i]))) << what << " [" << i << "]";
 }
 
-// Meets `parties` threads; false when they did not all arrive in time (so a
-// test fails instead of hanging when the engine runs branches one by one).
-class Rendezvous {
- public:
-  explicit Rendezvous(int parties) : parties_(parties) {}
-  bool arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (++arrived_ >= parties_) cv_.notify_all();
-    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return arrived_ >= parties_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int parties_;
-  int arrived_ = 0;
-};
+using autograd::testing::randn;
+using autograd::testing::Rendezvous;
 
 // y = x (identity) whose backward first meets the other branches' backwards.
 Tensor meet_in_backward(const Tensor& x, Rendezvous& r, std::atomic<int>& met,

@@ -4,6 +4,8 @@
 #include <random>
 
 #include "cohort/autograd/engine.h"
+
+#include "cohort/autograd/autograd_testing.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/core/autograd_meta.h"
@@ -13,14 +15,7 @@ namespace {
 
 using autograd::DeferredGradients;
 using autograd::run_backward_split;
-
-Tensor randn(const Shape& s, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<double> n(0, 1);
-  std::vector<double> v(shape_numel(s));
-  for (auto& x : v) x = n(g);
-  return Tensor::from_vector(v, s).to(kFloat32);
-}
+using autograd::testing::randn;
 
 void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
   ASSERT_TRUE(a.defined()) << what;
