@@ -11,7 +11,7 @@
 // with input_is_parallel = true (ParallelMLP), which saves the all-gather.
 // Every rank must see the same x. Parameters are called "weight" and "bias"
 // (the shards), so a model's state-dict keys stay those of the unsplit model;
-// full_state_dict() (tensor_parallel_state.h) rebuilds the full tensors.
+// full_state_dict() (full_state_dict.h) rebuilds the full tensors.
 //
 // Construction gives the unsplit layer's values: from_full slices an
 // nn::Linear; the Generator constructor draws the full weight and bias
