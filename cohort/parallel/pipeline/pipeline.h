@@ -1,0 +1,189 @@
+// Pipeline parallelism: consecutive layers of an nn::Sequential on different
+// ranks (stages); each step's batch is cut into micro-batches so that the
+// stages work at the same time, forward and backward, in the order a schedule
+// gives (schedule.h: GPipe, 1F1B, interleaved 1F1B, ZB-H1). Combined with
+// data parallelism through a PipelineGrid (replicas x stages).
+//
+//   auto world = distributed::init_process_group("native", "env://");
+//   auto grid = make_pipeline_grid(world, /*stages=*/2);  // pp group, dp group (null when dp == 1)
+//   auto model = nn::make_mlp(gen);                       // the whole model, on every rank
+//   Pipeline pipe(model, grid, {.schedule = Schedule::k1F1B, .micro_batches = 8});
+//   optim::SGD opt(pipe.parameters(), {.lr = 0.01});      // this rank's parameters only
+//   opt.zero_grad();
+//   double loss = pipe.step(x, y, nll_loss_fn);  // x used on the first stage, y on the last
+//   pipe.clip_grad_norm(10);                     // over the whole pipeline
+//   opt.step();
+//   Tensor out = pipe.forward(x);                // inference; defined on the last stage
+//
+// Partition: S = p * v stages (v virtual stages per rank for interleaved,
+// default 2; one otherwise); rank r holds stages r, r+p, ... Cut points are
+// the user's (options.cut_points) or chosen to balance the cost of forward +
+// backward of each child measured on options.sample_input on world rank 0
+// and broadcast to every rank (so every replica cuts alike); without a sample
+// each child counts as its parameter count + 1. Stages hold the original
+// children (shared), so parameters keep the full model's names and tensors.
+// Ranks keep references only to their own stages' children.
+//
+// Step semantics: the batch is split along dim 0 into m micro-batches of
+// sizes differing by at most one (the first N % m get one more row, as
+// torch.tensor_split; N >= m). The loss of micro-batch i is loss_fn(output_i,
+// target_i) * n_i / N, so with a mean-reducing loss the gradients summed over
+// micro-batches are the gradients of the full batch's mean loss; they
+// accumulate into each parameter's .grad (call zero_grad between steps, as
+// without a pipeline). With replicas, each stage's gradients are then
+// averaged over its replicas (bucketed all_reduce) and the returned loss is
+// the mean over replicas too: the step equals one process training on the
+// concatenation of the replicas' batches. The loss is returned on every rank.
+//
+// The schedule is validated (validate_schedule) at construction: a plan that
+// could deadlock or mismatch a transfer is rejected before it runs.
+//
+// Failure: any error during a step (a lost peer, a timeout, a message whose
+// header is not what the schedule expects) is rethrown as the same Error
+// class with a message naming this rank, its stage, the failing action and
+// the last actions run; the pipeline group is then aborted so that the other
+// ranks fail at once instead of waiting out the group timeout (the groups
+// and the Pipeline cannot be used after that).
+//
+// Thread safety: one thread drives a Pipeline; ranks call step/forward and
+// the collective helpers in the same order.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cohort/core/tensor_dict.h"
+#include "cohort/nn/sequential.h"
+#include "cohort/parallel/pipeline/pipeline_grid.h"
+#include "cohort/parallel/pipeline/schedule.h"
+#include "cohort/parallel/pipeline/stage_channel.h"
+
+namespace cohort::parallel::pipeline {
+
+// loss_fn(output of the last stage for one micro-batch, its targets): the mean loss.
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+Tensor nll_loss_fn(const Tensor& output, const Tensor& target);
+Tensor mse_loss_fn(const Tensor& output, const Tensor& target);
+
+struct PipelineOptions {
+  Schedule schedule = Schedule::k1F1B;
+  int micro_batches = 4;
+  int virtual_stages = 0;                // per rank; 0 = 2 for interleaved, 1 otherwise
+  std::vector<int64_t> cut_points = {};  // first child of stages 1..S-1; empty = balanced
+  Tensor sample_input = {};              // one micro-batch, to measure each child's cost
+  double bucket_cap_mb = 25.0;           // gradient all_reduce over replicas, per call
+};
+
+// Measures of the last step() on this rank (the benchmark's hooks).
+struct PipelineStats {
+  double step_seconds = 0;       // the whole step, this rank
+  double compute_seconds = 0;    // F, B, W, BW and the loss
+  double recv_seconds = 0;       // blocked receiving (waiting for a peer, and the copy)
+  double send_wait_seconds = 0;  // waiting for the step's sends to complete
+  double bubble_fraction = 0;    // idle share: 1 - compute / step
+  int peak_in_flight = 0;        // micro-batches forwarded whose backward (BW or W) had not run
+  int64_t peak_activation_bytes = 0;  // most bytes of layer outputs kept for backward at once
+  int actions = 0;                    // actions run
+};
+
+class Pipeline {
+ public:
+  // Collective over grid.world (cut points broadcast, parameters broadcast
+  // from replica 0 over dp). `model` is the whole model, the same
+  // architecture on every rank. InvalidArgument for a model with fewer
+  // children than stages, bad cut points, or a schedule that does not fit
+  // (e.g. interleaved with micro_batches % p != 0).
+  Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid, PipelineOptions options = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // One training step (see the header); returns the batch's mean loss.
+  double step(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
+  // Inference, no grad, micro-batched: the model's output for input on the
+  // last stage (rank p-1); an undefined Tensor on the other ranks.
+  Tensor forward(const Tensor& input);
+
+  // This rank's parameters (all its stages), for the optimizer.
+  std::vector<Tensor> parameters() const;
+  nn::NamedTensors named_parameters() const;  // full model's names
+  void zero_grad(bool set_to_none = false);
+  void train(bool on = true);
+  void eval() { train(false); }
+
+  // Total 2-norm of the gradients of the whole pipeline (sum of squares
+  // all-reduced over pp): the same on every rank. Collective over pp.
+  double grad_norm();
+  // clip_grad_norm over the whole model (torch.nn.utils.clip_grad_norm_ on
+  // the unsplit model): scales this rank's gradients by max_norm / (total +
+  // 1e-6) when that is < 1; returns the total. Collective over pp.
+  double clip_grad_norm(double max_norm);
+
+  // ---- checkpoints (full model names) ----
+  // This rank's part of the state (shares storage, as Module::state_dict).
+  TensorDict state_dict() const;
+  // Takes this rank's keys from a full or partial dict (others are ignored);
+  // missing keys of this rank are an InvalidArgument naming them.
+  void load_state_dict(const TensorDict& dict);
+  // Collective over pp: the whole model's state on pipeline rank 0 (in the
+  // model's state_dict order, copies), empty on the other ranks.
+  TensorDict full_state_dict();
+
+  // ---- layout ----
+  const SchedulePlan& plan() const { return plan_; }
+  const std::vector<int64_t>& stage_starts() const { return starts_; }
+  int rank() const { return rank_; }
+  int num_ranks() const { return plan_.ranks; }
+  int chunks() const { return plan_.chunks; }
+  bool is_first() const { return rank_ == 0; }
+  bool is_last() const { return rank_ == plan_.ranks - 1; }
+  // This rank's stage modules, by chunk.
+  const std::vector<std::shared_ptr<nn::Sequential>>& stages() const { return stages_; }
+  const PipelineGrid& grid() const { return grid_; }
+
+  const PipelineStats& last_stats() const { return stats_; }
+
+ private:
+  struct MicroState;
+  void run_plan(const SchedulePlan& plan, const std::vector<Tensor>& inputs,
+                const std::vector<Tensor>& targets, const LossFn* loss_fn,
+                std::vector<Tensor>* outputs, int64_t batch);
+  void run_action(const SchedulePlan& plan, const Action& a, std::vector<MicroState>& st,
+                  const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
+                  const LossFn* loss_fn, std::vector<Tensor>* outputs, int64_t batch);
+  [[noreturn]] void fail(const std::exception& e, const Action& a, size_t index);
+  void average_over_replicas();
+  void broadcast_from_replica_zero();
+
+  PipelineGrid grid_;
+  PipelineOptions options_;
+  SchedulePlan plan_;
+  int rank_ = 0;
+  std::vector<int64_t> starts_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;  // by chunk
+  // The full model's state layout: name, shape, dtype, owning pipeline rank.
+  struct Entry {
+    std::string name;
+    Shape shape;
+    DType dtype;
+    int rank;
+  };
+  std::vector<Entry> layout_;
+  StageChannel channel_;
+  int64_t step_count_ = 0;
+  std::map<int, SchedulePlan> forward_plans_;  // by micro-batch count
+  PipelineStats stats_;
+  double stats_loss_ = 0;  // last stage: the step's loss so far
+  // The last actions run, for error messages.
+  std::array<std::pair<size_t, Action>, 16> recent_{};
+  size_t recent_count_ = 0;
+  int in_flight_ = 0;
+  int64_t in_flight_bytes_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace cohort::parallel::pipeline
