@@ -38,6 +38,7 @@ void dies_mid_pipeline(Schedule schedule) {
             m.substr(cause, last - cause).find("rank 1") == std::string::npos ||
             m.find(fmt::format("rank {} (stage {}", rank, rank)) == std::string::npos)
           throw Error("error does not name the step, this rank and the lost rank: " + m);
+        std::fprintf(stderr, "rank %d failed as expected: %s\n", rank, m.c_str());
         return;
       }
     }

@@ -129,6 +129,15 @@ void run_equivalence(const Case& c) {
             throw Error(
                 fmt::format("rank {}: step {} loss {} vs one process {}", rank, s, loss, want));
           const PipelineStats& st = pipe.last_stats();
+          // GPipe holds every micro-batch; 1F1B and ZB-H1 at most p (the
+          // first stage exactly p when m >= p).
+          if (c.schedule == Schedule::kGPipe && st.peak_in_flight != c.micro_batches)
+            throw Error(fmt::format("rank {}: gpipe held {} micro-batches, not {}", rank,
+                                    st.peak_in_flight, c.micro_batches));
+          if ((c.schedule == Schedule::k1F1B || c.schedule == Schedule::kZeroBubbleH1) &&
+              st.peak_in_flight > c.stages)
+            throw Error(fmt::format("rank {}: {} held {} micro-batches, more than p = {}", rank,
+                                    schedule_name(c.schedule), st.peak_in_flight, c.stages));
           if (st.peak_in_flight < 1 || st.peak_in_flight > c.micro_batches * pipe.chunks() ||
               st.peak_activation_bytes <= 0 || st.actions <= 0)
             throw Error(fmt::format("rank {}: implausible stats", rank));
@@ -193,6 +202,49 @@ TEST(PipelineData, TwoReplicasOfTwoStagesMatchOneProcess) {
                    .rows = 32,
                    .model = ModelKind::kNet,
                    .steps = 2});
+}
+
+TEST(PipelineData, OneStagePerReplicaAndOneRank) {
+  // dp 2 x pp 1 (a pipeline group of one), and one rank running two virtual
+  // stages (stages handed over locally, no send/recv).
+  run_equivalence({.schedule = Schedule::kZeroBubbleH1, .world = 2, .stages = 1});
+  run_equivalence({.schedule = Schedule::kInterleaved, .world = 1, .stages = 1});
+}
+
+// A message that is not the one the schedule expects is named with both values.
+TEST(PipelineChannel, HeaderMismatchIsNamed) {
+  spawn(
+      [](int) {
+        auto world = join();
+        StageChannel channel(*world);
+        Tensor t = Tensor::ones({3, 2});
+        if (world->rank() == 0) {
+          channel.send(t, {.gradient = false, .mb = 1, .stage = 1, .step = 1}, 1);
+          channel.send(t, {.gradient = true, .mb = 2, .stage = 1, .step = 1}, 1);
+          channel.wait_sends();
+        } else {
+          try {
+            channel.recv({.gradient = false, .mb = 0, .stage = 1, .step = 1}, 0);
+            throw Error("a message of micro-batch 1 passed for micro-batch 0");
+          } catch (const Error& e) {
+            std::string m = e.what();
+            if (m.find("rank 1 expected from rank 0") == std::string::npos ||
+                m.find("micro-batch is 1 where 0 was expected") == std::string::npos)
+              throw Error("mismatch message lacks the ranks or the values: " + m);
+          }
+          Shape want{3, 3};
+          try {
+            channel.recv({.gradient = true, .mb = 2, .stage = 1, .step = 1}, 0, &want);
+            throw Error("a gradient of the wrong shape passed");
+          } catch (const Error& e) {
+            if (std::string(e.what()).find("shape is [3, 2] where [3, 3] was expected") ==
+                std::string::npos)
+              throw Error(std::string("shape mismatch not named: ") + e.what());
+          }
+        }
+        distributed::destroy_process_group(world);
+      },
+      2);
 }
 
 TEST(PipelineCheckpoint, RoundTripWithOneProcess) {

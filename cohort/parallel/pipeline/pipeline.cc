@@ -212,7 +212,7 @@ void Pipeline::run_plan(const SchedulePlan& plan, const std::vector<Tensor>& inp
     } catch (const std::exception& e) {
       fail(e, a, i);
     }
-    recent_[recent_count_++ % recent_.size()] = {i, a};
+    recent_[recent_count_++ % recent_.size()] = {step_count_, i, a};
     ++stats_.actions;
   }
   try {
@@ -364,8 +364,8 @@ void Pipeline::fail(const std::exception& e, const Action& a, size_t index) {
   std::string recent;
   const size_t n = std::min(recent_count_, recent_.size());
   for (size_t k = recent_count_ - n; k < recent_count_; ++k) {
-    const auto& [i, act] = recent_[k % recent_.size()];
-    recent += fmt::format("{}{}:{}", recent.empty() ? "" : ", ", i, to_string(act));
+    const auto& [call, i, act] = recent_[k % recent_.size()];
+    recent += fmt::format("{}{}:{} {}", recent.empty() ? "" : ", ", call, i, to_string(act));
   }
   std::string stages;
   for (int c = 0; c < plan_.chunks; ++c)

@@ -179,7 +179,12 @@ class Pipeline {
   PipelineStats stats_;
   double stats_loss_ = 0;  // last stage: the step's loss so far
   // The last actions run, for error messages.
-  std::array<std::pair<size_t, Action>, 16> recent_{};
+  struct Ran {
+    int64_t call = 0;  // step_count_ when it ran
+    size_t index = 0;  // in that call's list
+    Action action;
+  };
+  std::array<Ran, 16> recent_{};
   size_t recent_count_ = 0;
   int in_flight_ = 0;
   int64_t in_flight_bytes_ = 0;

@@ -70,21 +70,24 @@ Tensor StageChannel::recv(const MessageId& expected, int peer, const Shape* expe
         me, peer, kind_word(expected.gradient), expected.mb, expected.stage, expected.step, what,
         got, want));
   };
+  // A header that cannot describe a payload ends the exchange at once; any
+  // other mismatch is reported after the payload was taken off the wire, so
+  // the channel stays in step with its peer.
   if (h[kMagicF] != kMagic) mismatch("header magic", kMagic, h[kMagicF]);
+  if (h[kNdimF] < 0 || h[kNdimF] > kMaxDims) mismatch("ndim", "at most 8", h[kNdimF]);
+  if (h[kDtypeF] < 0 || h[kDtypeF] > static_cast<int64_t>(DType::kFloat16))
+    mismatch("dtype", "a known dtype", h[kDtypeF]);
+  Shape shape(h + kDimsF, h + kDimsF + h[kNdimF]);
+  Tensor payload = Tensor::empty(shape, static_cast<DType>(h[kDtypeF]));
+  group_->recv(payload, peer, {.tag = kPayloadTag, .async_op = false});
   if (h[kSenderF] != peer) mismatch("sender", peer, h[kSenderF]);
   if (h[kStepF] != expected.step) mismatch("step", expected.step, h[kStepF]);
   if (h[kKindF] != (expected.gradient ? 1 : 0))
     mismatch("kind", kind_word(expected.gradient), kind_word(h[kKindF] != 0));
   if (h[kMbF] != expected.mb) mismatch("micro-batch", expected.mb, h[kMbF]);
   if (h[kStageF] != expected.stage) mismatch("stage", expected.stage, h[kStageF]);
-  if (h[kNdimF] < 0 || h[kNdimF] > kMaxDims) mismatch("ndim", "at most 8", h[kNdimF]);
-  if (h[kDtypeF] < 0 || h[kDtypeF] > static_cast<int64_t>(DType::kFloat16))
-    mismatch("dtype", "a known dtype", h[kDtypeF]);
-  Shape shape(h + kDimsF, h + kDimsF + h[kNdimF]);
   if (expected_shape != nullptr && shape != *expected_shape)
     mismatch("shape", shape_str(*expected_shape), shape_str(shape));
-  Tensor payload = Tensor::empty(shape, static_cast<DType>(h[kDtypeF]));
-  group_->recv(payload, peer, {.tag = kPayloadTag, .async_op = false});
   recv_seconds_ += since(t0);
   return payload;
 }
