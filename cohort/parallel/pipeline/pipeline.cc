@@ -230,7 +230,7 @@ void Pipeline::run_plan(const SchedulePlan& plan, const std::vector<Tensor>& inp
 void Pipeline::run_action(const SchedulePlan& plan, const Action& a, std::vector<MicroState>& st,
                           const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                           const LossFn* loss_fn, std::vector<Tensor>* outputs, int64_t batch) {
-  const int p = plan.ranks, S = plan.num_stages();
+  const int S = plan.num_stages();
   const int s = plan.stage_of(rank_, a.chunk);
   auto at = [&](int mb, int chunk) -> MicroState& {
     return st[static_cast<size_t>(mb * plan.chunks + chunk)];
@@ -352,7 +352,6 @@ void Pipeline::run_action(const SchedulePlan& plan, const Action& a, std::vector
       break;
     }
   }
-  (void)p;
 }
 
 void Pipeline::fail(const std::exception& e, const Action& a, size_t index) {

@@ -20,7 +20,10 @@
 // the user's (options.cut_points) or chosen to balance the cost of forward +
 // backward of each child measured on options.sample_input on world rank 0
 // and broadcast to every rank (so every replica cuts alike); without a sample
-// each child counts as its parameter count + 1. Stages hold the original
+// each child counts as its parameter count + 1 (give sample_input on every
+// rank or on none). A stage may hold only parameter-free layers (a flatten):
+// parameters() is then empty there; skip the optimizer on that rank (SGD
+// rejects an empty list). Stages hold the original
 // children (shared), so parameters keep the full model's names and tensors.
 // Ranks keep references only to their own stages' children.
 //

@@ -169,6 +169,9 @@ TEST(PipelineSchedule, BubbleFormulasAndSimulation) {
   EXPECT_NEAR(ofob, 3.0 / 11, 1e-9);
   EXPECT_LT(inter, ofob);
   EXPECT_LT(zb, ofob * 0.6) << "zb-h1 " << zb << " vs 1f1b " << ofob;
+  // The generated orders reach the textbook bubbles exactly on unit costs.
+  EXPECT_NEAR(inter, theoretical_bubble_fraction(Schedule::kInterleaved, p, m, 2), 1e-9);
+  EXPECT_NEAR(zb, theoretical_bubble_fraction(Schedule::kZeroBubbleH1, p, m), 1e-9);
 }
 
 }  // namespace

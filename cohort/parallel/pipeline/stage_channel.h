@@ -9,10 +9,10 @@
 // order, so the caller's order of sends and receives is the wire order.
 // Failure: a receive whose header differs from what the caller expects (other
 // step, kind, micro-batch, stage, or a gradient whose shape is not the
-// output's) throws Error naming both ranks, the micro-batch and both values;
-// the group's errors (a lost peer, a timeout) propagate from recv() and
-// wait_sends().
-// Thread safety: one thread uses a channel.
+// output's) throws Error naming both ranks, the micro-batch and both values,
+// after taking the payload off the wire (a header that cannot describe one,
+// e.g. a bad magic, throws at once); the group's errors (a lost peer, a timeout) propagate from
+// recv() and wait_sends(). Thread safety: one thread uses a channel.
 #pragma once
 
 #include <cstdint>
