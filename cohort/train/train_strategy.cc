@@ -1,6 +1,7 @@
 #include "cohort/train/train_strategy.h"
 
 #include "cohort/base/error.h"
+#include "cohort/train/pipeline_strategy.h"
 #include "cohort/train/replicated_strategy.h"
 #include "cohort/train/tensor_strategy.h"
 
@@ -14,6 +15,8 @@ std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strate
     case Strategy::kDdp:
     case Strategy::kDp:
       return std::make_unique<ReplicatedStrategy>(options, strategy, std::move(world), gen);
+    case Strategy::kPipeline:
+      return std::make_unique<PipelineStrategy>(options, std::move(world), gen);
     case Strategy::kTensor:
       return std::make_unique<TensorStrategy>(options, std::move(world), gen);
     default:

@@ -1,0 +1,55 @@
+// PipelineStrategy: `cohort train --strategy pipeline`. The model (as an
+// nn::Sequential, workload.h) is cut into stages over a pipeline group of
+// `pipeline_stages` ranks (0: the whole world), each step's batch into
+// `micro_batches`, run by the schedule `pipeline_schedule`
+// (parallel/pipeline/). With more ranks than stages the world is
+// replicas x stages: world rank = replica * stages + stage, each replica
+// trains on its own share of the data and each stage's gradients are
+// averaged over its replicas.
+//
+// Every rank builds the whole model from the seed (so a checkpoint of any
+// strategy loads on every rank) and trains only its stages' parameters: the
+// optimizer is over all of them, and the others never get a gradient, so it
+// skips them. sync_full_model broadcasts each stage's parameters from its
+// owner over the pipeline group, and gathers the optimizer's per-parameter
+// state on pipeline rank 0 for checkpoints. Gradient clipping takes the
+// norm over all stages.
+// Thread safety: the training thread only.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cohort/nn/sequential.h"
+#include "cohort/parallel/pipeline/pipeline.h"
+#include "cohort/train/train_strategy.h"
+
+namespace cohort::train {
+
+class PipelineStrategy final : public TrainStrategy {
+ public:
+  PipelineStrategy(const TrainOptions& options, std::shared_ptr<distributed::ProcessGroup> world,
+                   Generator& gen);
+  ~PipelineStrategy() override;
+
+  nn::Module& full_model() override { return *full_; }
+  optim::Optimizer& full_optimizer() override { return *opt_; }
+  int data_replicas() const override;
+  int data_rank() const override;
+  bool data_rank_counts() const override;
+  double step(const data::Batch& batch, const std::function<void(double)>& check) override;
+  void sync_full_model(bool optimizer) override;
+  int threads() const override;
+  std::string layout() const override;
+
+ private:
+  TrainOptions options_;
+  std::shared_ptr<distributed::ProcessGroup> world_;
+  std::shared_ptr<nn::Sequential> full_;
+  parallel::pipeline::PipelineGrid grid_;
+  std::unique_ptr<parallel::pipeline::Pipeline> pipe_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::vector<int> owner_;  // pipeline rank holding each of full_'s parameters
+};
+
+}  // namespace cohort::train
