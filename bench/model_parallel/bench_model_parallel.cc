@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
             .string();
     for (const std::string& model : s.models) {
       std::printf("\n--model %s\n", model.c_str());
-      std::printf("%-22s %9s %8s %9s %9s %10s %12s %14s\n", "config", "steps/s", "vs 1 proc",
+      std::printf("%-26s %9s %8s %9s %9s %10s %12s %14s\n", "config", "steps/s", "vs 1 proc",
                   "bubble", "theory", "peak act", "peak act MiB", "peak RSS MiB");
       double base = 0;
       auto report = [&](const std::string& name, int ranks, const std::string& dir) {
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
           }
         }
         std::string theory = r0.count("theory") ? fmt::format("{:.2f}", r0["theory"]) : "-";
-        std::printf("%-22s %9.2f %8.2fx %9s %9s %10s %12s %14s\n", name.c_str(), r0["steps_per_s"],
+        std::printf("%-26s %9.2f %8.2fx %9s %9s %10s %12s %14s\n", name.c_str(), r0["steps_per_s"],
                     r0["steps_per_s"] / base, bubble.empty() ? "-" : bubble.c_str(), theory.c_str(),
                     act.empty() ? "-" : act.c_str(), act_mib.empty() ? "-" : act_mib.c_str(),
                     rss.c_str());

@@ -108,9 +108,10 @@ void PipelineStrategy::sync_full_model(bool optimizer) {
 int PipelineStrategy::threads() const { return num_threads(); }
 
 std::string PipelineStrategy::layout() const {
-  return fmt::format("pipeline {}: {} stages x {} replicas, {} micro-batches",
-                     options_.pipeline_schedule, grid_.pp->size(), data_replicas(),
-                     options_.micro_batches);
+  const int replicas = data_replicas();
+  return fmt::format("pipeline {}: {} stages x {} replica{}, {} micro-batches",
+                     options_.pipeline_schedule, grid_.pp->size(), replicas,
+                     replicas == 1 ? "" : "s", options_.micro_batches);
 }
 
 }  // namespace cohort::train
