@@ -155,4 +155,11 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
   state_ = std::move(new_state);
 }
 
+int64_t state_key_param_index(std::string_view key) {
+  constexpr std::string_view kPrefix = "state.";
+  if (key.substr(0, kPrefix.size()) != kPrefix) return -1;
+  const size_t dot = key.find('.', kPrefix.size());
+  return std::stoll(std::string(key.substr(kPrefix.size(), dot - kPrefix.size())));
+}
+
 }  // namespace cohort::optim

@@ -95,4 +95,9 @@ class Optimizer {
   std::vector<TensorDict> state_;
 };
 
+// The parameter index i of a state_dict key "state.<i>.<key>", or -1 for
+// the other keys (param_groups.*). For strategies that split or move
+// per-parameter state between ranks.
+int64_t state_key_param_index(std::string_view key);
+
 }  // namespace cohort::optim

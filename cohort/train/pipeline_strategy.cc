@@ -13,13 +13,6 @@ namespace {
 
 namespace pp = parallel::pipeline;
 
-// "state.<i>.<key>" -> i, or -1 for other keys (param_groups.*).
-int64_t state_param_index(const std::string& key) {
-  if (key.rfind("state.", 0) != 0) return -1;
-  const size_t dot = key.find('.', 6);
-  return std::stoll(key.substr(6, dot - 6));
-}
-
 Shape sample_shape(ModelKind kind, int64_t n) {
   if (kind == ModelKind::kToy) return {n, 10};
   return {n, 1, 28, 28};
@@ -93,7 +86,7 @@ void PipelineStrategy::sync_full_model(bool optimizer) {
   // state of its own parameters.
   TensorDict own;
   for (const auto& [key, t] : opt_->state_dict()) {
-    const int64_t i = state_param_index(key);
+    const int64_t i = optim::state_key_param_index(key);
     if (i >= 0 && owner_.at(static_cast<size_t>(i)) == grid_.pp->rank()) own.insert(key, t);
   }
   std::vector<TensorDict> parts = gather_tensor_dicts(*grid_.pp, own, 0);

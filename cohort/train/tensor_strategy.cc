@@ -11,17 +11,6 @@
 #include "cohort/parallel/tensor_parallel/tensor_parallel_models.h"
 
 namespace cohort::train {
-namespace {
-
-// "state.<i>.<key>" -> i, or -1 for other keys (param_groups.*).
-int64_t state_param_index(const std::string& key) {
-  if (key.rfind("state.", 0) != 0) return -1;
-  const size_t dot = key.find('.', 6);
-  return std::stoll(key.substr(6, dot - 6));
-}
-
-}  // namespace
-
 TensorStrategy::TensorStrategy(const TrainOptions& options,
                                std::shared_ptr<distributed::ProcessGroup> world, Generator& gen)
     : options_(options), world_(std::move(world)) {
@@ -75,7 +64,7 @@ void TensorStrategy::sync_full_model(bool optimizer) {
   // line up.
   TensorDict full;
   for (const auto& [key, t] : opt_->state_dict()) {
-    const int64_t i = state_param_index(key);
+    const int64_t i = optim::state_key_param_index(key);
     const int64_t dim = i < 0 ? parallel::kReplicated : state_split_dim(static_cast<size_t>(i), t);
     full.insert(key, dim == parallel::kReplicated
                          ? t.clone()
@@ -88,7 +77,7 @@ void TensorStrategy::after_resume() {
   parallel::load_full_state_dict(*split_, full_->state_dict(), *world_);
   TensorDict mine;
   for (const auto& [key, t] : full_opt_->state_dict()) {
-    const int64_t i = state_param_index(key);
+    const int64_t i = optim::state_key_param_index(key);
     int64_t dim = parallel::kReplicated;
     if (i >= 0) {
       const parallel::ParameterLayout& p = layouts_.at(static_cast<size_t>(i));
