@@ -28,6 +28,9 @@ void validate(const LaunchOptions& o) {
                "cohort run: --master-port must be in 0..65535, got {}", o.master_port);
   COHORT_CHECK(o.max_restarts >= 0, "cohort run: --max-restarts must be >= 0, got {}",
                o.max_restarts);
+  COHORT_CHECK(o.max_lost_workers >= 0 && o.max_lost_workers < o.nproc_per_node,
+               "cohort run: --max-lost-workers must be in [0, --nproc-per-node = {}), got {}",
+               o.nproc_per_node, o.max_lost_workers);
   COHORT_CHECK(o.nnodes == 1 || o.master_port != 0,
                "cohort run: a job of {} nodes needs --master-port (the same on every node)",
                o.nnodes);
@@ -138,8 +141,10 @@ LaunchResult launch(const LaunchOptions& o) {
     go.prefix_output = o.prefix_output;
     go.stdout_fd = o.stdout_fd;
     go.stderr_fd = o.stderr_fd;
+    go.max_lost_workers = o.max_lost_workers;
     AttemptResult a = WorkerGroup(std::move(specs), go).run(signals);
     result.failure = a.failure;
+    result.lost = a.lost;
     result.interrupted_by = a.interrupted_by;
     result.restarts = attempt;
     if (a.interrupted_by) {
@@ -149,6 +154,15 @@ LaunchResult launch(const LaunchOptions& o) {
     }
     if (!a.failure) {
       result.exit_code = 0;
+      if (!a.lost.empty()) {
+        std::string ranks;
+        for (const WorkerFailure& f : a.lost) {
+          ranks +=
+              fmt::format("{}rank {} ({})", ranks.empty() ? "" : ", ", f.rank, f.status.describe());
+        }
+        report(fmt::format("cohort run: job finished without {} lost worker{}: {}\n", a.lost.size(),
+                           a.lost.size() == 1 ? "" : "s", ranks));
+      }
       exit_barrier(o, port, token, report);
       return result;
     }

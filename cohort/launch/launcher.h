@@ -16,7 +16,8 @@
 // fresh random one (a multi-node job needs COHORT_TOKEN set alike on every
 // node).
 //
-// Failure: when a worker fails, the others get SIGTERM and, after the grace
+// Failure: the first max_lost_workers failures are reported and tolerated
+// (the others go on). When a worker fails beyond that, the others get SIGTERM and, after the grace
 // period, SIGKILL; the group restarts while restarts remain, else launch()
 // returns a non-zero exit code and prints a summary naming the failed rank and
 // its exit code or signal. SIGINT/SIGTERM to the launcher are forwarded to the
@@ -48,6 +49,10 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port (one-node jobs only)
   int max_restarts = 0;
+  // Workers that may fail without stopping the others (see WorkerGroupOptions);
+  // the job then succeeds when every other worker does, and the lost ones are
+  // named in the summary.
+  int max_lost_workers = 0;
   bool pin = true;            // split the CPUs between local workers
   bool host_store = true;     // node 0 serves the rendezvous store on MASTER_PORT
   bool prefix_output = true;  // "[rank N] " before every output line
@@ -62,7 +67,8 @@ struct LaunchOptions {
 
 struct LaunchResult {
   int exit_code = 0;  // 0 on success; the failed worker's code (128 + signal when killed)
-  int restarts = 0;   // restarts performed
+  std::vector<WorkerFailure> lost;       // tolerated failures of the last attempt
+  int restarts = 0;                      // restarts performed
   std::optional<WorkerFailure> failure;  // first failure of the last attempt
   int interrupted_by = 0;                // the signal that ended the job, or 0
 };

@@ -98,6 +98,17 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
       }
       if (w.status->success() || result.interrupted_by || w.reported) continue;
       w.reported = true;
+      if (!result.failure && !stopping &&
+          static_cast<int>(result.lost.size()) < options_.max_lost_workers) {
+        result.lost.push_back(
+            WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status});
+        report(fmt::format(
+            "cohort run: rank {} (local rank {}, pid {}) {}; lost worker {} of {} tolerated "
+            "(--max-lost-workers), the others go on\n",
+            w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe(),
+            result.lost.size(), options_.max_lost_workers));
+        continue;
+      }
       if (!result.failure) {
         result.failure = WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status};
         report(

@@ -1,7 +1,8 @@
 // WorkerGroup: one attempt of a job on this node: starts the local workers,
 // forwards their output line by line with a "[rank N] " prefix (stdout and
 // stderr kept apart), forwards SIGINT/SIGTERM, and when a worker fails stops
-// the others (SIGTERM, then SIGKILL after the grace period). Used by
+// the others (SIGTERM, then SIGKILL after the grace period) unless it is one
+// of the first max_lost_workers failures, which are reported and tolerated. Used by
 // launch(); one object per attempt.
 //
 // Every wait is driven by child exit, output, signals or the grace deadline.
@@ -34,10 +35,15 @@ struct WorkerFailure {
 struct AttemptResult {
   std::optional<WorkerFailure> failure;  // the first worker to fail, or one killed from outside
   int interrupted_by = 0;                // SIGINT/SIGTERM received, or 0
+  std::vector<WorkerFailure> lost;       // failures tolerated (max_lost_workers), in order
 };
 
 struct WorkerGroupOptions {
   std::chrono::milliseconds grace = std::chrono::seconds(5);
+  // Failed workers the group lets go on without (reported, the others keep
+  // running); the next failure stops the group as usual. For jobs that
+  // survive losing workers (an asynchronous parameter server).
+  int max_lost_workers = 0;
   bool prefix_output = true;
   int stdout_fd = 1;
   int stderr_fd = 2;

@@ -183,6 +183,31 @@ TEST(LaunchE2E, FailedWorkerStopsTheOthersWithSummary) {
   EXPECT_NE(r.err.find("exited with code 7"), std::string::npos) << r.err;
 }
 
+TEST(LaunchE2E, MaxLostWorkersLetsTheOthersFinish) {
+  RunResult r = run_cohort({"run", "--nproc-per-node", "3", "--max-lost-workers", "1", "--",
+                            COHORT_TEST_WORKER, "lose", "1", "5"},
+                           60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 0) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.err.find("rank 1 (local rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lost worker 1 of 1 tolerated"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("job finished without 1 lost worker: rank 1 (exited with code 5)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("[rank 0] finished without the lost ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 2] finished without the lost ranks"), std::string::npos) << r.out;
+}
+
+TEST(LaunchE2E, LosingMoreWorkersThanToleratedEndsTheJob) {
+  RunResult r = run_cohort({"run", "--nproc-per-node", "3", "--max-lost-workers", "1", "--",
+                            COHORT_TEST_WORKER, "lose", "1,2", "6"},
+                           60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 6) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.err.find("lost worker 1 of 1 tolerated"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("job failed: rank 2"), std::string::npos) << r.err;
+}
+
 TEST(LaunchE2E, CrashedWorkerIsNamedWithItsSignal) {
   RunResult r =
       run_cohort({"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "crash", "1"}, 30s);

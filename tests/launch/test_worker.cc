@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cohort/launch/spawn.h"
 #include "cohort/rendezvous/env_bootstrap.h"
@@ -82,6 +83,32 @@ int run_fail(int bad_rank, int code, bool crash, bool stubborn) {
     std::exit(code);
   }
   sleep_long();
+  return 0;
+}
+
+// The ranks in `bad` (comma-separated) exit with `code` one after the other
+// (each after the previous one is gone); the others wait until all of them
+// left, then end well: a job that tolerates lost workers must let them finish.
+int run_lose(const std::string& bad, int code) {
+  auto r = cohort::rendezvous::bootstrap("env://");
+  std::vector<int> ranks;
+  for (size_t at = 0; at < bad.size();) {
+    size_t comma = bad.find(',', at);
+    ranks.push_back(std::stoi(bad.substr(at, comma - at)));
+    at = comma == std::string::npos ? bad.size() : comma + 1;
+  }
+  barrier(*r.store, r.world_size, "start");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (r.rank != ranks[i]) continue;
+    if (i > 0) r.store->wait({"gone" + std::to_string(i - 1)}, std::chrono::seconds(30));
+    // Give the launcher time to see the previous loss before this one.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    r.store->set("gone" + std::to_string(i), std::string("1"));
+    std::exit(code);
+  }
+  r.store->wait({"gone" + std::to_string(ranks.size() - 1)}, std::chrono::seconds(30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::printf("finished without the lost ranks\n");
   return 0;
 }
 
@@ -175,6 +202,7 @@ int main(int argc, char** argv) {
     if (mode == "wait-term" && argc > 2) return run_wait_term(argv[2]);
     if (mode == "resume" && argc > 2) return run_resume(argv[2]);
     if (mode == "spawn") return run_spawn();
+    if (mode == "lose" && argc > 3) return run_lose(argv[2], std::atoi(argv[3]));
     if (mode == "kill-cascade") return run_kill_cascade();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "test_worker %s: %s\n", mode.c_str(), e.what());

@@ -45,6 +45,10 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_option("--max-restarts", o.max_restarts,
                  "Restart the whole group up to K times after a worker fails")
       ->capture_default_str();
+  app.add_option("--max-lost-workers", o.max_lost_workers,
+                 "Let up to N workers fail without stopping the others (jobs that survive "
+                 "losing workers, e.g. --strategy ps --ps-mode async)")
+      ->capture_default_str();
   app.add_flag("--no-pin", args->no_pin,
                "Do not pin workers to CPU shares or set their thread counts");
   app.add_flag("--no-prefix", args->no_prefix, "Do not prefix output lines with [rank N]");
