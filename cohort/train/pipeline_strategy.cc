@@ -22,7 +22,7 @@ Shape sample_shape(ModelKind kind, int64_t n) {
 
 PipelineStrategy::PipelineStrategy(const TrainOptions& options,
                                    std::shared_ptr<distributed::ProcessGroup> world, Generator& gen)
-    : options_(options), world_(std::move(world)) {
+    : TrainStrategy(world), options_(options), world_(std::move(world)) {
   COHORT_CHECK(world_ != nullptr,
                "--strategy pipeline needs a process group (run under cohort run)");
   const int stages = options.pipeline_stages > 0 ? options.pipeline_stages : world_->size();

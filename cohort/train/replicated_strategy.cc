@@ -12,7 +12,7 @@ namespace cohort::train {
 ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy strategy,
                                        std::shared_ptr<distributed::ProcessGroup> world,
                                        Generator& gen)
-    : options_(options), world_(std::move(world)) {
+    : TrainStrategy(world), options_(options), world_(std::move(world)) {
   model_ = make_model(options.model, gen);
   params_ = model_->parameters();
   optimizer_ = make_optimizer(options, params_);

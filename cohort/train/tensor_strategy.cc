@@ -13,7 +13,7 @@
 namespace cohort::train {
 TensorStrategy::TensorStrategy(const TrainOptions& options,
                                std::shared_ptr<distributed::ProcessGroup> world, Generator& gen)
-    : options_(options), world_(std::move(world)) {
+    : TrainStrategy(world), options_(options), world_(std::move(world)) {
   COHORT_CHECK(world_ != nullptr, "--strategy tensor needs a process group (run under cohort run)");
   full_ = make_model(options.model, gen);
   if (options.model == ModelKind::kNet) {

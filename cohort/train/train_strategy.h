@@ -38,6 +38,8 @@ namespace cohort::train {
 
 class TrainStrategy {
  public:
+  explicit TrainStrategy(std::shared_ptr<distributed::ProcessGroup> world)
+      : world_group_(world.get()), world_(std::move(world)) {}
   virtual ~TrainStrategy() = default;
 
   // The whole model under single-process names (see the header comment).
@@ -69,11 +71,25 @@ class TrainStrategy {
   // full_optimizer(): hands the state to the parts that train.
   virtual void after_resume() {}
 
+  // Whether this rank runs the training loop; a rank that does not (a
+  // parameter server) calls serve() instead, which returns when the job's
+  // trainers are done.
+  virtual bool runs_loop() const { return true; }
+  virtual void serve() {}
+  // The group of the ranks that run the loop (totals, evaluation and
+  // checkpoints are collective over it; its rank 0 reports and writes);
+  // null in one process.
+  virtual distributed::ProcessGroup* loop_group() { return world_group_; }
+
   // Intra-op threads per process (per replica for dp) and DP replicas.
   virtual int threads() const = 0;
   virtual int replicas() const { return 1; }
   // How the model is split, for the start-up line ("" when it is not).
   virtual std::string layout() const { return ""; }
+
+ private:
+  distributed::ProcessGroup* world_group_;
+  std::shared_ptr<distributed::ProcessGroup> world_;  // kept alive for loop_group()
 };
 
 // Builds the strategy `strategy` (resolved, never kAuto) for `options`,

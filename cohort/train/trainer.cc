@@ -118,7 +118,7 @@ class Run {
   void run_epoch(int64_t epoch);
   void save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry);
   void end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete);
-  bool is_main() const { return info_.rank == 0; }
+  bool is_main() const { return pg_ == nullptr || pg_->rank() == 0; }
   void report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last, Clock::time_point t0,
                    double local_samples_run);
 
@@ -126,7 +126,9 @@ class Run {
   TrainObserver* observer_;
   TrainResult& result_;
   RunInfo& info_;
-  distributed::ProcessGroup* pg_ = nullptr;  // the world group of a distributed run
+  // The group of the ranks that run the loop (the world, or the trainers of
+  // a parameter-server job): totals, evaluation and checkpoints go over it.
+  distributed::ProcessGroup* pg_ = nullptr;
   std::shared_ptr<distributed::ProcessGroup> world_;
   Generator gen_;
   Splits splits_;
@@ -167,6 +169,8 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   splits_ = make_splits(o_);
 
   strategy_ = make_strategy(o_, info_.strategy, world_, gen_);
+  if (!strategy_->runs_loop()) return;  // a server: train() serves
+  pg_ = strategy_->loop_group();
   info_.threads = strategy_->threads();
   info_.replicas = strategy_->replicas();
   info_.layout = strategy_->layout();
@@ -189,6 +193,7 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
 }
 
 void Run::resume() {
+  if (!strategy_->runs_loop()) return;
   std::optional<checkpoint::TrainingState> resumed;
   if (!o_.resume.empty()) {
     auto path = pg_ != nullptr ? checkpoint::resolve_resume(*pg_, o_.resume, o_.checkpoint_dir)
@@ -361,6 +366,10 @@ void Run::end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool c
 }
 
 void Run::train() {
+  if (!strategy_->runs_loop()) {
+    strategy_->serve();
+    return;
+  }
   if (is_main() && observer_ != nullptr) observer_->on_start(info_);
   log_every_ = o_.log_every > 0 ? o_.log_every : std::max<int64_t>(1, info_.steps_per_epoch / 10);
   for (int64_t epoch = start_epoch_; epoch < o_.epochs; ++epoch) {
