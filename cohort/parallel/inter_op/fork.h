@@ -9,12 +9,15 @@
 //   Tensor y = op4(f.wait(), y2);
 //   y.sum().backward();                 // the forked ops' backward runs beside op 2's
 //
-// The forked task inherits the caller's grad mode and its intra-op thread
-// budget (num_threads(), or ForkOptions::num_threads); give it and the caller
-// a share each (branch_share) where both run heavy ops, so that the two do
-// not oversubscribe the cores. The autograd nodes it creates are marked as
-// made by one of two concurrent branches, so that the backward engine may run
-// their backward on a second thread (autograd/engine.h).
+// The forked task inherits the caller's grad mode. Threads: the caller's
+// intra-op budget B (num_threads()) is split while the task runs, so the two
+// together never use more than B threads: the task gets branch_share(B, 2)
+// and the calling thread the rest (at least 1 each) until wait() or the
+// future's destruction restores its budget -- so wait on the thread that
+// forked. ForkOptions::num_threads > 0 gives the task that budget instead and
+// leaves the caller's alone (the caller then answers for the total). The autograd nodes it creates
+// are marked as made by one of two concurrent branches, so that the backward engine may run their
+// backward on a second thread (autograd/engine.h).
 //
 // Ownership: the Future owns the thread. Destroying it without wait() joins
 // the thread (never leaks a running one) and drops the result or error. fn is
@@ -26,6 +29,7 @@
 // Thread safety: a Future is used by one thread (the one that waits).
 #pragma once
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -42,7 +46,8 @@
 namespace cohort::parallel {
 
 struct ForkOptions {
-  // The forked task's intra-op budget; <= 0: the caller's num_threads().
+  // The forked task's intra-op budget; <= 0: half of the caller's, the caller
+  // keeping the other half until wait() (see the header comment).
   int num_threads = 0;
 };
 
@@ -74,6 +79,7 @@ class Future {
       if (thread_.joinable()) thread_.join();
       thread_ = std::move(other.thread_);
       shared_ = std::move(other.shared_);
+      caller_budget_ = std::move(other.caller_budget_);
     }
     return *this;
   }
@@ -87,6 +93,7 @@ class Future {
   T wait() {
     if (!shared_) detail::throw_waited_twice();
     if (thread_.joinable()) thread_.join();
+    caller_budget_.reset();
     std::shared_ptr<Shared> s = std::move(shared_);
     // The task's nodes came after the caller's so far; keep the caller's
     // later nodes after the task's (latest-first order in backward).
@@ -106,8 +113,10 @@ class Future {
   friend auto fork(F&& fn, const ForkOptions& options)
       -> Future<std::decay_t<std::invoke_result_t<std::decay_t<F>&>>>;
 
+  // The caller's share of the budget while the task runs; restores it.
+  std::unique_ptr<ThreadBudgetGuard> caller_budget_;
   std::shared_ptr<Shared> shared_;
-  std::jthread thread_;  // declared last: joined before shared_ goes
+  std::jthread thread_;  // declared last: joined before shared_ and the budget go
 };
 
 using TensorFuture = Future<Tensor>;
@@ -118,8 +127,12 @@ auto fork(F&& fn, const ForkOptions& options)
   using T = std::decay_t<std::invoke_result_t<std::decay_t<F>&>>;
   Future<T> f;
   f.shared_ = std::make_shared<typename Future<T>::Shared>();
-  const BranchContext context =
-      BranchContext::capture(2, options.num_threads > 0 ? options.num_threads : num_threads());
+  const int budget = num_threads();
+  const int task_threads = options.num_threads > 0 ? options.num_threads : branch_share(budget, 2);
+  const BranchContext context = BranchContext::capture(2, task_threads);
+  if (options.num_threads <= 0) {
+    f.caller_budget_ = std::make_unique<ThreadBudgetGuard>(std::max(1, budget - task_threads));
+  }
   f.thread_ = std::jthread([s = f.shared_, context, fn = std::forward<F>(fn)]() mutable {
     {
       BranchScope scope(context);

@@ -79,14 +79,31 @@ TEST(Fork, ForkedTaskRunsBesideTheCallerForwardAndBackward) {
 TEST(Fork, GradModeAndBudgetPropagate) {
   ThreadBudgetGuard budget(3);
   auto probe = [] { return std::make_pair(GradMode::is_enabled(), num_threads()); };
-  EXPECT_EQ(fork(probe).wait(), std::make_pair(true, 3));
+  EXPECT_EQ(fork(probe).wait(), std::make_pair(true, 1));
   {
     NoGradGuard no_grad;
-    EXPECT_EQ(fork(probe).wait(), std::make_pair(false, 3));
+    EXPECT_EQ(fork(probe).wait(), std::make_pair(false, 1));
     Tensor w = Tensor::ones({2}).set_requires_grad(true);
     EXPECT_FALSE(fork([&] { return w * 2.0; }).wait().requires_grad());
   }
   EXPECT_EQ(fork(probe, {.num_threads = 1}).wait(), std::make_pair(true, 1));
+}
+
+TEST(Fork, TaskAndCallerShareTheBudgetUntilWait) {
+  ThreadBudgetGuard budget(4);
+  {
+    TensorFuture f = fork([] { return Tensor::scalar(num_threads()); });
+    EXPECT_EQ(num_threads(), 2);  // the caller's half while the task runs
+    EXPECT_EQ(f.wait().item<double>(), 2.0);
+    EXPECT_EQ(num_threads(), 4);
+    TensorFuture g = fork([] { return Tensor::scalar(0); });
+    EXPECT_EQ(num_threads(), 2);
+  }  // g destroyed without wait: the budget comes back too
+  EXPECT_EQ(num_threads(), 4);
+  // An explicit task budget leaves the caller's alone.
+  TensorFuture h = fork([] { return Tensor::scalar(num_threads()); }, {.num_threads = 3});
+  EXPECT_EQ(num_threads(), 4);
+  EXPECT_EQ(h.wait().item<double>(), 3.0);
 }
 
 TEST(Fork, ExceptionIsRethrownByWait) {
