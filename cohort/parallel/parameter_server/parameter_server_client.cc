@@ -1,0 +1,233 @@
+#include "cohort/parallel/parameter_server/parameter_server_client.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "cohort/autograd/grad_mode.h"
+#include "cohort/base/error.h"
+#include "cohort/parallel/parameter_server/ps_protocol.h"
+#include "cohort/parallel/parameter_server/tensor_message.h"
+
+namespace cohort::parallel {
+
+void rethrow_with_context(std::exception_ptr error, const std::string& context) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost& e) {
+    throw PeerLost(context + ": " + e.what());
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context + ": " + e.what());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(context + ": " + e.what());
+  } catch (const NotSupported& e) {
+    throw NotSupported(context + ": " + e.what());
+  } catch (const IoError& e) {
+    throw IoError(context + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(context + ": " + e.what());
+  }
+}
+
+ParameterServerClient::ParameterServerClient(std::shared_ptr<rpc::RpcAgent> agent,
+                                             std::shared_ptr<nn::Module> model,
+                                             std::vector<std::string> servers, int worker,
+                                             ParameterServerClientOptions options)
+    : agent_(std::move(agent)),
+      model_(std::move(model)),
+      servers_(std::move(servers)),
+      worker_(worker),
+      options_(options) {
+  COHORT_CHECK(agent_ != nullptr && model_ != nullptr,
+               "ParameterServerClient: null agent or model");
+  COHORT_CHECK(!servers_.empty(), "ParameterServerClient: no servers");
+  COHORT_CHECK(worker_ >= 0, "ParameterServerClient: worker index {} < 0", worker_);
+  COHORT_CHECK(options_.timeout.count() > 0, "ParameterServerClient: timeout must be positive");
+  params_ = model_->named_parameters();
+  assignment_ = assign_shards(params_, static_cast<int>(servers_.size()));
+  versions_.assign(servers_.size(), 0);
+  // The servers' liveness probe (parameter_server_service.h). Several clients
+  // in one process (tests) share the one function.
+  if (!agent_->has_function(ps_protocol::kAlive))
+    agent_->register_function(ps_protocol::kAlive,
+                              [](const rpc::CallContext&, rpc::Message) { return rpc::Message(); });
+}
+
+std::string ParameterServerClient::who() const {
+  return fmt::format("trainer '{}' (worker {})", agent_->name(), worker_);
+}
+
+std::vector<rpc::Message> ParameterServerClient::call_all(const char* fn,
+                                                          std::vector<rpc::Message> msgs,
+                                                          const std::string& op) {
+  const size_t n = servers_.size();
+  std::vector<rpc::Future> futures(n);
+  std::vector<size_t> started;
+  try {
+    for (size_t s = 0; s < n; ++s) {
+      futures[s] =
+          agent_->rpc_async(servers_[s], fn, std::move(msgs[s]), {.timeout = options_.timeout});
+      started.push_back(s);
+    }
+  } catch (...) {
+    rethrow_with_context(
+        std::current_exception(),
+        fmt::format("{}: {} to server '{}' failed", who(), op, servers_[started.size()]));
+  }
+  // Wait for all replies or the first failure, whichever comes first: one
+  // server dying must fail the step now, not after the others' deadlines.
+  struct Latch {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t done = 0;
+    bool failed = false;
+  };
+  auto latch = std::make_shared<Latch>();
+  for (auto& f : futures) {
+    f.then([latch](const rpc::Future& done) {
+      std::lock_guard<std::mutex> lock(latch->mu);
+      ++latch->done;
+      if (done.error()) latch->failed = true;
+      latch->cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(latch->mu);
+    // The futures fail at their deadline, so this wait ends; the extra
+    // margin only guards against a completion that never comes.
+    latch->cv.wait_for(lock, options_.timeout + std::chrono::seconds(5),
+                       [&] { return latch->failed || latch->done == n; });
+  }
+  for (size_t s = 0; s < n; ++s) {
+    if (futures[s].done() && futures[s].error())
+      rethrow_with_context(futures[s].error(),
+                           fmt::format("{}: {} from server '{}' failed", who(), op, servers_[s]));
+  }
+  std::vector<rpc::Message> replies;
+  replies.reserve(n);
+  for (size_t s = 0; s < n; ++s) {
+    if (!futures[s].done())
+      throw TimeoutError(fmt::format("{}: {}: no reply from server '{}' within {} ms", who(), op,
+                                     servers_[s], options_.timeout.count()));
+    replies.push_back(futures[s].wait());
+  }
+  return replies;
+}
+
+void ParameterServerClient::pull() {
+  COHORT_CHECK(!finished_, "{}: pull after finish()", who());
+  std::vector<rpc::Message> msgs(servers_.size());
+  for (auto& m : msgs) {
+    WireWriter w;
+    w.u32(static_cast<uint32_t>(worker_));
+    w.i64(clock_);
+    m.set_header(w.take());
+  }
+  auto replies =
+      call_all(ps_protocol::kPull, std::move(msgs), fmt::format("pull of step {}", clock_));
+  NoGradGuard no_grad;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    try {
+      TensorMessageReader r(replies[s], "ps.pull reply");
+      versions_[s] = r.header().i64();
+      const auto& mine = assignment_.params_of[s];
+      const uint32_t count = r.header().u32();
+      COHORT_CHECK(count == mine.size(), "{} tensors for a shard of {}", count, mine.size());
+      for (size_t i : mine) r.next_into(params_[i].second, params_[i].first);
+      r.expect_end();
+    } catch (...) {
+      rethrow_with_context(
+          std::current_exception(),
+          fmt::format("{}: pull of step {} from server '{}'", who(), clock_, servers_[s]));
+    }
+  }
+}
+
+void ParameterServerClient::push() {
+  COHORT_CHECK(!finished_, "{}: push after finish()", who());
+  std::vector<rpc::Message> msgs;
+  msgs.reserve(servers_.size());
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    TensorMessageWriter w;
+    w.header().u32(static_cast<uint32_t>(worker_));
+    w.header().i64(clock_);
+    std::vector<Tensor> grads;
+    for (size_t i : assignment_.params_of[s]) grads.push_back(params_[i].second.grad());
+    w.add_all(grads);  // borrowed: the gradients stay untouched until the replies are in
+    msgs.push_back(w.finish());
+  }
+  call_all(ps_protocol::kPush, std::move(msgs), fmt::format("push of step {}", clock_));
+  ++clock_;
+}
+
+void ParameterServerClient::finish() {
+  if (finished_) return;
+  std::vector<rpc::Message> msgs(servers_.size());
+  for (auto& m : msgs) {
+    WireWriter w;
+    w.u32(static_cast<uint32_t>(worker_));
+    m.set_header(w.take());
+  }
+  call_all(ps_protocol::kFinish, std::move(msgs), "finish");
+  finished_ = true;
+}
+
+TensorDict ParameterServerClient::full_state_dict() {
+  auto replies =
+      call_all(ps_protocol::kState, std::vector<rpc::Message>(servers_.size()), "full_state_dict");
+  TensorDict weights;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    TensorMessageReader r(replies[s], "ps.state reply");
+    for (auto& [name, t] : r.next_dict()) weights.insert(name, t);
+    r.expect_end();
+  }
+  // The model's own order and buffers, with the servers' weights for the parameters.
+  TensorDict out;
+  for (const auto& [name, t] : model_->state_dict()) {
+    const Tensor* w = weights.find(name);
+    out.insert(name, w != nullptr ? *w : t.detach().clone());
+  }
+  for (const auto& [name, t] : params_)
+    COHORT_CHECK(weights.contains(name), "{}: full_state_dict: no server holds '{}'", who(), name);
+  return out;
+}
+
+void ParameterServerClient::load_full_state_dict(const TensorDict& state) {
+  // Check and load locally first: a bad state fails before any server changed.
+  model_->load_state_dict(state);
+  std::vector<rpc::Message> msgs;
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    TensorDict shard;
+    for (size_t i : assignment_.params_of[s])
+      shard.insert(params_[i].first, state.at(params_[i].first));
+    TensorMessageWriter w;
+    w.add_dict(shard);
+    msgs.push_back(w.finish());
+  }
+  call_all(ps_protocol::kLoad, std::move(msgs), "load_full_state_dict");
+}
+
+std::vector<TensorDict> ParameterServerClient::optimizer_state_dicts() {
+  auto replies = call_all(ps_protocol::kOptim, std::vector<rpc::Message>(servers_.size()),
+                          "optimizer_state_dicts");
+  std::vector<TensorDict> out;
+  for (auto& m : replies) {
+    TensorMessageReader r(m, "ps.optim reply");
+    out.push_back(r.next_dict());
+  }
+  return out;
+}
+
+std::vector<ParameterServerStats> ParameterServerClient::server_stats() {
+  auto replies =
+      call_all(ps_protocol::kStats, std::vector<rpc::Message>(servers_.size()), "server_stats");
+  std::vector<ParameterServerStats> out;
+  for (auto& m : replies) {
+    WireReader r(m.header(), "ps.stats reply");
+    out.push_back(ps_protocol::read_stats(r));
+  }
+  return out;
+}
+
+}  // namespace cohort::parallel
