@@ -488,3 +488,41 @@ TEST(RpcAgent, CallsAfterShutdownThrow) {
 
 }  // namespace
 }  // namespace cohort::rpc
+
+namespace cohort::rpc {
+namespace {
+
+// Not a check, a measurement (run with --gtest_also_run_disabled_tests):
+// small-call latency and large-payload bandwidth between two processes.
+TEST(RpcAgent, DISABLED_Measure) {
+  std::string path = temp_path();
+  auto status = run_processes(2, 120s, [&](int rank) {
+    auto agent = join(path, rank, 2);
+    agent->register_function("echo", echo);
+    agent->register_function("sink", [](const CallContext&, Message) { return Message(); });
+    if (rank == 0) {
+      for (int i = 0; i < 100; ++i) agent->rpc_sync("w1", "sink", Message("x"));
+      int n = 3000;
+      auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) agent->rpc_sync("w1", "sink", Message("x"));
+      double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+      auto big = std::make_shared<std::vector<uint8_t>>(8u << 20, 7);
+      int reps = 30;
+      t0 = Clock::now();
+      for (int i = 0; i < reps; ++i) {
+        Message m;
+        m.add_buffer(big->data(), big->size(), big);
+        agent->rpc_sync("w1", "sink", std::move(m));
+      }
+      double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::printf("[%s] small sync call: %.1f us; 8 MiB one way: %.2f GB/s\n",
+                  agent->options().force_tcp ? "tcp" : "unix", us,
+                  reps * double(big->size()) / s / 1e9);
+    }
+    agent->shutdown();
+  });
+  expect_all_ok(status);
+}
+
+}  // namespace
+}  // namespace cohort::rpc
