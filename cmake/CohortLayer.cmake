@@ -6,6 +6,10 @@
 # A *_isa.cc is a kernel source compiled once per ISA in COHORT_ISAS (with
 # COHORT_ISA_<ISA> defined; see cohort/base/isa.h) into the same library, and
 # not at all where COHORT_ISAS is empty (other architectures).
+# Each layer is also cohort::<layer> (an alias here, the exported name once
+# installed) and is recorded, bottom to top, in the global property
+# COHORT_LAYERS, from which cmake/CohortInstall.cmake installs them.
+include(GNUInstallDirs)
 include(GoogleTest)
 
 function(cohort_layer)
@@ -26,8 +30,29 @@ function(cohort_layer)
     add_library(cohort_${L_NAME} INTERFACE)
     set(vis INTERFACE)
   endif()
-  target_include_directories(cohort_${L_NAME} ${vis} ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/include)
-  target_link_libraries(cohort_${L_NAME} ${vis} ${L_DEPS} ${L_LIBS})
+  # The build sees the source tree and the generated config.h; an installed
+  # cohort sees <prefix>/include, which holds both (cmake/CohortInstall.cmake).
+  target_include_directories(cohort_${L_NAME} ${vis} $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                             $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+                             $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # FindBLAS names libraries by path (BLAS_LIBRARIES); link its imported target
+  # instead, so that the exported targets name BLAS::BLAS, which an installed
+  # cohort finds again on the consumer's machine, not a path on this one.
+  set(libs)
+  foreach(lib ${L_LIBS})
+    if(BLAS_LIBRARIES AND lib IN_LIST BLAS_LIBRARIES AND TARGET BLAS::BLAS)
+      list(APPEND libs BLAS::BLAS)
+    else()
+      list(APPEND libs ${lib})
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES libs)
+  target_link_libraries(cohort_${L_NAME} ${vis} ${L_DEPS} ${libs})
+  # Installed and exported as cohort::<layer> (cmake/CohortInstall.cmake); the
+  # alias lets code in this tree use the same name.
+  set_target_properties(cohort_${L_NAME} PROPERTIES EXPORT_NAME ${L_NAME})
+  add_library(cohort::${L_NAME} ALIAS cohort_${L_NAME})
+  set_property(GLOBAL APPEND PROPERTY COHORT_LAYERS ${L_NAME})
   if(isa_srcs AND lib_srcs)
     foreach(isa ${COHORT_ISAS})
       string(TOUPPER ${isa} ISA)
@@ -35,7 +60,7 @@ function(cohort_layer)
       target_compile_definitions(cohort_${L_NAME}_${isa} PRIVATE COHORT_ISA_${ISA}=1)
       target_include_directories(cohort_${L_NAME}_${isa} PRIVATE ${PROJECT_SOURCE_DIR}
                                  ${PROJECT_BINARY_DIR}/include)
-      target_link_libraries(cohort_${L_NAME}_${isa} PRIVATE ${L_DEPS} ${L_LIBS})
+      target_link_libraries(cohort_${L_NAME}_${isa} PRIVATE ${L_DEPS} ${libs})
       target_sources(cohort_${L_NAME} PRIVATE $<TARGET_OBJECTS:cohort_${L_NAME}_${isa}>)
     endforeach()
   endif()

@@ -1,0 +1,47 @@
+# Debian packages with `cpack -G DEB` (docs/install.md), one per install
+# component (cmake/CohortInstall.cmake):
+#   cohort      the CLI; Depends computed by dpkg-shlibdeps from the shared
+#               libraries it links (libopenblas0, zlib1g, libfmt9, libopenmpi3...)
+#   cohort-dev  headers, static libraries, the CMake package and cohort.pc;
+#               Depends on cohort and on the -dev packages whose CMake or
+#               pkg-config files cohortConfig.cmake and cohort.pc look for.
+# Both install under /usr.
+set(COHORT_PACKAGE_MAINTAINER "cohort maintainers <maintainers@users.noreply.a-seed-a5af0580.example>"
+    CACHE STRING "Maintainer field of the Debian packages")
+
+set(CPACK_PACKAGE_NAME cohort)
+set(CPACK_PACKAGE_VENDOR cohort)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Distributed deep-learning training in C++")
+set(CPACK_PACKAGE_CONTACT "${COHORT_PACKAGE_MAINTAINER}")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_COMPONENTS_ALL runtime dev)
+
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # cohort_0.1.0_amd64.deb, cohort-dev_0.1.0_amd64.deb
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${COHORT_PACKAGE_MAINTAINER}")
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)  # cohort-dev Depends: cohort (= version)
+
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME cohort)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
+# `cohort run` launches the workers itself; mpirun is needed only for
+# programs that use the mpi backend.
+if(COHORT_HAVE_MPI)
+  set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "openmpi-bin")
+endif()
+
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME cohort-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+set(dev_depends "libopenblas-dev, zlib1g-dev, libfmt-dev, nlohmann-json3-dev")
+if(COHORT_HAVE_MPI)
+  string(APPEND dev_depends ", libopenmpi-dev")
+endif()
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${dev_depends}")
+set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "g++ (>= 4:12), cmake (>= 3.25), pkg-config")
+
+include(CPack)
+cpack_add_component(runtime DISPLAY_NAME "cohort CLI")
+cpack_add_component(dev DISPLAY_NAME "cohort headers, libraries, CMake and pkg-config files"
+                    DEPENDS runtime)
