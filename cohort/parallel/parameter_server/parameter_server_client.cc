@@ -2,33 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <condition_variable>
-#include <mutex>
-
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/error.h"
 #include "cohort/parallel/parameter_server/ps_protocol.h"
+#include "cohort/parallel/parameter_server/rpc_fanout.h"
 #include "cohort/parallel/parameter_server/tensor_message.h"
 
 namespace cohort::parallel {
-
-void rethrow_with_context(std::exception_ptr error, const std::string& context) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const PeerLost& e) {
-    throw PeerLost(context + ": " + e.what());
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(context + ": " + e.what());
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(context + ": " + e.what());
-  } catch (const NotSupported& e) {
-    throw NotSupported(context + ": " + e.what());
-  } catch (const IoError& e) {
-    throw IoError(context + ": " + e.what());
-  } catch (const std::exception& e) {
-    throw Error(context + ": " + e.what());
-  }
-}
 
 ParameterServerClient::ParameterServerClient(std::shared_ptr<rpc::RpcAgent> agent,
                                              std::shared_ptr<nn::Module> model,
@@ -75,44 +55,9 @@ std::vector<rpc::Message> ParameterServerClient::call_all(const char* fn,
         std::current_exception(),
         fmt::format("{}: {} to server '{}' failed", who(), op, servers_[started.size()]));
   }
-  // Wait for all replies or the first failure, whichever comes first: one
-  // server dying must fail the step now, not after the others' deadlines.
-  struct Latch {
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t done = 0;
-    bool failed = false;
-  };
-  auto latch = std::make_shared<Latch>();
-  for (auto& f : futures) {
-    f.then([latch](const rpc::Future& done) {
-      std::lock_guard<std::mutex> lock(latch->mu);
-      ++latch->done;
-      if (done.error()) latch->failed = true;
-      latch->cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> lock(latch->mu);
-    // The futures fail at their deadline, so this wait ends; the extra
-    // margin only guards against a completion that never comes.
-    latch->cv.wait_for(lock, options_.timeout + std::chrono::seconds(5),
-                       [&] { return latch->failed || latch->done == n; });
-  }
-  for (size_t s = 0; s < n; ++s) {
-    if (futures[s].done() && futures[s].error())
-      rethrow_with_context(futures[s].error(),
-                           fmt::format("{}: {} from server '{}' failed", who(), op, servers_[s]));
-  }
-  std::vector<rpc::Message> replies;
-  replies.reserve(n);
-  for (size_t s = 0; s < n; ++s) {
-    if (!futures[s].done())
-      throw TimeoutError(fmt::format("{}: {}: no reply from server '{}' within {} ms", who(), op,
-                                     servers_[s], options_.timeout.count()));
-    replies.push_back(futures[s].wait());
-  }
-  return replies;
+  return wait_all_or_first_error(futures, options_.timeout, [&](size_t s) {
+    return fmt::format("{}: {} from server '{}'", who(), op, servers_[s]);
+  });
 }
 
 void ParameterServerClient::pull() {

@@ -103,8 +103,4 @@ class ParameterServerClient {
   bool finished_ = false;
 };
 
-// Rethrows `error` as the same cohort error class with `context` in front
-// ("context: original message"); non-cohort exceptions become Error.
-[[noreturn]] void rethrow_with_context(std::exception_ptr error, const std::string& context);
-
 }  // namespace cohort::parallel
