@@ -40,7 +40,8 @@ constexpr std::pair<std::string_view, OptimizerKind> kOptimizers[] = {
     {"sgd", OptimizerKind::kSgd}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}};
 constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
     {"auto", Strategy::kAuto}, {"single", Strategy::kSingle},     {"ddp", Strategy::kDdp},
-    {"dp", Strategy::kDp},     {"pipeline", Strategy::kPipeline}, {"tensor", Strategy::kTensor}};
+    {"dp", Strategy::kDp},     {"pipeline", Strategy::kPipeline}, {"tensor", Strategy::kTensor},
+    {"ps", Strategy::kPs}};
 constexpr std::string_view kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 int env_int(const char* name) {
@@ -117,6 +118,10 @@ void TrainOptions::validate() const {
                micro_batches);
   COHORT_CHECK(pipeline_stages >= 0, "--pipeline-stages must be >= 0 (0: every rank), got {}",
                pipeline_stages);
+  COHORT_CHECK(ps_servers >= 1, "--ps-servers must be >= 1, got {}", ps_servers);
+  COHORT_CHECK(ps_mode == "sync" || ps_mode == "ssp" || ps_mode == "async",
+               "--ps-mode must be one of sync, ssp, async, got '{}'", ps_mode);
+  COHORT_CHECK(ps_staleness >= 0, "--ps-staleness must be >= 0, got {}", ps_staleness);
   COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
                "--strategy tensor splits the linear layers of net or mlp, not of toy");
   COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,

@@ -17,8 +17,8 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // kAuto: DDP when the environment describes a job of more than one process
 // (WORLD_SIZE or OMPI_COMM_WORLD_SIZE > 1, i.e. under `cohort run` or
 // mpirun), else one process.
-// kPipeline / kTensor: model parallelism (train_strategy.h).
-enum class Strategy { kAuto, kSingle, kDdp, kDp, kPipeline, kTensor };
+// kPipeline / kTensor: model parallelism; kPs: a parameter server (train_strategy.h).
+enum class Strategy { kAuto, kSingle, kDdp, kDp, kPipeline, kTensor, kPs };
 
 struct TrainOptions {
   ModelKind model = ModelKind::kNet;
@@ -45,6 +45,11 @@ struct TrainOptions {
   std::string pipeline_schedule = "1f1b";
   int64_t micro_batches = 4;
   int pipeline_stages = 0;
+  // --strategy ps: the first ps_servers ranks serve, the others train;
+  // "sync", "ssp" or "async"; ssp's staleness bound (steps).
+  int ps_servers = 1;
+  std::string ps_mode = "sync";
+  int64_t ps_staleness = 3;
   // DDP process group backend: "native", "mpi", or "auto": mpi under mpirun
   // when MASTER_ADDR is not exported (and the mpi backend was built), else native.
   std::string backend = "auto";
@@ -65,7 +70,7 @@ struct TrainOptions {
 };
 
 // Name <-> enum ("net", "toy", "mlp"; "fashion-mnist", "mnist", "synthetic"; "sgd",
-// "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor"). Parsing throws
+// "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"). Parsing throws
 // InvalidArgument listing the accepted names.
 ModelKind parse_model(std::string_view name);
 DatasetKind parse_dataset(std::string_view name);

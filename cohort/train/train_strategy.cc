@@ -2,6 +2,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/train/pipeline_strategy.h"
+#include "cohort/train/ps_strategy.h"
 #include "cohort/train/replicated_strategy.h"
 #include "cohort/train/tensor_strategy.h"
 
@@ -17,6 +18,8 @@ std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strate
       return std::make_unique<ReplicatedStrategy>(options, strategy, std::move(world), gen);
     case Strategy::kPipeline:
       return std::make_unique<PipelineStrategy>(options, std::move(world), gen);
+    case Strategy::kPs:
+      return std::make_unique<PsStrategy>(options, std::move(world), gen);
     case Strategy::kTensor:
       return std::make_unique<TensorStrategy>(options, std::move(world), gen);
     default:

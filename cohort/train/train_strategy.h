@@ -76,6 +76,9 @@ class TrainStrategy {
   // trainers are done.
   virtual bool runs_loop() const { return true; }
   virtual void serve() {}
+  // Called on the loop's ranks when the loop has ended (all epochs or
+  // max_steps), before the run returns.
+  virtual void on_train_end() {}
   // The group of the ranks that run the loop (totals, evaluation and
   // checkpoints are collective over it; its rank 0 reports and writes);
   // null in one process.

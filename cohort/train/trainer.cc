@@ -82,7 +82,7 @@ std::string resolve_backend(const std::string& requested) {
 
 bool is_distributed(Strategy strategy) {
   return strategy == Strategy::kDdp || strategy == Strategy::kPipeline ||
-         strategy == Strategy::kTensor;
+         strategy == Strategy::kTensor || strategy == Strategy::kPs;
 }
 
 Strategy resolve_strategy(Strategy requested) {
@@ -376,6 +376,7 @@ void Run::train() {
     if (o_.max_steps > 0 && step_ >= o_.max_steps) break;
     run_epoch(epoch);
   }
+  strategy_->on_train_end();
   result_.steps = step_;
 }
 

@@ -94,8 +94,19 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--metrics", o.metrics_path, "Append one JSON object per epoch to this file");
   app.add_option("--strategy", args->strategy,
                  "auto (DDP under cohort run or mpirun, else single), single, ddp, dp, pipeline "
-                 "(layers in stages over the ranks), tensor (fc layers split over the ranks)")
-      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor"}))
+                 "(layers in stages over the ranks), tensor (fc layers split over the ranks), ps "
+                 "(a parameter server)")
+      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"}))
+      ->capture_default_str();
+  app.add_option("--ps-servers", o.ps_servers,
+                 "Parameter servers (--strategy ps): the first S ranks serve, the others train")
+      ->capture_default_str();
+  app.add_option("--ps-mode", o.ps_mode,
+                 "sync (= DDP), ssp (bounded staleness) or async (each push applied at once)")
+      ->check(CLI::IsMember({"sync", "ssp", "async"}))
+      ->capture_default_str();
+  app.add_option("--ps-staleness", o.ps_staleness,
+                 "--ps-mode ssp: how many steps a trainer may run ahead of the slowest")
       ->capture_default_str();
   app.add_option("--pipeline-schedule", o.pipeline_schedule,
                  "Pipeline schedule: gpipe, 1f1b, interleaved (2 virtual stages per rank) or "

@@ -44,6 +44,7 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
       break;
     case train::Strategy::kPipeline:
     case train::Strategy::kTensor:
+    case train::Strategy::kPs:
       how = fmt::format("{}, {} ranks x {} threads", info.layout, info.world_size, info.threads);
       break;
     default:
