@@ -42,6 +42,12 @@ set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${dev_depends}")
 set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "g++ (>= 4:12), cmake (>= 3.25), pkg-config")
 
 include(CPack)
-cpack_add_component(runtime DISPLAY_NAME "cohort CLI")
+cpack_add_component(runtime DISPLAY_NAME "cohort CLI"
+  DESCRIPTION "The command-line tool: cohort run launches a job's worker processes
+(like torchrun), cohort train trains the built-in models, cohort bench
+measures, cohort info describes the machine and the build.")
 cpack_add_component(dev DISPLAY_NAME "cohort headers, libraries, CMake and pkg-config files"
-                    DEPENDS runtime)
+  DESCRIPTION "Development files: headers, static libraries, the CMake package
+(find_package(cohort) gives cohort::cohort and cohort::<layer>) and cohort.pc
+for pkg-config."
+  DEPENDS runtime)
