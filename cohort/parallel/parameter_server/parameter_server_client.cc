@@ -119,13 +119,36 @@ void ParameterServerClient::finish() {
 }
 
 TensorDict ParameterServerClient::full_state_dict() {
-  auto replies =
-      call_all(ps_protocol::kState, std::vector<rpc::Message>(servers_.size()), "full_state_dict");
   TensorDict weights;
-  for (size_t s = 0; s < servers_.size(); ++s) {
-    TensorMessageReader r(replies[s], "ps.state reply");
-    for (auto& [name, t] : r.next_dict()) weights.insert(name, t);
-    r.expect_end();
+  if (!finished_) {
+    // As a pull of the next step: in sync mode that waits until every
+    // trainer's last push has been applied on every server, so the state is
+    // that of one completed step on all shards (a plain read could catch one
+    // server before and another after the step).
+    std::vector<rpc::Message> msgs(servers_.size());
+    for (auto& m : msgs) {
+      WireWriter w;
+      w.u32(static_cast<uint32_t>(worker_));
+      w.i64(clock_);
+      m.set_header(w.take());
+    }
+    auto replies = call_all(ps_protocol::kPull, std::move(msgs),
+                            fmt::format("full_state_dict at step {}", clock_));
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TensorMessageReader r(replies[s], "ps.pull reply");
+      r.header().i64();
+      const auto& mine = assignment_.params_of[s];
+      auto ts = r.next_all(mine.size());
+      for (size_t k = 0; k < mine.size(); ++k) weights.insert(params_[mine[k]].first, ts[k]);
+    }
+  } else {
+    auto replies = call_all(ps_protocol::kState, std::vector<rpc::Message>(servers_.size()),
+                            "full_state_dict");
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TensorMessageReader r(replies[s], "ps.state reply");
+      for (auto& [name, t] : r.next_dict()) weights.insert(name, t);
+      r.expect_end();
+    }
   }
   // The model's own order and buffers, with the servers' weights for the parameters.
   TensorDict out;

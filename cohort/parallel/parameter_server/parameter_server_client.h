@@ -21,9 +21,11 @@
 // servers have them, so the next backward may overwrite them.
 //
 // full_state_dict() is the model as a single-process run would save it: the
-// servers' latest weights under the model's names, plus the model's own
-// buffers; load_full_state_dict() puts such a state (a resume) into the
-// servers and the local model.
+// servers' weights under the model's names, plus the model's own buffers.
+// Before finish() it reads what the next pull() would see (in sync mode: the
+// weights after this trainer's last step, on every shard alike); after
+// finish() the servers' current weights; load_full_state_dict() puts such a state (a resume) into
+// the servers and the local model.
 //
 // Failure: every call has options.timeout as its deadline; keep it above the
 // servers' ParameterServerOptions::timeout, so that a server that gives up
