@@ -122,6 +122,10 @@ void PsStrategy::on_train_end() {
   agent_->shutdown();
 }
 
+distributed::ProcessGroup* PsStrategy::loop_group() {
+  return options_.ps_mode == "sync" ? trainer_group_.get() : nullptr;
+}
+
 int PsStrategy::threads() const { return num_threads(); }
 
 std::string PsStrategy::layout() const {

@@ -10,14 +10,14 @@
 // trainer more than `ps_staleness` steps ahead of the slowest waits) or
 // async (no waiting).
 //
-// The loop (totals, evaluation, checkpoints) runs over the trainers'
-// subgroup; trainer 0 reports and writes. A checkpoint holds the whole model
-// as a single-process run saves it (pulled from the servers) and the
-// servers' optimizer state mapped back to the model's parameter numbering;
-// a resume pushes the weights to the servers (the optimizer state a resume
-// reads is not sent back to the servers: they restart it, a documented gap).
-// Ownership: the RPC agent, the server or client and the model.
-// Thread safety: the training thread only.
+// In sync mode the loop (totals, evaluation, checkpoints) runs over the
+// trainers' subgroup; in ssp and async each trainer runs it alone, so that a
+// lost trainer breaks no collective. Trainer 0 reports and writes. A checkpoint holds the whole
+// model as a single-process run saves it (pulled from the servers) and the servers' optimizer state
+// mapped back to the model's parameter numbering; a resume pushes the weights to the servers (the
+// optimizer state a resume reads is not sent back to the servers: they restart it, a documented
+// gap). Ownership: the RPC agent, the server or client and the model. Thread safety: the training
+// thread only.
 #pragma once
 
 #include <memory>
@@ -46,7 +46,11 @@ class PsStrategy final : public TrainStrategy {
   bool runs_loop() const override { return world_->rank() >= servers_; }
   void serve() override;
   void on_train_end() override;
-  distributed::ProcessGroup* loop_group() override { return trainer_group_.get(); }
+  // sync: the trainers' group. ssp/async: none -- each trainer runs the loop
+  // on its own (no collective a lost trainer could break), trainer 0 reports
+  // and writes checkpoints, and the reported train loss is trainer 0's.
+  distributed::ProcessGroup* loop_group() override;
+  bool is_main_rank() override { return world_->rank() == servers_; }
   int threads() const override;
   std::string layout() const override;
 

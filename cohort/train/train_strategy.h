@@ -83,6 +83,14 @@ class TrainStrategy {
   // checkpoints are collective over it; its rank 0 reports and writes);
   // null in one process.
   virtual distributed::ProcessGroup* loop_group() { return world_group_; }
+  // Whether this rank reports progress, writes checkpoints and metrics:
+  // rank 0 of the loop group (or the only process). A strategy whose
+  // ranks run the loop without a group (loop_group() null on several
+  // processes) names one.
+  virtual bool is_main_rank() {
+    distributed::ProcessGroup* g = loop_group();
+    return g == nullptr || g->rank() == 0;
+  }
 
   // Intra-op threads per process (per replica for dp) and DP replicas.
   virtual int threads() const = 0;

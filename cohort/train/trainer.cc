@@ -118,7 +118,7 @@ class Run {
   void run_epoch(int64_t epoch);
   void save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry);
   void end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete);
-  bool is_main() const { return pg_ == nullptr || pg_->rank() == 0; }
+  bool is_main() const { return strategy_->is_main_rank(); }
   void report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last, Clock::time_point t0,
                    double local_samples_run);
 
@@ -165,12 +165,12 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
     }
   }
   metrics_ = MetricsWriter(o_.metrics_path);
-  if (is_main() && !o_.metrics_path.empty()) metrics_.check_writable();
   splits_ = make_splits(o_);
 
   strategy_ = make_strategy(o_, info_.strategy, world_, gen_);
   if (!strategy_->runs_loop()) return;  // a server: train() serves
   pg_ = strategy_->loop_group();
+  if (is_main() && !o_.metrics_path.empty()) metrics_.check_writable();
   info_.threads = strategy_->threads();
   info_.replicas = strategy_->replicas();
   info_.layout = strategy_->layout();
@@ -237,6 +237,9 @@ void Run::resume() {
 // (at an epoch's end the next epoch starts from zero).
 void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry) {
   totals_.reduce(pg_);
+  // A rank that runs the loop on its own (pg_ null) but does not report
+  // leaves the checkpoint to the one that does.
+  if (pg_ == nullptr && !is_main()) return;
   strategy_->sync_full_model(true);
   EpochTotals saved = carry ? totals_ : EpochTotals{};
   checkpoint::TrainingState st;
@@ -334,8 +337,12 @@ void Run::run_epoch(int64_t epoch) {
 }
 
 void Run::end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete) {
-  strategy_->sync_full_model(false);
-  Evaluation ev = evaluate(strategy_->full_model(), o_.model, *splits_.test, pg_);
+  Evaluation ev;
+  ev.loss = ev.accuracy = std::nan("");
+  if (pg_ != nullptr || is_main()) {
+    strategy_->sync_full_model(false);
+    ev = evaluate(strategy_->full_model(), o_.model, *splits_.test, pg_);
+  }
   EpochStats es;
   es.epoch = epoch + 1;
   es.steps = step_in_epoch;

@@ -18,22 +18,6 @@ namespace {
 
 const std::vector<std::string> kBaseline = {"COHORT_KERNELS=baseline"};
 
-// Expects the same tensor names and values within float32 tolerance.
-void expect_close_tensors(const std::string& a, const std::string& b) {
-  auto ta = checkpoint::load_safetensors(a).tensors;
-  auto tb = checkpoint::load_safetensors(b).tensors;
-  ASSERT_EQ(ta.keys(), tb.keys()) << a << " vs " << b;
-  for (const auto& [name, t] : ta) {
-    EXPECT_TRUE(allclose(t, tb.at(name), 1e-4, 1e-5))
-        << name << " differs between " << a << " and " << b;
-  }
-}
-
-void expect_close_checkpoints(const std::string& a, const std::string& b) {
-  expect_close_tensors(a + "/" + checkpoint::kModelFile, b + "/" + checkpoint::kModelFile);
-  expect_close_tensors(a + "/" + checkpoint::kOptimizerFile, b + "/" + checkpoint::kOptimizerFile);
-}
-
 // A single-process run of `steps` steps with `batch` examples per step.
 std::string single_run(const std::string& tag, const std::string& model, int64_t batch, int steps) {
   std::string dir = make_temp_dir(tag);
