@@ -101,8 +101,19 @@ function(cohort_install_layers)
   if(COHORT_HAVE_MPI)
     string(APPEND COHORT_PC_REQUIRES " ompi-c")
   endif()
-  file(RELATIVE_PATH COHORT_PC_PREFIX_FROM_PCFILEDIR
-       /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+  # Paths relative to the .pc file, so that the installed tree can move (and
+  # an extracted .deb works); absolute ones where a packager made them so.
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+    set(COHORT_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+    set(COHORT_PC_LIBDIR "${CMAKE_INSTALL_FULL_LIBDIR}")
+    set(COHORT_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+  else()
+    file(RELATIVE_PATH up /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+    string(REGEX REPLACE "/$" "" up "${up}")
+    set(COHORT_PC_PREFIX "\${pcfiledir}/${up}")
+    set(COHORT_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+    set(COHORT_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+  endif()
   configure_file(${PROJECT_SOURCE_DIR}/cmake/cohort.pc.in ${PROJECT_BINARY_DIR}/cohort.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/cohort.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
           COMPONENT dev)

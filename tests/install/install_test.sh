@@ -31,7 +31,10 @@ cd "$work"
 # The version of the build, from its generated config.h.
 version=$(sed -n 's/^#define COHORT_VERSION "\(.*\)"$/\1/p' "$build/include/cohort/base/config.h")
 [[ -n $version ]] || fail "no COHORT_VERSION in $build/include/cohort/base/config.h"
-have_mpi=$(sed -n 's/^#define COHORT_HAVE_MPI \([01]\)$/\1/p' "$build/include/cohort/base/config.h")
+# Where the libraries go under the prefix (lib, or lib/<triplet> for a
+# build configured with the prefix /usr on Debian).
+libdir=$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")
+[[ -n $libdir ]] || fail "no CMAKE_INSTALL_LIBDIR in $build/CMakeCache.txt"
 
 # check_layout <prefix> <libdir>: what an installed cohort must hold.
 check_layout() {
@@ -119,14 +122,16 @@ owner_of() {
 }
 
 # declares <Depends field> <package>: the field names the package, or a
-# package that depends on it (libopenblas0 for libopenblas0-pthread, which
-# provides the library through the alternatives system).
+# package that picks one of alternatives including it (libopenblas0 for
+# libopenblas0-pthread, which provides libopenblas.so.0 through the
+# alternatives system). What some declared package merely depends on does not
+# count: the package must declare what it uses itself.
 declares() {
   local field=$1 pkg=${2%%:*} dep
   for dep in $(sed 's/([^)]*)//g; s/[,|]/ /g' <<<"$field"); do
     [[ $dep == "$pkg" ]] && return 0
-    dpkg-query -W -f='${Depends} ${Pre-Depends}\n' "$dep" 2>/dev/null |
-      sed 's/([^)]*)//g; s/[,|]/ /g' | tr ' ' '\n' | grep -qx "$pkg" && return 0
+    dpkg-query -W -f='${Depends}\n' "$dep" 2>/dev/null | head -n 1 | sed 's/([^)]*)//g' |
+      tr ',' '\n' | grep '|' | tr '|' '\n' | tr -d ' ' | grep -x "$pkg" >/dev/null && return 0
   done
   return 1
 }
@@ -137,7 +142,7 @@ case $mode in
     step "cmake --install $build --prefix $prefix"
     "$cmake" --install "$build" --prefix "$prefix" >install.log 2>&1 ||
       { cat install.log; fail "cmake --install failed"; }
-    check_layout "$prefix" lib
+    check_layout "$prefix" "$libdir"
 
     step "find_package(cohort): versions and components"
     IFS=. read -r major minor _ <<<"$version"
@@ -150,7 +155,7 @@ case $mode in
     check_run "$work/cmake-consumer" "$prefix/bin/cohort"
 
     step "consumer with pkg-config"
-    export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+    export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
     [[ $(pkg-config --modversion cohort) == "$version" ]] || fail "pkg-config --modversion cohort"
     flags=$(pkg-config --cflags --libs cohort) || fail "pkg-config --cflags --libs cohort"
     mkdir -p pc-consumer
@@ -191,7 +196,7 @@ case $mode in
     step "cohort-dev declares cohort and what cohort.pc requires"
     dev_depends=$(dpkg-deb -f "$dev" Depends)
     grep -q "cohort (= $version)" <<<"$dev_depends" || fail "cohort-dev does not depend on cohort (= $version)"
-    requires=$(dpkg-deb --fsys-tarfile "$dev" | tar -xO ./usr/lib/pkgconfig/cohort.pc |
+    requires=$(dpkg-deb --fsys-tarfile "$dev" | tar -xO "./usr/$libdir/pkgconfig/cohort.pc" |
       sed -n 's/^Requires: //p')
     for module in $requires; do
       pc=$(readlink -f "$(pkg-config --variable=pcfiledir "$module")/$module.pc")
@@ -205,7 +210,7 @@ case $mode in
     root=$work/root
     dpkg-deb -x "$runtime" "$root"
     dpkg-deb -x "$dev" "$root"
-    check_layout "$root/usr" lib
+    check_layout "$root/usr" "$libdir"
     info=$("$root/usr/bin/cohort" info) || fail "extracted cohort info failed"
     echo "$info"
     grep -q "^cohort $version" <<<"$info" || fail "cohort info does not say $version"
