@@ -48,6 +48,8 @@ function(cohort_layer)
   endforeach()
   list(REMOVE_DUPLICATES libs)
   target_link_libraries(cohort_${L_NAME} ${vis} ${L_DEPS} ${libs})
+  # The headers are C++20: users of the layer (an installed one too) compile so.
+  target_compile_features(cohort_${L_NAME} ${vis} cxx_std_20)
   # Installed and exported as cohort::<layer> (cmake/CohortInstall.cmake); the
   # alias lets code in this tree use the same name.
   set_target_properties(cohort_${L_NAME} PROPERTIES EXPORT_NAME ${L_NAME})
