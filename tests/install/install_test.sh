@@ -128,6 +128,7 @@ owner_of() {
 # count: the package must declare what it uses itself.
 declares() {
   local field=$1 pkg=${2%%:*} dep
+  # shellcheck disable=SC2013  # the field is split into words on purpose
   for dep in $(sed 's/([^)]*)//g; s/[,|]/ /g' <<<"$field"); do
     [[ $dep == "$pkg" ]] && return 0
     dpkg-query -W -f='${Depends}\n' "$dep" 2>/dev/null | head -n 1 | sed 's/([^)]*)//g' |
