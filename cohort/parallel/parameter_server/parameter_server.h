@@ -27,7 +27,9 @@
 // In kSsp/kAsync a push's gradient is scaled by 1/num_workers before the
 // optimizer step (PushScale::kMean, the default): the W pushes of one round
 // then move the weights as far as one synchronous step on the global batch
-// would, and the learning rate of a synchronous run carries over. kSum
+// would, and the learning rate of a synchronous run carries over (num_workers
+// is the count the server started with: a lost worker's share of the round
+// is simply missing, the step per push stays the same). kSum
 // applies each worker's gradient as is (PyTorch's RPC parameter-server
 // tutorial), which is W times the step per round.
 //
