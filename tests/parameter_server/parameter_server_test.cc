@@ -358,6 +358,54 @@ TEST(ParameterServerSsp, KilledTrainerIsDroppedAndTheOthersFinish) {
   loose_run({.mode = PsMode::kSsp, .staleness = 2, .killed = 0});
 }
 
+TEST(ParameterServerAsync, SilentTrainerIsDroppedAtTheDeadline) {
+  std::string path = testing::temp_path("cohort-ps-silent");
+  Layout l = apart(1, 2);
+  auto status = testing::run_processes(3, 60s, [&](int rank) {
+    auto agent = join(l, path, rank);
+    auto model = make_model(Model::kMlp);
+    if (rank == 0) {
+      // A 1 s deadline: t1 hangs (alive, answering probes) for 4 s.
+      auto service = serve_parameter_server(agent, *model, l.servers, l.trainers, 0, plain_sgd(0.1),
+                                            {.mode = PsMode::kAsync, .timeout = 1s},
+                                            {.probe_interval = 200ms});
+      if (!service->wait_done(30s)) throw Error("the hung trainer was never dropped");
+      auto st = service->server().stats();
+      if (st.lost.size() != 1 || st.lost[0].name != "t1" ||
+          !contains(st.lost[0].reason, "no pull or push for more than 1000 ms"))
+        throw Error("t1 was not reported lost for its silence");
+      service.reset();
+      agent->shutdown();
+      return;
+    }
+    const int t = l.trainer_index(rank);
+    ParameterServerClient client(agent, model, l.servers, t);
+    auto [x, y] = fixed_batch(t);
+    for (int s = 0; s < 10; ++s) {
+      client.pull();
+      model->zero_grad();
+      nll_loss(model->forward(x), y).backward();
+      if (t == 1 && s == 3) {
+        std::this_thread::sleep_for(4s);
+        try {
+          client.push();
+        } catch (const Error& e) {
+          if (!contains(e.what(), "dropped")) throw;
+          agent->shutdown();
+          return;
+        }
+        throw Error("a push after the deadline was accepted");
+      }
+      client.push();
+    }
+    client.finish();
+    agent->shutdown();
+  });
+  ::unlink(path.c_str());
+  for (size_t r = 0; r < status.size(); ++r)
+    EXPECT_TRUE(testing::exited_ok(status[r])) << "rank " << r << " status " << status[r];
+}
+
 // ---- failures --------------------------------------------------------------
 
 TEST(ParameterServerFault, SyncTrainerKilledFailsTheJobNamingIt) {

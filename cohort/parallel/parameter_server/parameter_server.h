@@ -94,7 +94,8 @@ struct ParameterServerOptions {
   int64_t staleness = 0;
   int num_workers = 1;
   // Longest a pull waits for the slowest workers (kSsp) or for a step to
-  // complete (kSync).
+  // complete (kSync). In kSsp/kAsync, ParameterServerService also drops a
+  // worker silent (no pull or push) for longer: keep it above a step's time.
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
   PushScale push_scale = PushScale::kMean;  // kSsp/kAsync only (see above)
   // For messages: this server's name and the workers' names (default
