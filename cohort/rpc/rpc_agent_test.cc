@@ -104,6 +104,10 @@ std::shared_ptr<RpcAgent> join(const std::string& store_path, int rank, int worl
   const char* t = std::getenv("COHORT_TRANSPORT");
   opts.force_tcp = t != nullptr && std::string(t) == "tcp";
   opts.init_timeout = 30s;
+  // Workers register their functions right after init; on a loaded machine
+  // (ctest -j with other multi-process tests) a peer's first call can come
+  // more than the default 2 s before that. Tests of the grace itself set less.
+  if (opts.unregistered_grace == RpcOptions{}.unregistered_grace) opts.unregistered_grace = 20s;
   auto store = std::make_shared<rendezvous::FileStore>(store_path, rendezvous::Duration(30000));
   return init_rpc(worker(rank), rank, world, store, opts);
 }

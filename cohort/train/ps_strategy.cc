@@ -45,6 +45,9 @@ PsStrategy::PsStrategy(const TrainOptions& options,
   // A server's pulls may wait in handlers (sync, ssp): more handler threads
   // than trainers, so the push that releases them finds one.
   ro.num_handler_threads = trainers_ + 2;
+  // Servers register the ps.* functions after init_rpc: a trainer's first
+  // pull may come first, and on a loaded host by more than the default grace.
+  ro.unregistered_grace = std::chrono::seconds(30);
   // The edge of the CLI: the same switch the process groups read.
   const char* transport = std::getenv("COHORT_TRANSPORT");
   ro.force_tcp = transport != nullptr && std::string(transport) == "tcp";

@@ -46,6 +46,9 @@ rpc::RpcOptions rpc_options() {
   o.force_tcp = t != nullptr && std::string(t) == "tcp";
   o.init_timeout = 60s;
   o.shutdown_timeout = 30s;
+  // Servers register after init; on a loaded machine a trainer's first call
+  // may come more than the default grace before.
+  o.unregistered_grace = 20s;
   return o;
 }
 
