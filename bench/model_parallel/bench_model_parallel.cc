@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/rank_results.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
 #include "cohort/base/parallel.h"
@@ -49,26 +50,9 @@ struct Settings {
   std::vector<std::string> models = {"mlp", "net"};
 };
 
-using Results = std::map<std::string, double>;
-
-// Each rank writes its numbers to a file the parent reads after spawn.
-std::string result_path(const std::string& dir, int rank) {
-  return dir + "/rank" + std::to_string(rank) + ".txt";
-}
-
-void write_results(const std::string& dir, int rank, const Results& r) {
-  std::ofstream f(result_path(dir, rank));
-  for (const auto& [k, v] : r) f << k << " " << v << "\n";
-}
-
-Results read_results(const std::string& dir, int rank) {
-  Results r;
-  std::ifstream f(result_path(dir, rank));
-  std::string k;
-  double v = 0;
-  while (f >> k >> v) r[k] = v;
-  return r;
-}
+using bench::read_results;
+using bench::Results;
+using bench::write_results;
 
 double peak_rss_mib() {
   rusage u{};

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/parameter_server/tcp_traffic.h"
+#include "bench/rank_results.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
 #include "cohort/data/synthetic_dataset.h"
@@ -53,27 +54,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-using Results = std::map<std::string, double>;
+using bench::read_results;
+using bench::Results;
+using bench::write_results;
 
 constexpr int64_t kBatch = 16;  // per worker: small, so communication matters
-
-std::string result_path(const std::string& dir, int rank) {
-  return dir + "/rank" + std::to_string(rank) + ".txt";
-}
-
-void write_results(const std::string& dir, int rank, const Results& r) {
-  std::ofstream f(result_path(dir, rank));
-  for (const auto& [k, v] : r) f << k << " " << v << "\n";
-}
-
-Results read_results(const std::string& dir, int rank) {
-  Results r;
-  std::ifstream f(result_path(dir, rank));
-  std::string k;
-  double v = 0;
-  while (f >> k >> v) r[k] = v;
-  return r;
-}
 
 std::pair<Tensor, Tensor> batch(int rank) {
   Generator gen(100 + static_cast<uint64_t>(rank));
