@@ -1,0 +1,65 @@
+#include "tools/cohort/checkpoint_model.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "cohort/base/error.h"
+#include "cohort/checkpoint/checkpoint.h"
+#include "cohort/core/random.h"
+#include "cohort/train/workload.h"
+
+namespace cohort::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The model file load_checkpoint would read for `path`; resolved here first
+// because the model's kind (its metadata) must be known before the model can
+// be built to load into.
+std::string resolve_model_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(fs::path(path) / checkpoint::kModelFile, ec))
+      return (fs::path(path) / checkpoint::kModelFile).string();
+    if (std::optional<std::string> latest = checkpoint::latest_checkpoint(path))
+      return (fs::path(*latest) / checkpoint::kModelFile).string();
+    throw IoError(fmt::format(
+        "checkpoint '{}' holds no complete checkpoint (expected a step-NNNNNNNN directory in it, "
+        "or a {} file)",
+        path, checkpoint::kModelFile));
+  }
+  throw IoError(fmt::format(
+      "checkpoint '{}' does not exist (expected a checkpoint directory, a checkpoint root or a "
+      "{} file)",
+      path, checkpoint::kModelFile));
+}
+
+}  // namespace
+
+CheckpointModel load_checkpoint_model(const std::string& path, const std::string& model_flag) {
+  CheckpointModel out;
+  out.file = resolve_model_file(path);
+  const checkpoint::Metadata meta = checkpoint::read_safetensors_header(out.file).metadata;
+  auto it = meta.find("extra.model");
+  const std::optional<std::string> saved =
+      it != meta.end() ? std::optional<std::string>(it->second) : std::nullopt;
+  if (!model_flag.empty() && saved && *saved != model_flag)
+    throw InvalidArgument(fmt::format(
+        "--model {} does not match checkpoint '{}', which holds model {} (pass --model {} or "
+        "leave --model out)",
+        model_flag, out.file, *saved, *saved));
+  out.kind = train::parse_model(!model_flag.empty() ? model_flag : saved.value_or("net"));
+  // The initial weights are all overwritten by the load; the seed is moot.
+  Generator gen(0);
+  out.model = train::make_model(out.kind, gen);
+  checkpoint::TrainingState st = checkpoint::load_checkpoint(out.file, *out.model);
+  out.step = st.step;
+  out.extra = std::move(st.extra);
+  out.model->eval();
+  return out;
+}
+
+}  // namespace cohort::cli
