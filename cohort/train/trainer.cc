@@ -32,6 +32,7 @@ constexpr const char* kSamples = "epoch_samples";
 constexpr const char* kSeconds = "epoch_seconds";
 constexpr const char* kWorldSize = "world_size";
 constexpr const char* kModel = "model";
+constexpr const char* kDataset = "dataset";
 
 // The running totals of the epoch in progress. Between reductions each rank
 // holds its own share; after reduce() rank 0 holds the totals, the others 0.
@@ -254,6 +255,8 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
   // The sampler's replicas: what a resumed run rescales its position by.
   st.extra[kWorldSize] = std::to_string(strategy_->data_replicas());
   st.extra[kModel] = std::string(model_name(o_.model));
+  // What the model was trained on: `cohort predict` names classes by it.
+  st.extra[kDataset] = std::string(dataset_name(o_.dataset));
   checkpoint::SaveOptions so;
   so.keep_last = o_.keep_last;
   // With a group: rank 0 writes, every rank learns the outcome (a barrier).
