@@ -1,6 +1,5 @@
 #include "cohort/train/ps_strategy.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "cohort/base/error.h"
@@ -48,9 +47,7 @@ PsStrategy::PsStrategy(const TrainOptions& options,
   // Servers register the ps.* functions after init_rpc: a trainer's first
   // pull may come first, and on a loaded host by more than the default grace.
   ro.unregistered_grace = std::chrono::seconds(30);
-  // The edge of the CLI: the same switch the process groups read.
-  const char* transport = std::getenv("COHORT_TRANSPORT");
-  ro.force_tcp = transport != nullptr && std::string(transport) == "tcp";
+  ro.force_tcp = options.rpc_force_tcp;
   const int rank = world_->rank();
   agent_ = rpc::init_rpc(rank < servers_ ? server_name(rank) : trainer_name(rank - servers_), ro);
 

@@ -50,6 +50,10 @@ struct TrainOptions {
   int ps_servers = 1;
   std::string ps_mode = "sync";
   int64_t ps_staleness = 3;
+  // The parameter server's RPC over TCP even between ranks on one host (what
+  // ranks on different hosts use anyway); the CLI sets it from
+  // COHORT_TRANSPORT=tcp, the switch the process groups follow.
+  bool rpc_force_tcp = false;
   // DDP process group backend: "native", "mpi", or "auto": mpi under mpirun
   // when MASTER_ADDR is not exported (and the mpi backend was built), else native.
   std::string backend = "auto";
