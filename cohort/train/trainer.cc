@@ -120,6 +120,7 @@ class Run {
   void save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry);
   void end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete);
   bool is_main() const { return strategy_->is_main_rank(); }
+  void write_step_metrics(int64_t epoch, double loss, Clock::time_point t0);
   void report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last, Clock::time_point t0,
                    double local_samples_run);
 
@@ -289,6 +290,18 @@ void Run::report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last,
   observer_->on_step(si);
 }
 
+// Every step's loss (this rank's, which under DDP is what PyTorch's loop
+// prints too): `cohort plot` draws the training curve from these lines.
+void Run::write_step_metrics(int64_t epoch, double loss, Clock::time_point t0) {
+  nlohmann::json rec;
+  rec["type"] = "step";
+  rec["epoch"] = epoch + 1;
+  rec["step"] = step_;
+  rec["loss"] = json_number(loss);
+  rec["seconds"] = json_number(totals_.seconds + seconds_since(t0));
+  metrics_.append(rec);
+}
+
 void Run::run_epoch(int64_t epoch) {
   loader_->set_epoch(epoch);
   int64_t step_in_epoch = (sampler_->position() + o_.batch_size - 1) / o_.batch_size;
@@ -319,6 +332,7 @@ void Run::run_epoch(int64_t epoch) {
     if (is_main() && observer_ != nullptr && (step_in_epoch % log_every_ == 0 || last)) {
       report_step(epoch, step_in_epoch, l, last, t0, local_samples_run);
     }
+    if (is_main() && !o_.metrics_path.empty()) write_step_metrics(epoch, l, t0);
     if (o_.checkpoint_every > 0 && step_ % o_.checkpoint_every == 0 && !last) {
       save(loader_->state(), totals_.seconds + seconds_since(t0), true);
     }
@@ -360,6 +374,7 @@ void Run::end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool c
     if (observer_ != nullptr) observer_->on_epoch_end(es);
     if (!o_.metrics_path.empty()) {
       nlohmann::json rec;
+      rec["type"] = "epoch";
       rec["epoch"] = es.epoch;
       rec["train_loss"] = json_number(es.train_loss);
       rec["test_accuracy"] = json_number(es.test_accuracy);

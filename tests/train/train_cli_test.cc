@@ -58,7 +58,7 @@ TEST(TrainCli, NonFiniteLossStopsNamingTheStep) {
   EXPECT_EQ(f.output.find("epoch 1:"), std::string::npos) << f.output;
 }
 
-TEST(TrainCli, MetricsFileHasOneJsonObjectPerEpoch) {
+TEST(TrainCli, MetricsFileHasOneJsonObjectPerStepAndPerEpoch) {
   std::string dir = make_temp_dir("metrics");
   std::string path = dir + "/metrics.jsonl";
   Finished f = run_command(train_argv({"--epochs", "3", "--metrics", path}));
@@ -66,10 +66,20 @@ TEST(TrainCli, MetricsFileHasOneJsonObjectPerEpoch) {
   std::istringstream lines(read_file(path));
   std::string line;
   int n = 0;
+  int64_t steps = 0;
   while (std::getline(lines, line)) {
-    ++n;
     auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "step") {
+      // Steps count on across epochs, each with this step's loss.
+      EXPECT_EQ(j.at("step").get<int64_t>(), ++steps) << line;
+      EXPECT_EQ(j.at("epoch").get<int>(), n + 1) << line;
+      EXPECT_TRUE(j.at("loss").is_number()) << line;
+      continue;
+    }
+    ASSERT_EQ(j.at("type"), "epoch") << line;
+    ++n;
     EXPECT_EQ(j.at("epoch").get<int>(), n);
+    EXPECT_EQ(j.at("step").get<int64_t>(), steps) << line;
     for (const char* key : {"train_loss", "test_accuracy", "seconds", "samples_per_second"}) {
       ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
       EXPECT_TRUE(j.at(key).is_number()) << key << " in " << line;
@@ -80,6 +90,7 @@ TEST(TrainCli, MetricsFileHasOneJsonObjectPerEpoch) {
     EXPECT_GT(j.at("samples_per_second").get<double>(), 0.0);
   }
   EXPECT_EQ(n, 3);
+  EXPECT_GT(steps, 3);
   // One summary line per epoch on stdout too.
   for (int e = 1; e <= 3; ++e) {
     EXPECT_NE(f.output.find("epoch " + std::to_string(e) + ": train loss"), std::string::npos)
@@ -92,7 +103,11 @@ TEST(TrainCli, ToyModelReportsTestLossAndNullAccuracy) {
   Finished f = run_command({kCohort, "train", "--model", "toy", "--dataset", "synthetic",
                             "--threads", "1", "--metrics", path});
   ASSERT_EQ(f.exit_code, 0) << f.output;
-  auto j = nlohmann::json::parse(read_file(path));
+  std::istringstream lines(read_file(path));
+  std::string line, last;
+  while (std::getline(lines, line)) last = line;
+  auto j = nlohmann::json::parse(last);
+  ASSERT_EQ(j.at("type"), "epoch") << last;
   EXPECT_TRUE(j.at("test_accuracy").is_null());
   EXPECT_TRUE(j.at("train_loss").is_number());
   EXPECT_NE(f.output.find("test loss"), std::string::npos) << f.output;
