@@ -86,8 +86,10 @@ std::string Tracer::document(const std::vector<std::string>& event_lists) {
   return out + "\n]}\n";
 }
 
-void Tracer::write(const std::string& path) const {
-  const std::string doc = document({events_json()});
+void Tracer::write(const std::string& path) const { write_document(path, {events_json()}); }
+
+void Tracer::write_document(const std::string& path, const std::vector<std::string>& event_lists) {
+  const std::string doc = document(event_lists);
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) throw_errno(fmt::format("trace {}: cannot open {}", path, tmp), errno);

@@ -44,6 +44,8 @@ class Tracer {
   static std::string document(const std::vector<std::string>& event_lists);
   // Writes document({events_json()}) to path (atomically: temp file + rename).
   void write(const std::string& path) const;
+  // Writes document(event_lists) to path, atomically.
+  static void write_document(const std::string& path, const std::vector<std::string>& event_lists);
 
   size_t spans() const;
   int process_id() const { return pid_; }

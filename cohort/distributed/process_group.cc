@@ -98,6 +98,7 @@ std::shared_ptr<detail::WorkState> ProcessGroup::fresh_state() {
     std::atomic_thread_fence(std::memory_order_acquire);
     spare_->done.store(false, std::memory_order_relaxed);
     spare_->started_ns.store(0, std::memory_order_relaxed);
+    spare_->finished_ns.store(0, std::memory_order_relaxed);
     spare_->error = nullptr;
     return spare_;
   }

@@ -45,6 +45,7 @@ void WorkState::run() noexcept {
   }
   // Release captured buffers and tensors before anyone sees the op as done.
   body = nullptr;
+  finished_ns.store(now_ns(), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lk(mu);
     error = failure;
@@ -130,6 +131,21 @@ std::exception_ptr Work::exception() const {
 const char* Work::op() const { return state().op; }
 uint64_t Work::sequence() const { return state().collective ? state().seq : 0; }
 std::string Work::describe() const { return state().describe(); }
+
+namespace {
+std::optional<std::chrono::steady_clock::time_point> time_of(const std::atomic<int64_t>& ns) {
+  const int64_t v = ns.load(std::memory_order_acquire);
+  if (v == 0) return std::nullopt;
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(v));
+}
+}  // namespace
+
+std::optional<std::chrono::steady_clock::time_point> Work::started_at() const {
+  return time_of(state().started_ns);
+}
+std::optional<std::chrono::steady_clock::time_point> Work::finished_at() const {
+  return time_of(state().finished_ns);
+}
 
 Work Work::completed(const char* op, std::exception_ptr error) {
   auto s = std::make_shared<detail::WorkState>();

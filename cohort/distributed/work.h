@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "cohort/distributed/options.h"
@@ -58,7 +59,8 @@ struct WorkState {
   std::weak_ptr<WorkQueue> queue;
 
   std::atomic<bool> done{false};
-  std::atomic<int64_t> started_ns{0};  // steady_clock time the op started, 0 before
+  std::atomic<int64_t> started_ns{0};   // steady_clock time the op started, 0 before
+  std::atomic<int64_t> finished_ns{0};  // steady_clock time it ended (run() only), 0 before
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   std::exception_ptr error;
@@ -98,6 +100,10 @@ class Work {
   const char* op() const;
   // Collective sequence number in the group (0 for send/recv).
   uint64_t sequence() const;
+  // When the op started and ended running (steady clock), for traces; nullopt
+  // before that, and for ops run synchronously by a blocking call.
+  std::optional<std::chrono::steady_clock::time_point> started_at() const;
+  std::optional<std::chrono::steady_clock::time_point> finished_at() const;
   std::string describe() const;
 
   // A Work that is already complete (with `error` when non-null); for

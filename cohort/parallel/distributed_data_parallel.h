@@ -57,6 +57,9 @@ struct DistributedDataParallelOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // broadcast buffers from rank 0 every forward
   CommHook comm_hook = {};        // empty: all_reduce average (allreduce_hook())
+  // Records each bucket's reduction (see ReducerOptions::tracer); must
+  // outlive the DistributedDataParallel.
+  Tracer* tracer = nullptr;
 };
 
 class DistributedDataParallel : public nn::Module {

@@ -240,16 +240,21 @@ void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     size_t i = next_launch_++;
     GradBucket view{i, buckets_[i].buffer, i + 1 == buckets_.size()};
+    if (options_.tracer != nullptr) buckets_[i].launched = Tracer::Clock::now();
     buckets_[i].reduction = options_.comm_hook(*pg_, view);
   }
   if (next_launch_ == buckets_.size()) finalize();
 }
 
 void Reducer::finalize() {
+  // Backward's gradients are all computed once the last bucket is launched:
+  // from then on backward only waits, whichever thread had the CPU.
+  const auto all_launched = buckets_.empty() ? Tracer::Clock::now() : buckets_.back().launched;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     try {
       b.reduction.work.wait();
+      if (options_.tracer != nullptr) trace_bucket(i);
       if (b.reduction.finish) b.reduction.finish();
     } catch (...) {
       // Let the other launched ops end before reporting (their buffers are ours).
@@ -268,9 +273,29 @@ void Reducer::finalize() {
     }
     b.reduction = BucketReduction{};
   }
+  if (options_.tracer != nullptr) {
+    options_.tracer->span("main", "wait for gradient reduction", "comm", all_launched,
+                          Tracer::Clock::now());
+  }
   armed_ = false;
   any_ready_ = false;
   ++num_reductions_;
+}
+
+void Reducer::trace_bucket(size_t i) {
+  const Bucket& b = buckets_[i];
+  const distributed::Work& w = b.reduction.work;
+  // An op the waiting thread ran itself has no times of its own: it ran
+  // between the launch and now.
+  const auto now = Tracer::Clock::now();
+  const auto start = w.started_at().value_or(b.launched);
+  const auto end = w.finished_at().value_or(now);
+  options_.tracer->span(
+      "comm", fmt::format("{} bucket {}", w.op(), i), "comm", start, end,
+      fmt::format(
+          "\"bucket\":{},\"bytes\":{},\"params\":{},\"queued_us\":{}", i, b.buffer.nbytes(),
+          b.params.size(),
+          std::chrono::duration_cast<std::chrono::microseconds>(start - b.launched).count()));
 }
 
 }  // namespace cohort::parallel

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/base/trace.h"
 #include "cohort/core/tensor.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/parallel/comm_hooks.h"
@@ -54,6 +55,10 @@ struct ReducerOptions {
   size_t bucket_cap_bytes = size_t{25} << 20;
   bool find_unused_parameters = false;
   CommHook comm_hook = {};  // empty: allreduce_hook()
+  // When set, each bucket's reduction is a span on the "comm" track (from
+  // when the group started it to when it ended) and the time backward's end
+  // waited for the reductions is a span on "main". Must outlive the Reducer.
+  Tracer* tracer = nullptr;
 };
 
 class Reducer {
@@ -99,6 +104,7 @@ class Reducer {
     std::vector<size_t> params;
     size_t pending = 0;
     BucketReduction reduction;
+    Tracer::Clock::time_point launched;  // for the trace
   };
 
   void build_buckets(size_t cap_bytes);
@@ -106,6 +112,7 @@ class Reducer {
   void mark_ready(size_t index);
   void launch_ready_buckets();
   void finalize();
+  void trace_bucket(size_t i);
   void reset_iteration();
   void restore_view(Param& p);
   std::string describe_unready() const;

@@ -11,13 +11,16 @@ namespace cohort::train {
 
 ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy strategy,
                                        std::shared_ptr<distributed::ProcessGroup> world,
-                                       Generator& gen)
+                                       Generator& gen, Tracer* tracer)
     : TrainStrategy(world), options_(options), world_(std::move(world)) {
   model_ = make_model(options.model, gen);
   params_ = model_->parameters();
   optimizer_ = make_optimizer(options, params_);
   if (strategy == Strategy::kDdp) {
-    wrapper_ = std::make_shared<parallel::DistributedDataParallel>(model_, world_);
+    parallel::DistributedDataParallelOptions ddp;
+    ddp.tracer = tracer;
+    ddp.bucket_cap_mb = options.bucket_cap_mb;
+    wrapper_ = std::make_shared<parallel::DistributedDataParallel>(model_, world_, ddp);
   } else if (strategy == Strategy::kDp) {
     auto dp = std::make_shared<parallel::DataParallel>(model_, options.replicas);
     threads_ = dp->replica_threads(0);
@@ -35,11 +38,19 @@ double ReplicatedStrategy::step(const data::Batch& batch,
                                 const std::function<void(double)>& check) {
   nn::Module& net = wrapper_ ? *wrapper_ : *model_;
   optimizer_->zero_grad();
-  Tensor out = net.forward(batch.input);
-  Tensor loss = compute_loss(options_.model, out, batch.target);
+  Tensor loss;
+  {
+    TraceSpan span(tracer(), "main", "forward", "compute");
+    Tensor out = net.forward(batch.input);
+    loss = compute_loss(options_.model, out, batch.target);
+  }
   const double l = loss.item<double>();
   check(l);
-  loss.backward();
+  {
+    TraceSpan span(tracer(), "main", "backward", "compute");
+    loss.backward();
+  }
+  TraceSpan span(tracer(), "main", "optimizer", "compute");
   if (const double clip = clip_max_norm(options_.model); clip > 0) {
     optim::clip_grad_norm(params_, clip);
   }

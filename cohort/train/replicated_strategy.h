@@ -16,7 +16,8 @@ class ReplicatedStrategy final : public TrainStrategy {
  public:
   // world: the job's group for ddp, null for single and dp.
   ReplicatedStrategy(const TrainOptions& options, Strategy strategy,
-                     std::shared_ptr<distributed::ProcessGroup> world, Generator& gen);
+                     std::shared_ptr<distributed::ProcessGroup> world, Generator& gen,
+                     Tracer* tracer = nullptr);
 
   nn::Module& full_model() override { return *model_; }
   optim::Optimizer& full_optimizer() override { return *optimizer_; }

@@ -37,6 +37,13 @@ struct TrainOptions {
   int64_t keep_last = 0;         // checkpoints kept in checkpoint_dir (0: all)
   std::string resume;            // "", "auto" (latest in checkpoint_dir) or a path
   std::string metrics_path;      // "": no metrics file
+  // "": no trace. Else a Chrome/Perfetto trace of every rank (data, forward,
+  // backward, each bucket's all_reduce, optimizer, checkpoints), merged into
+  // this file by rank 0 at the end (see cohort/train/run_trace.h).
+  std::string trace_path;
+  // DDP's gradient bucket size (PyTorch's bucket_cap_mb): smaller buckets
+  // start their all_reduce earlier in backward.
+  double bucket_cap_mb = 25.0;
   Strategy strategy = Strategy::kAuto;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the

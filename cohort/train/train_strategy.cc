@@ -10,20 +10,30 @@ namespace cohort::train {
 
 std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strategy strategy,
                                              std::shared_ptr<distributed::ProcessGroup> world,
-                                             Generator& gen) {
+                                             Generator& gen, Tracer* tracer) {
+  std::unique_ptr<TrainStrategy> s;
   switch (strategy) {
     case Strategy::kSingle:
     case Strategy::kDdp:
     case Strategy::kDp:
-      return std::make_unique<ReplicatedStrategy>(options, strategy, std::move(world), gen);
+      // DDP records its buckets' reductions from its construction on.
+      s = std::make_unique<ReplicatedStrategy>(options, strategy, std::move(world), gen, tracer);
+      break;
     case Strategy::kPipeline:
-      return std::make_unique<PipelineStrategy>(options, std::move(world), gen);
+      s = std::make_unique<PipelineStrategy>(options, std::move(world), gen);
+      break;
     case Strategy::kPs:
-      return std::make_unique<PsStrategy>(options, std::move(world), gen);
+      s = std::make_unique<PsStrategy>(options, std::move(world), gen);
+      break;
     case Strategy::kTensor:
-      return std::make_unique<TensorStrategy>(options, std::move(world), gen);
+      s = std::make_unique<TensorStrategy>(options, std::move(world), gen);
+      break;
     default:
       break;
+  }
+  if (s) {
+    s->set_tracer(tracer);
+    return s;
   }
   throw NotSupported(fmt::format("cohort train: --strategy {} is not available in this build",
                                  strategy_name(strategy)));

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "cohort/base/trace.h"
 #include "cohort/core/random.h"
 #include "cohort/data/dataset.h"
 #include "cohort/distributed/process_group.h"
@@ -98,16 +99,25 @@ class TrainStrategy {
   // How the model is split, for the start-up line ("" when it is not).
   virtual std::string layout() const { return ""; }
 
+  // Where step() records its phases (forward, backward, optimizer); null:
+  // nowhere. Set by make_strategy.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
+ protected:
+  Tracer* tracer() const { return tracer_; }
+
  private:
   distributed::ProcessGroup* world_group_;
   std::shared_ptr<distributed::ProcessGroup> world_;  // kept alive for loop_group()
+  Tracer* tracer_ = nullptr;
 };
 
 // Builds the strategy `strategy` (resolved, never kAuto) for `options`,
 // initialising the model from gen. `world` is the job's group (null for
-// single and dp).
+// single and dp). tracer: where the strategy records (may be null; must
+// outlive the strategy).
 std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strategy strategy,
                                              std::shared_ptr<distributed::ProcessGroup> world,
-                                             Generator& gen);
+                                             Generator& gen, Tracer* tracer = nullptr);
 
 }  // namespace cohort::train

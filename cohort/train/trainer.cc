@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "cohort/base/error.h"
@@ -13,6 +14,7 @@
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
 #include "cohort/train/metrics_writer.h"
+#include "cohort/train/run_trace.h"
 #include "cohort/train/train_strategy.h"
 #include "cohort/train/workload.h"
 
@@ -112,6 +114,10 @@ class Run {
 
   void resume();
   void train();
+  // Collective: the run's trace, merged on rank 0 (cohort/train/run_trace.h).
+  void write_trace();
+  // After a failure: this rank's own events to FILE.rank<R>.json; never throws.
+  void write_trace_part() noexcept;
 
  private:
   void set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot);
@@ -142,6 +148,7 @@ class Run {
   int64_t start_epoch_ = 0;
   int64_t log_every_ = 1;
   EpochTotals totals_;
+  std::unique_ptr<Tracer> tracer_;  // --trace
 };
 
 void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
@@ -169,7 +176,15 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   metrics_ = MetricsWriter(o_.metrics_path);
   splits_ = make_splits(o_);
 
-  strategy_ = make_strategy(o_, info_.strategy, world_, gen_);
+  if (!o_.trace_path.empty()) {
+    const auto dir = std::filesystem::absolute(o_.trace_path).parent_path();
+    if (!std::filesystem::is_directory(dir)) {
+      throw InvalidArgument(
+          fmt::format("--trace {}: directory {} does not exist", o_.trace_path, dir.string()));
+    }
+    tracer_ = std::make_unique<Tracer>(info_.rank, fmt::format("rank {}", info_.rank));
+  }
+  strategy_ = make_strategy(o_, info_.strategy, world_, gen_, tracer_.get());
   if (!strategy_->runs_loop()) return;  // a server: train() serves
   pg_ = strategy_->loop_group();
   if (is_main() && !o_.metrics_path.empty()) metrics_.check_writable();
@@ -238,6 +253,7 @@ void Run::resume() {
 // carry: the checkpoint is inside an epoch, whose running totals it keeps
 // (at an epoch's end the next epoch starts from zero).
 void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry) {
+  TraceSpan span(tracer_.get(), "main", "checkpoint", "io");
   totals_.reduce(pg_);
   // A rank that runs the loop on its own (pg_ null) but does not report
   // leaves the checkpoint to the one that does.
@@ -309,7 +325,10 @@ void Run::run_epoch(int64_t epoch) {
   const auto t0 = Clock::now();
   double local_samples_run = 0;  // this stretch, this rank
   bool stopped = false;
+  // The loader produces the next batch between two loop bodies.
+  Tracer::Clock::time_point fetch_start = Tracer::Clock::now();
   for (data::Batch& b : *loader_) {
+    if (tracer_) tracer_->span("main", "data", "data", fetch_start, Tracer::Clock::now());
     auto check = [&](double l) {
       if (std::isfinite(l)) return;
       throw Error(fmt::format(
@@ -317,7 +336,11 @@ void Run::run_epoch(int64_t epoch) {
           "diverged -- try a lower --lr",
           l, step_ + 1, epoch + 1, step_in_epoch + 1, rank_suffix(pg_)));
     };
-    const double l = strategy_->step(b, check);
+    double l = 0;
+    {
+      TraceSpan span(tracer_.get(), "main", "step", "compute");
+      l = strategy_->step(b, check);
+    }
     ++step_;
     ++step_in_epoch;
     // Replicas that hold one batch between several ranks count it once.
@@ -340,6 +363,7 @@ void Run::run_epoch(int64_t epoch) {
       stopped = true;
       break;
     }
+    fetch_start = Tracer::Clock::now();
   }
   const double seconds = totals_.seconds + seconds_since(t0);
   const data::SamplerState position = loader_->state();
@@ -357,6 +381,7 @@ void Run::end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool c
   Evaluation ev;
   ev.loss = ev.accuracy = std::nan("");
   if (pg_ != nullptr || is_main()) {
+    TraceSpan span(tracer_.get(), "main", "evaluate", "compute");
     strategy_->sync_full_model(false);
     ev = evaluate(strategy_->full_model(), o_.model, *splits_.test, pg_);
   }
@@ -405,13 +430,32 @@ void Run::train() {
   result_.steps = step_;
 }
 
+void Run::write_trace() {
+  if (tracer_) write_run_trace(*tracer_, world_.get(), o_.trace_path);
+}
+
+void Run::write_trace_part() noexcept {
+  if (!tracer_) return;
+  try {
+    tracer_->write(trace_part_path(o_.trace_path, info_.rank));
+  } catch (const std::exception& e) {
+    COHORT_WARN("cohort train: rank {} could not write its trace: {}", info_.rank, e.what());
+  }
+}
+
 }  // namespace
 
 TrainResult Trainer::run(TrainObserver* observer) {
   TrainResult result;
   Run run(options_, pg_, observer, result);
-  run.resume();
-  run.train();
+  try {
+    run.resume();
+    run.train();
+  } catch (...) {
+    run.write_trace_part();
+    throw;
+  }
+  run.write_trace();
   return result;
 }
 

@@ -95,7 +95,16 @@ std::function<int()> setup(CLI::App& app) {
                  "Resume from a checkpoint directory or file, or 'auto' (alone: auto): the "
                  "latest complete checkpoint in --checkpoint-dir, if any")
       ->expected(0, 1);
-  app.add_option("--metrics", o.metrics_path, "Append one JSON object per epoch to this file");
+  app.add_option("--metrics", o.metrics_path,
+                 "Append one JSON object per step and per epoch to this file (draw it with "
+                 "`cohort plot`)");
+  app.add_option("--bucket-cap-mb", o.bucket_cap_mb,
+                 "DDP gradient bucket size in MiB (smaller: all_reduce starts earlier in backward)")
+      ->capture_default_str();
+  app.add_option(
+      "--trace", o.trace_path,
+      "Write a Chrome/Perfetto trace of every rank here (data, forward, backward, each "
+      "bucket's all_reduce, optimizer, checkpoints); `cohort trace-stats` summarises it");
   app.add_option("--strategy", args->strategy,
                  "auto (DDP under cohort run or mpirun, else single), single, ddp, dp, pipeline "
                  "(layers in stages over the ranks), tensor (fc layers split over the ranks), ps "
