@@ -55,9 +55,15 @@ CheckpointModel load_checkpoint_model(const std::string& path, const std::string
   // The initial weights are all overwritten by the load; the seed is moot.
   Generator gen(0);
   out.model = train::make_model(out.kind, gen);
-  checkpoint::TrainingState st = checkpoint::load_checkpoint(out.file, *out.model);
-  out.step = st.step;
-  out.extra = std::move(st.extra);
+  if (meta.find("cohort.epoch") == meta.end()) {
+    // Weights without training state: PyTorch's state_dict, or load_model's.
+    checkpoint::load_model(out.file, *out.model);
+    out.plain_weights = true;
+  } else {
+    checkpoint::TrainingState st = checkpoint::load_checkpoint(out.file, *out.model);
+    out.step = st.step;
+    out.extra = std::move(st.extra);
+  }
   out.model->eval();
   return out;
 }

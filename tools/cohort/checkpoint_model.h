@@ -14,15 +14,19 @@
 namespace cohort::cli {
 
 struct CheckpointModel {
-  nn::ModulePtr model;         // in eval mode
-  train::ModelKind kind{};     // the model it was built as
-  std::string file;            // the model.safetensors file that was loaded
-  int64_t step = 0;            // the optimizer steps the checkpoint had taken
+  nn::ModulePtr model;      // in eval mode
+  train::ModelKind kind{};  // the model it was built as
+  std::string file;         // the model.safetensors file that was loaded
+  int64_t step = 0;         // the optimizer steps the checkpoint had taken
+  // A safetensors file of weights alone (e.g. a PyTorch state_dict saved
+  // with safetensors): no training state, step 0, no metadata.
+  bool plain_weights = false;
   checkpoint::Metadata extra;  // TrainingState::extra ("model", ...)
 };
 
 // Loads `path` (a checkpoint directory, a checkpoint root: its latest
-// checkpoint, or a model.safetensors file). `model_flag` is the --model the
+// checkpoint, a model.safetensors file, or a safetensors file of plain
+// weights under the model's parameter names). `model_flag` is the --model the
 // user gave ("" when none): the model is then that, else the checkpoint's
 // "model" metadata, else net. Throws IoError naming `path` when it does not
 // exist or holds no checkpoint, and InvalidArgument naming both models when

@@ -50,10 +50,11 @@ int run_eval(CLI::App* app, EvalArgs* args) {
       train::evaluate(*cm.model, cm.kind, *splits.test, nullptr, args->batch_size);
   std::string acc = std::isfinite(ev.accuracy) ? fmt::format(", test accuracy {:.4f}", ev.accuracy)
                                                : std::string();
-  std::printf("cohort eval: %s (model %s, step %lld): test loss %.4f%s on %lld examples\n",
-              cm.file.c_str(), std::string(train::model_name(cm.kind)).c_str(),
-              static_cast<long long>(cm.step), ev.loss, acc.c_str(),
-              static_cast<long long>(ev.examples));
+  const std::string what =
+      cm.plain_weights ? std::string("plain weights") : fmt::format("step {}", cm.step);
+  std::printf("cohort eval: %s (model %s, %s): test loss %.4f%s on %lld examples\n",
+              cm.file.c_str(), std::string(train::model_name(cm.kind)).c_str(), what.c_str(),
+              ev.loss, acc.c_str(), static_cast<long long>(ev.examples));
   return 0;
 }
 
