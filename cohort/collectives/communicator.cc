@@ -23,6 +23,7 @@
 #include "cohort/collectives/reduce_scatter_direct.h"
 #include "cohort/collectives/reduce_scatter_ring.h"
 #include "cohort/collectives/scatter_direct.h"
+#include "cohort/rendezvous/wait_for_ranks.h"
 #include "cohort/transport/context.h"
 #include "cohort/transport/endpoint.h"
 
@@ -86,12 +87,16 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
   ov.reduce_scatter = env_choice("COHORT_REDUCE_SCATTER_ALGO", {"direct", "ring"});
 
   auto deadline = transport::Clock::now() + options.timeout;
-  transport::Endpoint endpoint(rank, size, {force_tcp, 0});
+  transport::Endpoint endpoint(rank, size, {force_tcp, 0, options.network});
   std::string prefix = "cohort/comm/" + options.name + "/";
   store.set(prefix + "addr/" + std::to_string(rank), endpoint.address());
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "addr/" + std::to_string(r));
-  store.wait(keys, options.timeout);
+  rendezvous::wait_for_ranks(
+      store, keys, rank, fmt::format("group '{}': exchanging addresses", options.name),
+      std::min<Duration>(options.timeout,
+                         std::chrono::duration_cast<Duration>(options.network.connect_timeout)),
+      std::chrono::duration_cast<Duration>(options.network.report_interval));
   std::vector<std::string> addresses;
   for (const auto& k : keys) addresses.push_back(store.get_string(k));
   std::unique_ptr<transport::Context> ctx = endpoint.connect(addresses, deadline);
@@ -113,7 +118,10 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
   store.set(prefix + "ready/" + std::to_string(rank), std::string(can_pull ? "1" : "0"));
   std::vector<std::string> ready;
   for (int r = 0; r < size; ++r) ready.push_back(prefix + "ready/" + std::to_string(r));
-  store.wait(ready, options.timeout);
+  rendezvous::wait_for_ranks(
+      store, ready, rank,
+      fmt::format("group '{}': waiting for every rank to connect", options.name), options.timeout,
+      std::chrono::duration_cast<Duration>(options.network.report_interval));
   ctx->unlink_shm_name();
   bool single_copy = size > 1;
   for (const auto& k : ready) single_copy = single_copy && store.get_string(k) == "1";

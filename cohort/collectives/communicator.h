@@ -70,6 +70,7 @@
 
 #include "cohort/collectives/types.h"
 #include "cohort/rendezvous/store.h"
+#include "cohort/transport/network.h"
 
 namespace cohort::transport {
 class Context;
@@ -90,6 +91,10 @@ struct CommunicatorOptions {
   // COHORT_TRANSPORT=tcp. kTcp: TCP to every peer. kShm: shared memory to
   // every peer (create throws InvalidArgument when a peer is on another host).
   TransportKind transport = TransportKind::kAuto;
+  // The address to advertise, the connect time-out and the waiting reports
+  // (transport/network.h); create() waits for the others' addresses no
+  // longer than network.connect_timeout either.
+  transport::NetworkOptions network;
 };
 
 class Communicator {

@@ -30,6 +30,9 @@ struct ProcessGroupOptions {
   // native: kAuto = shared memory to same-host peers, TCP to others (or TCP
   // everywhere when COHORT_TRANSPORT=tcp); see docs/transports.md.
   collectives::TransportKind transport = collectives::TransportKind::kAuto;
+  // native: which address to advertise, the connect time-out and waiting
+  // reports (transport/network.h); init_process_group fills it from env://.
+  transport::NetworkOptions network;
 };
 
 class Backend {

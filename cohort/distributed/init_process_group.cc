@@ -24,6 +24,7 @@ std::shared_ptr<ProcessGroup> init_process_group(BackendKind backend,
   bo.world_size = world_size;
   bo.timeout = timeout;
   rendezvous::BootstrapResult r = rendezvous::bootstrap(init_method, bo);
+  options.network = r.network;
   return ProcessGroup::create(backend, r.store, r.rank, r.world_size, options);
 }
 

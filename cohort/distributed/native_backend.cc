@@ -10,6 +10,7 @@ NativeBackend::NativeBackend(rendezvous::Store& store, int rank, int size,
   o.name = options.name;
   o.timeout = options.timeout;
   o.transport = options.transport;
+  o.network = options.network;
   comm_ = collectives::Communicator::create(store, rank, size, o);
 }
 

@@ -166,6 +166,15 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   }
   r.master_addr = m.host;
   r.master_port = m.port;
+  r.network.master_addr = m.host;
+  r.network.master_port = m.port;
+  if (const char* a = std::getenv("COHORT_ADDR"); a != nullptr && *a != '\0') r.network.address = a;
+  if (const char* i = std::getenv("COHORT_SOCKET_IFNAME"); i != nullptr && *i != '\0')
+    r.network.interface = i;
+  if (std::optional<int> t = env_int({"COHORT_CONNECT_TIMEOUT"})) {
+    COHORT_CHECK(*t > 0, "bootstrap: COHORT_CONNECT_TIMEOUT must be a positive number of seconds");
+    r.network.connect_timeout = std::chrono::seconds(*t);
+  }
   if (const char* restart = std::getenv(kRestartCountEnv); restart && *restart) {
     store = std::make_shared<PrefixStore>(std::string("attempt") + restart, store);
   }

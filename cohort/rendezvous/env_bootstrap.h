@@ -20,6 +20,8 @@
 //
 // Errors: InvalidArgument naming the missing or malformed variable or URL
 // part; TimeoutError when the store cannot be reached in time.
+//
+// The network options of the result: see BootstrapResult::network.
 #pragma once
 
 #include <memory>
@@ -27,6 +29,7 @@
 #include <string>
 
 #include "cohort/rendezvous/store.h"
+#include "cohort/transport/network.h"
 
 namespace cohort::rendezvous {
 
@@ -48,6 +51,11 @@ struct BootstrapResult {
   std::string master_addr;   // tcp/env: the store's host
   uint16_t master_port = 0;  // tcp/env: the store's port
   std::shared_ptr<Store> store;
+  // What the transport advertises and how long it waits (transport/network.h):
+  // master_addr/port from above; address, interface and connect_timeout from
+  // COHORT_ADDR, COHORT_SOCKET_IFNAME and COHORT_CONNECT_TIMEOUT (seconds),
+  // read here, at the edge.
+  transport::NetworkOptions network;
 };
 
 // Parses init_method, connects (or serves) the store, and returns the result.

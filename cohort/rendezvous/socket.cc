@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/base/log.h"
 
 namespace cohort::rendezvous::net {
 
@@ -98,6 +99,8 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, UniqueFd* out) {
 UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
   std::string last_error = "no attempt made";
   auto pause = std::chrono::milliseconds(10);
+  const auto start = Clock::now();
+  auto next_report = start + std::chrono::seconds(5);
   while (true) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -121,8 +124,19 @@ UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point d
     }
     auto now = Clock::now();
     if (now >= deadline) {
-      throw TimeoutError(fmt::format("TcpStore: could not connect to {}:{} before the timeout: {}",
-                                     host, port, last_error));
+      throw TimeoutError(fmt::format(
+          "TcpStore: could not connect to the store at {}:{} in {} s (last error: {}; is the "
+          "master (node 0's `cohort run`, or rank 0) running, and is MASTER_ADDR reachable from "
+          "this host?)",
+          host, port, std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
+          last_error));
+    }
+    if (now >= next_report) {
+      // Someone is waiting for this process: say what it is trying.
+      log(LogLevel::kWarn, "TcpStore: still trying to reach the store at {}:{} after {} s ({})",
+          host, port, std::chrono::duration_cast<std::chrono::seconds>(now - start).count(),
+          last_error);
+      next_report = now + std::chrono::seconds(5);
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));

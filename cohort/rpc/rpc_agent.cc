@@ -16,6 +16,7 @@
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/rendezvous/store.h"
 #include "cohort/rpc/agent_core.h"
+#include "cohort/transport/network.h"
 #include "cohort/transport/socket.h"
 
 namespace cohort::rpc {
@@ -185,8 +186,9 @@ std::shared_ptr<RpcAgent> init_rpc(std::string name, int rank, int world_size,
   Address me;
   me.name = name;
   me.host = transport::host_name();
-  me.boot = transport::boot_id();
-  me.ip = transport::local_address();
+  // Unix sockets live in the network namespace: "local" needs the same one.
+  me.boot = transport::boot_id() + "/" + transport::network_namespace();
+  me.ip = transport::advertised_addresses(opts.network).front();
   me.token = (uint64_t{rd()} << 32) | rd();
   UniqueFd tcp_listener = transport::listen_tcp(&me.port);
   UniqueFd uds_listener;

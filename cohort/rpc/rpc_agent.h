@@ -45,6 +45,7 @@
 #include "cohort/rpc/future.h"
 #include "cohort/rpc/message.h"
 #include "cohort/rpc/rref.h"
+#include "cohort/transport/network.h"
 
 namespace cohort::rendezvous {
 class Store;
@@ -65,6 +66,9 @@ struct RpcOptions {
   // TCP even between workers on one host (tests; what workers on different
   // hosts use anyway). Callers read COHORT_TRANSPORT=tcp at their edge.
   bool force_tcp = false;
+  // The address workers advertise (transport/network.h): by default the route
+  // to network.master_addr when set.
+  transport::NetworkOptions network;
   // Keys in the store live under "<store_prefix>/"; distinct prefixes let
   // several RPC groups share one store.
   std::string store_prefix = "rpc";

@@ -4,14 +4,22 @@
 // through the rendezvous store), then calls connect() with every rank's
 // address to get its Context.
 //
-// Transport choice per peer: shared memory when both ranks report the same
-// host name and boot id and neither forces TCP (so both sides always agree);
-// TCP otherwise. Connections: rank i connects to every lower rank and accepts
-// from every higher one; each connection opens with a hello carrying the
-// acceptor's random token from its address, so a stray connection to the port
-// is dropped and cannot join.
+// Addresses: each rank advertises the addresses network.h chooses (by
+// default the local end of its route to the master, never loopback in a
+// multi-host job); a connecting rank tries them in turn.
 //
-// Ownership: connect() moves the socket and segment into the Context.
+// Transport choice per peer: shared memory when both ranks are on the same
+// host (host name, boot id and network namespace), neither forces TCP, and
+// both could open the other's segment (they tell each other in the hello and
+// its answer, so both sides always agree); TCP otherwise. Connections: rank i
+// connects to every lower rank and accepts from every higher one; each
+// connection opens with a hello carrying the acceptor's random token from its
+// address, so a stray connection to the port is dropped and cannot join.
+//
+// Waiting: while peers are missing, a line every report_interval names this
+// rank, the ranks it still waits for and the address being tried (with the
+// last connect error); after connect_timeout it throws TimeoutError with the
+// same. Ownership: connect() moves the socket and segment into the Context.
 // Thread safety: none needed (one thread bootstraps).
 #pragma once
 
@@ -22,6 +30,7 @@
 
 #include "cohort/base/unique_fd.h"
 #include "cohort/transport/context.h"
+#include "cohort/transport/network.h"
 #include "cohort/transport/shm_segment.h"
 
 namespace cohort::transport {
@@ -30,6 +39,7 @@ struct EndpointOptions {
   bool force_tcp = false;
   // Bytes of each shared-memory ring (power of two); 0: COHORT_SHM_RING_BYTES or 1 MiB.
   size_t ring_bytes = 0;
+  NetworkOptions network;  // what to advertise, connect time-out, report interval
 };
 
 class Endpoint {
@@ -39,7 +49,8 @@ class Endpoint {
   // One line describing how to reach this rank.
   const std::string& address() const { return address_; }
   // Connects to every peer; addresses[r] is rank r's address(). Throws
-  // TimeoutError when peers do not show up before deadline.
+  // TimeoutError when peers do not show up before deadline or the network
+  // options' connect_timeout, whichever is first.
   std::unique_ptr<Context> connect(const std::vector<std::string>& addresses,
                                    Clock::time_point deadline);
 

@@ -67,6 +67,7 @@ UniqueFd connect_tcp(const std::string& ip, uint16_t port, Clock::time_point dea
     throw InvalidArgument(fmt::format("{}: bad IPv4 address '{}'", what, ip));
   }
   int delay_ms = 1;
+  int last_err = 0;
   while (true) {
     UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) throw_errno(what + ": socket", errno);
@@ -88,6 +89,7 @@ UniqueFd connect_tcp(const std::string& ip, uint16_t port, Clock::time_point dea
       set_nodelay(fd.get());
       return fd;
     }
+    if (err != 0) last_err = err;
     if (err != ECONNREFUSED && err != ETIMEDOUT && err != EAGAIN) {
       throw IoError(errno_message(fmt::format("{}: connect to {}:{}", what, ip, port), err));
     }
@@ -95,7 +97,10 @@ UniqueFd connect_tcp(const std::string& ip, uint16_t port, Clock::time_point dea
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     delay_ms = std::min(delay_ms * 2, 100);
   }
-  throw TimeoutError(fmt::format("{}: timed out connecting to {}:{}", what, ip, port));
+  throw TimeoutError(fmt::format("{}: timed out connecting to {}:{}{}", what, ip, port,
+                                 last_err != 0
+                                     ? " (last error: " + std::string(std::strerror(last_err)) + ")"
+                                     : std::string(" (no answer)")));
 }
 
 UniqueFd accept_tcp(int listen_fd, Clock::time_point deadline, const std::string& what) {
@@ -163,27 +168,6 @@ std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
   return buf;
-}
-
-std::string local_address() {
-  if (const char* env = std::getenv("COHORT_ADDR"); env != nullptr && *env != '\0') return env;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string out = "127.0.0.1";
-  if (::getaddrinfo(host_name().c_str(), nullptr, &hints, &res) == 0) {
-    for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-      char buf[INET_ADDRSTRLEN] = {};
-      auto* sin = reinterpret_cast<sockaddr_in*>(a->ai_addr);
-      if (::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)) != nullptr) {
-        out = buf;
-        if (out.rfind("127.", 0) != 0) break;
-      }
-    }
-    ::freeaddrinfo(res);
-  }
-  return out;
 }
 
 std::string boot_id() {

@@ -20,7 +20,8 @@ using Clock = std::chrono::steady_clock;
 
 // A TCP listening socket on all interfaces, port chosen by the kernel.
 UniqueFd listen_tcp(uint16_t* port);
-// Connects to ip:port, retrying refused connections until deadline.
+// Connects to ip:port, retrying refused connections until deadline; the
+// TimeoutError names the address and the last connect error.
 UniqueFd connect_tcp(const std::string& ip, uint16_t port, Clock::time_point deadline,
                      const std::string& what);
 // Accepts one connection, waiting until deadline.
@@ -34,9 +35,7 @@ void write_all(int fd, const void* data, size_t n, Clock::time_point deadline,
                const std::string& what);
 void read_all(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& what);
 
-// This host's address for peers on other hosts: COHORT_ADDR when set, else the
-// first IPv4 address the host name resolves to, else 127.0.0.1.
-std::string local_address();
+// Which address to advertise to peers: network.h.
 std::string host_name();
 // /proc/sys/kernel/random/boot_id: equal on two processes iff same kernel instance.
 std::string boot_id();

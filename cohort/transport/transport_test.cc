@@ -13,6 +13,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/transport/endpoint.h"
+#include "cohort/transport/peer_address.h"
 #include "cohort/transport/shm_pair.h"
 
 namespace cohort::transport {
@@ -142,12 +143,7 @@ TEST(Endpoint, ChoosesSharedMemoryOnOneHostUnlessEitherSideForcesTcp) {
 TEST(Endpoint, DropsAConnectionWithoutTheToken) {
   std::thread stray;
   auto ctx = connect_all(2, {true, true}, [&](int, const std::string& addr0) {
-    // "cohort1 rank host boot ip port token force shm"
-    std::istringstream in(addr0);
-    std::string v, host, boot, ip;
-    int rank;
-    uint16_t port;
-    in >> v >> rank >> host >> boot >> ip >> port;
+    const uint16_t port = parse_peer_address(addr0, 0).port;
     stray = std::thread([port] {
       UniqueFd fd = connect_tcp("127.0.0.1", port, Clock::now() + 5s, "stray");
       char junk[24] = "not a cohort rank";
