@@ -1,18 +1,23 @@
 #include "cohort/launch/launcher.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include "cohort/base/error.h"
 #include "cohort/base/unique_fd.h"
 #include "cohort/launch/cpu_split.h"
+#include "cohort/launch/job_coordinator.h"
 #include "cohort/launch/line_prefixer.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::launch {
 namespace {
@@ -52,6 +57,12 @@ void exit_barrier(const LaunchOptions& o, int port, const std::string& token,
     const std::string key = "__cohort_launcher/exit";
     if (store.add(key, 1) == o.nnodes) store.set(key + "/done", std::string("1"));
     store.wait({key + "/done"}, o.exit_barrier_timeout);
+    // Node 0 serves the store: it leaves last, once every node has seen "done".
+    if (store.add(key + "/left", 1) < o.nnodes && o.node_rank == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (store.add(key + "/left", 0) < o.nnodes && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   } catch (const Error& e) {
     report(fmt::format("cohort run: node {}: exit barrier with the other nodes failed: {}\n",
                        o.node_rank, e.what()));
@@ -76,6 +87,9 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
       {rendezvous::kStoreHostedEnv, o.host_store ? "1" : "0"},
       {rendezvous::kRestartCountEnv, std::to_string(restart_count)},
   };
+  if (!o.interface.empty()) env.emplace_back("COHORT_SOCKET_IFNAME", o.interface);
+  if (o.worker_connect_timeout_s > 0)
+    env.emplace_back("COHORT_CONNECT_TIMEOUT", std::to_string(o.worker_connect_timeout_s));
   if (num_threads > 0) {
     for (const char* name : {"COHORT_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
       env.emplace_back(name, std::to_string(num_threads));
@@ -123,8 +137,26 @@ LaunchResult launch(const LaunchOptions& o) {
   std::vector<std::vector<int>> shares;
   if (o.pin) shares = split_cpus(allowed_cpus(), o.nproc_per_node);
 
+  std::unique_ptr<JobCoordinator> coord;
+  if (o.nnodes > 1 && o.host_store) {
+    JobCoordinatorOptions co;
+    co.master_addr = o.master_addr;
+    co.master_port = port;
+    co.token = token;
+    co.nnodes = o.nnodes;
+    co.node_rank = o.node_rank;
+    co.connect_timeout = o.connect_timeout;
+    co.join_timeout = o.join_timeout;
+    co.report_interval = o.report_interval;
+    coord = std::make_unique<JobCoordinator>(co);
+  }
+
   LaunchResult result;
   for (int attempt = 0;; ++attempt) {
+    if (coord) {
+      coord->join(attempt, fmt::format("{} pid {} ({} workers)", transport::host_name(), ::getpid(),
+                                       o.nproc_per_node));
+    }
     std::vector<WorkerSpec> specs;
     for (int local = 0; local < o.nproc_per_node; ++local) {
       WorkerSpec s;
@@ -142,7 +174,12 @@ LaunchResult launch(const LaunchOptions& o) {
     go.stdout_fd = o.stdout_fd;
     go.stderr_fd = o.stderr_fd;
     go.max_lost_workers = o.max_lost_workers;
+    if (coord) {
+      coord->start_watch(attempt);
+      go.external_stop = [&coord] { return coord->failure(); };
+    }
     AttemptResult a = WorkerGroup(std::move(specs), go).run(signals);
+    if (coord) coord->stop_watch();
     result.failure = a.failure;
     result.lost = a.lost;
     result.interrupted_by = a.interrupted_by;
@@ -152,7 +189,20 @@ LaunchResult launch(const LaunchOptions& o) {
       report(fmt::format("cohort run: stopped by signal {}\n", a.interrupted_by));
       return result;
     }
-    if (!a.failure) {
+    // What ended the attempt for the whole job: this node's failure (recorded
+    // for the others unless one came first), another node's, or the store's loss.
+    std::optional<std::string> job_failure;
+    if (a.failure) {
+      const WorkerFailure& f = *a.failure;
+      job_failure = fmt::format("rank {} (local rank {} on node {}, pid {}) {}", f.rank,
+                                f.local_rank, o.node_rank, f.pid, f.status.describe());
+      if (coord) job_failure = coord->report_failure(attempt, *job_failure);
+    } else if (!a.stopped_by.empty()) {
+      job_failure = a.stopped_by;
+    } else if (coord) {
+      job_failure = coord->recorded_failure(attempt);  // a node that failed as ours finished
+    }
+    if (!job_failure) {
       result.exit_code = 0;
       if (!a.lost.empty()) {
         std::string ranks;
@@ -166,19 +216,21 @@ LaunchResult launch(const LaunchOptions& o) {
       exit_barrier(o, port, token, report);
       return result;
     }
-    const WorkerFailure& f = *a.failure;
-    if (attempt < o.max_restarts) {
-      report(fmt::format("cohort run: restarting the group (restart {} of {})\n", attempt + 1,
-                         o.max_restarts));
+    const bool store_lost = job_failure->rfind("lost ", 0) == 0;
+    if (attempt < o.max_restarts && !store_lost) {
+      report(fmt::format("cohort run: restarting the {} (restart {} of {}) after: {}\n",
+                         coord ? "job on every node" : "group", attempt + 1, o.max_restarts,
+                         *job_failure));
       continue;
     }
-    result.exit_code = f.status.shell_code() != 0 ? f.status.shell_code() : 1;
-    report(fmt::format("cohort run: job failed: rank {} (local rank {} on node {}, pid {}) {}{}\n",
-                       f.rank, f.local_rank, o.node_rank, f.pid, f.status.describe(),
+    result.exit_code = 1;
+    if (a.failure && a.failure->status.shell_code() != 0)
+      result.exit_code = a.failure->status.shell_code();
+    report(fmt::format("cohort run: job failed: {}{}\n", *job_failure,
                        attempt > 0
                            ? fmt::format(" (after {} restart{})", attempt, attempt > 1 ? "s" : "")
                            : std::string()));
-    exit_barrier(o, port, token, report);
+    if (!store_lost) exit_barrier(o, port, token, report);
     return result;
   }
 }

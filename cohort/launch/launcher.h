@@ -23,9 +23,17 @@
 // its exit code or signal. SIGINT/SIGTERM to the launcher are forwarded to the
 // workers (a second one kills them) and end the job without restart.
 //
-// Multi-node: at the end (unless interrupted) every node's launcher meets the
-// others at an exit barrier in the store, so node 0 does not take the store
-// away while workers elsewhere still use it (torchrun's exit barrier).
+// Multi-node (cohort/launch/job_coordinator.h): the nodes' launchers join
+// through the store before each attempt (node 0 says which nodes it still
+// waits for, and fails after join_timeout naming them). A failure of any
+// worker on any node is written to the store; every node then stops its
+// workers, and with restarts left the whole job restarts together (every
+// worker sees the same COHORT_RESTART_COUNT); when they are spent every node
+// exits non-zero naming the failed rank and node. Losing node 0's store
+// stops this node's workers and fails the job. At the end (unless
+// interrupted) every node's launcher meets the others at an exit barrier in
+// the store, so node 0 does not take the store away while workers elsewhere
+// still use it (torchrun's exit barrier).
 //
 // Thread safety: call from one thread; it blocks SIGINT, SIGTERM and SIGCHLD
 // in that thread while it runs (signals reach it through a signalfd).
@@ -60,6 +68,16 @@ struct LaunchOptions {
   // Multi-node: how long a launcher waits at the end for the other nodes'
   // launchers, so node 0 keeps serving the store while others still use it.
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  // Multi-node: how long a launcher waits for the other nodes to join (and
+  // to come back for a restart), saying every report_interval which are
+  // missing; and how long it tries to reach node 0's store.
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(300);
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(120);
+  std::chrono::milliseconds report_interval = std::chrono::seconds(5);
+  // Given to the workers as COHORT_SOCKET_IFNAME / COHORT_CONNECT_TIMEOUT
+  // (transport/network.h); "" / 0: not set.
+  std::string interface;
+  int worker_connect_timeout_s = 0;
   int stdout_fd = 1;
   int stderr_fd = 2;  // workers' stderr and the launcher's own messages
   std::vector<std::pair<std::string, std::string>> extra_env;

@@ -89,6 +89,13 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
   };
 
   while (true) {
+    if (!stopping && options_.external_stop) {
+      if (std::optional<std::string> why = options_.external_stop()) {
+        result.stopped_by = *why;
+        report(fmt::format("cohort run: {}; stopping the workers on this node\n", *why));
+        begin_stop();
+      }
+    }
     bool all_ended = true;
     for (auto& w : workers) {
       if (!w.status) w.status = w.proc.poll();
@@ -96,7 +103,8 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
         all_ended = false;
         continue;
       }
-      if (w.status->success() || result.interrupted_by || w.reported) continue;
+      if (w.status->success() || result.interrupted_by || !result.stopped_by.empty() || w.reported)
+        continue;
       w.reported = true;
       if (!result.failure && !stopping &&
           static_cast<int>(result.lost.size()) < options_.max_lost_workers) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct WorkerFailure {
 struct AttemptResult {
   std::optional<WorkerFailure> failure;  // the first worker to fail, or one killed from outside
   int interrupted_by = 0;                // SIGINT/SIGTERM received, or 0
+  std::string stopped_by;                // external_stop's reason, or ""
   std::vector<WorkerFailure> lost;       // failures tolerated (max_lost_workers), in order
 };
 
@@ -44,6 +46,10 @@ struct WorkerGroupOptions {
   // running); the next failure stops the group as usual. For jobs that
   // survive losing workers (an asynchronous parameter server).
   int max_lost_workers = 0;
+  // Polled every loop (about every 250 ms): a reason stops the workers as a
+  // failure elsewhere in the job would (SIGTERM, grace, SIGKILL), and their
+  // exits are not failures of their own. Must not block.
+  std::function<std::optional<std::string>()> external_stop;
   bool prefix_output = true;
   int stdout_fd = 1;
   int stderr_fd = 2;

@@ -11,7 +11,8 @@
 namespace cohort::rendezvous {
 
 void wait_for_ranks(Store& store, const std::vector<std::string>& keys, int rank,
-                    const std::string& what, Duration timeout, Duration report_every) {
+                    const std::string& what, Duration timeout, Duration report_every,
+                    const char* unit) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + timeout;
@@ -32,12 +33,12 @@ void wait_for_ranks(Store& store, const std::vector<std::string>& keys, int rank
       if (m.empty()) return;
       if (Clock::now() >= deadline) {
         throw TimeoutError(fmt::format(
-            "{}: rank {} timed out after {} s waiting for ranks [{}] (not started, stuck, or "
+            "{}: {} {} timed out after {} s waiting for {}s [{}] (not started, stuck, or "
             "unable to reach the store?)",
-            what, rank, waited.count(), fmt::join(m, ", ")));
+            what, unit, rank, waited.count(), unit, fmt::join(m, ", ")));
       }
-      log(LogLevel::kWarn, "{}: rank {} still waiting after {} s for ranks [{}]", what, rank,
-          waited.count(), fmt::join(m, ", "));
+      log(LogLevel::kWarn, "{}: {} {} still waiting after {} s for {}s [{}]", what, unit, rank,
+          waited.count(), unit, fmt::join(m, ", "));
     }
   }
 }

@@ -13,8 +13,9 @@
 namespace cohort::rendezvous {
 
 // keys[r] is rank r's key. what: e.g. "group 'default': exchanging addresses".
+// unit: what the waiters are called in messages ("rank", "node").
 void wait_for_ranks(Store& store, const std::vector<std::string>& keys, int rank,
                     const std::string& what, Duration timeout,
-                    Duration report_every = std::chrono::seconds(5));
+                    Duration report_every = std::chrono::seconds(5), const char* unit = "rank");
 
 }  // namespace cohort::rendezvous

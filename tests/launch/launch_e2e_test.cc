@@ -363,4 +363,108 @@ TEST(LaunchE2E, BadArgumentsAreReported) {
   EXPECT_NE(r.err.find("cannot execute '/no/such/program'"), std::string::npos) << r.err;
 }
 
+// ---- two nodes (two launchers on this host) acting as one job ----
+
+uint16_t free_port() {
+  uint16_t port = 0;
+  cohort::UniqueFd probe = cohort::rendezvous::net::listen_tcp("127.0.0.1", 0, &port);
+  return port;
+}
+
+ChildSpec node_spec(int node, uint16_t port, std::vector<std::string> launcher_extra,
+                    std::vector<std::string> worker) {
+  ChildSpec spec;
+  spec.argv = {COHORT_BIN,      "run",       "--nproc-per-node", "1",
+               "--nnodes",      "2",         "--node-rank",      std::to_string(node),
+               "--master-addr", "127.0.0.1", "--master-port",    std::to_string(port)};
+  spec.argv.insert(spec.argv.end(), launcher_extra.begin(), launcher_extra.end());
+  spec.argv.push_back("--");
+  spec.argv.push_back(COHORT_TEST_WORKER);
+  spec.argv.insert(spec.argv.end(), worker.begin(), worker.end());
+  spec.env = environment_with({{"COHORT_TOKEN", "two-node-secret"}});
+  spec.capture_output = true;
+  return spec;
+}
+
+TEST(LaunchMultiNode, WorkerFailingOnNode1StopsBothNodesNamingIt) {
+  const uint16_t port = free_port();
+  CohortRun n0(node_spec(0, port, {}, {"fail", "1", "3"}));
+  CohortRun n1(node_spec(1, port, {}, {"fail", "1", "3"}));
+  RunResult r1 = n1.finish(60s), r0 = n0.finish(60s);
+  ASSERT_FALSE(r0.hung || r1.hung) << r0.err << r1.err;
+  EXPECT_FALSE(r0.status.success()) << r0.err;
+  EXPECT_EQ(r1.status.code, 3) << r1.err;
+  for (const RunResult* r : {&r0, &r1}) {
+    EXPECT_NE(r->err.find("cohort run: job failed: rank 1 (local rank 0 on node 1, pid"),
+              std::string::npos)
+        << r->err;
+  }
+  EXPECT_NE(r0.err.find("stopping the workers on this node"), std::string::npos) << r0.err;
+}
+
+TEST(LaunchMultiNode, FailureAnywhereRestartsTheWholeJobTogether) {
+  auto dir = temp_dir("multinode_restart");
+  const uint16_t port = free_port();
+  CohortRun n0(node_spec(0, port, {"--max-restarts", "1"}, {"resume", dir.string()}));
+  CohortRun n1(node_spec(1, port, {"--max-restarts", "1"}, {"resume", dir.string()}));
+  RunResult r0 = n0.finish(60s), r1 = n1.finish(60s);
+  ASSERT_FALSE(r0.hung || r1.hung) << r0.err << r1.err;
+  EXPECT_TRUE(r0.status.success() && r1.status.success()) << r0.out << r0.err << r1.out << r1.err;
+  EXPECT_NE(r1.out.find("[rank 1] dying at step 7"), std::string::npos) << r1.out;
+  for (const RunResult* r : {&r0, &r1}) {
+    EXPECT_NE(r->err.find("restarting the job on every node (restart 1 of 1) after: rank 1 "
+                          "(local rank 0 on node 1"),
+              std::string::npos)
+        << r->err;
+  }
+  // Both nodes' workers start attempt 1 from the checkpoint.
+  EXPECT_NE(r0.out.find("[rank 0] attempt 1 resumes at step 5"), std::string::npos) << r0.out;
+  EXPECT_NE(r1.out.find("[rank 1] attempt 1 resumes at step 5"), std::string::npos) << r1.out;
+  EXPECT_NE(r0.out.find("[rank 0] finished at step 10"), std::string::npos) << r0.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchMultiNode, SpentRestartsFailEveryNode) {
+  const uint16_t port = free_port();
+  CohortRun n0(node_spec(0, port, {"--max-restarts", "1"}, {"fail", "1", "3"}));
+  CohortRun n1(node_spec(1, port, {"--max-restarts", "1"}, {"fail", "1", "3"}));
+  RunResult r0 = n0.finish(60s), r1 = n1.finish(60s);
+  ASSERT_FALSE(r0.hung || r1.hung) << r0.err << r1.err;
+  EXPECT_FALSE(r0.status.success());
+  EXPECT_FALSE(r1.status.success());
+  for (const RunResult* r : {&r0, &r1})
+    EXPECT_NE(r->err.find("(after 1 restart)"), std::string::npos) << r->err;
+}
+
+TEST(LaunchMultiNode, NodeThatNeverJoinsIsReportedWhileWaitingThenNamed) {
+  const uint16_t port = free_port();
+  RunResult r0 = CohortRun(node_spec(0, port, {"--join-timeout", "6"}, {"env"})).finish(60s);
+  ASSERT_FALSE(r0.hung) << r0.err;
+  EXPECT_FALSE(r0.status.success());
+  EXPECT_NE(r0.err.find("waiting for the other nodes to join (store 127.0.0.1:" +
+                        std::to_string(port) + "): node 0 still waiting after"),
+            std::string::npos)
+      << r0.err;
+  EXPECT_NE(r0.err.find("node(s) 1 of 2 never joined within --join-timeout (6 s)"),
+            std::string::npos)
+      << r0.err;
+}
+
+TEST(LaunchMultiNode, LosingNode0StopsNode1AndItsWorkers) {
+  const uint16_t port = free_port();
+  CohortRun n0(node_spec(0, port, {}, {"fail", "99", "0"}));
+  CohortRun n1(node_spec(1, port, {}, {"fail", "99", "0"}));
+  // Both workers started ("started" after their barrier) before node 0 dies.
+  std::this_thread::sleep_for(3s);
+  ::kill(n0.pid(), SIGKILL);
+  RunResult r1 = n1.finish(30s);
+  n0.finish(5s);
+  ASSERT_FALSE(r1.hung) << r1.err;
+  EXPECT_FALSE(r1.status.success());
+  EXPECT_NE(r1.err.find("lost the job's store at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << r1.err;
+  EXPECT_NE(r1.out.find("[rank 1] started"), std::string::npos) << r1.out;
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cohort/base/error.h"
 #include "cohort/launch/launcher.h"
 #include "tools/cohort/command.h"
 
@@ -27,6 +28,8 @@ struct RunArgs {
   bool no_prefix = false;
   bool no_host_store = false;
   double grace_s = 5.0;
+  int join_timeout_s = 300;
+  int connect_timeout_s = 120;
 };
 
 std::function<int()> setup_run(CLI::App& app) {
@@ -54,6 +57,16 @@ std::function<int()> setup_run(CLI::App& app) {
   app.add_flag("--no-prefix", args->no_prefix, "Do not prefix output lines with [rank N]");
   app.add_flag("--no-host-store", args->no_host_store,
                "Do not host the store; rank 0 serves it on MASTER_PORT");
+  app.add_option("--interface", o.interface,
+                 "Network interface whose address the workers advertise to each other (like "
+                 "GLOO_SOCKET_IFNAME; default: the one on the route to --master-addr)");
+  app.add_option("--connect-timeout", args->connect_timeout_s,
+                 "Seconds this launcher and its workers try to reach the store and their peers "
+                 "before failing")
+      ->capture_default_str();
+  app.add_option("--join-timeout", args->join_timeout_s,
+                 "Seconds to wait for the other nodes to join (and to come back for a restart)")
+      ->capture_default_str();
   app.add_option("--grace-period", args->grace_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
@@ -71,6 +84,14 @@ std::function<int()> setup_run(CLI::App& app) {
     o.prefix_output = !args->no_prefix;
     o.host_store = !args->no_host_store;
     o.grace = std::chrono::milliseconds(static_cast<int64_t>(args->grace_s * 1000));
+    if (args->join_timeout_s <= 0 || args->connect_timeout_s <= 0) {
+      throw InvalidArgument(fmt::format(
+          "cohort run: --join-timeout and --connect-timeout must be positive, got {} and {}",
+          args->join_timeout_s, args->connect_timeout_s));
+    }
+    o.join_timeout = std::chrono::seconds(args->join_timeout_s);
+    o.connect_timeout = std::chrono::seconds(args->connect_timeout_s);
+    o.worker_connect_timeout_s = args->connect_timeout_s;
     // A closed terminal or pipe on our output must not kill the launcher (and
     // orphan the job); writes then fail quietly. Workers get default dispositions.
     std::signal(SIGPIPE, SIG_IGN);
