@@ -68,9 +68,14 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
 
 std::string JobCoordinator::report_failure(int attempt, const std::string& what) {
   const std::string key = failure_key(attempt);
+  // The watcher already found the store gone: nobody to tell.
+  if (std::optional<std::string> f = failure(); f && f->rfind("lost ", 0) == 0) return what;
   try {
+    // A fresh connection with a short deadline: a cut link must not hold
+    // this node's exit for the store's long time-out.
+    rendezvous::TcpStore store(store_options(std::chrono::seconds(5)));
     rendezvous::Bytes desired(what.begin(), what.end());
-    rendezvous::Bytes stood = store_->compare_set(key, {}, desired);
+    rendezvous::Bytes stood = store.compare_set(key, {}, desired);
     return std::string(stood.begin(), stood.end());
   } catch (const Error&) {
     return what;  // the store is gone: this node's failure is all it knows
@@ -79,8 +84,9 @@ std::string JobCoordinator::report_failure(int attempt, const std::string& what)
 
 std::optional<std::string> JobCoordinator::recorded_failure(int attempt) {
   try {
-    if (!store_->check({failure_key(attempt)})) return std::nullopt;
-    return store_->get_string(failure_key(attempt));
+    rendezvous::TcpStore store(store_options(std::chrono::seconds(5)));
+    if (!store.check({failure_key(attempt)})) return std::nullopt;
+    return store.get_string(failure_key(attempt));
   } catch (const Error& e) {
     return fmt::format("lost {}: {}", store_name(), e.what());
   }

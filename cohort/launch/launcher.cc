@@ -44,19 +44,24 @@ void validate(const LaunchOptions& o) {
 
 // Waits until every node's launcher has finished its workers; failures here
 // are reported, not thrown: the job's outcome is already decided.
+// After a failure the others are stopping too, or cannot be reached (a cut
+// link): the barrier then waits only briefly.
 void exit_barrier(const LaunchOptions& o, int port, const std::string& token,
-                  const std::function<void(std::string_view)>& report) {
+                  const std::function<void(std::string_view)>& report, bool failed = false) {
   if (o.nnodes == 1 || !o.host_store) return;
+  const std::chrono::milliseconds limit =
+      failed ? std::min<std::chrono::milliseconds>(o.exit_barrier_timeout, std::chrono::seconds(10))
+             : o.exit_barrier_timeout;
   try {
     rendezvous::TcpStoreOptions so;
     so.host = o.master_addr;
     so.port = static_cast<uint16_t>(port);
     so.token = token;
-    so.timeout = o.exit_barrier_timeout;
+    so.timeout = limit;
     rendezvous::TcpStore store(so);
     const std::string key = "__cohort_launcher/exit";
     if (store.add(key, 1) == o.nnodes) store.set(key + "/done", std::string("1"));
-    store.wait({key + "/done"}, o.exit_barrier_timeout);
+    store.wait({key + "/done"}, limit);
     // Node 0 serves the store: it leaves last, once every node has seen "done".
     if (store.add(key + "/left", 1) < o.nnodes && o.node_rank == 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -230,7 +235,7 @@ LaunchResult launch(const LaunchOptions& o) {
                        attempt > 0
                            ? fmt::format(" (after {} restart{})", attempt, attempt > 1 ? "s" : "")
                            : std::string()));
-    if (!store_lost) exit_barrier(o, port, token, report);
+    if (!store_lost) exit_barrier(o, port, token, report, /*failed=*/true);
     return result;
   }
 }

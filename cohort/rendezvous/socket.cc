@@ -16,6 +16,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::rendezvous::net {
 
@@ -88,8 +89,7 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, UniqueFd* out) {
   }
   int flags = ::fcntl(fd.get(), F_GETFL);
   ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  transport::set_nodelay(fd.get());  // and liveness probes: a dead master must show
   *out = std::move(fd);
   return 0;
 }

@@ -56,6 +56,21 @@ void set_nonblocking(int fd) {
 void set_nodelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  set_liveness(fd);
+}
+
+void set_liveness(int fd) {
+  // A peer whose host died or whose link was cut sends no FIN or RST: without
+  // these a quiet connection (a control channel, a wait for a slow peer)
+  // would look alive until the op time-out. Probes after 5 s of silence, 3
+  // unanswered 2 s apart end it; unacknowledged data ends it after 15 s.
+  int on = 1, idle = 5, interval = 2, count = 3;
+  unsigned user_timeout_ms = 15000;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
 }
 
 UniqueFd connect_tcp(const std::string& ip, uint16_t port, Clock::time_point deadline,

@@ -28,7 +28,11 @@ UniqueFd connect_tcp(const std::string& ip, uint16_t port, Clock::time_point dea
 UniqueFd accept_tcp(int listen_fd, Clock::time_point deadline, const std::string& what);
 
 void set_nonblocking(int fd);
+// TCP_NODELAY, and set_liveness.
 void set_nodelay(int fd);
+// Keepalive probes and TCP_USER_TIMEOUT, so a dead host or a cut link ends
+// the connection within about 15 s even when it is quiet.
+void set_liveness(int fd);
 
 // Writes/reads exactly n bytes (the fd may be blocking or not).
 void write_all(int fd, const void* data, size_t n, Clock::time_point deadline,

@@ -1,0 +1,197 @@
+// Jobs on two hosts (two network namespaces, tests/multihost/two_hosts.h)
+// through the real CLI: `cohort run --nnodes 2` on each, with nothing set by
+// hand but COHORT_TOKEN, as the README says. Each case ends even when cohort
+// is broken: the processes are killed after a hang guard and reported.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/multihost/two_hosts.h"
+#include "tests/train/process_util.h"
+#include "tests/train/train_test_util.h"
+
+namespace cohort::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+#define SKIP_WITHOUT_NAMESPACES() \
+  if (auto why = TwoHosts::unavailable()) GTEST_SKIP() << "two-host tests: " << *why
+
+constexpr int kPort = 29517;  // inside the namespaces: no clash with the host
+
+// `cohort run` for node `node` of 2 (one worker each) with `train` options.
+std::vector<std::string> node_argv(const TwoHosts& h, int node, std::vector<std::string> launcher,
+                                   std::vector<std::string> train) {
+  std::vector<std::string> argv = {kCohort,
+                                   "run",
+                                   "--nnodes",
+                                   "2",
+                                   "--node-rank",
+                                   std::to_string(node),
+                                   "--nproc-per-node",
+                                   "1",
+                                   "--master-addr",
+                                   h.ip(0),
+                                   "--master-port",
+                                   std::to_string(kPort)};
+  argv.insert(argv.end(), launcher.begin(), launcher.end());
+  argv.insert(argv.end(), {"--", kCohort, "train", "--dataset", "synthetic", "--threads", "1",
+                           "--seed", "7", "--synthetic-test-size", "128"});
+  argv.insert(argv.end(), train.begin(), train.end());
+  return h.in(node, argv);
+}
+
+const std::vector<std::string> kEnv = {"COHORT_TOKEN=two-host-test"};
+
+struct Nodes {
+  Finished n0, n1;
+};
+
+// Runs both nodes to their end (hang guard: limit).
+Nodes run_both(const TwoHosts& h, std::vector<std::string> launcher, std::vector<std::string> train,
+               std::chrono::seconds limit = 120s) {
+  Background b0(node_argv(h, 0, launcher, train), kEnv);
+  Background b1(node_argv(h, 1, launcher, train), kEnv);
+  Nodes n;
+  n.n0.exit_code = b0.wait(limit);
+  n.n1.exit_code = b1.wait(limit);
+  n.n0.output = b0.output();
+  n.n1.output = b1.output();
+  return n;
+}
+
+TEST(TwoHostJob, MainJobRunsWithDefaults) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  Nodes n = run_both(h, {}, {"--synthetic-train-size", "512", "--max-steps", "6"});
+  ASSERT_EQ(n.n0.exit_code, 0) << n.n0.output << n.n1.output;
+  ASSERT_EQ(n.n1.exit_code, 0) << n.n0.output << n.n1.output;
+  EXPECT_NE(n.n0.output.find("[rank 0] epoch 1"), std::string::npos) << n.n0.output;
+  EXPECT_NE(n.n0.output.find("test accuracy"), std::string::npos) << n.n0.output;
+}
+
+TEST(TwoHostJob, WrongTokenIsRefusedAndNamed) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  Background b0(node_argv(h, 0, {"--join-timeout", "8"}, {"--max-steps", "2"}), kEnv);
+  Finished n1 = run_command(node_argv(h, 1, {"--connect-timeout", "8"}, {"--max-steps", "2"}),
+                            {"COHORT_TOKEN=not-the-job-token"}, 60s);
+  const int rc0 = b0.wait(60s);
+  EXPECT_NE(n1.exit_code, 0) << n1.output;
+  EXPECT_NE(n1.output.find("token"), std::string::npos) << n1.output;
+  EXPECT_NE(rc0, 0) << b0.output();
+  EXPECT_NE(b0.output().find("node(s) 1 of 2 never joined"), std::string::npos) << b0.output();
+}
+
+TEST(TwoHostJob, WorkerKilledOnNode1FailsBothNodesNamingIt) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  const std::vector<std::string> train = {"--synthetic-train-size", "60000", "--epochs", "20"};
+  Background b0(node_argv(h, 0, {}, train), kEnv);
+  Background b1(node_argv(h, 1, {}, train), kEnv);
+  pid_t worker = -1;
+  for (int i = 0; i < 300 && worker < 0; ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (b1.output().find("[rank 0] epoch 1/20 step") != std::string::npos ||
+        b0.output().find("[rank 0] epoch 1/20 step") != std::string::npos)
+      worker = find_worker(b1.pid(), 1);
+  }
+  ASSERT_GT(worker, 0) << "training did not start\n" << b0.output() << b1.output();
+  ::kill(worker, SIGKILL);
+  const int rc1 = b1.wait(60s), rc0 = b0.wait(60s);
+  EXPECT_EQ(rc1, 128 + SIGKILL) << b1.output();
+  EXPECT_NE(rc0, 0) << b0.output();
+  EXPECT_NE(rc0, -1) << "node 0 hung\n" << b0.output();
+  for (const std::string& out : {b0.output(), b1.output()}) {
+    EXPECT_NE(out.find("job failed: rank 1 (local rank 0 on node 1"), std::string::npos) << out;
+  }
+}
+
+TEST(TwoHostJob, CutLinkIsAnErrorNotAHang) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  const std::vector<std::string> train = {"--synthetic-train-size", "60000", "--epochs", "20"};
+  Background b0(node_argv(h, 0, {}, train), kEnv);
+  Background b1(node_argv(h, 1, {}, train), kEnv);
+  for (int i = 0; i < 300; ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (b0.output().find("[rank 0] epoch 1/20 step") != std::string::npos) break;
+  }
+  ASSERT_NE(b0.output().find("epoch 1/20 step"), std::string::npos) << b0.output() << b1.output();
+  h.set_link(1, false);
+  // Keepalive and the store watcher notice within seconds; far below the ops' 300 s.
+  const int rc1 = b1.wait(90s), rc0 = b0.wait(90s);
+  EXPECT_NE(rc0, -1) << "node 0 hung after the link was cut\n" << b0.output();
+  EXPECT_NE(rc1, -1) << "node 1 hung after the link was cut\n" << b1.output();
+  EXPECT_NE(rc0, 0) << b0.output();
+  EXPECT_NE(rc1, 0) << b1.output();
+  EXPECT_NE(b1.output().find("lost the job's store"), std::string::npos) << b1.output();
+}
+
+TEST(TwoHostJob, DelayedLossyOrThrottledLinkStillCompletes) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  if (auto why = h.netem_unavailable()) {
+    // Without netem the link can still be made slow and queueing: a token
+    // bucket at 20 Mbit/s holding packets up to 50 ms.
+    std::cout << "netem unavailable (" << *why << "): throttling the link with tbf instead\n";
+    h.qdisc("tbf rate 20mbit burst 32kbit latency 50ms");
+  } else {
+    h.qdisc("netem delay 5ms loss 1%");
+  }
+  Nodes n = run_both(h, {}, {"--synthetic-train-size", "512", "--max-steps", "6"});
+  EXPECT_EQ(n.n0.exit_code, 0) << n.n0.output << n.n1.output;
+  EXPECT_EQ(n.n1.exit_code, 0) << n.n0.output << n.n1.output;
+}
+
+TEST(TwoHostJob, RestartAcrossNodesEndsWhereAnUninterruptedRunEnds) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  const std::string straight = make_temp_dir("twohost-straight");
+  const std::string restarted = make_temp_dir("twohost-restarted");
+  // 1024 examples: 8 steps of 64 per rank and epoch; 3 epochs, checkpoints every 4 steps.
+  auto train = [](const std::string& dir) {
+    return std::vector<std::string>{"--synthetic-train-size",
+                                    "1024",
+                                    "--epochs",
+                                    "3",
+                                    "--checkpoint-dir",
+                                    dir,
+                                    "--checkpoint-every",
+                                    "4",
+                                    "--resume",
+                                    "auto",
+                                    "--lr",
+                                    "0.002"};
+  };
+  Nodes s = run_both(h, {}, train(straight));
+  ASSERT_EQ(s.n0.exit_code, 0) << s.n0.output << s.n1.output;
+
+  Background b0(node_argv(h, 0, {"--max-restarts", "1"}, train(restarted)), kEnv);
+  Background b1(node_argv(h, 1, {"--max-restarts", "1"}, train(restarted)), kEnv);
+  pid_t worker = -1;
+  for (int i = 0; i < 600 && worker < 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    if (b0.output().find("checkpoint: ") != std::string::npos) worker = find_worker(b1.pid(), 1);
+  }
+  ASSERT_GT(worker, 0) << b0.output() << b1.output();
+  ::kill(worker, SIGKILL);
+  const int rc0 = b0.wait(120s), rc1 = b1.wait(120s);
+  ASSERT_EQ(rc0, 0) << b0.output() << b1.output();
+  ASSERT_EQ(rc1, 0) << b0.output() << b1.output();
+  for (const std::string& out : {b0.output(), b1.output()})
+    EXPECT_NE(out.find("restarting the job on every node (restart 1 of 1)"), std::string::npos)
+        << out;
+  EXPECT_NE(b0.output().find("resumed from"), std::string::npos) << b0.output();
+  expect_same_tensors(step_dir(straight, 24) + "/model.safetensors",
+                      step_dir(restarted, 24) + "/model.safetensors");
+}
+
+}  // namespace
+}  // namespace cohort::test
