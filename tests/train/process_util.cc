@@ -77,13 +77,15 @@ Background::~Background() {
 }
 
 int Background::wait(std::chrono::milliseconds timeout) {
+  if (reaped_) return exit_code_;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     int status = 0;
     pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       reaped_ = true;
-      return decode(status);
+      exit_code_ = decode(status);
+      return exit_code_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

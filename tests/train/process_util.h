@@ -31,13 +31,15 @@ class Background {
   Background& operator=(const Background&) = delete;
 
   pid_t pid() const { return pid_; }
-  // Waits up to `timeout`; -1 when still running then.
+  // Waits up to `timeout`; -1 when still running then. Once it ended, the
+  // same exit code every time.
   int wait(std::chrono::milliseconds timeout);
   std::string output() const;
 
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int exit_code_ = -1;
   std::string out_path_;
 };
 

@@ -1,0 +1,307 @@
+// bench_chaos: how cohort ends when things break. Runs short training jobs
+// (`cohort run ... cohort train`, synthetic data) on one host and on two hosts
+// (network namespaces, tests/multihost/two_hosts.h; root only), injects one
+// fault at a random moment -- SIGKILL to a random worker, or on two hosts a
+// cut link -- and measures:
+//   hangs          processes still running 90 s after the fault (then killed);
+//   fault -> exit  time from the fault until every process of the job ended
+//                  (median and worst);
+//   leftovers      processes of the job alive after its launchers ended (found
+//                  by the job's unique COHORT_TOKEN in /proc/*/environ) and
+//                  /dev/shm/cohort-* segments the job left;
+//   restarts       jobs run with --max-restarts 1 and checkpoints that were hit
+//                  after their first checkpoint: whether they finished with
+//                  every step done after resuming from it.
+//
+//   bench_chaos [--jobs 100] [--seed 1] [--one-host-only]
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/cpu.h"
+#include "tests/multihost/two_hosts.h"
+#include "tests/train/process_util.h"
+
+using namespace std::chrono_literals;
+using cohort::test::Background;
+using cohort::test::TwoHosts;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kCohort = COHORT_BIN;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Pids whose environment holds COHORT_TOKEN=token.
+std::vector<pid_t> job_processes(const std::string& token) {
+  std::vector<pid_t> out;
+  const std::string want = "COHORT_TOKEN=" + token;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid == ::getpid()) continue;
+    const std::string env = read("/proc/" + std::string(e->d_name) + "/environ");
+    for (size_t pos = 0; pos < env.size();) {
+      size_t nul = env.find('\0', pos);
+      if (nul == std::string::npos) nul = env.size();
+      if (env.compare(pos, nul - pos, want) == 0) {
+        // Zombies have ended; their parent reaps them.
+        const std::string stat = read("/proc/" + std::string(e->d_name) + "/stat");
+        const size_t paren = stat.rfind(')');
+        if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z')
+          out.push_back(static_cast<pid_t>(pid));
+        break;
+      }
+      pos = nul + 1;
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::set<std::string> shm_segments() {
+  std::set<std::string> out;
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "cohort-", 7) == 0) out.insert(e->d_name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+struct JobResult {
+  bool two_hosts = false;
+  std::string fault;  // "kill rank R" or "cut link"
+  bool restartable = false;
+  bool hung = false;
+  double fault_to_exit_s = 0;
+  int leftover_processes = 0;
+  int leftover_segments = 0;
+  bool resumed_correctly = false;
+  bool fault_landed = true;  // false: the job ended before the fault
+};
+
+struct Job {
+  int index = 0;
+  bool two_hosts = false;
+  bool cut_link = false;
+  bool restartable = false;
+  double delay_s = 0;  // after training started
+  int victim_rank = 0;
+};
+
+std::vector<std::string> train_args(const Job& j, const std::string& dir) {
+  std::vector<std::string> a = {"--",        kCohort,     "train", "--dataset",
+                                "synthetic", "--threads", "1",     "--synthetic-test-size",
+                                "128"};
+  // Restartable: 2 epochs of 8192 examples, 128 steps of 128, checkpoints every 16 steps.
+  const std::vector<std::string> more =
+      j.restartable ? std::vector<std::string>{"--synthetic-train-size",
+                                               "8192",
+                                               "--epochs",
+                                               "2",
+                                               "--checkpoint-dir",
+                                               dir,
+                                               "--checkpoint-every",
+                                               "16",
+                                               "--resume",
+                                               "auto"}
+                    : std::vector<std::string>{"--synthetic-train-size", "60000", "--epochs", "50"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+JobResult run_job(const Job& j, const TwoHosts* hosts) {
+  JobResult r;
+  r.two_hosts = j.two_hosts;
+  r.restartable = j.restartable;
+  const std::string token = "chaos-" + std::to_string(::getpid()) + "-" + std::to_string(j.index);
+  const std::string dir = cohort::test::make_temp_dir("chaos" + std::to_string(j.index));
+  const std::set<std::string> shm_before = shm_segments();
+  std::vector<std::string> restart;
+  if (j.restartable) restart = {"--max-restarts", "1"};
+  std::vector<std::unique_ptr<Background>> launchers;
+  const std::vector<std::string> env = {"COHORT_TOKEN=" + token};
+  if (!j.two_hosts) {
+    std::vector<std::string> argv = {kCohort, "run", "--nproc-per-node", "2"};
+    argv.insert(argv.end(), restart.begin(), restart.end());
+    auto t = train_args(j, dir);
+    argv.insert(argv.end(), t.begin(), t.end());
+    launchers.push_back(std::make_unique<Background>(argv, env));
+  } else {
+    for (int node = 0; node < 2; ++node) {
+      std::vector<std::string> argv = {kCohort,
+                                       "run",
+                                       "--nnodes",
+                                       "2",
+                                       "--node-rank",
+                                       std::to_string(node),
+                                       "--nproc-per-node",
+                                       "1",
+                                       "--master-addr",
+                                       hosts->ip(0),
+                                       "--master-port",
+                                       "29531"};
+      argv.insert(argv.end(), restart.begin(), restart.end());
+      auto t = train_args(j, dir);
+      argv.insert(argv.end(), t.begin(), t.end());
+      launchers.push_back(std::make_unique<Background>(hosts->in(node, argv), env));
+    }
+  }
+  // Wait for training (or, for restartable jobs, the first checkpoint).
+  const std::string ready = j.restartable ? "checkpoint: " : "epoch 1/50 step";
+  const auto start_deadline = Clock::now() + 60s;
+  while (Clock::now() < start_deadline && launchers[0]->output().find(ready) == std::string::npos) {
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(j.delay_s));
+  auto all_ended = [&] {
+    for (auto& l : launchers)
+      if (l->wait(0ms) == -1) return false;
+    return job_processes(token).empty();
+  };
+  if (all_ended()) r.fault_landed = false;
+  const auto fault_at = Clock::now();
+  if (j.cut_link) {
+    r.fault = "cut link";
+    hosts->set_link(1, false);
+  } else {
+    r.fault = "kill rank " + std::to_string(j.victim_rank);
+    const size_t node = j.two_hosts ? static_cast<size_t>(j.victim_rank) : 0;
+    const pid_t w = cohort::test::find_worker(launchers[node]->pid(), j.victim_rank);
+    if (w > 0) {
+      ::kill(w, SIGKILL);
+    } else {
+      r.fault_landed = false;
+    }
+  }
+  while (!all_ended() && Clock::now() - fault_at < 90s) std::this_thread::sleep_for(10ms);
+  r.fault_to_exit_s = std::chrono::duration<double>(Clock::now() - fault_at).count();
+  if (!all_ended()) {
+    r.hung = true;
+    for (pid_t p : job_processes(token)) ::kill(p, SIGKILL);
+  }
+  for (auto& l : launchers) l->wait(10s);
+  std::this_thread::sleep_for(200ms);
+  r.leftover_processes = static_cast<int>(job_processes(token).size());
+  for (pid_t p : job_processes(token)) ::kill(p, SIGKILL);
+  for (const std::string& s : shm_segments())
+    if (!shm_before.count(s)) ++r.leftover_segments;
+  if (j.restartable) {
+    const std::string out = launchers[0]->output();
+    // 2 epochs x 8192 / (64 x 2 ranks) = 128 steps, the last checkpoint at step 128.
+    r.resumed_correctly = launchers[0]->wait(0ms) == 0 &&
+                          out.find("resumed from") != std::string::npos &&
+                          out.find("checkpoint: " + dir + "/step-00000128") != std::string::npos;
+    if (!r.resumed_correctly && r.fault_landed) {
+      std::printf("job %d did not resume to the end; its output ends:\n%s\n", j.index,
+                  out.substr(out.size() > 1500 ? out.size() - 1500 : 0).c_str());
+    }
+  }
+  if (j.cut_link) hosts->set_link(1, true);
+  return r;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int jobs = 100;
+  unsigned seed = 1;
+  bool one_host_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--jobs" && i + 1 < argc) {
+      jobs = std::atoi(argv[++i]);
+    } else if (a == "--seed" && i + 1 < argc) {
+      seed = static_cast<unsigned>(std::atoi(argv[++i]));
+    } else if (a == "--one-host-only") {
+      one_host_only = true;
+    } else {
+      std::fprintf(stderr, "usage: bench_chaos [--jobs N] [--seed S] [--one-host-only]\n");
+      return 2;
+    }
+  }
+  std::unique_ptr<TwoHosts> hosts;
+  if (!one_host_only) {
+    if (auto why = TwoHosts::unavailable()) {
+      std::printf("two-host jobs skipped: %s\n", why->c_str());
+    } else {
+      hosts = std::make_unique<TwoHosts>();
+    }
+  }
+  std::mt19937 rng(seed);
+  std::printf("bench_chaos: %s, %u cores; %d jobs, seed %u\n", cohort::cpu_features().model.c_str(),
+              std::thread::hardware_concurrency(), jobs, seed);
+  std::vector<JobResult> results;
+  for (int i = 0; i < jobs; ++i) {
+    Job j;
+    j.index = i;
+    j.two_hosts = hosts != nullptr && i % 2 == 1;
+    j.restartable = rng() % 5 == 0;
+    j.cut_link = j.two_hosts && !j.restartable && rng() % 5 == 0;
+    j.delay_s = std::uniform_real_distribution<double>(0.0, j.restartable ? 0.5 : 1.5)(rng);
+    j.victim_rank = static_cast<int>(rng() % 2);
+    JobResult r = run_job(j, hosts.get());
+    std::printf("job %3d  %-9s %-12s %-10s %s  %.2f s  leftovers %d/%d%s\n", i,
+                r.two_hosts ? "two-host" : "one-host", r.fault.c_str(),
+                r.restartable ? "restart" : "",
+                r.hung ? "HUNG" : (r.fault_landed ? "ended" : "ended before the fault"),
+                r.fault_to_exit_s, r.leftover_processes, r.leftover_segments,
+                r.restartable ? (r.resumed_correctly ? "  resumed ok" : "  RESUME FAILED") : "");
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+  std::printf("\n%-22s %6s %6s %10s %10s %10s %10s %12s\n", "jobs", "count", "hangs", "median s",
+              "worst s", "left proc", "left shm", "resumed ok");
+  auto row = [&](const char* name, auto pick) {
+    std::vector<double> t;
+    int n = 0, hangs = 0, procs = 0, segs = 0, restarts = 0, resumed = 0;
+    for (const JobResult& r : results) {
+      if (!pick(r) || !r.fault_landed) continue;
+      ++n;
+      hangs += r.hung;
+      procs += r.leftover_processes;
+      segs += r.leftover_segments;
+      if (!r.restartable) t.push_back(r.fault_to_exit_s);
+      if (r.restartable) {
+        ++restarts;
+        resumed += r.resumed_correctly;
+      }
+    }
+    if (n == 0) return;
+    std::printf("%-22s %6d %6d %10.2f %10.2f %10d %10d %9d/%d\n", name, n, hangs,
+                percentile(t, 0.5), t.empty() ? 0.0 : *std::max_element(t.begin(), t.end()), procs,
+                segs, resumed, restarts);
+  };
+  row("one host, kill", [](const JobResult& r) { return !r.two_hosts; });
+  row("two hosts, kill", [](const JobResult& r) { return r.two_hosts && r.fault != "cut link"; });
+  row("two hosts, cut link", [](const JobResult& r) { return r.fault == "cut link"; });
+  row("all", [](const JobResult&) { return true; });
+  std::printf("(fault -> exit: jobs without restarts; restartable jobs run on to the end)\n");
+  return 0;
+}
