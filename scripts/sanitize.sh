@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The test suite under a sanitizer (CMakePresets.json):
+#   scripts/sanitize.sh asan [--ci] [CTEST_ARGS...]   AddressSanitizer + UBSan, build-asan/
+#   scripts/sanitize.sh tsan [--ci] [CTEST_ARGS...]   ThreadSanitizer, build-tsan/
+# --ci builds and runs the layers that move bytes between processes and parse
+# what others send (transport, rendezvous, launch, collectives, distributed,
+# rpc, data, checkpoint, the fuzz corpora, DDP and the multi-host jobs): what
+# fits CI's budget on 2 cores. Without it: everything.
+# Excluded everywhere, and why: install.* (they configure and build the whole
+# project again, with its own flags: packaging, not memory safety).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-}"
+shift || true
+ci=0
+if [[ "${1:-}" == "--ci" ]]; then ci=1; shift; fi
+case "$kind" in
+  asan) preset=asan-ubsan; dir=build-asan ;;
+  tsan) preset=tsan; dir=build-tsan ;;
+  *) echo "usage: scripts/sanitize.sh asan|tsan [--ci] [ctest args]" >&2; exit 2 ;;
+esac
+supp="$PWD/scripts/sanitizers"
+# Leaks are errors; a report stops the test (so ctest shows it) and prints where.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0:suppressions=$supp/asan.supp"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+cmake --preset "$preset" >/dev/null
+exclude='^install\.'
+if [[ $ci -eq 1 ]]; then
+  # The test programs of those layers (and what they run: the CLI, the launch test worker).
+  targets=(cohort cohort_launch_test_worker cohort_collective_suite ddp_basic $(cmake --build "$dir" --target help |
+    grep -oE '^(cohort_(transport|rendezvous|launch|collectives|distributed|rpc|data|checkpoint|ddp|multihost)[a-z0-9_]*_tests|fuzz_replay_[a-z_]+)' |
+    sort -u))
+  nice cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}"
+  include='^(tcp\.|distributed\.|ddp\.|AllStores|Transports|Processes|Endpoint|Context|Socket|Network|PeerAddress|ShmPair|TcpStore|FileStore|Bootstrap|LaunchE2E|LaunchMultiNode|ChildProcess|CpuSplit|LinePrefixer|Spawn|Broadcast|Reduce\.|Failure|ProcessGroup|WorkQueue|Work\.|DistributedFault|DDP|DDPFault|RpcAgent|IdxTest|MnistTest|FashionMnist|SafetensorsTest|CheckpointTest|DistributedCheckpointTest|TwoHostJob|fuzz\.replay)'
+  cd "$dir"
+  ctest --output-on-failure --timeout 900 -j "$(nproc)" -R "$include" -E "$exclude|Measure" "$@"
+else
+  nice cmake --build "$dir" -j "$(nproc)"
+  cd "$dir"
+  ctest --output-on-failure --timeout 900 -j "$(nproc)" -E "$exclude" "$@"
+fi
