@@ -1,9 +1,13 @@
 #include "cohort/collectives/communicator.h"
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/base/log.h"
 #include "cohort/collectives/allgather_direct.h"
 #include "cohort/collectives/allgather_pull.h"
 #include "cohort/collectives/allgather_ring.h"
@@ -140,7 +144,8 @@ Communicator::Communicator(int rank, int size, CommunicatorOptions options,
       context_(std::move(context)),
       sent_(static_cast<size_t>(size), 0),
       received_(static_cast<size_t>(size), 0),
-      engine_state_(std::make_unique<EngineState>(size)) {}
+      engine_state_(std::make_unique<EngineState>(size)),
+      recorder_(options_.flight_recorder_entries) {}
 
 Communicator::~Communicator() = default;
 
@@ -167,28 +172,116 @@ void Communicator::check_usable() const {
   if (error_) std::rethrow_exception(error_);
 }
 
+namespace {
+
+// error, of the same cohort type, with `more` after its message.
+std::exception_ptr with_more(std::exception_ptr error, const std::string& more) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost& e) {
+    return std::make_exception_ptr(PeerLost(e.what() + more));
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(TimeoutError(e.what() + more));
+  } catch (const InvalidArgument& e) {
+    return std::make_exception_ptr(InvalidArgument(e.what() + more));
+  } catch (const IoError& e) {
+    return std::make_exception_ptr(IoError(e.what() + more));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(Error(e.what() + more));
+  } catch (...) {
+    return error;
+  }
+}
+
+}  // namespace
+
+std::string Communicator::compare_with_peers() {
+  if (!diag_store_ || size_ == 1) return "";
+  const std::string prefix = "cohort/flight/" + options_.name + "/rank";
+  try {
+    diag_store_->set(prefix + std::to_string(rank_), recorder_.summary());
+  } catch (const std::exception& e) {
+    return fmt::format(" [flight recorder: the store is unreachable ({})]", e.what());
+  }
+  // Ranks that fail too post within the wait; one that never does is dead,
+  // stuck outside cohort, or still computing.
+  const auto deadline = std::chrono::steady_clock::now() + options_.compare_timeout;
+  std::vector<std::string> said(static_cast<size_t>(size_));
+  int missing = size_ - 1;
+  while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || !said[static_cast<size_t>(r)].empty()) continue;
+      try {
+        if (diag_store_->check({prefix + std::to_string(r)})) {
+          said[static_cast<size_t>(r)] = diag_store_->get_string(prefix + std::to_string(r));
+          --missing;
+        }
+      } catch (const std::exception&) {
+        missing = 0;  // the store went away: report what is known
+        break;
+      }
+    }
+    if (missing > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string out =
+      fmt::format(" [flight recorder: rank {} (this one) {}", rank_, recorder_.summary());
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    out += said[static_cast<size_t>(r)].empty()
+               ? fmt::format("; rank {} did not answer within {} ms (dead, or not in a collective)",
+                             r, options_.compare_timeout.count())
+               : fmt::format("; rank {} {}", r, said[static_cast<size_t>(r)]);
+  }
+  return out + "]";
+}
+
+void Communicator::dump_flight_record() const {
+  if (options_.flight_recorder_dir.empty()) return;
+  const std::string path =
+      fmt::format("{}/flight_recorder_rank{}.json", options_.flight_recorder_dir, rank_);
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    COHORT_WARN("rank {}: cannot write the flight record to {}: {}", rank_, path,
+                std::strerror(errno));
+    return;
+  }
+  const std::string json = flight_record_json();
+  std::fwrite(json.data(), 1, json.size(), f);
+  std::fclose(f);
+}
+
 void Communicator::fail(std::exception_ptr error) {
   if (!error_) {
-    error_ = error;
     transport::AbortKind kind = transport::AbortKind::kError;
     std::string what;
+    // Time-outs and lost peers are where "who is behind?" matters; a
+    // mismatch already names both sides.
+    bool compare = false;
     try {
       std::rethrow_exception(error);
     } catch (const PeerLost& e) {
       kind = transport::AbortKind::kPeerLost;
       what = e.what();
+      compare = true;
     } catch (const InvalidArgument& e) {
       kind = transport::AbortKind::kMismatch;
       what = e.what();
     } catch (const TimeoutError& e) {
       kind = transport::AbortKind::kTimeout;
       what = e.what();
+      compare = true;
     } catch (const std::exception& e) {
       what = e.what();
     } catch (...) {
       what = "unknown error";
     }
+    // Tell the peers first: their pending ops fail now, and they post their
+    // records while this rank waits for theirs.
     context_->abort(kind, fmt::format("rank {} of group '{}' failed: {}", rank_, name(), what));
+    if (compare) error = with_more(error, compare_with_peers());
+    recorder_.fail_newest();
+    dump_flight_record();
+    error_ = error;
   }
   std::rethrow_exception(error);
 }

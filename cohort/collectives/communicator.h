@@ -68,6 +68,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/collectives/flight_recorder.h"
 #include "cohort/collectives/types.h"
 #include "cohort/rendezvous/store.h"
 #include "cohort/transport/network.h"
@@ -95,6 +96,14 @@ struct CommunicatorOptions {
   // (transport/network.h); create() waits for the others' addresses no
   // longer than network.connect_timeout either.
   transport::NetworkOptions network;
+  // The flight recorder (flight_recorder.h): how many of the last
+  // collectives it keeps (0: off), and a directory where each rank writes
+  // flight_recorder_rank<R>.json when an op fails ("" = none).
+  size_t flight_recorder_entries = 2048;
+  std::string flight_recorder_dir;
+  // On a time-out or a lost peer, how long a failing rank waits for the
+  // others' records in the store before it reports.
+  Duration compare_timeout = std::chrono::seconds(1);
 };
 
 class Communicator {
@@ -150,6 +159,15 @@ class Communicator {
   void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag = 0,
             Duration timeout = kUseDefaultTimeout);
 
+  // The last collectives (flight_recorder.h) and their JSON dump.
+  FlightRecorder& recorder() { return recorder_; }
+  std::string flight_record_json() const { return recorder_.to_json(rank_, options_.name); }
+  // The store the ranks compare their records through when an op times out
+  // or a peer fails (every rank of the group the same; null: no comparison).
+  void set_diagnostic_store(std::shared_ptr<rendezvous::Store> store) {
+    diag_store_ = std::move(store);
+  }
+
   // True once an op has failed; error() is that failure.
   bool broken() const { return static_cast<bool>(error_); }
   std::exception_ptr error() const { return error_; }
@@ -201,6 +219,12 @@ class Communicator {
   AlgoOverrides overrides_;
   bool single_copy_ = false;
   std::unique_ptr<EngineState> engine_state_;
+  FlightRecorder recorder_;
+  std::shared_ptr<rendezvous::Store> diag_store_;
+
+  // What the other ranks' records say, as a sentence for the error message.
+  std::string compare_with_peers();
+  void dump_flight_record() const;
 };
 
 }  // namespace cohort::collectives

@@ -66,8 +66,16 @@ Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
     desc_.seq = comm_.next_sequence();
     ctx_.set_op_seq(desc_.seq + 1);
   }
+  exceptions_at_start_ = std::uncaught_exceptions();
+  flight_slot_ = comm_.recorder().start(desc_);
   // deadline_ is set at the op's first stall (drive), from the clock read the
   // spin takes anyway: an op that never waits reads no clock at all.
+}
+
+Engine::~Engine() {
+  comm_.recorder().finish(flight_slot_, std::uncaught_exceptions() > exceptions_at_start_
+                                            ? OpState::kFailed
+                                            : OpState::kCompleted);
 }
 
 EngineState::EngineState(int size) {
@@ -205,6 +213,7 @@ void Engine::drive() {
       if (!deadline_set_) {
         deadline_ = idle_since + timeout_;
         deadline_set_ = true;
+        comm_.recorder().waiting(flight_slot_, idle_since);
       }
     }
     if (!yield) {

@@ -72,6 +72,11 @@ class Engine {
   // sequence number (collectives) and publishes it, sets the deadline.
   // desc.seq must already be set for kSendRecv.
   Engine(Communicator& comm, OpDesc desc, Duration timeout);
+  // Records the op's end in the flight recorder: failed when an exception is
+  // leaving the op, completed otherwise.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   const OpDesc& desc() const { return desc_; }
   Communicator& comm() { return comm_; }
@@ -115,6 +120,8 @@ class Engine {
 
   EngineState& st_;
   std::chrono::nanoseconds spin_;
+  size_t flight_slot_ = 0;
+  int exceptions_at_start_ = 0;
 };
 
 }  // namespace cohort::collectives

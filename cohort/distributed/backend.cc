@@ -56,7 +56,7 @@ std::unique_ptr<Backend> create_backend(BackendKind kind, std::shared_ptr<rendez
       COHORT_CHECK(size >= 1 && rank >= 0 && rank < size,
                    "native backend: rank must be in [0, world_size), got rank {} world_size {}",
                    rank, size);
-      return std::make_unique<NativeBackend>(*store, rank, size, options);
+      return std::make_unique<NativeBackend>(store, rank, size, options);
     case BackendKind::kMpi:
 #if COHORT_HAVE_MPI
       return MpiBackend::create_world(rank, size, options);

@@ -33,6 +33,11 @@ struct ProcessGroupOptions {
   // native: which address to advertise, the connect time-out and waiting
   // reports (transport/network.h); init_process_group fills it from env://.
   transport::NetworkOptions network;
+  // native: the flight recorder (collectives/flight_recorder.h): entries kept
+  // (0: off) and where each rank dumps it when an op fails ("": nowhere;
+  // init_process_group reads COHORT_FLIGHT_RECORDER_DIR).
+  size_t flight_recorder_entries = 2048;
+  std::string flight_recorder_dir;
 };
 
 class Backend {
@@ -47,6 +52,9 @@ class Backend {
   virtual bool ops_have_deadlines() const = 0;
   // "shm", "tcp", "self", "mpi" (the way to peer; for messages and the bench).
   virtual std::string transport_name(int peer) const = 0;
+  // The flight recorder's JSON (collectives/flight_recorder.h); "" when the
+  // backend keeps none (mpi).
+  virtual std::string flight_record() const { return ""; }
 
   virtual void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
                           Duration timeout) = 0;

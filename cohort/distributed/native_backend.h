@@ -16,13 +16,16 @@ class NativeBackend final : public Backend {
  public:
   // Meets the other size-1 ranks through the store (blocks until all arrived
   // or options.timeout passed).
-  NativeBackend(rendezvous::Store& store, int rank, int size, const ProcessGroupOptions& options);
+  // The store stays shared: the flight recorder compares ranks through it on failures.
+  NativeBackend(std::shared_ptr<rendezvous::Store> store, int rank, int size,
+                const ProcessGroupOptions& options);
 
   BackendKind kind() const override { return BackendKind::kNative; }
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
   bool ops_have_deadlines() const override { return true; }
   std::string transport_name(int peer) const override { return comm_->transport_name(peer); }
+  std::string flight_record() const override { return comm_->flight_record_json(); }
 
   void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op, Duration timeout) override;
   void broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) override;

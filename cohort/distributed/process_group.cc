@@ -90,6 +90,11 @@ std::string ProcessGroup::transport_name(int peer) const {
   return backend_->transport_name(peer);
 }
 
+std::string ProcessGroup::flight_record() const {
+  std::lock_guard<std::mutex> lk(issue_mu_);
+  return destroyed_ ? std::string() : backend_->flight_record();
+}
+
 std::shared_ptr<detail::WorkState> ProcessGroup::fresh_state() {
   // The last op's state, when no Work refers to it any more, serves again:
   // a blocking op then allocates (and destroys) no state, mutex or condvar.

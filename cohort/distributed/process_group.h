@@ -82,6 +82,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   const std::vector<int>& world_ranks() const { return world_ranks_; }
   // "shm", "tcp", "self" or "mpi": how this rank reaches `peer` (group rank).
   std::string transport_name(int peer) const;
+  // The last collectives of this group, as JSON (collectives/flight_recorder.h);
+  // "" for mpi. Any thread, any time.
+  std::string flight_record() const;
 
   // A subgroup of this group's ranks `ranks` (this group's numbering; empty =
   // all). Every rank of this group must call it, in the same order relative to
