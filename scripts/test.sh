@@ -4,5 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh --tests
 scripts/build.sh
-cd build
-ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@"
+(cd build && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")
+# CI (CI=true) also runs the layers that talk to other processes under
+# AddressSanitizer + UBSan (scripts/sanitize.sh; the whole suite: without --ci).
+if [[ -n "${CI:-}" ]]; then
+  scripts/sanitize.sh asan --ci
+fi
