@@ -297,6 +297,12 @@ std::shared_ptr<RpcAgent> init_rpc(std::string name, int rank, int world_size,
 
 std::shared_ptr<RpcAgent> init_rpc(std::string name, RpcOptions opts) {
   rendezvous::BootstrapResult b = rendezvous::bootstrap("env://");
+  // env:// knows the master and the address settings: use them unless the
+  // caller chose an address or interface itself.
+  if (opts.network.address.empty() && opts.network.interface.empty() &&
+      opts.network.master_addr.empty()) {
+    opts.network = b.network;
+  }
   return init_rpc(std::move(name), b.rank, b.world_size, b.store, std::move(opts));
 }
 

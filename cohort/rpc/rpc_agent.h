@@ -171,7 +171,8 @@ class RpcAgent final {
 std::shared_ptr<RpcAgent> init_rpc(std::string name, int rank, int world_size,
                                    std::shared_ptr<rendezvous::Store> store, RpcOptions opts = {});
 // Same over env:// (rendezvous::bootstrap: MASTER_ADDR, MASTER_PORT, RANK,
-// WORLD_SIZE as `cohort run` and cohort::spawn set them).
+// WORLD_SIZE as `cohort run` and cohort::spawn set them, and the address
+// settings of BootstrapResult::network unless opts.network names some).
 std::shared_ptr<RpcAgent> init_rpc(std::string name, RpcOptions opts = {});
 
 }  // namespace cohort::rpc
