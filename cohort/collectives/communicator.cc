@@ -211,6 +211,12 @@ std::string Communicator::compare_with_peers() {
   while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || !said[static_cast<size_t>(r)].empty()) continue;
+      if (context_->peer_gone(r)) {
+        // Dead ranks never answer: do not wait for them.
+        said[static_cast<size_t>(r)] = "is gone (its connection closed: the process died)";
+        --missing;
+        continue;
+      }
       try {
         if (diag_store_->check({prefix + std::to_string(r)})) {
           said[static_cast<size_t>(r)] = diag_store_->get_string(prefix + std::to_string(r));

@@ -108,5 +108,30 @@ TEST(FlightRecorder, TimeoutNamesWhereEveryRankIs) {
   std::filesystem::remove_all(dir);
 }
 
+// A rank that died is named as gone at once: no waiting for its answer.
+TEST(FlightRecorder, LostPeerIsNamedGone) {
+  const std::string name = testing::unique_name("flightgone");
+  auto status = testing::run_processes(2, 60s, [&](int rank, rendezvous::Store& store) {
+    CommunicatorOptions o;
+    o.name = name;
+    o.timeout = 30s;
+    auto comm = Communicator::create(store, rank, 2, o);
+    comm->set_diagnostic_store(std::shared_ptr<rendezvous::Store>(&store, [](auto*) {}));
+    comm->barrier();
+    if (rank == 1) std::_Exit(0);  // dies without a goodbye
+    float x = 1;
+    try {
+      comm->all_reduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+      throw Error("all_reduce with a dead peer did not fail");
+    } catch (const PeerLost& e) {
+      const std::string m = e.what();
+      if (m.find("rank 1 is gone (its connection closed") == std::string::npos ||
+          m.find("rank 0 (this one) is in all_reduce #1") == std::string::npos)
+        throw Error("flight recorder comparison missing in: " + m);
+    }
+  });
+  for (int s : status) EXPECT_TRUE(testing::exited_ok(s));
+}
+
 }  // namespace
 }  // namespace cohort::collectives

@@ -122,6 +122,17 @@ void Context::read_control(int p) {
   throw_abort(static_cast<AbortKind>(f.kind), message);
 }
 
+bool Context::peer_gone(int p) const {
+  const auto& peer = peers_[static_cast<size_t>(p)];
+  if (p == rank_ || !peer.control.valid()) return false;
+  char c;
+  ssize_t r;
+  do {
+    r = ::recv(peer.control.get(), &c, 1, MSG_DONTWAIT | MSG_PEEK);
+  } while (r < 0 && errno == EINTR);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
 void Context::check_peers() {
   if (aborted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(control_write_mu_);

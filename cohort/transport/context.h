@@ -79,6 +79,9 @@ class Context {
   // A shm peer's published value; nullopt for TCP peers.
   std::optional<uint64_t> peer_op_seq(int peer) const;
   bool peer_left(int peer) const { return left_[static_cast<size_t>(peer)]; }
+  // Whether peer's control connection has closed or failed (the process is
+  // gone); a non-blocking look. Call from the thread running ops.
+  bool peer_gone(int peer) const;
   // Drops this rank's /dev/shm name once every peer has mapped the segment.
   void unlink_shm_name();
 
