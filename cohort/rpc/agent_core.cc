@@ -576,9 +576,12 @@ bool AgentCore::parse(Peer& p) {
       p.rpos += take;
       if (p.meta.size() < p.meta_need) return false;
       size_t nl = p.cur.name.size(), hl = p.cur.message.header().size();
-      std::memcpy(p.cur.name.data(), p.meta.data(), nl);
-      std::memcpy(p.cur.message.header().data(), p.meta.data() + nl, hl);
-      std::memcpy(p.sizes.data(), p.meta.data() + nl + hl, 8 * p.sizes.size());
+      // Empty fields have no storage: memcpy with a null pointer is undefined
+      // even for 0 bytes (UBSan found it on calls without buffers).
+      if (nl > 0) std::memcpy(p.cur.name.data(), p.meta.data(), nl);
+      if (hl > 0) std::memcpy(p.cur.message.header().data(), p.meta.data() + nl, hl);
+      if (!p.sizes.empty())
+        std::memcpy(p.sizes.data(), p.meta.data() + nl + hl, 8 * p.sizes.size());
       p.buf_index = 0;
       p.buf_offset = 0;
       p.buf.reset();

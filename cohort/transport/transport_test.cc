@@ -48,7 +48,7 @@ TEST(ShmPair, StreamSurvivesWrapAroundAndPartialTransfers) {
     } else {
       auto v = p1.peek();
       got = std::min<size_t>(v.size(), total - off);
-      std::memcpy(dst.data() + off, v.data(), got);
+      if (got > 0) std::memcpy(dst.data() + off, v.data(), got);
       p1.consume(got);
     }
     off += got;
