@@ -58,7 +58,15 @@
 #define COHORT_ISA_TABLE(Type, baseline, name) static_cast<const Type*>(baseline)
 #endif
 
-#if defined(COHORT_ISA_TARGET)
+#if defined(COHORT_ISA_TARGET) && defined(__clang__)
+// clang ignores `#pragma GCC target`; its own pragma gives every function
+// that follows the target attribute (the fuzz preset builds with clang).
+#define COHORT_ISA_STR_(x) #x
+#define COHORT_ISA_PRAGMA_(x) _Pragma(COHORT_ISA_STR_(x))
+#define COHORT_ISA_BEGIN \
+  COHORT_ISA_PRAGMA_(clang attribute push(__attribute__((target(COHORT_ISA_TARGET))), apply_to = function))
+#define COHORT_ISA_END _Pragma("clang attribute pop")
+#elif defined(COHORT_ISA_TARGET)
 #define COHORT_ISA_STR_(x) #x
 #define COHORT_ISA_PRAGMA_(x) _Pragma(COHORT_ISA_STR_(x))
 #define COHORT_ISA_BEGIN                                                                         \
