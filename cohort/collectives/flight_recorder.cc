@@ -18,16 +18,26 @@ const char* op_state_name(OpState s) {
   return "unknown";
 }
 
+namespace {
+size_t power_of_two_at_least(size_t n) {
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  return n == 0 ? 0 : p;
+}
+}  // namespace
+
 FlightRecorder::FlightRecorder(size_t capacity)
-    : capacity_(capacity), slots_(capacity > 0 ? std::make_unique<Slot[]>(capacity) : nullptr) {}
+    : capacity_(power_of_two_at_least(capacity)),
+      mask_(capacity_ > 0 ? capacity_ - 1 : 0),
+      slots_(capacity_ > 0 ? std::make_unique<Slot[]>(capacity_) : nullptr) {}
 
 void FlightRecorder::fail_newest() {
   const uint64_t n = recorded_.load(std::memory_order_acquire);
   if (capacity_ == 0 || n == 0) return;
-  Slot& s = slots_[static_cast<size_t>((n - 1) % capacity_)];
+  Slot& s = slots_[static_cast<size_t>((n - 1) & mask_)];
   const uint64_t k = s.kind.load(std::memory_order_relaxed);
   if (static_cast<OpState>(k & 0xff) == OpState::kStarted)
-    finish((n - 1) % capacity_, OpState::kFailed);
+    finish((n - 1) & mask_, OpState::kFailed);
 }
 
 std::vector<FlightEntry> FlightRecorder::snapshot() const {
@@ -35,7 +45,7 @@ std::vector<FlightEntry> FlightRecorder::snapshot() const {
   const uint64_t n = recorded_.load(std::memory_order_acquire);
   const uint64_t kept = std::min<uint64_t>(n, capacity_);
   for (uint64_t i = n - kept; i < n; ++i) {
-    const Slot& s = slots_[static_cast<size_t>(i % capacity_)];
+    const Slot& s = slots_[static_cast<size_t>(i & mask_)];
     const uint64_t k = s.kind.load(std::memory_order_acquire);
     FlightEntry e;
     e.desc.kind = static_cast<OpKind>((k >> 8) & 0xff);

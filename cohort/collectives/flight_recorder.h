@@ -43,14 +43,15 @@ struct FlightEntry {
 
 class FlightRecorder {
  public:
-  // capacity 0: records nothing.
+  // capacity 0: records nothing; others are rounded up to a power of two
+  // (a mask, not a division, picks the slot).
   explicit FlightRecorder(size_t capacity);
 
   // Returns the slot for finish()/waiting(); desc.seq must be set.
   size_t start(const OpDesc& desc) {
     if (capacity_ == 0) return 0;
     const uint64_t n = recorded_.load(std::memory_order_relaxed);
-    const size_t slot = static_cast<size_t>(n % capacity_);
+    const size_t slot = static_cast<size_t>(n & mask_);
     Slot& s = slots_[slot];
     s.seq.store(desc.seq, std::memory_order_relaxed);
     s.count.store(desc.count, std::memory_order_relaxed);
@@ -102,6 +103,7 @@ class FlightRecorder {
   }
 
   size_t capacity_;
+  uint64_t mask_ = 0;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> recorded_{0};  // entries ever started
 };

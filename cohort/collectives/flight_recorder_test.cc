@@ -28,18 +28,20 @@ OpDesc op(OpKind kind, uint64_t seq, uint64_t count) {
 }
 
 TEST(FlightRecorder, KeepsTheLastEntriesInOrderWithTheirStates) {
-  FlightRecorder r(3);
+  FlightRecorder r(3);  // rounded up to 4
+  EXPECT_EQ(r.capacity(), 4u);
   EXPECT_EQ(r.summary(), "no collective yet");
   for (uint64_t s = 0; s < 5; ++s)
     r.finish(r.start(op(OpKind::kAllReduce, s, 10)), OpState::kCompleted);
   const size_t last = r.start(op(OpKind::kBroadcast, 5, 7));
   std::vector<FlightEntry> e = r.snapshot();
-  ASSERT_EQ(e.size(), 3u);
-  EXPECT_EQ(e[0].desc.seq, 3u);
-  EXPECT_EQ(e[1].desc.seq, 4u);
-  EXPECT_EQ(e[2].desc.seq, 5u);
-  EXPECT_EQ(e[1].state, OpState::kCompleted);
-  EXPECT_EQ(e[2].state, OpState::kStarted);
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e[0].desc.seq, 2u);
+  EXPECT_EQ(e[1].desc.seq, 3u);
+  EXPECT_EQ(e[2].desc.seq, 4u);
+  EXPECT_EQ(e[3].desc.seq, 5u);
+  EXPECT_EQ(e[2].state, OpState::kCompleted);
+  EXPECT_EQ(e[3].state, OpState::kStarted);
   EXPECT_EQ(r.summary(), "is in broadcast #5 (7 float32)");
   r.waiting(last, std::chrono::steady_clock::now());
   EXPECT_EQ(r.summary().rfind("is in broadcast #5 (7 float32), waiting 0.", 0), 0u) << r.summary();
@@ -47,11 +49,11 @@ TEST(FlightRecorder, KeepsTheLastEntriesInOrderWithTheirStates) {
   EXPECT_EQ(r.summary(), "failed in broadcast #5 (7 float32)");
   auto doc = nlohmann::json::parse(r.to_json(2, "g"));
   EXPECT_EQ(doc.at("rank"), 2);
-  ASSERT_EQ(doc.at("entries").size(), 3u);
-  EXPECT_EQ(doc.at("entries")[2].at("op"), "broadcast");
-  EXPECT_EQ(doc.at("entries")[2].at("state"), "failed");
-  EXPECT_TRUE(doc.at("entries")[2].contains("waiting_since_unix_us"));
-  EXPECT_FALSE(doc.at("entries")[1].contains("waiting_since_unix_us"));
+  ASSERT_EQ(doc.at("entries").size(), 4u);
+  EXPECT_EQ(doc.at("entries")[3].at("op"), "broadcast");
+  EXPECT_EQ(doc.at("entries")[3].at("state"), "failed");
+  EXPECT_TRUE(doc.at("entries")[3].contains("waiting_since_unix_us"));
+  EXPECT_FALSE(doc.at("entries")[2].contains("waiting_since_unix_us"));
   FlightRecorder off(0);
   off.finish(off.start(op(OpKind::kAllReduce, 0, 1)), OpState::kCompleted);
   EXPECT_TRUE(off.snapshot().empty());
