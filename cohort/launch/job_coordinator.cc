@@ -66,7 +66,8 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
   }
 }
 
-std::string JobCoordinator::report_failure(int attempt, const std::string& what) {
+std::string JobCoordinator::report_failure(int attempt, const std::string& what,
+                                           bool killed_by_signal) {
   const std::string key = failure_key(attempt);
   // The watcher already found the store gone: nobody to tell.
   if (std::optional<std::string> f = failure(); f && f->rfind("lost ", 0) == 0) return what;
@@ -76,6 +77,15 @@ std::string JobCoordinator::report_failure(int attempt, const std::string& what)
     rendezvous::TcpStore store(store_options(std::chrono::seconds(5)));
     rendezvous::Bytes desired(what.begin(), what.end());
     rendezvous::Bytes stood = store.compare_set(key, {}, desired);
+    const std::string signal_key = key + "/signal";
+    if (killed_by_signal) store.compare_set(signal_key, {}, desired);
+    // The cause window: wait briefly for a killed worker elsewhere.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (true) {
+      if (store.check({signal_key})) return store.get_string(signal_key);
+      if (std::chrono::steady_clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     return std::string(stood.begin(), stood.end());
   } catch (const Error&) {
     return what;  // the store is gone: this node's failure is all it knows

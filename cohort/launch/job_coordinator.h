@@ -53,8 +53,11 @@ class JobCoordinator {
 
   void join(int attempt, const std::string& about_this_node);
   // Records `what` as attempt's failure unless another node's came first;
-  // returns the failure that stands.
-  std::string report_failure(int attempt, const std::string& what);
+  // returns the failure that stands. A worker killed by a signal takes its
+  // peers on other nodes down with it, and they may exit (with an error) and
+  // be reported first: a signal death reported within 2 s of the first
+  // failure stands as the cause instead.
+  std::string report_failure(int attempt, const std::string& what, bool killed_by_signal);
   // The failure recorded for `attempt`, if any (a store read).
   std::optional<std::string> recorded_failure(int attempt);
 

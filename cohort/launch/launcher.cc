@@ -201,7 +201,7 @@ LaunchResult launch(const LaunchOptions& o) {
       const WorkerFailure& f = *a.failure;
       job_failure = fmt::format("rank {} (local rank {} on node {}, pid {}) {}", f.rank,
                                 f.local_rank, o.node_rank, f.pid, f.status.describe());
-      if (coord) job_failure = coord->report_failure(attempt, *job_failure);
+      if (coord) job_failure = coord->report_failure(attempt, *job_failure, f.status.signal != 0);
     } else if (!a.stopped_by.empty()) {
       job_failure = a.stopped_by;
     } else if (coord) {

@@ -37,7 +37,11 @@ using namespace std::chrono_literals;
 
 std::string temp_path() {
   static int counter = 0;
-  return fmt::format("/tmp/cohort-rpc-test-{}-{}", ::getpid(), counter++);
+  // PIDs are reused: a store file left by an earlier run under this pid
+  // would hand this job that run's addresses.
+  std::string path = fmt::format("/tmp/cohort-rpc-test-{}-{}", ::getpid(), counter++);
+  ::unlink(path.c_str());
+  return path;
 }
 
 // Forks n children running fn(rank); returns their wait statuses. Children

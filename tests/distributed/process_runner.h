@@ -18,9 +18,14 @@
 
 namespace cohort::testing {
 
+// A fresh path: PIDs are reused, and a store file left by an earlier run under
+// this pid would hand the new job that run's keys.
 inline std::string temp_path(const std::string& base) {
   static int counter = 0;
-  return "/tmp/" + base + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  std::string path =
+      "/tmp/" + base + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  ::unlink(path.c_str());
+  return path;
 }
 
 inline std::vector<int> run_processes(int n, std::chrono::seconds limit,
