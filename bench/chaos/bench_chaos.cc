@@ -8,10 +8,15 @@
 //                  (median and worst);
 //   leftovers      processes of the job alive after its launchers ended (found
 //                  by the job's unique COHORT_TOKEN in /proc/*/environ) and
-//                  /dev/shm/cohort-* segments the job left;
+//                  /dev/shm/cohort-<pid>-* segments whose creator was one of
+//                  the job's processes (other programs' segments on the same
+//                  machine are not counted);
 //   restarts       jobs run with --max-restarts 1 and checkpoints that were hit
-//                  after their first checkpoint: whether they finished with
-//                  every step done after resuming from it.
+//                  after their first checkpoint: resumed correctly when both
+//                  nodes exited 0, the job said it resumed from a checkpoint,
+//                  and its final model.safetensors holds bit for bit the
+//                  tensors of an uninterrupted run's (run once per host kind
+//                  at the start; the runs are deterministic).
 //
 //   bench_chaos [--jobs 100] [--seed 1] [--one-host-only]
 #include <dirent.h>
@@ -26,11 +31,13 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cohort/base/cpu.h"
+#include "cohort/checkpoint/safetensors.h"
 #include "tests/multihost/two_hosts.h"
 #include "tests/train/process_util.h"
 
@@ -77,16 +84,39 @@ std::vector<pid_t> job_processes(const std::string& token) {
   return out;
 }
 
-std::set<std::string> shm_segments() {
-  std::set<std::string> out;
+// /dev/shm/cohort-<creator pid>-<random> (cohort/transport/shm_segment.cc)
+// created by one of `pids`.
+int segments_of(const std::set<pid_t>& pids) {
+  int n = 0;
   DIR* d = ::opendir("/dev/shm");
-  if (d == nullptr) return out;
+  if (d == nullptr) return n;
   while (dirent* e = ::readdir(d)) {
-    if (std::strncmp(e->d_name, "cohort-", 7) == 0) out.insert(e->d_name);
+    long pid = 0;
+    char rest[64];
+    if (std::sscanf(e->d_name, "cohort-%ld-%60s", &pid, rest) == 2 &&
+        pids.count(static_cast<pid_t>(pid)))
+      ++n;
   }
   ::closedir(d);
-  return out;
+  return n;
 }
+
+// Bit for bit the same tensors; the reason when not.
+std::string compare_models(const std::string& a, const std::string& b) {
+  try {
+    auto ta = cohort::checkpoint::load_safetensors(a).tensors;
+    auto tb = cohort::checkpoint::load_safetensors(b).tensors;
+    if (ta.keys() != tb.keys()) return "different tensor names in " + a + " and " + b;
+    for (const auto& [name, t] : ta) {
+      if (!cohort::equal(t, tb.at(name))) return name + " differs between " + a + " and " + b;
+    }
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+constexpr int kRestartableSteps = 128;  // 2 epochs x 8192 examples / (64 x 2 ranks)
 
 struct JobResult {
   bool two_hosts = false;
@@ -113,7 +143,7 @@ std::vector<std::string> train_args(const Job& j, const std::string& dir) {
   std::vector<std::string> a = {"--",        kCohort,     "train", "--dataset",
                                 "synthetic", "--threads", "1",     "--synthetic-test-size",
                                 "128"};
-  // Restartable: 2 epochs of 8192 examples, 128 steps of 128, checkpoints every 16 steps.
+  // Restartable: 2 epochs of 8192 examples (kRestartableSteps), checkpoints every 16 steps.
   const std::vector<std::string> more =
       j.restartable ? std::vector<std::string>{"--synthetic-train-size",
                                                "8192",
@@ -130,13 +160,23 @@ std::vector<std::string> train_args(const Job& j, const std::string& dir) {
   return a;
 }
 
-JobResult run_job(const Job& j, const TwoHosts* hosts) {
-  JobResult r;
-  r.two_hosts = j.two_hosts;
-  r.restartable = j.restartable;
-  const std::string token = "chaos-" + std::to_string(::getpid()) + "-" + std::to_string(j.index);
-  const std::string dir = cohort::test::make_temp_dir("chaos" + std::to_string(j.index));
-  const std::set<std::string> shm_before = shm_segments();
+std::string final_model(const std::string& dir) {
+  char step[32];
+  std::snprintf(step, sizeof(step), "/step-%08d", kRestartableSteps);
+  return dir + step + "/model.safetensors";
+}
+
+// The final model of an uninterrupted restartable job (per host kind): what a
+// restarted one must end with.
+struct References {
+  std::string one_host, two_hosts;
+};
+
+// The job's launchers: one `cohort run` with two workers, or one with one
+// worker in each host's namespace.
+std::vector<std::unique_ptr<Background>> start_job(const Job& j, const TwoHosts* hosts,
+                                                   const std::string& dir,
+                                                   const std::string& token) {
   std::vector<std::string> restart;
   if (j.restartable) restart = {"--max-restarts", "1"};
   std::vector<std::unique_ptr<Background>> launchers;
@@ -167,18 +207,58 @@ JobResult run_job(const Job& j, const TwoHosts* hosts) {
       launchers.push_back(std::make_unique<Background>(hosts->in(node, argv), env));
     }
   }
+  return launchers;
+}
+
+// Runs a restartable job without a fault; the path of its final model.
+std::string reference_run(bool two_hosts, const TwoHosts* hosts) {
+  Job j;
+  j.index = two_hosts ? -2 : -1;
+  j.two_hosts = two_hosts;
+  j.restartable = true;
+  const std::string dir = cohort::test::make_temp_dir(two_hosts ? "chaos-ref2" : "chaos-ref1");
+  auto launchers = start_job(
+      j, hosts, dir, "chaos-" + std::to_string(::getpid()) + (two_hosts ? "-ref2" : "-ref1"));
+  for (auto& l : launchers) {
+    const int rc = l->wait(180s);
+    if (rc != 0) {
+      throw std::runtime_error(std::string("the uninterrupted ") +
+                               (two_hosts ? "two-host" : "one-host") + " reference run " +
+                               (rc == -1 ? "hung" : "exited " + std::to_string(rc)) + ":\n" +
+                               l->output());
+    }
+  }
+  return final_model(dir);
+}
+
+JobResult run_job(const Job& j, const TwoHosts* hosts, const References& refs) {
+  JobResult r;
+  r.two_hosts = j.two_hosts;
+  r.restartable = j.restartable;
+  const std::string token = "chaos-" + std::to_string(::getpid()) + "-" + std::to_string(j.index);
+  const std::string dir = cohort::test::make_temp_dir("chaos" + std::to_string(j.index));
+  std::set<pid_t> seen;  // every process of the job, for its shm segments
+  auto launchers = start_job(j, hosts, dir, token);
+  // Also notes the job's processes, whose shm segments count as its own.
+  auto all_ended = [&] {
+    const std::vector<pid_t> alive = job_processes(token);
+    seen.insert(alive.begin(), alive.end());
+    for (auto& l : launchers)
+      if (l->wait(0ms) == -1) return false;
+    return alive.empty();
+  };
   // Wait for training (or, for restartable jobs, the first checkpoint).
   const std::string ready = j.restartable ? "checkpoint: " : "epoch 1/50 step";
   const auto start_deadline = Clock::now() + 60s;
   while (Clock::now() < start_deadline && launchers[0]->output().find(ready) == std::string::npos) {
+    all_ended();
     std::this_thread::sleep_for(20ms);
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(j.delay_s));
-  auto all_ended = [&] {
-    for (auto& l : launchers)
-      if (l->wait(0ms) == -1) return false;
-    return job_processes(token).empty();
-  };
+  const auto fault_due = Clock::now() + std::chrono::duration<double>(j.delay_s);
+  while (Clock::now() < fault_due) {
+    all_ended();
+    std::this_thread::sleep_for(20ms);
+  }
   if (all_ended()) r.fault_landed = false;
   const auto fault_at = Clock::now();
   if (j.cut_link) {
@@ -204,17 +284,23 @@ JobResult run_job(const Job& j, const TwoHosts* hosts) {
   std::this_thread::sleep_for(200ms);
   r.leftover_processes = static_cast<int>(job_processes(token).size());
   for (pid_t p : job_processes(token)) ::kill(p, SIGKILL);
-  for (const std::string& s : shm_segments())
-    if (!shm_before.count(s)) ++r.leftover_segments;
+  r.leftover_segments = segments_of(seen);
   if (j.restartable) {
     const std::string out = launchers[0]->output();
-    // 2 epochs x 8192 / (64 x 2 ranks) = 128 steps, the last checkpoint at step 128.
-    r.resumed_correctly = launchers[0]->wait(0ms) == 0 &&
-                          out.find("resumed from") != std::string::npos &&
-                          out.find("checkpoint: " + dir + "/step-00000128") != std::string::npos;
+    bool all_ok = true;
+    for (auto& l : launchers) all_ok = all_ok && l->wait(0ms) == 0;
+    std::string why;
+    if (!all_ok) {
+      why = "a node exited non-zero";
+    } else if (out.find("resumed from") == std::string::npos) {
+      why = "it did not say it resumed from a checkpoint";
+    } else {
+      why = compare_models(final_model(dir), j.two_hosts ? refs.two_hosts : refs.one_host);
+    }
+    r.resumed_correctly = why.empty();
     if (!r.resumed_correctly && r.fault_landed) {
-      std::printf("job %d did not resume to the end; its output ends:\n%s\n", j.index,
-                  out.substr(out.size() > 1500 ? out.size() - 1500 : 0).c_str());
+      std::printf("job %d did not resume correctly (%s); node 0's output ends:\n%s\n", j.index,
+                  why.c_str(), out.substr(out.size() > 1500 ? out.size() - 1500 : 0).c_str());
     }
   }
   if (j.cut_link) hosts->set_link(1, true);
@@ -257,6 +343,15 @@ int main(int argc, char** argv) {
   std::mt19937 rng(seed);
   std::printf("bench_chaos: %s, %u cores; %d jobs, seed %u\n", cohort::cpu_features().model.c_str(),
               std::thread::hardware_concurrency(), jobs, seed);
+  std::fflush(stdout);
+  References refs;
+  try {
+    refs.one_host = reference_run(false, hosts.get());
+    if (hosts) refs.two_hosts = reference_run(true, hosts.get());
+  } catch (const std::exception& e) {
+    std::printf("bench_chaos: %s\n", e.what());
+    return 1;
+  }
   std::vector<JobResult> results;
   for (int i = 0; i < jobs; ++i) {
     Job j;
@@ -266,7 +361,7 @@ int main(int argc, char** argv) {
     j.cut_link = j.two_hosts && !j.restartable && rng() % 5 == 0;
     j.delay_s = std::uniform_real_distribution<double>(0.0, j.restartable ? 0.5 : 1.5)(rng);
     j.victim_rank = static_cast<int>(rng() % 2);
-    JobResult r = run_job(j, hosts.get());
+    JobResult r = run_job(j, hosts.get(), refs);
     std::printf("job %3d  %-9s %-12s %-10s %s  %.2f s  leftovers %d/%d%s\n", i,
                 r.two_hosts ? "two-host" : "one-host", r.fault.c_str(),
                 r.restartable ? "restart" : "",
@@ -282,9 +377,11 @@ int main(int argc, char** argv) {
     std::vector<double> t;
     int n = 0, hangs = 0, procs = 0, segs = 0, restarts = 0, resumed = 0;
     for (const JobResult& r : results) {
-      if (!pick(r) || !r.fault_landed) continue;
-      ++n;
+      if (!pick(r)) continue;
+      // A job that hung counts even when its fault never landed.
       hangs += r.hung;
+      if (!r.fault_landed) continue;
+      ++n;
       procs += r.leftover_processes;
       segs += r.leftover_segments;
       if (!r.restartable) t.push_back(r.fault_to_exit_s);
@@ -302,6 +399,11 @@ int main(int argc, char** argv) {
   row("two hosts, kill", [](const JobResult& r) { return r.two_hosts && r.fault != "cut link"; });
   row("two hosts, cut link", [](const JobResult& r) { return r.fault == "cut link"; });
   row("all", [](const JobResult&) { return true; });
-  std::printf("(fault -> exit: jobs without restarts; restartable jobs run on to the end)\n");
+  const auto missed = std::count_if(results.begin(), results.end(),
+                                    [](const JobResult& r) { return !r.fault_landed; });
+  std::printf(
+      "(fault -> exit: jobs without restarts; restartable jobs run on to the end. "
+      "%ld job(s) ended before their fault and are left out)\n",
+      static_cast<long>(missed));
   return 0;
 }
