@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -11,23 +12,36 @@
 namespace cohort::test {
 namespace {
 
-constexpr const char* kPrefix = "cohorth";  // cohorth<pid>x<n><a|b>
+constexpr const char* kPrefix = "cohorth";  // namespaces: cohorth<pid>x<n><a|b>
+constexpr const char* kLinkPrefix = "coh";  // veth ends: coh<pid>x<n % 100><a|b>
 
-// Namespaces of earlier runs whose process is gone.
-void remove_stale() {
-  std::FILE* p = ::popen("ip netns list 2>/dev/null", "r");
-  if (p == nullptr) return;
-  char line[256];
+// Names in `command`'s output (one per line, up to the first space, ':' or
+// '@') that start with prefix<pid>x and whose pid is gone.
+std::vector<std::string> stale(const std::string& command, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char line[512];
   while (std::fgets(line, sizeof(line), p) != nullptr) {
     std::string name(line);
-    name = name.substr(0, name.find_first_of(" \n"));
-    if (name.rfind(kPrefix, 0) != 0) continue;
-    const long pid = std::atol(name.c_str() + std::string(kPrefix).size());
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0) {
-      std::system(("ip netns del " + name + " 2>/dev/null").c_str());
-    }
+    name = name.substr(0, name.find_first_of(" :@\n"));
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid > 0 && *end == 'x' && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      out.push_back(name);
   }
   ::pclose(p);
+  return out;
+}
+
+// What a killed earlier run left: its namespaces (their veth ends go with
+// them) and a veth pair created but not yet moved into them.
+void remove_stale() {
+  for (const std::string& ns : stale("ip netns list 2>/dev/null", kPrefix))
+    std::system(("ip netns del " + ns + " 2>/dev/null").c_str());
+  for (const std::string& link : stale("ip -o link show 2>/dev/null | cut -d' ' -f2", kLinkPrefix))
+    std::system(("ip link del " + link + " 2>/dev/null").c_str());
 }
 
 }  // namespace
@@ -53,20 +67,32 @@ TwoHosts::TwoHosts() {
   for (int h = 0; h < 2; ++h) {
     ns_[h] = base + (h == 0 ? "a" : "b");
     ip_[h] = "10.231." + std::to_string(subnet) + "." + std::to_string(h + 1);
-    // Interface names have at most 15 characters.
-    link_[h] = "ch" + std::to_string((::getpid() % 100000) * 10 + n % 10) + (h == 0 ? "a" : "b");
+    // Interface names have at most 15 characters: "coh" + 7-digit pid + "x" + 2 + 1.
+    link_[h] = std::string(kLinkPrefix) + std::to_string(::getpid()) + "x" +
+               std::to_string(n % 100) + (h == 0 ? "a" : "b");
   }
-  sh("ip netns add " + ns_[0] + " && ip netns add " + ns_[1]);
-  sh("ip link add " + link_[0] + " type veth peer name " + link_[1]);
-  for (int h = 0; h < 2; ++h) {
-    sh("ip link set " + link_[h] + " netns " + ns_[h]);
-    sh("ip -n " + ns_[h] + " addr add " + ip_[h] + "/24 dev " + link_[h]);
-    sh("ip -n " + ns_[h] + " link set lo up && ip -n " + ns_[h] + " link set " + link_[h] + " up");
+  try {
+    sh("ip netns add " + ns_[0] + " && ip netns add " + ns_[1]);
+    sh("ip link add " + link_[0] + " type veth peer name " + link_[1]);
+    for (int h = 0; h < 2; ++h) {
+      sh("ip link set " + link_[h] + " netns " + ns_[h]);
+      sh("ip -n " + ns_[h] + " addr add " + ip_[h] + "/24 dev " + link_[h]);
+      sh("ip -n " + ns_[h] + " link set lo up && ip -n " + ns_[h] + " link set " + link_[h] +
+         " up");
+    }
+  } catch (...) {
+    // The destructor does not run for a half-built fixture.
+    remove();
+    throw;
   }
 }
 
-TwoHosts::~TwoHosts() {
+TwoHosts::~TwoHosts() { remove(); }
+
+void TwoHosts::remove() noexcept {
   for (int h = 0; h < 2; ++h) std::system(("ip netns del " + ns_[h] + " 2>/dev/null").c_str());
+  // Only there when the pair was never moved into the namespaces.
+  std::system(("ip link del " + link_[0] + " 2>/dev/null").c_str());
 }
 
 std::vector<std::string> TwoHosts::in(int host, const std::vector<std::string>& argv) const {

@@ -6,8 +6,9 @@
 //
 // Needs root and `ip` (iproute2); unavailable() says why not, and the tests
 // skip with that reason. The destructor deletes the namespaces (the veth pair
-// goes with them); namespaces left by a killed test run are removed when their
-// creator's pid is gone.
+// goes with them); namespaces and veth ends left by a killed run are removed
+// by the next fixture when their creator's pid is gone. Not thread-safe: one
+// thread creates, uses and destroys a fixture.
 #pragma once
 
 #include <optional>
@@ -40,6 +41,8 @@ class TwoHosts {
   std::optional<std::string> netem_unavailable() const;
 
  private:
+  void remove() noexcept;
+
   std::string ns_[2], ip_[2], link_[2];
 };
 
