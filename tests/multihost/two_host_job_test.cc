@@ -155,12 +155,14 @@ TEST(TwoHostJob, RestartAcrossNodesEndsWhereAnUninterruptedRunEnds) {
   TwoHosts h;
   const std::string straight = make_temp_dir("twohost-straight");
   const std::string restarted = make_temp_dir("twohost-restarted");
-  // 1024 examples: 8 steps of 64 per rank and epoch; 3 epochs, checkpoints every 4 steps.
+  // 1024 examples: 8 steps of 64 per rank and epoch; 8 epochs (64 steps), checkpoints every 4
+  // steps. The worker is killed after the first checkpoint: the other 60 steps leave a loaded
+  // machine time to deliver the kill before the job ends.
   auto train = [](const std::string& dir) {
     return std::vector<std::string>{"--synthetic-train-size",
                                     "1024",
                                     "--epochs",
-                                    "3",
+                                    "8",
                                     "--checkpoint-dir",
                                     dir,
                                     "--checkpoint-every",
@@ -189,8 +191,8 @@ TEST(TwoHostJob, RestartAcrossNodesEndsWhereAnUninterruptedRunEnds) {
     EXPECT_NE(out.find("restarting the job on every node (restart 1 of 1)"), std::string::npos)
         << out;
   EXPECT_NE(b0.output().find("resumed from"), std::string::npos) << b0.output();
-  expect_same_tensors(step_dir(straight, 24) + "/model.safetensors",
-                      step_dir(restarted, 24) + "/model.safetensors");
+  expect_same_tensors(step_dir(straight, 64) + "/model.safetensors",
+                      step_dir(restarted, 64) + "/model.safetensors");
 }
 
 }  // namespace
