@@ -1,14 +1,21 @@
 #include "cohort/launch/job_coordinator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/wait_for_ranks.h"
 
 namespace cohort::launch {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 const std::string kPrefix = "__cohort_launcher/";
+const std::string kStoppedKey = kPrefix + "stopped";
 
 std::string node_key(int attempt, int node) {
   return fmt::format("{}attempt{}/node{}", kPrefix, attempt, node);
@@ -16,11 +23,37 @@ std::string node_key(int attempt, int node) {
 std::string failure_key(int attempt) {
   return fmt::format("{}attempt{}/failure", kPrefix, attempt);
 }
+std::string exit_key(int attempt, int node) {
+  return fmt::format("{}attempt{}/exit/node{}", kPrefix, attempt, node);
+}
+std::string left_key(int attempt, int node) {
+  return fmt::format("{}attempt{}/left/node{}", kPrefix, attempt, node);
+}
+
+std::string as_string(const rendezvous::Bytes& b) { return std::string(b.begin(), b.end()); }
+rendezvous::Bytes as_bytes(const std::string& s) { return rendezvous::Bytes(s.begin(), s.end()); }
+
+int64_t seconds(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+}
+
+// Waits are cut into slices so a waiting node also notices a stopped job, a
+// lost store, and when to say it still waits.
+constexpr std::chrono::milliseconds kSlice(250);
 
 }  // namespace
 
 JobCoordinator::JobCoordinator(JobCoordinatorOptions options) : o_(std::move(options)) {
-  store_ = std::make_unique<rendezvous::TcpStore>(store_options(o_.connect_timeout));
+  try {
+    store_ = std::make_unique<rendezvous::TcpStore>(store_options(o_.connect_timeout));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format("node {} could not reach {} within --connect-timeout ({} s): {}",
+                                   o_.node_rank, store_name(), seconds(o_.connect_timeout),
+                                   e.what()));
+  } catch (const Error& e) {
+    throw IoError(fmt::format("node {} could not join the job through {}: {}", o_.node_rank,
+                              store_name(), e.what()));
+  }
 }
 
 JobCoordinator::~JobCoordinator() { stop_watch(); }
@@ -35,34 +68,90 @@ rendezvous::TcpStoreOptions JobCoordinator::store_options(std::chrono::milliseco
 }
 
 std::string JobCoordinator::store_name() const {
-  return fmt::format("the job's store at {}:{} (node 0's cohort run)", o_.master_addr,
-                     o_.master_port);
+  return fmt::format("the job's store at {}:{} (node 0)", o_.master_addr, o_.master_port);
+}
+
+void JobCoordinator::throw_lost(const std::string& during, const std::exception& e) const {
+  throw IoError(
+      fmt::format("lost {} while {} (node {}): {}", store_name(), during, o_.node_rank, e.what()));
+}
+
+void JobCoordinator::say(const std::string& line) const {
+  if (o_.report) o_.report(line);
+}
+
+void JobCoordinator::check_interrupted(const std::string& during) const {
+  if (!o_.interrupted) return;
+  if (int sig = o_.interrupted()) {
+    const char* name = ::sigabbrev_np(sig);
+    throw Error(
+        fmt::format("node {}: stopped by SIG{} while {}", o_.node_rank, name ? name : "?", during));
+  }
 }
 
 void JobCoordinator::join(int attempt, const std::string& about_this_node) {
-  store_->set(node_key(attempt, o_.node_rank), about_this_node);
+  const std::string during =
+      attempt == 0 ? "joining the job" : fmt::format("joining restart {}", attempt);
+  const std::string verb = attempt == 0 ? "join" : fmt::format("come back for restart {}", attempt);
   std::vector<std::string> keys;
   for (int n = 0; n < o_.nnodes; ++n) keys.push_back(node_key(attempt, n));
+  const auto start = Clock::now();
+  const auto deadline = start + o_.join_timeout;
+  auto next_report = start + o_.report_interval;
+  bool reported = false;
   try {
-    rendezvous::wait_for_ranks(
-        *store_, keys, o_.node_rank,
-        fmt::format("cohort run: waiting for the other nodes to {} (store {}:{})",
-                    attempt == 0 ? "join" : "restart", o_.master_addr, o_.master_port),
-        std::chrono::duration_cast<rendezvous::Duration>(o_.join_timeout),
-        std::chrono::duration_cast<rendezvous::Duration>(o_.report_interval), "node");
-  } catch (const TimeoutError&) {
-    std::string missing;
-    for (int n = 0; n < o_.nnodes; ++n) {
-      if (!store_->check({keys[static_cast<size_t>(n)]}))
-        missing += (missing.empty() ? "" : ", ") + std::to_string(n);
+    auto missing = [&] {
+      std::vector<int> out;
+      for (int n = 0; n < o_.nnodes; ++n)
+        if (!store_->check({keys[static_cast<size_t>(n)]})) out.push_back(n);
+      return out;
+    };
+    store_->set(node_key(attempt, o_.node_rank), about_this_node);
+    while (true) {
+      check_interrupted(during);
+      if (store_->check({kStoppedKey})) {
+        throw Error(fmt::format("node {}: the job was stopped: {}", o_.node_rank,
+                                store_->get_string(kStoppedKey)));
+      }
+      const auto now = Clock::now();
+      const auto slice =
+          std::clamp<Clock::duration>(deadline - now, std::chrono::milliseconds(1), kSlice);
+      try {
+        store_->wait(keys, std::chrono::duration_cast<rendezvous::Duration>(slice));
+        break;
+      } catch (const TimeoutError&) {
+      }
+      if (Clock::now() >= deadline) {
+        const std::vector<int> m = missing();
+        if (m.empty()) break;
+        throw TimeoutError(fmt::format(
+            "node {}: node(s) {} of {} never {} within --join-timeout ({} s): start "
+            "`cohort run --node-rank N` there with the same --nnodes ({}), --master-addr ({}), "
+            "--master-port ({}) and COHORT_TOKEN",
+            o_.node_rank, fmt::join(m, ", "), o_.nnodes,
+            attempt == 0 ? "joined" : fmt::format("came back for restart {}", attempt),
+            seconds(o_.join_timeout), o_.nnodes, o_.master_addr, o_.master_port));
+      }
+      if (Clock::now() >= next_report) {
+        const std::vector<int> m = missing();
+        if (!m.empty()) {
+          say(fmt::format(
+              "cohort run: node {} waiting for node(s) {} of {} to {} (store {}:{}), {} s\n",
+              o_.node_rank, fmt::join(m, ", "), o_.nnodes, verb, o_.master_addr, o_.master_port,
+              seconds(Clock::now() - start)));
+          reported = true;
+        }
+        next_report += o_.report_interval;
+      }
     }
-    throw TimeoutError(fmt::format(
-        "cohort run: node {}: node(s) {} of {} never {} within --join-timeout ({} s): start "
-        "`cohort run --node-rank N` there with the same --master-addr ({}), --master-port ({}) "
-        "and COHORT_TOKEN",
-        o_.node_rank, missing, o_.nnodes, attempt == 0 ? "joined" : "came back for the restart",
-        std::chrono::duration_cast<std::chrono::seconds>(o_.join_timeout).count(), o_.master_addr,
-        o_.master_port));
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const IoError& e) {
+    throw_lost(during, e);
+  }
+  if (reported) {
+    say(fmt::format("cohort run: node {}: all {} nodes {} after {} s\n", o_.node_rank, o_.nnodes,
+                    attempt == 0 ? "joined" : "came back", seconds(Clock::now() - start)));
   }
 }
 
@@ -70,35 +159,103 @@ std::string JobCoordinator::report_failure(int attempt, const std::string& what,
                                            bool killed_by_signal) {
   const std::string key = failure_key(attempt);
   // The watcher already found the store gone: nobody to tell.
-  if (std::optional<std::string> f = failure(); f && f->rfind("lost ", 0) == 0) return what;
+  if (std::optional<std::string> f = failure(); f && f->find("lost the job's store") == 0)
+    return what;
   try {
     // A fresh connection with a short deadline: a cut link must not hold
     // this node's exit for the store's long time-out.
     rendezvous::TcpStore store(store_options(std::chrono::seconds(5)));
-    rendezvous::Bytes desired(what.begin(), what.end());
+    const rendezvous::Bytes desired = as_bytes(what);
     rendezvous::Bytes stood = store.compare_set(key, {}, desired);
     const std::string signal_key = key + "/signal";
     if (killed_by_signal) store.compare_set(signal_key, {}, desired);
     // The cause window: wait briefly for a killed worker elsewhere.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    const auto until = Clock::now() + std::chrono::seconds(2);
     while (true) {
       if (store.check({signal_key})) return store.get_string(signal_key);
-      if (std::chrono::steady_clock::now() >= until) break;
+      if (Clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    return std::string(stood.begin(), stood.end());
+    return as_string(stood);
   } catch (const Error&) {
     return what;  // the store is gone: this node's failure is all it knows
   }
 }
 
-std::optional<std::string> JobCoordinator::recorded_failure(int attempt) {
+void JobCoordinator::announce_stop(int attempt, const std::string& why) {
   try {
-    rendezvous::TcpStore store(store_options(std::chrono::seconds(5)));
-    if (!store.check({failure_key(attempt)})) return std::nullopt;
-    return store.get_string(failure_key(attempt));
-  } catch (const Error& e) {
-    return fmt::format("lost {}: {}", store_name(), e.what());
+    rendezvous::TcpStore store(store_options(std::chrono::seconds(2)));
+    store.compare_set(kStoppedKey, {}, as_bytes(why));
+    store.compare_set(failure_key(attempt), {}, as_bytes(why));
+    // Nobody waits for this node at the end of the attempt.
+    store.set(exit_key(attempt, o_.node_rank), std::string("1"));
+    store.set(left_key(attempt, o_.node_rank), std::string("1"));
+  } catch (const Error&) {
+    // The store is gone or unreachable: the others find that out themselves.
+  }
+}
+
+bool JobCoordinator::job_stopped() {
+  try {
+    rendezvous::TcpStore store(store_options(std::chrono::seconds(2)));
+    return store.check({kStoppedKey});
+  } catch (const Error&) {
+    return false;  // joining the next attempt will name the lost store
+  }
+}
+
+std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failure,
+                                                  std::chrono::milliseconds limit) {
+  std::vector<std::string> keys, left;
+  for (int n = 0; n < o_.nnodes; ++n) {
+    keys.push_back(exit_key(attempt, n));
+    left.push_back(left_key(attempt, n));
+  }
+  const auto start = Clock::now();
+  const auto deadline = start + limit;
+  try {
+    auto recorded = [&]() -> std::optional<std::string> {
+      if (!watch_failure || !store_->check({failure_key(attempt)})) return std::nullopt;
+      return store_->get_string(failure_key(attempt));
+    };
+    store_->set(exit_key(attempt, o_.node_rank), std::string("1"));
+    while (true) {
+      check_interrupted("waiting for the other nodes at the end of the attempt");
+      if (std::optional<std::string> f = recorded()) return f;
+      const auto slice = std::clamp<Clock::duration>(deadline - Clock::now(),
+                                                     std::chrono::milliseconds(1), kSlice);
+      try {
+        store_->wait(keys, std::chrono::duration_cast<rendezvous::Duration>(slice));
+        break;
+      } catch (const TimeoutError&) {
+      }
+      if (Clock::now() >= deadline) {
+        std::vector<int> running;
+        for (int n = 0; n < o_.nnodes; ++n)
+          if (!store_->check({keys[static_cast<size_t>(n)]})) running.push_back(n);
+        if (running.empty()) break;
+        throw TimeoutError(fmt::format(
+            "node {}: node(s) {} of {} still running their workers {} s after this "
+            "node's ended (exit barrier)",
+            o_.node_rank, fmt::join(running, ", "), o_.nnodes, seconds(Clock::now() - start)));
+      }
+    }
+    // A failure written just before the last node reached the barrier.
+    if (std::optional<std::string> f = recorded()) return f;
+    store_->set(left_key(attempt, o_.node_rank), std::string("1"));
+    // Node 0 serves the store: it leaves last, once every node has seen the
+    // barrier done (briefly: a node that died on the way is not waited for).
+    if (o_.node_rank == 0) {
+      try {
+        store_->wait(left, std::chrono::seconds(10));
+      } catch (const TimeoutError&) {
+      }
+    }
+    return std::nullopt;
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const IoError& e) {
+    throw_lost("waiting for the other nodes at the end of the attempt", e);
   }
 }
 

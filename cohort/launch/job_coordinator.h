@@ -1,31 +1,50 @@
 // JobCoordinator: how the launchers of a multi-node job act as one, through
 // the job's store (served by node 0's launcher): torchrun's elastic agent
-// semantics with a fixed world size.
+// semantics with a fixed world size. Every step is a key under
+// "__cohort_launcher/", so any node can read where the others are.
 //
-//   join(attempt)      every node announces itself and waits for the others
-//                      before starting the attempt's workers, saying every
-//                      few seconds which nodes are missing; after the join
-//                      time-out it throws naming them. Attempt N+1 starts
-//                      only when every node has ended attempt N's workers.
+//   constructor        connects to node 0's store, retrying (and saying what
+//                      it tries) until the connect time-out; then it throws
+//                      naming this node and the store's address.
+//   join(attempt)      every node announces itself (host, address, pid,
+//                      workers) and waits for the others before starting the
+//                      attempt's workers, saying every report_interval which
+//                      nodes are missing; after the join time-out it throws
+//                      naming them. Attempt N+1 starts only when every node
+//                      has ended attempt N's workers, so a node that does
+//                      not come back fails the others instead of holding them.
 //   report_failure()   the first failure of an attempt, anywhere, is written
-//                      to the store ("rank 3 on node 1 (pid 4242) was killed
-//                      by SIGKILL");
+//                      to the store ("rank 3 (local rank 1 on node 1, pid
+//                      4242) was killed by SIGKILL");
 //   failure()          what a background watcher saw: another node's failure
 //                      of this attempt, or that the store itself is gone
 //                      (node 0 died or the link to it is cut). The launcher
 //                      then stops its own workers.
+//   announce_stop()    this launcher was interrupted (SIGINT/SIGTERM): the
+//                      attempt fails everywhere and nobody restarts.
+//   finish(attempt)    the attempt's exit barrier. A node whose workers all
+//                      succeeded still hears of a failure elsewhere in the
+//                      same attempt, and restarts with the others; node 0,
+//                      which serves the store, leaves last.
 //
+// Failure: errors name this node and the operation (the launcher prints them
+// after "cohort run: job failed: "). Losing the store is an IoError whose
+// message starts "lost the job's store at ADDR:PORT (node 0)"; a join that
+// times out is a TimeoutError naming the missing nodes.
 // Every store call has a deadline; the watcher never blocks the launcher.
-// Thread safety: join/report_failure/start_watch/stop_watch from the
-// launcher's thread; failure() from any thread.
+//
+// Thread safety: everything from the launcher's thread except failure(),
+// which any thread may call.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "cohort/rendezvous/tcp_store.h"
@@ -42,6 +61,12 @@ struct JobCoordinatorOptions {
   std::chrono::milliseconds join_timeout = std::chrono::seconds(300);
   std::chrono::milliseconds report_interval = std::chrono::seconds(5);
   std::chrono::milliseconds watch_interval = std::chrono::milliseconds(200);
+  // Where the "waiting for node(s)" lines go (the launcher's stderr); none: silent.
+  std::function<void(std::string_view)> report;
+  // Polled while join() and finish() wait (must not block): a signal number
+  // (SIGINT/SIGTERM to the launcher) ends the wait with an Error, so a
+  // launcher waiting for absent nodes stops when asked to.
+  std::function<int()> interrupted;
 };
 
 class JobCoordinator {
@@ -58,16 +83,34 @@ class JobCoordinator {
   // be reported first: a signal death reported within 2 s of the first
   // failure stands as the cause instead.
   std::string report_failure(int attempt, const std::string& what, bool killed_by_signal);
-  // The failure recorded for `attempt`, if any (a store read).
-  std::optional<std::string> recorded_failure(int attempt);
+  // This launcher was interrupted: records `why` as attempt's failure and
+  // marks the job stopped (no node restarts it); then leaves the attempt's
+  // exit barrier without waiting. Errors are swallowed (the store may be gone).
+  void announce_stop(int attempt, const std::string& why);
+  // Whether some node's launcher was interrupted (announce_stop).
+  bool job_stopped();
+
+  // The exit barrier of `attempt`: waits up to `limit` for every node to end
+  // its workers. With watch_failure, returns the attempt's failure as soon as
+  // one is recorded (this node then restarts or fails with the others).
+  // Otherwise waits for every node, then leaves (node 0 last) and returns
+  // nullopt. Throws TimeoutError naming the nodes still running, or IoError
+  // when the store is lost.
+  std::optional<std::string> finish(int attempt, bool watch_failure,
+                                    std::chrono::milliseconds limit);
 
   void start_watch(int attempt);
   void stop_watch();
   std::optional<std::string> failure() const;
 
+  // "the job's store at ADDR:PORT (node 0)": how messages name it.
+  std::string store_name() const;
+
  private:
   rendezvous::TcpStoreOptions store_options(std::chrono::milliseconds timeout) const;
-  std::string store_name() const;
+  [[noreturn]] void throw_lost(const std::string& during, const std::exception& e) const;
+  void say(const std::string& line) const;
+  void check_interrupted(const std::string& during) const;
 
   JobCoordinatorOptions o_;
   std::unique_ptr<rendezvous::TcpStore> store_;

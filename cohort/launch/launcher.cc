@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "cohort/base/error.h"
@@ -17,6 +19,7 @@
 #include "cohort/rendezvous/tcp_store.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/network.h"
 #include "cohort/transport/socket.h"
 
 namespace cohort::launch {
@@ -42,36 +45,18 @@ void validate(const LaunchOptions& o) {
   COHORT_CHECK(!o.master_addr.empty(), "cohort run: --master-addr must not be empty");
 }
 
-// Waits until every node's launcher has finished its workers; failures here
-// are reported, not thrown: the job's outcome is already decided.
-// After a failure the others are stopping too, or cannot be reached (a cut
-// link): the barrier then waits only briefly.
-void exit_barrier(const LaunchOptions& o, int port, const std::string& token,
-                  const std::function<void(std::string_view)>& report, bool failed = false) {
-  if (o.nnodes == 1 || !o.host_store) return;
-  const std::chrono::milliseconds limit =
-      failed ? std::min<std::chrono::milliseconds>(o.exit_barrier_timeout, std::chrono::seconds(10))
-             : o.exit_barrier_timeout;
+// What this node tells the others when it joins: enough to find it.
+std::string about_this_node(const LaunchOptions& o, int port) {
+  std::string address;
   try {
-    rendezvous::TcpStoreOptions so;
-    so.host = o.master_addr;
-    so.port = static_cast<uint16_t>(port);
-    so.token = token;
-    so.timeout = limit;
-    rendezvous::TcpStore store(so);
-    const std::string key = "__cohort_launcher/exit";
-    if (store.add(key, 1) == o.nnodes) store.set(key + "/done", std::string("1"));
-    store.wait({key + "/done"}, limit);
-    // Node 0 serves the store: it leaves last, once every node has seen "done".
-    if (store.add(key + "/left", 1) < o.nnodes && o.node_rank == 0) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (store.add(key + "/left", 0) < o.nnodes && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    address = o.interface.empty()
+                  ? transport::route_address(o.master_addr, static_cast<uint16_t>(port))
+                  : transport::interface_address(o.interface);
   } catch (const Error& e) {
-    report(fmt::format("cohort run: node {}: exit barrier with the other nodes failed: {}\n",
-                       o.node_rank, e.what()));
+    address = "?";  // the workers will say why when they look for it
   }
+  return fmt::format("host {} address {} pid {} workers {}", transport::host_name(), address,
+                     ::getpid(), o.nproc_per_node);
 }
 
 }  // namespace
@@ -107,6 +92,9 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
 LaunchResult launch(const LaunchOptions& o) {
   validate(o);
   auto report = fd_sink(o.stderr_fd);
+  // A misspelt --interface fails here, naming the interfaces there are,
+  // rather than in every worker after the job started.
+  if (!o.interface.empty()) (void)transport::interface_address(o.interface);
 
   std::string token;
   if (const char* env = std::getenv(rendezvous::kTokenEnv); env && *env) {
@@ -119,8 +107,55 @@ LaunchResult launch(const LaunchOptions& o) {
     token = rendezvous::generate_token();
   }
 
+  LaunchResult result;
+  // A SIGINT/SIGTERM that came while the launcher waited for other nodes.
+  int interrupted_while_waiting = 0;
+  auto job_error = [&](const Error& e) {
+    report(fmt::format("cohort run: job failed: {}\n", e.what()));
+    result.exit_code = 1;
+    if (interrupted_while_waiting) {
+      result.interrupted_by = interrupted_while_waiting;
+      result.exit_code = 128 + interrupted_while_waiting;
+    }
+    return result;
+  };
+
+  std::optional<SignalWatcher> signals;
+  std::unique_ptr<JobCoordinator> coord;
+  const bool coordinated = o.nnodes > 1 && o.host_store;
+  auto connect_coordinator = [&](int port) {
+    JobCoordinatorOptions co;
+    co.master_addr = o.master_addr;
+    co.master_port = port;
+    co.token = token;
+    co.nnodes = o.nnodes;
+    co.node_rank = o.node_rank;
+    co.connect_timeout = o.connect_timeout;
+    co.join_timeout = o.join_timeout;
+    co.report_interval = o.report_interval;
+    co.report = report;
+    co.interrupted = [&signals, &interrupted_while_waiting] {
+      if (!signals) return 0;
+      for (int sig : signals->take()) {
+        if ((sig == SIGINT || sig == SIGTERM) && !interrupted_while_waiting)
+          interrupted_while_waiting = sig;
+      }
+      return interrupted_while_waiting;
+    };
+    try {
+      coord = std::make_unique<JobCoordinator>(co);
+    } catch (const Error& e) {
+      job_error(e);
+      return false;
+    }
+    return true;
+  };
+  // Other nodes reach node 0's store before blocking signals: nothing has
+  // started yet, so Ctrl-C during a long connect simply ends the launcher.
+  if (coordinated && o.node_rank != 0 && !connect_coordinator(o.master_port)) return result;
+
   // Signals are blocked before the store thread starts, so it inherits the block.
-  SignalWatcher signals({SIGINT, SIGTERM, SIGCHLD});
+  signals.emplace(std::initializer_list<int>{SIGINT, SIGTERM, SIGCHLD});
 
   std::unique_ptr<rendezvous::TcpStoreServer> server;
   int port = o.master_port;
@@ -138,29 +173,20 @@ LaunchResult launch(const LaunchOptions& o) {
     UniqueFd probe = rendezvous::net::listen_tcp("127.0.0.1", 0, &picked);
     port = picked;
   }
+  if (coordinated && o.node_rank == 0 && !connect_coordinator(port)) return result;
 
   std::vector<std::vector<int>> shares;
   if (o.pin) shares = split_cpus(allowed_cpus(), o.nproc_per_node);
 
-  std::unique_ptr<JobCoordinator> coord;
-  if (o.nnodes > 1 && o.host_store) {
-    JobCoordinatorOptions co;
-    co.master_addr = o.master_addr;
-    co.master_port = port;
-    co.token = token;
-    co.nnodes = o.nnodes;
-    co.node_rank = o.node_rank;
-    co.connect_timeout = o.connect_timeout;
-    co.join_timeout = o.join_timeout;
-    co.report_interval = o.report_interval;
-    coord = std::make_unique<JobCoordinator>(co);
-  }
-
-  LaunchResult result;
   for (int attempt = 0;; ++attempt) {
     if (coord) {
-      coord->join(attempt, fmt::format("{} pid {} ({} workers)", transport::host_name(), ::getpid(),
-                                       o.nproc_per_node));
+      try {
+        coord->join(attempt, about_this_node(o, port));
+      } catch (const Error& e) {
+        result.restarts = attempt;
+        if (interrupted_while_waiting) coord->announce_stop(attempt, e.what());
+        return job_error(e);
+      }
     }
     std::vector<WorkerSpec> specs;
     for (int local = 0; local < o.nproc_per_node; ++local) {
@@ -182,8 +208,13 @@ LaunchResult launch(const LaunchOptions& o) {
     if (coord) {
       coord->start_watch(attempt);
       go.external_stop = [&coord] { return coord->failure(); };
+      go.on_interrupt = [&coord, &o, attempt](int sig) {
+        const char* name = ::sigabbrev_np(sig);
+        coord->announce_stop(attempt, fmt::format("node {}'s cohort run was stopped by SIG{}",
+                                                  o.node_rank, name ? name : "?"));
+      };
     }
-    AttemptResult a = WorkerGroup(std::move(specs), go).run(signals);
+    AttemptResult a = WorkerGroup(std::move(specs), go).run(*signals);
     if (coord) coord->stop_watch();
     result.failure = a.failure;
     result.lost = a.lost;
@@ -195,7 +226,9 @@ LaunchResult launch(const LaunchOptions& o) {
       return result;
     }
     // What ended the attempt for the whole job: this node's failure (recorded
-    // for the others unless one came first), another node's, or the store's loss.
+    // for the others unless one came first), another node's, the store's
+    // loss, or, once this node's workers all succeeded, a failure elsewhere
+    // in the same attempt (its exit barrier watches for one).
     std::optional<std::string> job_failure;
     if (a.failure) {
       const WorkerFailure& f = *a.failure;
@@ -205,7 +238,19 @@ LaunchResult launch(const LaunchOptions& o) {
     } else if (!a.stopped_by.empty()) {
       job_failure = a.stopped_by;
     } else if (coord) {
-      job_failure = coord->recorded_failure(attempt);  // a node that failed as ours finished
+      try {
+        job_failure = coord->finish(attempt, /*watch_failure=*/true, o.exit_barrier_timeout);
+      } catch (const TimeoutError& e) {
+        // As torchrun's exit barrier: this node's workers succeeded; the
+        // nodes still running decide their own outcome.
+        report(fmt::format("cohort run: {}\n", e.what()));
+      } catch (const Error& e) {
+        if (interrupted_while_waiting) {
+          coord->announce_stop(attempt, e.what());
+          return job_error(e);
+        }
+        job_failure = e.what();
+      }
     }
     if (!job_failure) {
       result.exit_code = 0;
@@ -218,11 +263,12 @@ LaunchResult launch(const LaunchOptions& o) {
         report(fmt::format("cohort run: job finished without {} lost worker{}: {}\n", a.lost.size(),
                            a.lost.size() == 1 ? "" : "s", ranks));
       }
-      exit_barrier(o, port, token, report);
       return result;
     }
-    const bool store_lost = job_failure->rfind("lost ", 0) == 0;
-    if (attempt < o.max_restarts && !store_lost) {
+    const bool store_lost = job_failure->find("lost the job's store") != std::string::npos;
+    // A launcher that was interrupted ends the job on every node.
+    const bool stopped = coord && !store_lost && coord->job_stopped();
+    if (attempt < o.max_restarts && !store_lost && !stopped) {
       report(fmt::format("cohort run: restarting the {} (restart {} of {}) after: {}\n",
                          coord ? "job on every node" : "group", attempt + 1, o.max_restarts,
                          *job_failure));
@@ -235,7 +281,17 @@ LaunchResult launch(const LaunchOptions& o) {
                        attempt > 0
                            ? fmt::format(" (after {} restart{})", attempt, attempt > 1 ? "s" : "")
                            : std::string()));
-    if (!store_lost) exit_barrier(o, port, token, report, /*failed=*/true);
+    if (coord && !store_lost) {
+      // The others are stopping too, or cannot be reached (a cut link): wait briefly.
+      try {
+        coord->finish(
+            attempt, /*watch_failure=*/false,
+            std::min<std::chrono::milliseconds>(o.exit_barrier_timeout, std::chrono::seconds(10)));
+      } catch (const Error& e) {
+        report(fmt::format("cohort run: node {}: exit barrier with the other nodes failed: {}\n",
+                           o.node_rank, e.what()));
+      }
+    }
     return result;
   }
 }

@@ -181,6 +181,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
           stopping = true;
           kill_deadline = Clock::now() + options_.grace;
           stop_all(sig);
+          if (options_.on_interrupt) options_.on_interrupt(sig);
         } else if (!killed) {
           report("cohort run: second signal; killing the workers\n");
           stop_all(SIGKILL);

@@ -50,6 +50,9 @@ struct WorkerGroupOptions {
   // failure elsewhere in the job would (SIGTERM, grace, SIGKILL), and their
   // exits are not failures of their own. Must not block.
   std::function<std::optional<std::string>()> external_stop;
+  // Called once, after the first SIGINT/SIGTERM was forwarded to the
+  // workers, so the other nodes of the job hear of it while this one stops.
+  std::function<void(int sig)> on_interrupt;
   bool prefix_output = true;
   int stdout_fd = 1;
   int stderr_fd = 2;

@@ -6,11 +6,14 @@
 //                       sleep (the launcher must stop them)
 //   crash RANK          RANK kills itself with SIGSEGV; the others sleep
 //   stubborn RANK       RANK exits 1; the others ignore SIGTERM and sleep
-//   wait-term DIR       write DIR/ready<rank>, wait for SIGTERM or SIGINT, write
-//                       DIR/term<rank>
+//   wait-term DIR       write DIR/pid<rank> and DIR/ready<rank>, wait for
+//                       SIGTERM or SIGINT, write DIR/term<rank>
 //   resume DIR          a "training" that checkpoints to DIR; rank 1 dies on
 //                       the first attempt; later attempts resume and finish
 //   spawn               cohort::spawn with a rank that throws; prints the error
+//   late-fail           no rendezvous: rank 0 ends well at once; rank 1 exits 3
+//                       after 2 s on attempt 0 (COHORT_RESTART_COUNT), and
+//                       ends well on later attempts. Each prints its attempt.
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -138,6 +141,7 @@ int run_wait_term(const std::string& dir) {
   sa.sa_handler = on_term;
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  std::ofstream(dir + "/pid" + std::to_string(rank)) << ::getpid();
   std::ofstream(dir + "/ready" + std::to_string(rank)) << "1";
   for (int i = 0; i < 3000 && !g_term; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -188,6 +192,19 @@ int run_spawn() {
   return 0;
 }
 
+// A failure on one node after the other node's workers all ended well.
+int run_late_fail() {
+  const int rank = env_int("RANK"), attempt = env_int("COHORT_RESTART_COUNT");
+  std::printf("attempt %d rank %d\n", attempt, rank);
+  std::fflush(stdout);
+  if (rank == 1 && attempt == 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::printf("failing late\n");
+    return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,6 +221,7 @@ int main(int argc, char** argv) {
     if (mode == "spawn") return run_spawn();
     if (mode == "lose" && argc > 3) return run_lose(argv[2], std::atoi(argv[3]));
     if (mode == "kill-cascade") return run_kill_cascade();
+    if (mode == "late-fail") return run_late_fail();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "test_worker %s: %s\n", mode.c_str(), e.what());
     return 1;
