@@ -24,16 +24,19 @@
 // workers (a second one kills them) and end the job without restart.
 //
 // Multi-node (cohort/launch/job_coordinator.h): the nodes' launchers join
-// through the store before each attempt (node 0 says which nodes it still
-// waits for, and fails after join_timeout naming them). A failure of any
-// worker on any node is written to the store; every node then stops its
+// through the store before each attempt (every waiting node says which nodes
+// it still waits for, and fails after join_timeout naming them; a node that
+// cannot reach the store fails after connect_timeout naming it). A failure of
+// any worker on any node is written to the store; every node then stops its
 // workers, and with restarts left the whole job restarts together (every
 // worker sees the same COHORT_RESTART_COUNT); when they are spent every node
-// exits non-zero naming the failed rank and node. Losing node 0's store
-// stops this node's workers and fails the job. At the end (unless
-// interrupted) every node's launcher meets the others at an exit barrier in
-// the store, so node 0 does not take the store away while workers elsewhere
-// still use it (torchrun's exit barrier).
+// exits non-zero naming the failed rank and node. A node whose workers all
+// ended well waits at the attempt's exit barrier and still joins a restart
+// (or the failure) when a worker elsewhere fails later. Losing node 0's store
+// stops this node's workers and fails the job; an interrupted launcher
+// (SIGINT/SIGTERM) ends the job on every node without restart. Node 0 leaves
+// the exit barrier last, so it does not take the store away while workers
+// elsewhere still use it (torchrun's exit barrier).
 //
 // Thread safety: call from one thread; it blocks SIGINT, SIGTERM and SIGCHLD
 // in that thread while it runs (signals reach it through a signalfd).
@@ -65,12 +68,13 @@ struct LaunchOptions {
   bool host_store = true;     // node 0 serves the rendezvous store on MASTER_PORT
   bool prefix_output = true;  // "[rank N] " before every output line
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // SIGTERM -> SIGKILL
-  // Multi-node: how long a launcher waits at the end for the other nodes'
-  // launchers, so node 0 keeps serving the store while others still use it.
+  // Multi-node: how long a launcher whose workers ended well waits for the
+  // other nodes' (node 0 keeps serving the store while others still use it);
+  // after a failure it waits at most 10 s.
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
   // Multi-node: how long a launcher waits for the other nodes to join (and
   // to come back for a restart), saying every report_interval which are
-  // missing; and how long it tries to reach node 0's store.
+  // missing; and how long it tries to reach node 0's store (--connect-timeout).
   std::chrono::milliseconds join_timeout = std::chrono::seconds(300);
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(120);
   std::chrono::milliseconds report_interval = std::chrono::seconds(5);
@@ -91,8 +95,10 @@ struct LaunchResult {
   int interrupted_by = 0;                // the signal that ended the job, or 0
 };
 
-// Runs the job to its end. Throws InvalidArgument for bad options and IoError
-// when a worker cannot be started.
+// Runs the job to its end. Throws InvalidArgument for bad options (an unknown
+// --interface included) and IoError when a worker cannot be started. A
+// multi-node job that cannot join (store unreachable, nodes missing, store
+// lost) is a failed job: exit_code 1 and a "cohort run: job failed: ..." line.
 LaunchResult launch(const LaunchOptions& options);
 
 // The environment variables launch() gives the worker with this local rank

@@ -262,6 +262,21 @@ TEST(LaunchE2E, ProgramArgumentsPassThroughWithoutSeparator) {
   EXPECT_EQ(r.out, "[rank 0] args:x:--nproc-per-node\n");
 }
 
+TEST(LaunchE2E, InterfaceAndConnectTimeoutReachTheWorkers) {
+  RunResult r = run_cohort({"run", "--interface", "lo", "--connect-timeout", "7", "sh", "-c",
+                            "echo net:$COHORT_SOCKET_IFNAME:$COHORT_CONNECT_TIMEOUT"});
+  ASSERT_TRUE(r.status.success()) << r.out << r.err;
+  EXPECT_EQ(r.out, "[rank 0] net:lo:7\n");
+}
+
+TEST(LaunchE2E, UnknownInterfaceFailsBeforeAnyWorkerStarts) {
+  RunResult r = run_cohort({"run", "--interface", "nosuch0", "sh", "-c", "echo started"});
+  EXPECT_NE(r.status.code, 0);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("network interface 'nosuch0'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("lo ("), std::string::npos) << r.err;  // names those there are
+}
+
 TEST(LaunchE2E, BadArgumentsAreReported) {
   RunResult r = run_cohort({"run", "--nproc-per-node", "0", "--", "true"});
   EXPECT_NE(r.status.code, 0);

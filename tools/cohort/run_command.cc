@@ -46,7 +46,8 @@ std::function<int()> setup_run(CLI::App& app) {
                  "Port of the rendezvous store on node 0 (0: pick a free one, one node only)")
       ->capture_default_str();
   app.add_option("--max-restarts", o.max_restarts,
-                 "Restart the whole group up to K times after a worker fails")
+                 "Restart the whole job (every node together) up to K times after a worker "
+                 "fails")
       ->capture_default_str();
   app.add_option("--max-lost-workers", o.max_lost_workers,
                  "Let up to N workers fail without stopping the others (jobs that survive "
@@ -59,13 +60,15 @@ std::function<int()> setup_run(CLI::App& app) {
                "Do not host the store; rank 0 serves it on MASTER_PORT");
   app.add_option("--interface", o.interface,
                  "Network interface whose address the workers advertise to each other (like "
-                 "GLOO_SOCKET_IFNAME; default: the one on the route to --master-addr)");
+                 "GLOO_SOCKET_IFNAME; set as COHORT_SOCKET_IFNAME; default: the one on the "
+                 "route to --master-addr)");
   app.add_option("--connect-timeout", args->connect_timeout_s,
                  "Seconds this launcher and its workers try to reach the store and their peers "
-                 "before failing")
+                 "before failing (the workers get it as COHORT_CONNECT_TIMEOUT)")
       ->capture_default_str();
   app.add_option("--join-timeout", args->join_timeout_s,
-                 "Seconds to wait for the other nodes to join (and to come back for a restart)")
+                 "Seconds to wait for the other nodes to join (and to come back for a restart) "
+                 "before failing, naming the missing ones")
       ->capture_default_str();
   app.add_option("--grace-period", args->grace_s,
                  "Seconds between SIGTERM and SIGKILL when stopping workers")
