@@ -189,18 +189,7 @@ std::vector<std::unique_ptr<Background>> start_job(const Job& j, const TwoHosts*
     launchers.push_back(std::make_unique<Background>(argv, env));
   } else {
     for (int node = 0; node < 2; ++node) {
-      std::vector<std::string> argv = {kCohort,
-                                       "run",
-                                       "--nnodes",
-                                       "2",
-                                       "--node-rank",
-                                       std::to_string(node),
-                                       "--nproc-per-node",
-                                       "1",
-                                       "--master-addr",
-                                       hosts->ip(0),
-                                       "--master-port",
-                                       "29531"};
+      std::vector<std::string> argv = hosts->cohort_run(node, kCohort, 29531);
       argv.insert(argv.end(), restart.begin(), restart.end());
       auto t = train_args(j, dir);
       argv.insert(argv.end(), t.begin(), t.end());

@@ -18,4 +18,25 @@ void check_failed(const char* file, int line, const char* cond, const std::strin
 }
 }  // namespace detail
 
+std::exception_ptr with_message(std::exception_ptr error, const std::string& prefix,
+                                const std::string& suffix) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost& e) {
+    return std::make_exception_ptr(PeerLost(prefix + e.what() + suffix));
+  } catch (const IoError& e) {
+    return std::make_exception_ptr(IoError(prefix + e.what() + suffix));
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(TimeoutError(prefix + e.what() + suffix));
+  } catch (const NotSupported& e) {
+    return std::make_exception_ptr(NotSupported(prefix + e.what() + suffix));
+  } catch (const InvalidArgument& e) {
+    return std::make_exception_ptr(InvalidArgument(prefix + e.what() + suffix));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(Error(prefix + e.what() + suffix));
+  } catch (...) {
+    return std::make_exception_ptr(Error(prefix + "unknown exception" + suffix));
+  }
+}
+
 }  // namespace cohort

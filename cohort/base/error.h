@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -52,6 +53,12 @@ std::string errno_message(const std::string& what, int errno_value);
 
 // Throws IoError with errno's text appended.
 [[noreturn]] void throw_errno(const std::string& what, int errno_value);
+
+// `error` again, of the same cohort class (PeerLost, TimeoutError, ...; other
+// exceptions become Error), with `prefix` before its message and `suffix`
+// after: how a layer adds its context to a failure from below.
+std::exception_ptr with_message(std::exception_ptr error, const std::string& prefix,
+                                const std::string& suffix = "");
 
 namespace detail {
 [[noreturn]] void check_failed(const char* file, int line, const char* cond,

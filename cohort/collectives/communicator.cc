@@ -172,29 +172,6 @@ void Communicator::check_usable() const {
   if (error_) std::rethrow_exception(error_);
 }
 
-namespace {
-
-// error, of the same cohort type, with `more` after its message.
-std::exception_ptr with_more(std::exception_ptr error, const std::string& more) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const PeerLost& e) {
-    return std::make_exception_ptr(PeerLost(e.what() + more));
-  } catch (const TimeoutError& e) {
-    return std::make_exception_ptr(TimeoutError(e.what() + more));
-  } catch (const InvalidArgument& e) {
-    return std::make_exception_ptr(InvalidArgument(e.what() + more));
-  } catch (const IoError& e) {
-    return std::make_exception_ptr(IoError(e.what() + more));
-  } catch (const std::exception& e) {
-    return std::make_exception_ptr(Error(e.what() + more));
-  } catch (...) {
-    return error;
-  }
-}
-
-}  // namespace
-
 std::string Communicator::compare_with_peers() {
   if (!diag_store_ || size_ == 1) return "";
   const std::string prefix = "cohort/flight/" + options_.name + "/rank";
@@ -284,7 +261,7 @@ void Communicator::fail(std::exception_ptr error) {
     // Tell the peers first: their pending ops fail now, and they post their
     // records while this rank waits for theirs.
     context_->abort(kind, fmt::format("rank {} of group '{}' failed: {}", rank_, name(), what));
-    if (compare) error = with_more(error, compare_with_peers());
+    if (compare) error = with_message(error, "", compare_with_peers());
     recorder_.fail_newest();
     dump_flight_record();
     error_ = error;

@@ -35,7 +35,8 @@ struct ProcessGroupOptions {
   transport::NetworkOptions network;
   // native: the flight recorder (collectives/flight_recorder.h): entries kept
   // (0: off) and where each rank dumps it when an op fails ("": nowhere;
-  // init_process_group reads COHORT_FLIGHT_RECORDER_DIR).
+  // init_process_group takes COHORT_FLIGHT_RECORDER_DIR from the env://
+  // bootstrap).
   size_t flight_recorder_entries = 2048;
   std::string flight_recorder_dir;
 };

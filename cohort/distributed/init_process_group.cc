@@ -1,8 +1,6 @@
 // PyTorch's free functions: init_process_group and friends.
 #include <fmt/format.h>
 
-#include <cstdlib>
-
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/rendezvous/env_bootstrap.h"
@@ -27,8 +25,7 @@ std::shared_ptr<ProcessGroup> init_process_group(BackendKind backend,
   bo.timeout = timeout;
   rendezvous::BootstrapResult r = rendezvous::bootstrap(init_method, bo);
   options.network = r.network;
-  if (const char* dir = std::getenv("COHORT_FLIGHT_RECORDER_DIR"); dir != nullptr && *dir != '\0')
-    options.flight_recorder_dir = dir;
+  options.flight_recorder_dir = r.flight_recorder_dir;
   return ProcessGroup::create(backend, r.store, r.rank, r.world_size, options);
 }
 

@@ -55,23 +55,7 @@ void WorkState::run() noexcept {
 }
 
 std::exception_ptr with_context(std::exception_ptr error, const std::string& prefix) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const PeerLost& e) {
-    return std::make_exception_ptr(PeerLost(prefix + ": " + e.what()));
-  } catch (const IoError& e) {
-    return std::make_exception_ptr(IoError(prefix + ": " + e.what()));
-  } catch (const TimeoutError& e) {
-    return std::make_exception_ptr(TimeoutError(prefix + ": " + e.what()));
-  } catch (const NotSupported& e) {
-    return std::make_exception_ptr(NotSupported(prefix + ": " + e.what()));
-  } catch (const InvalidArgument& e) {
-    return std::make_exception_ptr(InvalidArgument(prefix + ": " + e.what()));
-  } catch (const std::exception& e) {
-    return std::make_exception_ptr(Error(prefix + ": " + e.what()));
-  } catch (...) {
-    return std::make_exception_ptr(Error(prefix + ": unknown exception"));
-  }
+  return with_message(std::move(error), prefix + ": ");
 }
 
 }  // namespace detail

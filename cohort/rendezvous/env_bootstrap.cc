@@ -171,6 +171,8 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   if (const char* a = std::getenv("COHORT_ADDR"); a != nullptr && *a != '\0') r.network.address = a;
   if (const char* i = std::getenv("COHORT_SOCKET_IFNAME"); i != nullptr && *i != '\0')
     r.network.interface = i;
+  if (const char* d = std::getenv("COHORT_FLIGHT_RECORDER_DIR"); d != nullptr && *d != '\0')
+    r.flight_recorder_dir = d;
   if (std::optional<int> t = env_int({"COHORT_CONNECT_TIMEOUT"})) {
     COHORT_CHECK(*t > 0, "bootstrap: COHORT_CONNECT_TIMEOUT must be a positive number of seconds");
     r.network.connect_timeout = std::chrono::seconds(*t);

@@ -56,6 +56,9 @@ struct BootstrapResult {
   // COHORT_ADDR, COHORT_SOCKET_IFNAME and COHORT_CONNECT_TIMEOUT (seconds),
   // read here, at the edge.
   transport::NetworkOptions network;
+  // COHORT_FLIGHT_RECORDER_DIR: where each rank dumps its collectives' flight
+  // record when an op fails ("" = nowhere; collectives/flight_recorder.h).
+  std::string flight_recorder_dir;
 };
 
 // Parses init_method, connects (or serves) the store, and returns the result.

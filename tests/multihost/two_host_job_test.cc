@@ -28,18 +28,7 @@ constexpr int kPort = 29517;  // inside the namespaces: no clash with the host
 // `cohort run` for node `node` of 2 (one worker each) with `train` options.
 std::vector<std::string> node_argv(const TwoHosts& h, int node, std::vector<std::string> launcher,
                                    std::vector<std::string> train) {
-  std::vector<std::string> argv = {kCohort,
-                                   "run",
-                                   "--nnodes",
-                                   "2",
-                                   "--node-rank",
-                                   std::to_string(node),
-                                   "--nproc-per-node",
-                                   "1",
-                                   "--master-addr",
-                                   h.ip(0),
-                                   "--master-port",
-                                   std::to_string(kPort)};
+  std::vector<std::string> argv = h.cohort_run(node, kCohort, kPort);
   argv.insert(argv.end(), launcher.begin(), launcher.end());
   argv.insert(argv.end(), {"--", kCohort, "train", "--dataset", "synthetic", "--threads", "1",
                            "--seed", "7", "--synthetic-test-size", "128"});

@@ -101,6 +101,21 @@ std::vector<std::string> TwoHosts::in(int host, const std::vector<std::string>& 
   return out;
 }
 
+std::vector<std::string> TwoHosts::cohort_run(int host, const std::string& cohort, int port) const {
+  return {cohort,
+          "run",
+          "--nnodes",
+          "2",
+          "--node-rank",
+          std::to_string(host),
+          "--nproc-per-node",
+          "1",
+          "--master-addr",
+          ip_[0],
+          "--master-port",
+          std::to_string(port)};
+}
+
 void TwoHosts::sh(const std::string& command) {
   if (std::system(command.c_str()) != 0) throw std::runtime_error("failed: " + command);
 }

@@ -11,21 +11,7 @@
 namespace cohort::parallel {
 
 void rethrow_with_context(std::exception_ptr error, const std::string& context) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const PeerLost& e) {
-    throw PeerLost(context + ": " + e.what());
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(context + ": " + e.what());
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(context + ": " + e.what());
-  } catch (const NotSupported& e) {
-    throw NotSupported(context + ": " + e.what());
-  } catch (const IoError& e) {
-    throw IoError(context + ": " + e.what());
-  } catch (const std::exception& e) {
-    throw Error(context + ": " + e.what());
-  }
+  std::rethrow_exception(with_message(std::move(error), context + ": "));
 }
 
 std::vector<rpc::Message> wait_all_or_first_error(
