@@ -1,4 +1,4 @@
-// The CNN of PyTorch's DDP tutorials in C++: REFERENCE.md's Net trained on
+// The CNN of PyTorch's DDP tutorials in C++: docs/reference.md's Net trained on
 // Fashion-MNIST with DistributedDataParallel, each rank reading its share of
 // the data through a DistributedSampler whose epoch the loop advances
 // (sampler.set_epoch), rank 0 reporting the test accuracy at the end.

@@ -1,6 +1,6 @@
 """Prints run.sh's table: all_reduce (float32, sum, 2 ranks) latency and bus
 bandwidth of cohort, PyTorch gloo and OpenMPI per size, single-thread memcpy,
-and the ratios REFERENCE.md sets targets for.
+and the ratios docs/reference.md sets targets for.
 
     /usr/bin/python3 bench/collectives/report.py DIR   (DIR holds cohort.jsonl, gloo.jsonl,
                                                        openmpi.jsonl, memcpy.jsonl)
@@ -58,7 +58,7 @@ def main():
         return impls[impl].get(size, {}).get(key)
 
     print()
-    print("ratios (REFERENCE.md targets)")
+    print("ratios (docs/reference.md targets)")
     lat = [
         ("8 B latency cohort/gloo", ratio(get("cohort", 8, "time_us"), get("gloo", 8, "time_us")),
          "<= 0.1 (must)", lambda x: x <= 0.1),

@@ -2,7 +2,7 @@
 # all_reduce (float32, sum, 2 ranks, 8 B .. 64 MiB) in one run: cohort
 # (`cohort bench collectives`), PyTorch's gloo (torch_allreduce.py), OpenMPI's
 # MPI_Allreduce (mpi_allreduce.cc) and single-thread memcpy; prints the table
-# and the ratios REFERENCE.md sets targets for (report.py).
+# and the ratios docs/reference.md sets targets for (report.py).
 #
 #   bench/collectives/run.sh [BUILD_DIR]     (default: build; run from anywhere)
 # Environment: KEEP=DIR keeps the raw JSON lines in DIR.

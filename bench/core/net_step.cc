@@ -1,4 +1,4 @@
-// One training step of REFERENCE.md's Net (conv 1->20 5x5, relu, conv 20->20
+// One training step of docs/reference.md's Net (conv 1->20 5x5, relu, conv 20->20
 // 5x5, relu, maxpool 2, linear 2000->50, relu, linear 50->10, log_softmax,
 // nll) written directly against cohort's ops, with SGD momentum and grad-norm
 // clipping done in place: measures the core+autograd cost of a step without

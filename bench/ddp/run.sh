@@ -11,7 +11,7 @@
 # The three runs alternate ROUNDS times (default 1) and each figure is the
 # round with the shortest epoch: on a shared machine the minimum is the least
 # disturbed measurement of either side.
-# Targets (REFERENCE.md): time <= 0.5x PyTorch, accuracy >= PyTorch - 0.5
+# Targets (docs/reference.md): time <= 0.5x PyTorch, accuracy >= PyTorch - 0.5
 # points, peak memory <= 0.5x, scaling efficiency (2-worker throughput /
 # 1-worker throughput / 2) >= 0.9.
 # COHORT_KERNELS=baseline|avx2|avx512 forces cohort's kernel path and holds

@@ -1,4 +1,4 @@
-// Times the phases of one training step of Net (REFERENCE.md's recipe: batch
+// Times the phases of one training step of Net (docs/reference.md's recipe: batch
 // 64, NLL loss, clip_grad_norm 10, SGD lr 0.01 momentum 0.9) on random data,
 // to show where a step's time goes and that the nn/optim layers add little
 // on top of the kernels.

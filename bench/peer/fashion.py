@@ -1,6 +1,6 @@
 """Fashion-MNIST IDX loading and the reference models for the PyTorch peer programs.
 
-Pixels are scaled to [0, 1] and not normalized (REFERENCE.md), like cohort's reader.
+Pixels are scaled to [0, 1] and not normalized (docs/reference.md), like cohort's reader.
 """
 import gzip
 import os

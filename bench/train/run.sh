@@ -7,7 +7,7 @@
 # /usr/bin/time -v) of each, then the ratios cohort / PyTorch. cpu_s is the
 # whole process's user + system time (start-up, data loading and evaluation
 # included), which a busy shared machine disturbs less than wall time.
-# Targets (REFERENCE.md): time ratio <= 0.5, accuracy >= PyTorch's - 0.5 points.
+# Targets (docs/reference.md): time ratio <= 0.5, accuracy >= PyTorch's - 0.5 points.
 # COHORT_KERNELS=baseline|avx2|avx512 forces cohort's kernel path and holds
 # PyTorch to the same ISA (bench/kernel_path.sh).
 # Usage: bench/train/run.sh [build-dir] [thread counts, default "1 2"]

@@ -1,5 +1,5 @@
 // Grad mode: a thread-local switch (the one piece of per-thread global state
-// DESIGN.md allows). While disabled, ops record no graph -- used for
+// docs/design.md allows). While disabled, ops record no graph -- used for
 // inference, optimizer steps and inside backward itself. Each thread starts
 // enabled.
 #pragma once

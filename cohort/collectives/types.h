@@ -1,5 +1,5 @@
 // Element types and reductions of the collectives layer. This layer knows
-// nothing of tensors (DESIGN.md), so it keeps its own small enums; the
+// nothing of tensors (docs/design.md), so it keeps its own small enums; the
 // distributed layer maps core's dtypes onto them.
 //
 // 16-bit types (bfloat16, float16) are reduced in float32 and rounded back

@@ -3,7 +3,7 @@
 // offset), 16 bytes, so checkpoints can save and restore it exactly
 // (get_state/set_state), and a fill of n elements is a pure function of
 // (seed, offset, i): results do not depend on the thread count.
-// There is no process-global generator (DESIGN.md forbids global mutable
+// There is no process-global generator (docs/design.md forbids global mutable
 // state): every random function takes one explicitly.
 // Thread safety: a Generator locks itself, so one generator may be shared
 // between threads (draw order between threads is then up to scheduling).

@@ -14,7 +14,7 @@
 // still point at the original. Override on_copy() for other shared state.
 //
 // Randomness: constructors that initialise weights take a Generator& and draw
-// from it in registration order (there is no global RNG, DESIGN.md).
+// from it in registration order (there is no global RNG, docs/design.md).
 //
 // Copies: clone() is a deep copy (new storage for every parameter and buffer,
 // same names, requires_grad kept, no gradients); replicate() makes a new

@@ -26,7 +26,7 @@ struct TrainOptions {
   std::string data_dir;  // "": the data set's default directory
   int64_t epochs = 1;
   int64_t batch_size = 64;         // per process (DDP) / per step (DP: split over replicas)
-  std::optional<double> lr;        // default: 0.01 for Net, 0.001 for ToyModel (REFERENCE.md)
+  std::optional<double> lr;        // default: 0.01 for Net, 0.001 for ToyModel (docs/reference.md)
   std::optional<double> momentum;  // SGD only; default: 0.9 for Net, 0 for ToyModel
   OptimizerKind optimizer = OptimizerKind::kSgd;
   int threads = 0;  // intra-op threads; 0: COHORT_NUM_THREADS or all cores

@@ -1,4 +1,4 @@
-// The reference workloads of REFERENCE.md as the training loop needs them:
+// The reference workloads of docs/reference.md as the training loop needs them:
 // a model built from a seed, the train and test splits of a data set, the
 // loss, the optimizer, and the evaluation of a model on a test split
 // (optionally sharded over the ranks of a process group).

@@ -24,7 +24,7 @@ namespace cohort {
 namespace {
 
 constexpr int kSteps = 20;
-// The system Python (REFERENCE.md); COHORT_PARITY_PYTHON overrides it.
+// The system Python (docs/reference.md); COHORT_PARITY_PYTHON overrides it.
 std::string python() {
   const char* env = std::getenv("COHORT_PARITY_PYTHON");
   return env != nullptr && *env != 0 ? env : "/usr/bin/python3";

@@ -37,7 +37,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
     if (app->count("--resume") > 0 && o.resume.empty()) o.resume = "auto";
-    // The environment is read here, at the edge (DESIGN.md rule 11).
+    // The environment is read here, at the edge (docs/design.md rule 11).
     const char* transport = std::getenv("COHORT_TRANSPORT");
     o.rpc_force_tcp = transport != nullptr && std::string(transport) == "tcp";
     trainer = std::make_unique<train::Trainer>(o);

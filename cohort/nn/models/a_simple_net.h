@@ -1,4 +1,4 @@
-// ASimpleNet (REFERENCE.md): net = Sequential(Linear(3, 3, bias=False), ReLU,
+// ASimpleNet (docs/reference.md): net = Sequential(Linear(3, 3, bias=False), ReLU,
 // Linear(3, 3, bias=False), ReLU, Linear(3, 3, bias=False), ReLU);
 // x [N, 3] -> [N, 3]. Parameters net.0.weight, net.2.weight, net.4.weight.
 // Each forward reports the batch size it was given to the optional reporter

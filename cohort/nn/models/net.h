@@ -1,4 +1,4 @@
-// The reference CNN of the DDP tutorial (REFERENCE.md, bench/peer/fashion.py):
+// The reference CNN of the DDP tutorial (docs/reference.md, bench/peer/fashion.py):
 //   x [N, 1, 28, 28] -> conv1 Conv2d(1, 20, 5) -> ReLU    [N, 20, 24, 24]
 //                    -> conv2 Conv2d(20, 20, 5) -> ReLU   [N, 20, 20, 20]
 //                    -> MaxPool2d(2)                       [N, 20, 10, 10]
