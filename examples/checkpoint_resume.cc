@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     // Nobody loads before rank 0 has finished writing.
-    pg->barrier().wait();
+    pg->barrier();
 
     checkpoint::load_model(path, *model);
     std::printf("rank %d: loaded %s (net1.weight[0] = %.6f)\n", rank, path.c_str(),
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     std::printf("rank %d: one step after loading, loss %.6f\n", rank, loss.item<double>());
 
     // Nobody still reads the file when rank 0 removes it.
-    pg->barrier().wait();
+    pg->barrier();
     if (rank == 0) std::filesystem::remove(path);
     distributed::destroy_process_group(pg);
     return 0;

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
               std::this_thread::sleep_until(end);
             }
             auto t0 = Clock::now();
-            pg->all_reduce(t, {.op = distributed::ReduceOp::kAvg}).wait();
+            pg->all_reduce(t, {.op = distributed::ReduceOp::kAvg});
             if (i >= warmup)
               total_us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
           }

@@ -124,7 +124,7 @@ void run_tensor(const Settings& s, const std::string& model, const std::string& 
         if (clip > 0) parallel::clip_grad_norm_tensor_parallel(*split, clip, *pg);
         opt->step();
       },
-      [&] { pg->barrier({.async_op = false}); });
+      [&] { pg->barrier({}); });
   write_results(dir, rank, {{"steps_per_s", sps}, {"rss_mib", peak_rss_mib()}});
   distributed::destroy_process_group(pg);
 }
@@ -169,7 +169,7 @@ void run_pipeline(const Settings& s, const std::string& model, const std::string
         peak_in_flight = std::max(peak_in_flight, st.peak_in_flight);
         peak_bytes = std::max(peak_bytes, st.peak_activation_bytes);
       },
-      [&] { pg->barrier({.async_op = false}); });
+      [&] { pg->barrier({}); });
   write_results(dir, rank,
                 {{"steps_per_s", sps},
                  {"rss_mib", peak_rss_mib()},

@@ -100,7 +100,7 @@ void ring_worker(int steps, const std::string& dir, int rank) {
         nll_loss(ddp.forward(x), y).backward();
         opt.step();
       },
-      [&] { pg->barrier({.async_op = false}); });
+      [&] { pg->barrier({}); });
   write_results(dir, rank, r);
   distributed::destroy_process_group(pg);
 }

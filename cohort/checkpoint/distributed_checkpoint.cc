@@ -9,11 +9,10 @@ namespace {
 // Broadcasts a string from rank 0 (length, then bytes).
 std::string broadcast_string(distributed::ProcessGroup& group, std::string s) {
   int64_t n = group.rank() == 0 ? static_cast<int64_t>(s.size()) : 0;
-  group.broadcast(&n, 1, distributed::DataType::kInt64, {.root = 0}).wait();
+  group.broadcast(&n, 1, distributed::DataType::kInt64, {.root = 0});
   s.resize(static_cast<size_t>(n));
   if (n > 0)
-    group.broadcast(s.data(), static_cast<size_t>(n), distributed::DataType::kUInt8, {.root = 0})
-        .wait();
+    group.broadcast(s.data(), static_cast<size_t>(n), distributed::DataType::kUInt8, {.root = 0});
   return s;
 }
 

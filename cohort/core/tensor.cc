@@ -8,6 +8,7 @@
 #include "cohort/core/autograd_meta.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
+#include "cohort/core/view_autograd.h"
 
 namespace cohort {
 
@@ -157,7 +158,12 @@ Tensor Tensor::clone() const {
   return out;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return detail::record_view(clone(), *this, "contiguous", [] {
+    return detail::ViewBackward([](const Tensor& g) { return g; });
+  });
+}
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = impl();
@@ -168,7 +174,11 @@ Tensor Tensor::to(DType dt) const {
   if (dt == dtype()) return *this;
   Tensor out = empty(sizes(), dt);
   out.copy_(*this);
-  return out;
+  // Integer results carry no gradient (PyTorch's rule).
+  if (!is_floating(dt)) return out;
+  return detail::record_view(std::move(out), *this, "to", [src = dtype()] {
+    return detail::ViewBackward([src](const Tensor& g) { return g.to(src); });
+  });
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {

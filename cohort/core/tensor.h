@@ -9,8 +9,12 @@
 // never defines. The operations that need the engine -- backward() -- are
 // declared here and defined in the cohort_autograd library, so a program that
 // calls them links cohort_autograd. The differentiable ops (add, matmul, ...)
-// are free functions in cohort/autograd/ops.h; the members below are not
-// recorded by autograd (views, copies, in-place updates for optimizers).
+// are free functions in cohort/autograd/ops.h. As in PyTorch, the view
+// members (view, reshape, flatten, transpose, permute, slicing, ...) and
+// contiguous() and to() are recorded by autograd too: core computes them and
+// their backward formula and the autograd library records the node
+// (view_autograd.h). clone(), detach(), as_strided() and the in-place members
+// (for optimizers, under NoGradGuard) are not recorded.
 //
 // Thread safety: a Tensor handle is like a shared_ptr: distinct handles may be
 // used from different threads; concurrent writes to the same data are the
@@ -113,18 +117,18 @@ class Tensor {
   template <typename T>
   std::vector<T> to_vector() const;
 
-  // ---- copies and conversions (not recorded by autograd) ----
+  // ---- copies and conversions ----
   Tensor clone() const;          // contiguous copy, same dtype, no autograd state
-  Tensor contiguous() const;     // *this when already contiguous, else a copy
+  Tensor contiguous() const;     // *this when already contiguous, else a copy (recorded)
   Tensor detach() const;         // same data, no autograd state
-  Tensor to(DType dtype) const;  // *this when dtype matches, else a converted copy
+  Tensor to(DType dtype) const;  // *this when dtype matches, else a converted copy (recorded)
   // Copies src (broadcast to this shape, converted to this dtype) into this view.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
 
-  // ---- views (share storage; not recorded by autograd: see ops.h for the
-  // differentiable versions) ----
+  // ---- views (share storage; recorded by autograd, like ops.h's free
+  // functions of the same names, except as_strided) ----
   Tensor as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const;
   Tensor view(const Shape& sizes) const;     // needs a compatible layout; one -1 allowed
   Tensor reshape(const Shape& sizes) const;  // view when possible, else a copy
@@ -134,6 +138,9 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;  // no-op when that size is not 1
   Tensor squeeze() const;             // all size-1 dims
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // Python's t[..., start:end] along dim: negative ends count from the back,
+  // out-of-range ends are clamped (LibTorch's Tensor::slice, step 1).
+  Tensor slice(int64_t dim, int64_t start, int64_t end) const;
   Tensor select(int64_t dim, int64_t index) const;  // removes dim
   Tensor expand(const Shape& sizes) const;          // -1 keeps a size
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;

@@ -1,7 +1,11 @@
-// View members of Tensor: metadata-only reshapes that share storage.
+// View members of Tensor: metadata-only reshapes that share storage, each
+// recorded by autograd with its backward formula (view_autograd.h).
 #include <algorithm>
+#include <atomic>
 
+#include "cohort/core/native/reduce.h"
 #include "cohort/core/tensor.h"
+#include "cohort/core/view_autograd.h"
 
 namespace cohort {
 namespace {
@@ -60,7 +64,34 @@ bool view_strides(const Shape& sizes, const Shape& strides, const Shape& new_siz
   return view_d == -1;
 }
 
+detail::ViewBackward reshape_back(Shape in) {
+  return [in = std::move(in)](const Tensor& g) { return g.reshape(in); };
+}
+
+// Gradient of a view that selects part of a tensor of `sizes`: zeros of that
+// shape with g written into the same view of them.
+template <typename SameView>
+detail::ViewBackward scatter_back(Shape sizes, DType dt, SameView same_view) {
+  return [sizes = std::move(sizes), dt, same_view](const Tensor& g) {
+    Tensor z = Tensor::zeros(sizes, dt);
+    same_view(z).copy_(g);
+    return z;
+  };
+}
+
+std::atomic<detail::ViewRecorder> g_view_recorder{nullptr};
+
 }  // namespace
+
+namespace detail {
+
+void set_view_recorder(ViewRecorder recorder) {
+  g_view_recorder.store(recorder, std::memory_order_release);
+}
+
+ViewRecorder view_recorder() { return g_view_recorder.load(std::memory_order_acquire); }
+
+}  // namespace detail
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, int64_t offset) const {
   return from_storage(storage(), sizes, strides, offset, dtype());
@@ -72,32 +103,39 @@ Tensor Tensor::view(const Shape& sizes_in) const {
   COHORT_CHECK(view_strides(sizes(), strides(), ns, &st),
                "view: a tensor of shape {} with strides {} cannot be viewed as {}; use reshape",
                shape_str(sizes()), shape_str(strides()), shape_str(ns));
-  return as_strided(ns, st, storage_offset());
+  return detail::record_view(as_strided(ns, st, storage_offset()), *this, "view",
+                             [&] { return reshape_back(sizes()); });
 }
 
 Tensor Tensor::reshape(const Shape& sizes_in) const {
   Shape ns = infer_size(sizes_in, numel(), "reshape");
   Shape st;
-  if (view_strides(sizes(), strides(), ns, &st)) return as_strided(ns, st, storage_offset());
-  return clone().view(ns);
+  Tensor out = view_strides(sizes(), strides(), ns, &st) ? as_strided(ns, st, storage_offset())
+                                                         : clone().view(ns);
+  return detail::record_view(std::move(out), *this, "reshape",
+                             [&] { return reshape_back(sizes()); });
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   int64_t n = dim();
-  if (n == 0) return detach();
-  d0 = wrap_dim(d0, n, "transpose");
-  d1 = wrap_dim(d1, n, "transpose");
   Shape s = sizes(), st = strides();
-  std::swap(s[d0], s[d1]);
-  std::swap(st[d0], st[d1]);
-  return as_strided(s, st, storage_offset());
+  if (n > 0) {
+    d0 = wrap_dim(d0, n, "transpose");
+    d1 = wrap_dim(d1, n, "transpose");
+    std::swap(s[d0], s[d1]);
+    std::swap(st[d0], st[d1]);
+  }
+  return detail::record_view(as_strided(s, st, storage_offset()), *this, "transpose", [&] {
+    return detail::ViewBackward(
+        [n, d0, d1](const Tensor& g) { return n == 0 ? g : g.transpose(d0, d1); });
+  });
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
   int64_t n = dim();
   COHORT_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: {} dims given for a {}-d tensor",
                dims.size(), n);
-  Shape s(n), st(n);
+  Shape s(n), st(n), inverse(n);
   std::vector<bool> seen(n, false);
   for (int64_t i = 0; i < n; ++i) {
     int64_t d = wrap_dim(dims[i], n, "permute");
@@ -105,8 +143,11 @@ Tensor Tensor::permute(const Shape& dims) const {
     seen[d] = true;
     s[i] = sizes()[d];
     st[i] = strides()[d];
+    inverse[d] = i;
   }
-  return as_strided(s, st, storage_offset());
+  return detail::record_view(as_strided(s, st, storage_offset()), *this, "permute", [&] {
+    return detail::ViewBackward([inverse](const Tensor& g) { return g.permute(inverse); });
+  });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
@@ -116,18 +157,22 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t new_stride = d < n ? s[d] * st[d] : 1;
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, new_stride);
-  return as_strided(s, st, storage_offset());
+  return detail::record_view(as_strided(s, st, storage_offset()), *this, "unsqueeze",
+                             [&] { return reshape_back(sizes()); });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
   int64_t n = dim();
-  if (n == 0) return detach();
-  d = wrap_dim(d, n, "squeeze");
-  if (sizes()[d] != 1) return detach();
   Shape s = sizes(), st = strides();
-  s.erase(s.begin() + d);
-  st.erase(st.begin() + d);
-  return as_strided(s, st, storage_offset());
+  if (n > 0) {
+    d = wrap_dim(d, n, "squeeze");
+    if (s[d] == 1) {
+      s.erase(s.begin() + d);
+      st.erase(st.begin() + d);
+    }
+  }
+  return detail::record_view(as_strided(s, st, storage_offset()), *this, "squeeze",
+                             [&] { return reshape_back(sizes()); });
 }
 
 Tensor Tensor::squeeze() const {
@@ -137,7 +182,8 @@ Tensor Tensor::squeeze() const {
     s.push_back(sizes()[i]);
     st.push_back(strides()[i]);
   }
-  return as_strided(s, st, storage_offset());
+  return detail::record_view(as_strided(s, st, storage_offset()), *this, "squeeze",
+                             [&] { return reshape_back(sizes()); });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -149,7 +195,11 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
                d, n);
   Shape s = sizes();
   s[d] = length;
-  return as_strided(s, strides(), storage_offset() + start * strides()[d]);
+  return detail::record_view(
+      as_strided(s, strides(), storage_offset() + start * strides()[d]), *this, "narrow", [&] {
+        return scatter_back(sizes(), dtype(),
+                            [=](const Tensor& z) { return z.narrow(d, start, length); });
+      });
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -163,7 +213,9 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t off = storage_offset() + index * st[d];
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
-  return as_strided(s, st, off);
+  return detail::record_view(as_strided(s, st, off), *this, "select", [&] {
+    return scatter_back(sizes(), dtype(), [=](const Tensor& z) { return z.select(d, index); });
+  });
 }
 
 Tensor Tensor::expand(const Shape& target) const {
@@ -188,7 +240,9 @@ Tensor Tensor::expand(const Shape& target) const {
       st[i] = 0;
     }
   }
-  return as_strided(s, st, storage_offset());
+  return detail::record_view(as_strided(s, st, storage_offset()), *this, "expand", [&] {
+    return detail::ViewBackward([in = sizes()](const Tensor& g) { return native::sum_to(g, in); });
+  });
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -202,6 +256,16 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   s.push_back(p);
   s.insert(s.end(), sizes().begin() + end_dim + 1, sizes().end());
   return reshape(s);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
+  d = wrap_dim(d, dim(), "slice");
+  const int64_t n = sizes()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  return narrow(d, start, end - start);
 }
 
 }  // namespace cohort

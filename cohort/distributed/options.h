@@ -3,14 +3,17 @@
 // types and reductions of the collectives layer.
 //
 // Every field has a default, so `pg.all_reduce(t)` is a sum with the group's
-// timeout. async_op (PyTorch's name): true = the call returns at once and the
-// Work completes later; false = the call returns when the op completed and
-// throws its error itself (when the group is idle the op then runs on the
-// calling thread, which saves the hand-off to the group's thread: the
-// lowest latency for small messages). `timeout` of kUseDefaultTimeout (zero) means the group's
-// timeout (ProcessGroupOptions::timeout); the op fails with cohort::TimeoutError naming the op, the
-// group, the sequence number and the missing ranks when it runs past it (native backend; MPI calls
-// cannot be timed out, see mpi/mpi_backend.h). Pure data; no thread-safety concerns.
+// timeout. As in PyTorch, an op blocks unless async_op is asked for: the
+// plain call returns when the op completed and throws its error itself (when
+// the group is idle the op runs on the calling thread, which saves the
+// hand-off to the group's thread: the lowest latency for small messages);
+// with the async_op tag, `Work w = pg.all_reduce(t, {}, async_op);`, it
+// returns a [[nodiscard]] Work at once and the op completes later (work.h).
+// `timeout` of kUseDefaultTimeout (zero) means the group's timeout
+// (ProcessGroupOptions::timeout); the op fails with cohort::TimeoutError
+// naming the op, the group, the sequence number and the missing ranks when it
+// runs past it (native backend; MPI calls cannot be timed out, see
+// mpi/mpi_backend.h). Pure data; no thread-safety concerns.
 #pragma once
 
 #include <chrono>
@@ -40,56 +43,56 @@ BackendKind parse_backend(std::string_view name);
 // Whether this build can create groups of that kind.
 bool backend_available(BackendKind kind);
 
+// Tag asking a ProcessGroup op not to block (PyTorch's async_op=True):
+//   Work w = pg->all_reduce(grad, {.op = ReduceOp::kAvg}, async_op);
+// A type, not a bool field, so that the Work of an async call, and only
+// that one, is [[nodiscard]].
+struct AsyncOp {
+  explicit constexpr AsyncOp() = default;
+};
+inline constexpr AsyncOp async_op{};
+
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct BroadcastOptions {
   int root = 0;  // group rank
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct ReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;  // group rank
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct AllGatherOptions {
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct GatherOptions {
   int root = 0;
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct ScatterOptions {
   int root = 0;
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct AllToAllOptions {
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct BarrierOptions {
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 // send/recv: messages between two ranks arrive in the order sent; the tag
@@ -97,13 +100,11 @@ struct BarrierOptions {
 struct SendOptions {
   uint32_t tag = 0;
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 struct RecvOptions {
   uint32_t tag = 0;
   Duration timeout = kUseDefaultTimeout;
-  bool async_op = true;
 };
 
 }  // namespace cohort::distributed

@@ -198,91 +198,42 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
                                         std::move(sub_store), std::move(world), std::move(sub));
 }
 
-// ---- raw buffers ----
-
-Work ProcessGroup::all_reduce(void* data, size_t count, DataType dtype, const AllReduceOptions& o) {
-  return all_reduce_impl(data, count, dtype, o, {});
-}
-
-Work ProcessGroup::broadcast(void* data, size_t count, DataType dtype, const BroadcastOptions& o) {
-  return broadcast_impl(data, count, dtype, o, {});
-}
-
-Work ProcessGroup::reduce(void* data, size_t count, DataType dtype, const ReduceOptions& o) {
-  return reduce_impl(data, count, dtype, o, {});
-}
-
-Work ProcessGroup::all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                              const AllGatherOptions& o) {
-  return all_gather_impl(send, recv, count, dtype, o, {});
-}
-
-Work ProcessGroup::gather(const void* send, void* recv, size_t count, DataType dtype,
-                          const GatherOptions& o) {
-  return gather_impl(send, recv, count, dtype, o, {});
-}
-
-Work ProcessGroup::scatter(const void* send, void* recv, size_t count, DataType dtype,
-                           const ScatterOptions& o) {
-  return scatter_impl(send, recv, count, dtype, o, {});
-}
-
-Work ProcessGroup::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
-                                  const ReduceScatterOptions& o) {
-  return reduce_scatter_impl(send, recv, count, dtype, o, {});
-}
-
-Work ProcessGroup::all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                              const AllToAllOptions& o) {
-  return all_to_all_impl(send, recv, count, dtype, o, {});
-}
-
-Work ProcessGroup::barrier(const BarrierOptions& o) { return barrier_impl(o, {}); }
-
-Work ProcessGroup::send(const void* data, size_t count, DataType dtype, int dst,
-                        const SendOptions& o) {
-  return send_impl(data, count, dtype, dst, o, {});
-}
-
-Work ProcessGroup::recv(void* data, size_t count, DataType dtype, int src, const RecvOptions& o) {
-  return recv_impl(data, count, dtype, src, o, {});
-}
-
 Work ProcessGroup::all_reduce_impl(void* data, size_t count, DataType dtype,
-                                   const AllReduceOptions& o, std::vector<Tensor> keep) {
+                                   const AllReduceOptions& o, std::vector<Tensor> keep,
+                                   bool async) {
   check_buffer("all_reduce", "data", data, count);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "all_reduce", true,
-      [=, keep = std::move(keep)] { b->all_reduce(data, count, dtype, o.op, t); }, t, o.async_op);
+      [=, keep = std::move(keep)] { b->all_reduce(data, count, dtype, o.op, t); }, t, async);
 }
 
 Work ProcessGroup::broadcast_impl(void* data, size_t count, DataType dtype,
-                                  const BroadcastOptions& o, std::vector<Tensor> keep) {
+                                  const BroadcastOptions& o, std::vector<Tensor> keep, bool async) {
   check_buffer("broadcast", "data", data, count);
   check_root("broadcast", o.root);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "broadcast", true,
-      [=, keep = std::move(keep)] { b->broadcast(data, count, dtype, o.root, t); }, t, o.async_op);
+      [=, keep = std::move(keep)] { b->broadcast(data, count, dtype, o.root, t); }, t, async);
 }
 
 Work ProcessGroup::reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
-                               std::vector<Tensor> keep) {
+                               std::vector<Tensor> keep, bool async) {
   check_buffer("reduce", "data", data, count);
   check_root("reduce", o.root);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "reduce", true,
-      [=, keep = std::move(keep)] { b->reduce(data, count, dtype, o.op, o.root, t); }, t,
-      o.async_op);
+      [=, keep = std::move(keep)] { b->reduce(data, count, dtype, o.op, o.root, t); }, t, async);
 }
 
 Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                   const AllGatherOptions& o, std::vector<Tensor> keep) {
+                                   const AllGatherOptions& o, std::vector<Tensor> keep,
+                                   bool async) {
   size_t es = element_size(dtype);
   check_buffer("all_gather", "send", send, count);
   check_buffer("all_gather", "recv", recv, count);
@@ -291,11 +242,11 @@ Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, D
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "all_gather", true,
-      [=, keep = std::move(keep)] { b->all_gather(send, recv, count, dtype, t); }, t, o.async_op);
+      [=, keep = std::move(keep)] { b->all_gather(send, recv, count, dtype, t); }, t, async);
 }
 
 Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                               const GatherOptions& o, std::vector<Tensor> keep) {
+                               const GatherOptions& o, std::vector<Tensor> keep, bool async) {
   size_t es = element_size(dtype);
   check_root("gather", o.root);
   check_buffer("gather", "send", send, count);
@@ -307,12 +258,11 @@ Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataT
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "gather", true,
-      [=, keep = std::move(keep)] { b->gather(send, recv, count, dtype, o.root, t); }, t,
-      o.async_op);
+      [=, keep = std::move(keep)] { b->gather(send, recv, count, dtype, o.root, t); }, t, async);
 }
 
 Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                const ScatterOptions& o, std::vector<Tensor> keep) {
+                                const ScatterOptions& o, std::vector<Tensor> keep, bool async) {
   size_t es = element_size(dtype);
   check_root("scatter", o.root);
   check_buffer("scatter", "recv", recv, count);
@@ -324,12 +274,12 @@ Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, Data
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "scatter", true,
-      [=, keep = std::move(keep)] { b->scatter(send, recv, count, dtype, o.root, t); }, t,
-      o.async_op);
+      [=, keep = std::move(keep)] { b->scatter(send, recv, count, dtype, o.root, t); }, t, async);
 }
 
 Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                       const ReduceScatterOptions& o, std::vector<Tensor> keep) {
+                                       const ReduceScatterOptions& o, std::vector<Tensor> keep,
+                                       bool async) {
   size_t es = element_size(dtype);
   check_buffer("reduce_scatter", "send", send, count);
   check_buffer("reduce_scatter", "recv", recv, count);
@@ -339,11 +289,11 @@ Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t coun
   return enqueue(
       "reduce_scatter", true,
       [=, keep = std::move(keep)] { b->reduce_scatter(send, recv, count, dtype, o.op, t); }, t,
-      o.async_op);
+      async);
 }
 
 Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                   const AllToAllOptions& o, std::vector<Tensor> keep) {
+                                   const AllToAllOptions& o, std::vector<Tensor> keep, bool async) {
   size_t bytes = element_size(dtype) * count * static_cast<size_t>(size_);
   check_buffer("all_to_all", "send", send, count);
   check_buffer("all_to_all", "recv", recv, count);
@@ -352,18 +302,18 @@ Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, D
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "all_to_all", true,
-      [=, keep = std::move(keep)] { b->all_to_all(send, recv, count, dtype, t); }, t, o.async_op);
+      [=, keep = std::move(keep)] { b->all_to_all(send, recv, count, dtype, t); }, t, async);
 }
 
-Work ProcessGroup::barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep) {
+Work ProcessGroup::barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep, bool async) {
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
   return enqueue(
-      "barrier", true, [=, keep = std::move(keep)] { b->barrier(t); }, t, o.async_op);
+      "barrier", true, [=, keep = std::move(keep)] { b->barrier(t); }, t, async);
 }
 
 Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int dst,
-                             const SendOptions& o, std::vector<Tensor> keep) {
+                             const SendOptions& o, std::vector<Tensor> keep, bool async) {
   check_buffer("send", "data", data, count);
   check_peer("send", dst);
   COHORT_CHECK(dst != rank_, "send: rank {} cannot send to itself (group '{}')", rank_,
@@ -372,11 +322,11 @@ Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "send", false, [=, keep = std::move(keep)] { b->send(data, count, dtype, dst, o.tag, t); }, t,
-      o.async_op);
+      async);
 }
 
 Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
-                             const RecvOptions& o, std::vector<Tensor> keep) {
+                             const RecvOptions& o, std::vector<Tensor> keep, bool async) {
   check_buffer("recv", "data", data, count);
   check_peer("recv", src);
   COHORT_CHECK(src != rank_, "recv: rank {} cannot receive from itself (group '{}')", rank_,
@@ -385,7 +335,7 @@ Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
   Duration t = op_timeout(o.timeout);
   return enqueue(
       "recv", false, [=, keep = std::move(keep)] { b->recv(data, count, dtype, src, o.tag, t); }, t,
-      o.async_op);
+      async);
 }
 
 }  // namespace cohort::distributed

@@ -4,19 +4,23 @@
 // group returned by init_process_group is passed explicitly.
 //
 //   auto pg = cohort::distributed::init_process_group("native", "env://");
-//   Work w = pg->all_reduce(grad, {.op = ReduceOp::kAvg});
+//   pg->all_reduce(grad, {.op = ReduceOp::kAvg});   // blocks, like PyTorch
+//   Work w = pg->all_reduce(grad, {}, async_op);    // returns at once
+//   ...                                              // overlap other work
 //   w.wait();
 //   auto evens = pg->new_group({0, 2});   // null on ranks 1 and 3
 //   cohort::distributed::destroy_process_group(pg);
 //
-// Every op returns a Work at once and runs later, in issue order, on the
-// group's execution thread (work.h); with `.async_op = false` the call
-// returns when the op completed (and throws its error), as PyTorch's default
-// blocking calls do. Ops must be issued in the same order on every rank
-// (with several issuing threads per rank, the order they enter). Argument errors (bad root, a
+// As in PyTorch, an op blocks unless async_op is asked for: the plain call
+// returns when the op completed and throws its error. With the async_op tag
+// it returns a [[nodiscard]] Work at once and the op runs later, in issue
+// order, on the group's execution thread (work.h). Ops must be issued in the
+// same order on every rank (with several issuing threads per rank, the order
+// they enter). Argument errors (bad root, a
 // non-contiguous tensor, list sizes that do not match the group) are thrown
 // by the call itself; failures of the op (a lost peer, a mismatch between
-// ranks, a timeout) come through the Work, with the op, group, rank and
+// ranks, a timeout) are thrown by a blocking call or come through the Work,
+// with the op, group, rank and
 // sequence number named. After a failure the group is broken: later ops fail
 // at once with the first error (native backend).
 //
@@ -24,8 +28,8 @@
 // and gather's recv hold size()*count elements, scatter's, reduce_scatter's
 // and all_to_all's send size()*count. Tensor overloads follow PyTorch:
 // lists of size() tensors, or one tensor of size()*numel elements for the
-// *_into_tensor / *_tensor / *_single forms. Tensors must be contiguous; the
-// Work keeps them alive; do not touch their data until the Work completed.
+// *_into_tensor / *_tensor / *_single forms. Tensors must be contiguous; an
+// async Work keeps them alive; do not touch their data until it completed.
 //
 // Ownership: a group owns its backend (sockets, shared memory, MPI
 // communicator), its execution thread and a share of the store. destroy()
@@ -100,53 +104,192 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   void abort(const std::string& reason);
 
   // ---- raw buffers (see communicator.h for each op's contract) ----
-  Work all_reduce(void* data, size_t count, DataType dtype, const AllReduceOptions& opts = {});
-  Work broadcast(void* data, size_t count, DataType dtype, const BroadcastOptions& opts = {});
-  Work reduce(void* data, size_t count, DataType dtype, const ReduceOptions& opts = {});
-  Work all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                  const AllGatherOptions& opts = {});
-  Work gather(const void* send, void* recv, size_t count, DataType dtype,
-              const GatherOptions& opts = {});
-  Work scatter(const void* send, void* recv, size_t count, DataType dtype,
-               const ScatterOptions& opts = {});
-  Work reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
-                      const ReduceScatterOptions& opts = {});
-  Work all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                  const AllToAllOptions& opts = {});
-  Work barrier(const BarrierOptions& opts = {});
-  Work send(const void* data, size_t count, DataType dtype, int dst, const SendOptions& opts = {});
-  Work recv(void* data, size_t count, DataType dtype, int src, const RecvOptions& opts = {});
+  // Each op in two forms: the plain call blocks until the op completed and
+  // throws its error; with the async_op tag it returns the op's Work at once.
+  void all_reduce(void* data, size_t count, DataType dtype, const AllReduceOptions& opts = {}) {
+    all_reduce_impl(data, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work all_reduce(void* data, size_t count, DataType dtype,
+                                const AllReduceOptions& opts, AsyncOp) {
+    return all_reduce_impl(data, count, dtype, opts, {}, true);
+  }
+  void broadcast(void* data, size_t count, DataType dtype, const BroadcastOptions& opts = {}) {
+    broadcast_impl(data, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work broadcast(void* data, size_t count, DataType dtype,
+                               const BroadcastOptions& opts, AsyncOp) {
+    return broadcast_impl(data, count, dtype, opts, {}, true);
+  }
+  void reduce(void* data, size_t count, DataType dtype, const ReduceOptions& opts = {}) {
+    reduce_impl(data, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work reduce(void* data, size_t count, DataType dtype, const ReduceOptions& opts,
+                            AsyncOp) {
+    return reduce_impl(data, count, dtype, opts, {}, true);
+  }
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                  const AllGatherOptions& opts = {}) {
+    all_gather_impl(send, recv, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work all_gather(const void* send, void* recv, size_t count, DataType dtype,
+                                const AllGatherOptions& opts, AsyncOp) {
+    return all_gather_impl(send, recv, count, dtype, opts, {}, true);
+  }
+  void gather(const void* send, void* recv, size_t count, DataType dtype,
+              const GatherOptions& opts = {}) {
+    gather_impl(send, recv, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work gather(const void* send, void* recv, size_t count, DataType dtype,
+                            const GatherOptions& opts, AsyncOp) {
+    return gather_impl(send, recv, count, dtype, opts, {}, true);
+  }
+  void scatter(const void* send, void* recv, size_t count, DataType dtype,
+               const ScatterOptions& opts = {}) {
+    scatter_impl(send, recv, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work scatter(const void* send, void* recv, size_t count, DataType dtype,
+                             const ScatterOptions& opts, AsyncOp) {
+    return scatter_impl(send, recv, count, dtype, opts, {}, true);
+  }
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
+                      const ReduceScatterOptions& opts = {}) {
+    reduce_scatter_impl(send, recv, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
+                                    const ReduceScatterOptions& opts, AsyncOp) {
+    return reduce_scatter_impl(send, recv, count, dtype, opts, {}, true);
+  }
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
+                  const AllToAllOptions& opts = {}) {
+    all_to_all_impl(send, recv, count, dtype, opts, {}, false);
+  }
+  [[nodiscard]] Work all_to_all(const void* send, void* recv, size_t count, DataType dtype,
+                                const AllToAllOptions& opts, AsyncOp) {
+    return all_to_all_impl(send, recv, count, dtype, opts, {}, true);
+  }
+  void barrier(const BarrierOptions& opts = {}) { barrier_impl(opts, {}, false); }
+  [[nodiscard]] Work barrier(const BarrierOptions& opts, AsyncOp) {
+    return barrier_impl(opts, {}, true);
+  }
+  void send(const void* data, size_t count, DataType dtype, int dst, const SendOptions& opts = {}) {
+    send_impl(data, count, dtype, dst, opts, {}, false);
+  }
+  [[nodiscard]] Work send(const void* data, size_t count, DataType dtype, int dst,
+                          const SendOptions& opts, AsyncOp) {
+    return send_impl(data, count, dtype, dst, opts, {}, true);
+  }
+  void recv(void* data, size_t count, DataType dtype, int src, const RecvOptions& opts = {}) {
+    recv_impl(data, count, dtype, src, opts, {}, false);
+  }
+  [[nodiscard]] Work recv(void* data, size_t count, DataType dtype, int src,
+                          const RecvOptions& opts, AsyncOp) {
+    return recv_impl(data, count, dtype, src, opts, {}, true);
+  }
 
   // ---- tensors (contiguous; any shape; the op works on all elements) ----
-  Work all_reduce(const Tensor& tensor, const AllReduceOptions& opts = {});
-  Work broadcast(const Tensor& tensor, const BroadcastOptions& opts = {});
-  Work reduce(const Tensor& tensor, const ReduceOptions& opts = {});
+  void all_reduce(const Tensor& tensor, const AllReduceOptions& opts = {}) {
+    all_reduce_impl(tensor, opts, false);
+  }
+  [[nodiscard]] Work all_reduce(const Tensor& tensor, const AllReduceOptions& opts, AsyncOp) {
+    return all_reduce_impl(tensor, opts, true);
+  }
+  void broadcast(const Tensor& tensor, const BroadcastOptions& opts = {}) {
+    broadcast_impl(tensor, opts, false);
+  }
+  [[nodiscard]] Work broadcast(const Tensor& tensor, const BroadcastOptions& opts, AsyncOp) {
+    return broadcast_impl(tensor, opts, true);
+  }
+  void reduce(const Tensor& tensor, const ReduceOptions& opts = {}) {
+    reduce_impl(tensor, opts, false);
+  }
+  [[nodiscard]] Work reduce(const Tensor& tensor, const ReduceOptions& opts, AsyncOp) {
+    return reduce_impl(tensor, opts, true);
+  }
   // outputs: size() tensors shaped like input.
-  Work all_gather(const std::vector<Tensor>& outputs, const Tensor& input,
-                  const AllGatherOptions& opts = {});
+  void all_gather(const std::vector<Tensor>& outputs, const Tensor& input,
+                  const AllGatherOptions& opts = {}) {
+    all_gather_impl(outputs, input, opts, false);
+  }
+  [[nodiscard]] Work all_gather(const std::vector<Tensor>& outputs, const Tensor& input,
+                                const AllGatherOptions& opts, AsyncOp) {
+    return all_gather_impl(outputs, input, opts, true);
+  }
   // output: size()*input.numel() elements.
-  Work all_gather_into_tensor(const Tensor& output, const Tensor& input,
-                              const AllGatherOptions& opts = {});
+  void all_gather_into_tensor(const Tensor& output, const Tensor& input,
+                              const AllGatherOptions& opts = {}) {
+    all_gather_into_tensor_impl(output, input, opts, false);
+  }
+  [[nodiscard]] Work all_gather_into_tensor(const Tensor& output, const Tensor& input,
+                                            const AllGatherOptions& opts, AsyncOp) {
+    return all_gather_into_tensor_impl(output, input, opts, true);
+  }
   // outputs: size() tensors on root, empty elsewhere.
-  Work gather(const std::vector<Tensor>& outputs, const Tensor& input,
-              const GatherOptions& opts = {});
+  void gather(const std::vector<Tensor>& outputs, const Tensor& input,
+              const GatherOptions& opts = {}) {
+    gather_impl(outputs, input, opts, false);
+  }
+  [[nodiscard]] Work gather(const std::vector<Tensor>& outputs, const Tensor& input,
+                            const GatherOptions& opts, AsyncOp) {
+    return gather_impl(outputs, input, opts, true);
+  }
   // inputs: size() tensors on root, empty elsewhere.
-  Work scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-               const ScatterOptions& opts = {});
+  void scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+               const ScatterOptions& opts = {}) {
+    scatter_impl(output, inputs, opts, false);
+  }
+  [[nodiscard]] Work scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                             const ScatterOptions& opts, AsyncOp) {
+    return scatter_impl(output, inputs, opts, true);
+  }
   // inputs: size() tensors shaped like output.
-  Work reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                      const ReduceScatterOptions& opts = {});
+  void reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                      const ReduceScatterOptions& opts = {}) {
+    reduce_scatter_impl(output, inputs, opts, false);
+  }
+  [[nodiscard]] Work reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                    const ReduceScatterOptions& opts, AsyncOp) {
+    return reduce_scatter_impl(output, inputs, opts, true);
+  }
   // input: size()*output.numel() elements.
-  Work reduce_scatter_tensor(const Tensor& output, const Tensor& input,
-                             const ReduceScatterOptions& opts = {});
+  void reduce_scatter_tensor(const Tensor& output, const Tensor& input,
+                             const ReduceScatterOptions& opts = {}) {
+    reduce_scatter_tensor_impl(output, input, opts, false);
+  }
+  [[nodiscard]] Work reduce_scatter_tensor(const Tensor& output, const Tensor& input,
+                                           const ReduceScatterOptions& opts, AsyncOp) {
+    return reduce_scatter_tensor_impl(output, input, opts, true);
+  }
   // outputs[j] <- rank j's inputs[rank()]; size() tensors each, all the same numel.
-  Work all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                  const AllToAllOptions& opts = {});
+  void all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                  const AllToAllOptions& opts = {}) {
+    all_to_all_impl(outputs, inputs, opts, false);
+  }
+  [[nodiscard]] Work all_to_all(const std::vector<Tensor>& outputs,
+                                const std::vector<Tensor>& inputs, const AllToAllOptions& opts,
+                                AsyncOp) {
+    return all_to_all_impl(outputs, inputs, opts, true);
+  }
   // Equal splits: output and input hold size()*k elements.
-  Work all_to_all_single(const Tensor& output, const Tensor& input,
-                         const AllToAllOptions& opts = {});
-  Work send(const Tensor& tensor, int dst, const SendOptions& opts = {});
-  Work recv(const Tensor& tensor, int src, const RecvOptions& opts = {});
+  void all_to_all_single(const Tensor& output, const Tensor& input,
+                         const AllToAllOptions& opts = {}) {
+    all_to_all_single_impl(output, input, opts, false);
+  }
+  [[nodiscard]] Work all_to_all_single(const Tensor& output, const Tensor& input,
+                                       const AllToAllOptions& opts, AsyncOp) {
+    return all_to_all_single_impl(output, input, opts, true);
+  }
+  void send(const Tensor& tensor, int dst, const SendOptions& opts = {}) {
+    send_impl(tensor, dst, opts, false);
+  }
+  [[nodiscard]] Work send(const Tensor& tensor, int dst, const SendOptions& opts, AsyncOp) {
+    return send_impl(tensor, dst, opts, true);
+  }
+  void recv(const Tensor& tensor, int src, const RecvOptions& opts = {}) {
+    recv_impl(tensor, src, opts, false);
+  }
+  [[nodiscard]] Work recv(const Tensor& tensor, int src, const RecvOptions& opts, AsyncOp) {
+    return recv_impl(tensor, src, opts, true);
+  }
 
  private:
   struct Private {};
@@ -159,26 +302,48 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  private:
   // The raw ops, keeping `keep` (the tensors behind the buffers) alive until the op ran.
   Work all_reduce_impl(void* data, size_t count, DataType dtype, const AllReduceOptions& o,
-                       std::vector<Tensor> keep);
+                       std::vector<Tensor> keep, bool async);
   Work broadcast_impl(void* data, size_t count, DataType dtype, const BroadcastOptions& o,
-                      std::vector<Tensor> keep);
+                      std::vector<Tensor> keep, bool async);
   Work reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
-                   std::vector<Tensor> keep);
+                   std::vector<Tensor> keep, bool async);
   Work all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                       const AllGatherOptions& o, std::vector<Tensor> keep);
+                       const AllGatherOptions& o, std::vector<Tensor> keep, bool async);
   Work gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                   const GatherOptions& o, std::vector<Tensor> keep);
+                   const GatherOptions& o, std::vector<Tensor> keep, bool async);
   Work scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                    const ScatterOptions& o, std::vector<Tensor> keep);
+                    const ScatterOptions& o, std::vector<Tensor> keep, bool async);
   Work reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                           const ReduceScatterOptions& o, std::vector<Tensor> keep);
+                           const ReduceScatterOptions& o, std::vector<Tensor> keep, bool async);
   Work all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
-                       const AllToAllOptions& o, std::vector<Tensor> keep);
-  Work barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep);
+                       const AllToAllOptions& o, std::vector<Tensor> keep, bool async);
+  Work barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep, bool async);
   Work send_impl(const void* data, size_t count, DataType dtype, int dst, const SendOptions& o,
-                 std::vector<Tensor> keep);
+                 std::vector<Tensor> keep, bool async);
   Work recv_impl(void* data, size_t count, DataType dtype, int src, const RecvOptions& o,
-                 std::vector<Tensor> keep);
+                 std::vector<Tensor> keep, bool async);
+  // The tensor ops.
+  Work all_reduce_impl(const Tensor& tensor, const AllReduceOptions& o, bool async);
+  Work broadcast_impl(const Tensor& tensor, const BroadcastOptions& o, bool async);
+  Work reduce_impl(const Tensor& tensor, const ReduceOptions& o, bool async);
+  Work all_gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                       const AllGatherOptions& o, bool async);
+  Work all_gather_into_tensor_impl(const Tensor& output, const Tensor& input,
+                                   const AllGatherOptions& o, bool async);
+  Work gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, const GatherOptions& o,
+                   bool async);
+  Work scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                    const ScatterOptions& o, bool async);
+  Work reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                           const ReduceScatterOptions& o, bool async);
+  Work reduce_scatter_tensor_impl(const Tensor& output, const Tensor& input,
+                                  const ReduceScatterOptions& o, bool async);
+  Work all_to_all_impl(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                       const AllToAllOptions& o, bool async);
+  Work all_to_all_single_impl(const Tensor& output, const Tensor& input, const AllToAllOptions& o,
+                              bool async);
+  Work send_impl(const Tensor& tensor, int dst, const SendOptions& o, bool async);
+  Work recv_impl(const Tensor& tensor, int src, const RecvOptions& o, bool async);
   // Queues body as op `op` and returns its Work.
   // A WorkState for the next op (issue_mu_ held).
   std::shared_ptr<detail::WorkState> fresh_state();

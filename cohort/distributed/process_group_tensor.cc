@@ -89,23 +89,23 @@ DataType to_data_type(DType dtype) {
       fmt::format("distributed: dtype {} has no collectives equivalent", dtype_name(dtype)));
 }
 
-Work ProcessGroup::all_reduce(const Tensor& tensor, const AllReduceOptions& o) {
+Work ProcessGroup::all_reduce_impl(const Tensor& tensor, const AllReduceOptions& o, bool async) {
   Buf b = check_tensor("all_reduce", "tensor", tensor);
-  return all_reduce_impl(b.data, b.count, b.dtype, o, {tensor});
+  return all_reduce_impl(b.data, b.count, b.dtype, o, {tensor}, async);
 }
 
-Work ProcessGroup::broadcast(const Tensor& tensor, const BroadcastOptions& o) {
+Work ProcessGroup::broadcast_impl(const Tensor& tensor, const BroadcastOptions& o, bool async) {
   Buf b = check_tensor("broadcast", "tensor", tensor);
-  return broadcast_impl(b.data, b.count, b.dtype, o, {tensor});
+  return broadcast_impl(b.data, b.count, b.dtype, o, {tensor}, async);
 }
 
-Work ProcessGroup::reduce(const Tensor& tensor, const ReduceOptions& o) {
+Work ProcessGroup::reduce_impl(const Tensor& tensor, const ReduceOptions& o, bool async) {
   Buf b = check_tensor("reduce", "tensor", tensor);
-  return reduce_impl(b.data, b.count, b.dtype, o, {tensor});
+  return reduce_impl(b.data, b.count, b.dtype, o, {tensor}, async);
 }
 
-Work ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& input,
-                              const AllGatherOptions& o) {
+Work ProcessGroup::all_gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                                   const AllGatherOptions& o, bool async) {
   Buf in = check_tensor("all_gather", "input", input);
   auto outs =
       check_list("all_gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
@@ -118,26 +118,26 @@ Work ProcessGroup::all_gather(const std::vector<Tensor>& outputs, const Tensor& 
         be->all_gather(in.data, flat.data(), in.count, in.dtype, t);
         unpack(flat.data(), outs);
       },
-      t, o.async_op);
+      t, async);
 }
 
-Work ProcessGroup::all_gather_into_tensor(const Tensor& output, const Tensor& input,
-                                          const AllGatherOptions& o) {
+Work ProcessGroup::all_gather_into_tensor_impl(const Tensor& output, const Tensor& input,
+                                               const AllGatherOptions& o, bool async) {
   const char* op = "all_gather_into_tensor";
   Buf in = check_tensor(op, "input", input);
   Buf out = check_tensor(op, "output", output);
   check_like(op, "output", out, in.dtype, in.count * static_cast<size_t>(size_));
-  return all_gather_impl(in.data, out.data, in.count, in.dtype, o, {input, output});
+  return all_gather_impl(in.data, out.data, in.count, in.dtype, o, {input, output}, async);
 }
 
-Work ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& input,
-                          const GatherOptions& o) {
+Work ProcessGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                               const GatherOptions& o, bool async) {
   Buf in = check_tensor("gather", "input", input);
   check_root("gather", o.root);
   if (rank_ != o.root) {
     COHORT_CHECK(outputs.empty(), "gather: outputs must be empty off the root (rank {}, root {})",
                  rank_, o.root);
-    return gather_impl(in.data, nullptr, in.count, in.dtype, o, {input});
+    return gather_impl(in.data, nullptr, in.count, in.dtype, o, {input}, async);
   }
   auto outs =
       check_list("gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
@@ -150,17 +150,17 @@ Work ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& inpu
         be->gather(in.data, flat.data(), in.count, in.dtype, o.root, t);
         unpack(flat.data(), outs);
       },
-      t, o.async_op);
+      t, async);
 }
 
-Work ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                           const ScatterOptions& o) {
+Work ProcessGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                                const ScatterOptions& o, bool async) {
   Buf out = check_tensor("scatter", "output", output);
   check_root("scatter", o.root);
   if (rank_ != o.root) {
     COHORT_CHECK(inputs.empty(), "scatter: inputs must be empty off the root (rank {}, root {})",
                  rank_, o.root);
-    return scatter_impl(nullptr, out.data, out.count, out.dtype, o, {output});
+    return scatter_impl(nullptr, out.data, out.count, out.dtype, o, {output}, async);
   }
   auto ins =
       check_list("scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype, out.count);
@@ -173,11 +173,11 @@ Work ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inpu
         pack(ins, flat.data());
         be->scatter(flat.data(), out.data, out.count, out.dtype, o.root, t);
       },
-      t, o.async_op);
+      t, async);
 }
 
-Work ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                  const ReduceScatterOptions& o) {
+Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                                       const ReduceScatterOptions& o, bool async) {
   Buf out = check_tensor("reduce_scatter", "output", output);
   auto ins = check_list("reduce_scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype,
                         out.count);
@@ -190,20 +190,21 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor
         pack(ins, flat.data());
         be->reduce_scatter(flat.data(), out.data, out.count, out.dtype, o.op, t);
       },
-      t, o.async_op);
+      t, async);
 }
 
-Work ProcessGroup::reduce_scatter_tensor(const Tensor& output, const Tensor& input,
-                                         const ReduceScatterOptions& o) {
+Work ProcessGroup::reduce_scatter_tensor_impl(const Tensor& output, const Tensor& input,
+                                              const ReduceScatterOptions& o, bool async) {
   const char* op = "reduce_scatter_tensor";
   Buf out = check_tensor(op, "output", output);
   Buf in = check_tensor(op, "input", input);
   check_like(op, "input", in, out.dtype, out.count * static_cast<size_t>(size_));
-  return reduce_scatter_impl(in.data, out.data, out.count, out.dtype, o, {input, output});
+  return reduce_scatter_impl(in.data, out.data, out.count, out.dtype, o, {input, output}, async);
 }
 
-Work ProcessGroup::all_to_all(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                              const AllToAllOptions& o) {
+Work ProcessGroup::all_to_all_impl(const std::vector<Tensor>& outputs,
+                                   const std::vector<Tensor>& inputs, const AllToAllOptions& o,
+                                   bool async) {
   COHORT_CHECK(!inputs.empty(), "all_to_all: inputs must hold {} tensors, got 0", size_);
   Buf first = check_tensor("all_to_all", "inputs[0]", inputs[0]);
   auto ins = check_list("all_to_all", "inputs", inputs, static_cast<size_t>(size_), first.dtype,
@@ -221,11 +222,11 @@ Work ProcessGroup::all_to_all(const std::vector<Tensor>& outputs, const std::vec
         be->all_to_all(send.data(), recv.data(), first.count, first.dtype, t);
         unpack(recv.data(), outs);
       },
-      t, o.async_op);
+      t, async);
 }
 
-Work ProcessGroup::all_to_all_single(const Tensor& output, const Tensor& input,
-                                     const AllToAllOptions& o) {
+Work ProcessGroup::all_to_all_single_impl(const Tensor& output, const Tensor& input,
+                                          const AllToAllOptions& o, bool async) {
   const char* op = "all_to_all_single";
   Buf in = check_tensor(op, "input", input);
   Buf out = check_tensor(op, "output", output);
@@ -234,17 +235,17 @@ Work ProcessGroup::all_to_all_single(const Tensor& output, const Tensor& input,
                "{}: input's {} elements do not split evenly over {} ranks (equal splits only)", op,
                in.count, n);
   check_like(op, "output", out, in.dtype, in.count);
-  return all_to_all_impl(in.data, out.data, in.count / n, in.dtype, o, {input, output});
+  return all_to_all_impl(in.data, out.data, in.count / n, in.dtype, o, {input, output}, async);
 }
 
-Work ProcessGroup::send(const Tensor& tensor, int dst, const SendOptions& o) {
+Work ProcessGroup::send_impl(const Tensor& tensor, int dst, const SendOptions& o, bool async) {
   Buf b = check_tensor("send", "tensor", tensor);
-  return send_impl(b.data, b.count, b.dtype, dst, o, {tensor});
+  return send_impl(b.data, b.count, b.dtype, dst, o, {tensor}, async);
 }
 
-Work ProcessGroup::recv(const Tensor& tensor, int src, const RecvOptions& o) {
+Work ProcessGroup::recv_impl(const Tensor& tensor, int src, const RecvOptions& o, bool async) {
   Buf b = check_tensor("recv", "tensor", tensor);
-  return recv_impl(b.data, b.count, b.dtype, src, o, {tensor});
+  return recv_impl(b.data, b.count, b.dtype, src, o, {tensor}, async);
 }
 
 }  // namespace cohort::distributed

@@ -1,10 +1,11 @@
 // Work: the handle of one asynchronous ProcessGroup operation (PyTorch's
-// c10d::Work). Every collective returns one at once; the op runs later on the
-// group's execution thread, after every op issued on the group before it.
+// c10d::Work). A collective called with the async_op tag returns one at once;
+// the op runs later on the group's execution thread, after every op issued on
+// the group before it.
 //
-//   Work w = pg->all_reduce(grad);   // returns immediately
-//   ...                              // overlap other work
-//   w.wait();                        // rethrows the op's exception, if any
+//   Work w = pg->all_reduce(grad, {}, async_op);   // returns immediately
+//   ...                                            // overlap other work
+//   w.wait();                                      // rethrows the op's exception, if any
 //
 // wait() on an op that has not started yet, with nothing running on the
 // group, runs the queued ops up to it on the calling thread instead of

@@ -1,7 +1,11 @@
 #include "cohort/nn/module.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <unordered_set>
 
 #include "cohort/autograd/grad_mode.h"
@@ -82,11 +86,34 @@ size_t Module::register_buffer(std::string name, Tensor t) {
   return buffers_.size() - 1;
 }
 
-size_t Module::register_module(std::string name, ModulePtr module) {
+void Module::add_child(std::string name, ModulePtr module) {
   check_new_name(name, "child module");
   COHORT_CHECK(module != nullptr, "{}: child module '{}' is null", describe(), name);
   children_.emplace_back(std::move(name), std::move(module));
-  return children_.size() - 1;
+}
+
+Module& Module::child_at(size_t slot) const {
+  COHORT_CHECK(slot < children_.size(), "{}: no child in slot {} (it has {})", describe(), slot,
+               children_.size());
+  return *children_[slot].second;
+}
+
+namespace {
+
+// "cohort::nn::Linear" for typeid(Linear).name().
+std::string demangle(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(
+      abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(mangled);
+}
+
+}  // namespace
+
+void Module::wrong_child_type(size_t slot, const char* wanted) const {
+  const Module& c = *children_[slot].second;
+  throw InvalidArgument(fmt::format("{}: child {} '{}' is a {}, not the requested {}", describe(),
+                                    slot, children_[slot].first, c.type_name(), demangle(wanted)));
 }
 
 void Module::collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
@@ -244,7 +271,13 @@ LoadStateDictResult Module::load_state_dict(const TensorDict& dict, bool strict)
 }
 
 ModulePtr Module::copy_tree(bool deep, CopyMemo& memo) const {
-  ModulePtr copy = copy_shell();
+  ModulePtr copy;
+  std::vector<detail::ChildSlot*> typed_members;
+  {
+    detail::ChildSlotLog log;
+    copy = copy_shell();
+    typed_members = log.slots();
+  }
   auto copy_tensor = [&](Tensor& t, bool is_param) {
     if (!deep && is_param) return;  // replicas share parameters
     auto it = memo.tensors.find(t.unsafe_impl());
@@ -260,6 +293,17 @@ ModulePtr Module::copy_tree(bool deep, CopyMemo& memo) const {
   for (auto& [name, t] : copy->params_) copy_tensor(t, true);
   for (auto& [name, t] : copy->buffers_) copy_tensor(t, false);
   for (auto& [name, c] : copy->children_) c = c->copy_tree(deep, memo);
+  for (detail::ChildSlot* member : typed_members) {
+    if (!member->module_) continue;
+    size_t i = 0;
+    while (i < children_.size() && children_[i].second != member->module_) ++i;
+    COHORT_CHECK(i < children_.size(),
+                 "{}: a Child member refers to a {} that is not a registered child of this "
+                 "module, so its copy would still point at the original; register it with "
+                 "register_module",
+                 describe(), member->module_->type_name());
+    member->module_ = copy->children_[i].second;
+  }
   copy->on_copy(deep);
   return copy;
 }
@@ -275,5 +319,28 @@ ModulePtr Module::replicate() const {
   NoGradGuard no_grad;
   return copy_tree(false, memo);
 }
+
+namespace detail {
+namespace {
+thread_local ChildSlotLog* t_child_slot_log = nullptr;
+}  // namespace
+
+ChildSlot::ChildSlot(const ChildSlot& other) : module_(other.module_) { ChildSlotLog::note(this); }
+
+Module* ChildSlot::checked(const char* what) const {
+  COHORT_CHECK(module_ != nullptr,
+               "{}: this Child holds no module; assign it the result of register_module first",
+               what);
+  return module_.get();
+}
+
+ChildSlotLog::ChildSlotLog() : outer_(t_child_slot_log) { t_child_slot_log = this; }
+ChildSlotLog::~ChildSlotLog() { t_child_slot_log = outer_; }
+
+void ChildSlotLog::note(ChildSlot* slot) {
+  if (t_child_slot_log) t_child_slot_log->slots_.push_back(slot);
+}
+
+}  // namespace detail
 
 }  // namespace cohort::nn

@@ -5,12 +5,16 @@
 // them. Names are what PyTorch would produce: named_parameters() and
 // state_dict() join the path with dots ("conv1.weight", "net.0.bias").
 //
-// Writing a module: derive from Cloneable<YourModule>, register everything
-// in the constructor and keep the returned slot numbers (or use fixed ones);
-// reach tensors and children through param(slot), buf(slot) and
-// child<T>(slot). Keep no other Tensor handles or child pointers as members:
-// clone() and replicate() copy the registry and the plain members of your
-// class (with its copy constructor), so anything outside the registry would
+// Writing a module: derive from Cloneable<YourModule> and register
+// everything in the constructor. Keep each child layer in a typed member,
+// as in LibTorch (child.h):
+//   fc1_ = register_module("fc1", std::make_shared<Linear>(784, 64, gen));
+//   ... fc1_(x), fc1_->weight()                // nn::Child<Linear> fc1_;
+// and reach parameters and buffers by the slot register_parameter() and
+// register_buffer() return: param(slot), buf(slot). clone() and replicate()
+// copy the registry and the plain members of your class (with its copy
+// constructor) and re-point the Child members at the copied children; keep
+// no other Tensor handles or module pointers as members, since those would
 // still point at the original. Override on_copy() for other shared state.
 //
 // Randomness: constructors that initialise weights take a Generator& and draw
@@ -37,6 +41,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <typeinfo>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -44,6 +50,7 @@
 #include "cohort/autograd/ops.h"
 #include "cohort/core/tensor.h"
 #include "cohort/core/tensor_dict.h"
+#include "cohort/nn/child.h"
 
 namespace cohort::nn {
 
@@ -135,18 +142,28 @@ class Module {
   // Register an entry; names must be non-empty, without '.', unique within
   // this module. Parameters must be defined floating leaf tensors; they are
   // set to require grad unless requires_grad is false (a frozen parameter,
-  // still listed and saved). Returns the slot for param()/buf()/child().
+  // still listed and saved). Return the slot for param()/buf(), and for a
+  // child a Child of the registered pointer's type.
   size_t register_parameter(std::string name, Tensor t, bool requires_grad = true);
   size_t register_buffer(std::string name, Tensor t);
-  size_t register_module(std::string name, ModulePtr module);
+  template <typename M>
+  Child<M> register_module(std::string name, std::shared_ptr<M> module) {
+    static_assert(std::is_base_of_v<Module, M>, "register_module: M must derive from nn::Module");
+    add_child(std::move(name), module);
+    return Child<M>(std::move(module));
+  }
 
   Tensor& param(size_t slot) { return params_[slot].second; }
   const Tensor& param(size_t slot) const { return params_[slot].second; }
   Tensor& buf(size_t slot) { return buffers_[slot].second; }
   const Tensor& buf(size_t slot) const { return buffers_[slot].second; }
+  // The child in `slot` (registration order), checked to be an M:
+  // InvalidArgument naming both types otherwise.
   template <typename M>
   M& child(size_t slot) const {
-    return static_cast<M&>(*children_[slot].second);
+    Module& c = child_at(slot);
+    if (auto* m = dynamic_cast<M*>(&c)) return *m;
+    wrong_child_type(slot, typeid(M).name());
   }
   size_t num_children() const { return children_.size(); }
 
@@ -160,6 +177,9 @@ class Module {
   struct CopyMemo;
   ModulePtr copy_tree(bool deep, CopyMemo& memo) const;
   void check_new_name(const std::string& name, const char* what) const;
+  void add_child(std::string name, ModulePtr module);
+  Module& child_at(size_t slot) const;
+  [[noreturn]] void wrong_child_type(size_t slot, const char* wanted) const;
   void collect(const std::string& prefix, bool params, bool recurse, NamedTensors& out,
                std::unordered_set<const TensorImpl*>* seen) const;
   void collect_modules(const std::string& prefix,

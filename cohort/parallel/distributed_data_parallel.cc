@@ -44,10 +44,10 @@ void DistributedDataParallel::sync_buffers() {
   std::vector<std::pair<Tensor, Tensor>> copies;  // (buffer, contiguous stand-in)
   for (Tensor& b : bufs) {
     if (b.is_contiguous()) {
-      works.push_back(pg_->broadcast(b, {.root = 0}));
+      works.push_back(pg_->broadcast(b, {.root = 0}, distributed::async_op));
     } else {
       Tensor c = b.contiguous();
-      works.push_back(pg_->broadcast(c, {.root = 0}));
+      works.push_back(pg_->broadcast(c, {.root = 0}, distributed::async_op));
       copies.emplace_back(b, c);
     }
   }

@@ -63,7 +63,7 @@ void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
   Tensor in = Tensor::from_vector(mine);
   Tensor all = Tensor::zeros({n * 3}, DType::kInt64);
   try {
-    pg.all_gather_into_tensor(all, in).wait();
+    pg.all_gather_into_tensor(all, in);
   } catch (...) {
     rethrow_with(what, rank, "checking that every rank wraps the same model (all_gather)");
   }
@@ -81,7 +81,7 @@ void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
   std::memcpy(text.raw_data(), blob.data(), blob.size());
   Tensor texts = Tensor::zeros({n * (max_len + 1)}, DType::kUInt8);
   try {
-    pg.all_gather_into_tensor(texts, text).wait();
+    pg.all_gather_into_tensor(texts, text);
   } catch (...) {
     rethrow_with(what, rank, "gathering the model descriptions of the ranks");
   }
@@ -122,7 +122,7 @@ void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& mod
   std::vector<std::pair<Tensor, Tensor>> copies;
   for (Tensor& t : tensors) {
     Tensor target = t.is_contiguous() ? t.detach() : t.contiguous();
-    works.push_back(pg.broadcast(target, {.root = root}));
+    works.push_back(pg.broadcast(target, {.root = root}, distributed::async_op));
     if (!t.is_contiguous()) copies.emplace_back(t, target);
   }
   try {

@@ -51,7 +51,7 @@ PipelineStrategy::PipelineStrategy(const TrainOptions& options,
     owner_[i] = mine.count(all[i].first) ? grid_.pp->rank() : -1;
   }
   grid_.pp->all_reduce(owner_.data(), owner_.size(), distributed::DataType::kInt32,
-                       {.op = distributed::ReduceOp::kMax, .async_op = false});
+                       {.op = distributed::ReduceOp::kMax});
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
@@ -78,7 +78,7 @@ void PipelineStrategy::sync_full_model(bool optimizer) {
   const auto params = full_->parameters();
   std::vector<distributed::Work> works;
   for (size_t i = 0; i < params.size(); ++i) {
-    works.push_back(grid_.pp->broadcast(params[i], {.root = owner_[i]}));
+    works.push_back(grid_.pp->broadcast(params[i], {.root = owner_[i]}, distributed::async_op));
   }
   for (auto& w : works) w.wait();
   if (!optimizer) return;

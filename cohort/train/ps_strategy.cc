@@ -103,7 +103,7 @@ void PsStrategy::sync_full_model(bool optimizer) {
 
 void PsStrategy::after_resume() {
   if (trainer_group_->rank() == 0) client_->load_full_state_dict(model_->state_dict());
-  trainer_group_->barrier({.async_op = false});
+  trainer_group_->barrier({});
 }
 
 void PsStrategy::serve() {

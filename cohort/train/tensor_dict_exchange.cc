@@ -55,8 +55,8 @@ TensorDict decode(const std::string& header, const std::vector<uint8_t>& payload
 
 std::vector<TensorDict> gather_tensor_dicts(distributed::ProcessGroup& pg, const TensorDict& dict,
                                             int root) {
-  const distributed::SendOptions send{.tag = kTag, .async_op = false};
-  const distributed::RecvOptions recv{.tag = kTag, .async_op = false};
+  const distributed::SendOptions send{.tag = kTag};
+  const distributed::RecvOptions recv{.tag = kTag};
   if (pg.rank() != root) {
     Encoded e = encode(dict);
     int64_t sizes[2] = {static_cast<int64_t>(e.header.size()),

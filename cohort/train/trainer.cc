@@ -47,7 +47,7 @@ struct EpochTotals {
   void reduce(distributed::ProcessGroup* pg) {
     if (pg == nullptr || pg->size() == 1) return;
     double v[3] = {loss_sum, loss_count, samples};
-    pg->all_reduce(v, 3, distributed::DataType::kFloat64).wait();
+    pg->all_reduce(v, 3, distributed::DataType::kFloat64);
     bool main = pg->rank() == 0;
     loss_sum = main ? v[0] : 0;
     loss_count = main ? v[1] : 0;

@@ -143,7 +143,7 @@ Evaluation evaluate(nn::Module& model, ModelKind kind, const data::Dataset& test
   }
   model.train(was_training);
   if (pg != nullptr && world > 1) {
-    pg->all_reduce(sums, 3, distributed::DataType::kFloat64).wait();
+    pg->all_reduce(sums, 3, distributed::DataType::kFloat64);
   }
   Evaluation e;
   e.examples = static_cast<int64_t>(sums[2]);

@@ -69,7 +69,7 @@ class Suite {
       for (int root : {0, n_ - 1}) {
         for (DataType dt : {DataType::kInt32, DataType::kBFloat16}) {
           Values v = make_input(r_, count, dt, ReduceOp::kSum);
-          pg_.broadcast(v.data(), count, dt, {.root = root}).wait();
+          pg_.broadcast(v.data(), count, dt, {.root = root});
           expect(
               v == make_input(root, count, dt, ReduceOp::kSum),
               describe("broadcast", count, dt, ReduceOp::kSum) + " root=" + std::to_string(root));
@@ -85,7 +85,7 @@ class Suite {
            {Case{DataType::kFloat32, ReduceOp::kSum}, Case{DataType::kInt64, ReduceOp::kMax},
             Case{DataType::kFloat64, ReduceOp::kAvg}}) {
         Values v = make_input(r_, count, c.dtype, c.op);
-        pg_.reduce(v.data(), count, c.dtype, {.op = c.op, .root = root}).wait();
+        pg_.reduce(v.data(), count, c.dtype, {.op = c.op, .root = root});
         // Off the root the data is unchanged.
         Values want = r_ == root ? reference_reduce(n_, 0, count, c.dtype, c.op)
                                  : make_input(r_, count, c.dtype, c.op);
@@ -99,11 +99,11 @@ class Suite {
       for (DataType dt : {DataType::kFloat32, DataType::kInt64, DataType::kUInt8}) {
         Values in = make_input(r_, count, dt, ReduceOp::kSum);
         Values all(dt, count * static_cast<size_t>(n_));
-        pg_.all_gather(in.data(), all.data(), count, dt).wait();
+        pg_.all_gather(in.data(), all.data(), count, dt);
         expect(all == gathered(count, dt), describe("all_gather", count, dt, ReduceOp::kSum));
         Values got(dt, count * static_cast<size_t>(n_));
         int root = n_ - 1;
-        pg_.gather(in.data(), r_ == root ? got.data() : nullptr, count, dt, {.root = root}).wait();
+        pg_.gather(in.data(), r_ == root ? got.data() : nullptr, count, dt, {.root = root});
         if (r_ == root) {
           expect(got == gathered(count, dt), describe("gather", count, dt, ReduceOp::kSum));
         }
@@ -117,8 +117,7 @@ class Suite {
         DataType dt = DataType::kFloat32;
         Values send = gathered(count, dt);  // block j = rank j's input
         Values got(dt, count);
-        pg_.scatter(r_ == root ? send.data() : nullptr, got.data(), count, dt, {.root = root})
-            .wait();
+        pg_.scatter(r_ == root ? send.data() : nullptr, got.data(), count, dt, {.root = root});
         expect(got == make_input(r_, count, dt, ReduceOp::kSum),
                describe("scatter", count, dt, ReduceOp::kSum) + " root=" + std::to_string(root));
       }
@@ -132,7 +131,7 @@ class Suite {
           size_t total = count * static_cast<size_t>(n_);
           Values send = make_input(r_, total, dt, op);
           Values got(dt, count);
-          pg_.reduce_scatter(send.data(), got.data(), count, dt, {.op = op}).wait();
+          pg_.reduce_scatter(send.data(), got.data(), count, dt, {.op = op});
           expect(got == reference_reduce(n_, static_cast<size_t>(r_) * count, count, dt, op),
                  describe("reduce_scatter", count, dt, op));
         }
@@ -151,7 +150,7 @@ class Suite {
             want.set(j * count + i, 1000.0 * static_cast<double>(j) + 10.0 * r_ + i % 10);
           }
         }
-        pg_.all_to_all(send.data(), got.data(), count, dt).wait();
+        pg_.all_to_all(send.data(), got.data(), count, dt);
         expect(got == want, describe("all_to_all", count, dt, ReduceOp::kSum));
       }
     }
@@ -168,11 +167,11 @@ class Suite {
       // Even ranks send first, odd ranks receive first: no cycle of senders.
       Work a, b;
       if (r_ % 2 == 0) {
-        a = pg_.send(out.data(), count, dt, next, {.tag = tag});
-        b = pg_.recv(in.data(), count, dt, prev, {.tag = tag});
+        a = pg_.send(out.data(), count, dt, next, {.tag = tag}, distributed::async_op);
+        b = pg_.recv(in.data(), count, dt, prev, {.tag = tag}, distributed::async_op);
       } else {
-        b = pg_.recv(in.data(), count, dt, prev, {.tag = tag});
-        a = pg_.send(out.data(), count, dt, next, {.tag = tag});
+        b = pg_.recv(in.data(), count, dt, prev, {.tag = tag}, distributed::async_op);
+        a = pg_.send(out.data(), count, dt, next, {.tag = tag}, distributed::async_op);
       }
       a.wait();
       b.wait();
@@ -192,44 +191,46 @@ class Suite {
       throw Error("new_group returned a group to a non-member");
     const std::vector<int>& members = r_ % 2 == 0 ? evens : odds;
     int64_t v = r_;
-    mine->all_reduce(&v, 1, DataType::kInt64).wait();
+    mine->all_reduce(&v, 1, DataType::kInt64);
     int64_t want = 0;
     for (int m : members) want += m;
     expect(v == want, "subgroup all_reduce");
     int32_t b = mine->rank() == 0 ? 99 : r_;
-    mine->broadcast(&b, 1, DataType::kInt32).wait();
+    mine->broadcast(&b, 1, DataType::kInt32);
     expect(b == 99, "subgroup broadcast");
     expect(mine->world_ranks() == members, "subgroup world_ranks");
     mine->destroy();
     // The world group still works after the subgroups.
-    pg_.barrier().wait();
+    pg_.barrier();
   }
 
   void tensors_and_async() {
     Tensor t = Tensor::full({3, 5}, static_cast<double>(r_ + 1));
-    pg_.all_reduce(t).wait();
+    pg_.all_reduce(t);
     expect(t.to_vector<float>() == std::vector<float>(15, static_cast<float>(n_ * (n_ + 1) / 2)),
            "tensor all_reduce");
     Tensor in = Tensor::full({2}, static_cast<double>(r_), kInt64);
     Tensor out = Tensor::zeros({n_, 2}, kInt64);
-    pg_.all_gather_into_tensor(out, in).wait();
+    pg_.all_gather_into_tensor(out, in);
     std::vector<int64_t> g = out.to_vector<int64_t>();
     for (size_t i = 0; i < g.size(); ++i)
       expect(g[i] == static_cast<int64_t>(i / 2), "tensor all_gather");
     // Many ops in flight, waited in reverse order.
     std::vector<std::vector<int32_t>> bufs(10, std::vector<int32_t>(1001, r_));
     std::vector<Work> works;
-    for (auto& b : bufs) works.push_back(pg_.all_reduce(b.data(), b.size(), DataType::kInt32));
+    for (auto& b : bufs)
+      works.push_back(
+          pg_.all_reduce(b.data(), b.size(), DataType::kInt32, {}, distributed::async_op));
     for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
     for (auto& b : bufs)
       expect(b == std::vector<int32_t>(1001, n_ * (n_ - 1) / 2), "async all_reduce");
-    for (int i = 0; i < 3; ++i) pg_.barrier().wait();
+    for (int i = 0; i < 3; ++i) pg_.barrier();
   }
 
  private:
   void check_all_reduce(size_t count, DataType dt, ReduceOp op) {
     Values v = make_input(r_, count, dt, op);
-    pg_.all_reduce(v.data(), count, dt, {.op = op}).wait();
+    pg_.all_reduce(v.data(), count, dt, {.op = op});
     expect(v == reference_reduce(n_, 0, count, dt, op), describe("all_reduce", count, dt, op));
   }
 

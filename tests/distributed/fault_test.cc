@@ -49,7 +49,8 @@ void kill_mid_stream(int n, int victim, size_t count, bool tcp) {
     }
     for (int it = 0; it < 10000000; ++it) {
       std::vector<Work> works;
-      for (auto& b : bufs) works.push_back(pg->all_reduce(b.data(), count, DataType::kFloat32));
+      for (auto& b : bufs)
+        works.push_back(pg->all_reduce(b.data(), count, DataType::kFloat32, {}, async_op));
       try {
         for (auto& w : works) w.wait();
       } catch (const PeerLost& e) {
@@ -70,7 +71,7 @@ void kill_mid_stream(int n, int victim, size_t count, bool tcp) {
         }
         bool barrier_failed = false;
         try {
-          pg->barrier().wait();
+          pg->barrier();
         } catch (const Error&) {
           barrier_failed = true;
         }
@@ -112,7 +113,7 @@ void mismatch(const std::function<Work(ProcessGroup&, std::vector<float>&)>& a,
   std::string path = testing::temp_path("cohort-dist-mismatch");
   auto status = testing::run_processes(2, 60s, [&](int rank) {
     auto pg = join(path, rank, 2, 30s);
-    pg->barrier().wait();
+    pg->barrier();
     std::vector<float> buf(64, static_cast<float>(rank + 1));
     Work w = rank == 0 ? a(*pg, buf) : b(*pg, buf);
     try {
@@ -138,55 +139,61 @@ void mismatch(const std::function<Work(ProcessGroup&, std::vector<float>&)>& a,
 }
 
 TEST(DistributedFault, DifferentCollectivesAreAMismatch) {
-  mismatch([](ProcessGroup& pg,
-              std::vector<float>& b) { return pg.all_reduce(b.data(), 64, DataType::kFloat32); },
-           [](ProcessGroup& pg, std::vector<float>& b) {
-             return pg.broadcast(b.data(), 64, DataType::kFloat32);
-           },
-           {"all_reduce", "broadcast"});
+  mismatch(
+      [](ProcessGroup& pg, std::vector<float>& b) {
+        return pg.all_reduce(b.data(), 64, DataType::kFloat32, {}, async_op);
+      },
+      [](ProcessGroup& pg, std::vector<float>& b) {
+        return pg.broadcast(b.data(), 64, DataType::kFloat32, {}, async_op);
+      },
+      {"all_reduce", "broadcast"});
 }
 
 TEST(DistributedFault, DifferentCountsAreAMismatch) {
-  mismatch([](ProcessGroup& pg,
-              std::vector<float>& b) { return pg.all_reduce(b.data(), 64, DataType::kFloat32); },
-           [](ProcessGroup& pg, std::vector<float>& b) {
-             return pg.all_reduce(b.data(), 63, DataType::kFloat32);
-           },
-           {"64", "63"});
+  mismatch(
+      [](ProcessGroup& pg, std::vector<float>& b) {
+        return pg.all_reduce(b.data(), 64, DataType::kFloat32, {}, async_op);
+      },
+      [](ProcessGroup& pg, std::vector<float>& b) {
+        return pg.all_reduce(b.data(), 63, DataType::kFloat32, {}, async_op);
+      },
+      {"64", "63"});
 }
 
 TEST(DistributedFault, DifferentDtypesAreAMismatch) {
-  mismatch([](ProcessGroup& pg,
-              std::vector<float>& b) { return pg.all_reduce(b.data(), 64, DataType::kFloat32); },
-           [](ProcessGroup& pg, std::vector<float>& b) {
-             return pg.all_reduce(b.data(), 64, DataType::kInt32);
-           },
-           {"float32", "int32"});
+  mismatch(
+      [](ProcessGroup& pg, std::vector<float>& b) {
+        return pg.all_reduce(b.data(), 64, DataType::kFloat32, {}, async_op);
+      },
+      [](ProcessGroup& pg, std::vector<float>& b) {
+        return pg.all_reduce(b.data(), 64, DataType::kInt32, {}, async_op);
+      },
+      {"float32", "int32"});
 }
 
 TEST(DistributedFault, TimeoutNamesOpGroupSequenceAndTheMissingRank) {
   std::string path = testing::temp_path("cohort-dist-timeout");
   auto status = testing::run_processes(3, 60s, [&](int rank) {
     auto pg = join(path, rank, 3, 30s);
-    pg->barrier().wait();  // seq 0
+    pg->barrier();  // seq 0
     if (rank == 2) {
       // Arrives long after the others gave up. (Its barrier may still
       // complete: the others did enter it.) The next op needs them: it fails.
       std::this_thread::sleep_for(1500ms);
       try {
-        pg->barrier().wait();
+        pg->barrier();
       } catch (const Error&) {
       }
       float x = 1;
       try {
-        pg->all_reduce(&x, 1, DataType::kFloat32).wait();
+        pg->all_reduce(&x, 1, DataType::kFloat32);
       } catch (const Error&) {
         return;
       }
       throw Error("all_reduce succeeded although the other ranks gave up");
     }
     try {
-      pg->barrier({.timeout = 300ms}).wait();
+      pg->barrier({.timeout = 300ms});
     } catch (const TimeoutError& e) {
       std::string m = e.what();
       for (const char* part : {"barrier", "group 'default'", "seq 1", "2"}) {

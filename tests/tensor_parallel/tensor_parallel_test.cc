@@ -364,7 +364,7 @@ TEST(TensorParallel, FeaturesNotDivisibleByTheGroupAreErrors) {
                    rank, "Net over 4");
     // The group still works after the failed constructions.
     Tensor t = Tensor::ones({3});
-    tp->all_reduce(t, {.async_op = false});
+    tp->all_reduce(t, {});
     if (t.to_vector<float>() != std::vector<float>{4, 4, 4})
       throw Error(fmt::format("rank {}: all_reduce after errors gave {}", rank, to_string(t)));
   });

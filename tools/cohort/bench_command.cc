@@ -128,30 +128,52 @@ struct Buffers {
   std::vector<std::byte> b;  // recv
 };
 
+// Runs an op blocking (then returns an already completed Work) or async.
+// issue(tag...) passes the async_op tag on, or nothing.
+template <typename Issue>
+distributed::Work blocking_or_async(const char* op, bool async, Issue issue) {
+  if (async) return issue(distributed::async_op);
+  issue();
+  return distributed::Work::completed(op);
+}
+
 distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, size_t count,
                         DataType dt, ReduceOp rop, bool async) {
   int n = pg.size(), r = pg.rank();
   std::byte* a = buf.a.data();
   std::byte* b = buf.b.data();
-  if (op == "all_reduce") return pg.all_reduce(a, count, dt, {.op = rop, .async_op = async});
-  if (op == "broadcast") return pg.broadcast(a, count, dt, {.root = 0, .async_op = async});
-  if (op == "reduce") return pg.reduce(a, count, dt, {.op = rop, .root = 0, .async_op = async});
-  if (op == "all_gather") return pg.all_gather(a, b, count, dt, {.async_op = async});
+  auto run = [&](auto issue) { return blocking_or_async(op.c_str(), async, issue); };
+  if (op == "all_reduce")
+    return run([&](auto... tag) { return pg.all_reduce(a, count, dt, {.op = rop}, tag...); });
+  if (op == "broadcast")
+    return run([&](auto... tag) { return pg.broadcast(a, count, dt, {.root = 0}, tag...); });
+  if (op == "reduce")
+    return run(
+        [&](auto... tag) { return pg.reduce(a, count, dt, {.op = rop, .root = 0}, tag...); });
+  if (op == "all_gather")
+    return run([&](auto... tag) { return pg.all_gather(a, b, count, dt, {}, tag...); });
   if (op == "reduce_scatter")
-    return pg.reduce_scatter(a, b, count, dt, {.op = rop, .async_op = async});
-  if (op == "all_to_all") return pg.all_to_all(a, b, count, dt, {.async_op = async});
-  if (op == "gather") return pg.gather(a, b, count, dt, {.root = 0, .async_op = async});
-  if (op == "scatter") return pg.scatter(a, b, count, dt, {.root = 0, .async_op = async});
-  if (op == "barrier") return pg.barrier({.async_op = async});
+    return run(
+        [&](auto... tag) { return pg.reduce_scatter(a, b, count, dt, {.op = rop}, tag...); });
+  if (op == "all_to_all")
+    return run([&](auto... tag) { return pg.all_to_all(a, b, count, dt, {}, tag...); });
+  if (op == "gather")
+    return run([&](auto... tag) { return pg.gather(a, b, count, dt, {.root = 0}, tag...); });
+  if (op == "scatter")
+    return run([&](auto... tag) { return pg.scatter(a, b, count, dt, {.root = 0}, tag...); });
+  if (op == "barrier") return run([&](auto... tag) { return pg.barrier({}, tag...); });
   // sendrecv: a ring; even ranks send first so no cycle of blocked senders forms.
   if (n == 1) return distributed::Work::completed("sendrecv");
   int next = (r + 1) % n, prev = (r + n - 1) % n;
+  auto send = [&](auto... tag) { return pg.send(a, count, dt, next, {}, tag...); };
+  auto recv = [&](auto... tag) { return pg.recv(b, count, dt, prev, {}, tag...); };
+  // The group runs ops in issue order, so the second op's Work completes last.
   if (r % 2 == 0) {
-    pg.send(a, count, dt, next, {.async_op = async});
-    return pg.recv(b, count, dt, prev, {.async_op = async});
+    run(send);
+    return run(recv);
   }
-  pg.recv(b, count, dt, prev, {.async_op = async});
-  return pg.send(a, count, dt, next, {.async_op = async});
+  run(recv);
+  return run(send);
 }
 
 // all_reduce / broadcast / all_gather results checked once per size.
@@ -167,19 +189,19 @@ void check_result(ProcessGroup& pg, const std::string& op, Buffers& buf, size_t 
   };
   if (op == "all_reduce") {
     for (size_t i = 0; i < count; ++i) a[i] = static_cast<float>(r + 1 + static_cast<int>(i % 3));
-    pg.all_reduce(a, count, dt).wait();
+    pg.all_reduce(a, count, dt);
     for (size_t i = 0; i < count; ++i) {
       float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 3));
       if (a[i] != want) fail(i, a[i], want);
     }
   } else if (op == "broadcast") {
     std::fill(a, a + count, static_cast<float>(r == 0 ? 5 : -1));
-    pg.broadcast(a, count, dt).wait();
+    pg.broadcast(a, count, dt);
     for (size_t i = 0; i < count; ++i)
       if (a[i] != 5.0f) fail(i, a[i], 5.0f);
   } else if (op == "all_gather") {
     std::fill(a, a + count, static_cast<float>(r));
-    pg.all_gather(a, b, count, dt).wait();
+    pg.all_gather(a, b, count, dt);
     for (size_t i = 0; i < count * static_cast<size_t>(n); ++i)
       if (b[i] != static_cast<float>(i / count)) fail(i, b[i], static_cast<float>(i / count));
   }
@@ -241,7 +263,7 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
       times[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
     // The op takes as long as its slowest rank.
-    pg.all_reduce(times.data(), times.size(), DataType::kFloat64, {.op = ReduceOp::kMax}).wait();
+    pg.all_reduce(times.data(), times.size(), DataType::kFloat64, {.op = ReduceOp::kMax});
     if (args.check) check_result(pg, args.op, buf, count, dt);
     std::sort(times.begin(), times.end());
     double median = times[times.size() / 2];
@@ -261,7 +283,7 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
     }
     std::fflush(stdout);
   }
-  pg.barrier().wait();
+  pg.barrier();
   return 0;
 }
 

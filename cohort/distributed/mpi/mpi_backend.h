@@ -12,8 +12,8 @@
 //
 // Limits (MPI's, not hidden): an MPI call cannot be timed out or
 // interrupted, so op timeouts are not enforced (Work::wait's own timeout
-// still is, except for a blocking call, async_op = false, which runs the MPI
-// call on the calling thread), abort() only fails later ops, a dead peer is handled by mpirun
+// still is, except for a blocking call, which runs the MPI call on the
+// calling thread), abort() only fails later ops, a dead peer is handled by mpirun
 // (it ends the job), and mismatched collectives are not detected. Counts are
 // limited to INT_MAX elements per call (InvalidArgument beyond).
 // Thread safety: one op at a time; abort() from any thread.

@@ -26,10 +26,14 @@ class Net : public Cloneable<Net> {
   // x [N, 1, 28, 28] float32 -> log-probabilities [N, 10].
   Tensor forward(const Tensor& x) override;
 
-  Conv2d& conv1() const { return child<Conv2d>(0); }
-  Conv2d& conv2() const { return child<Conv2d>(1); }
-  Linear& fc1() const { return child<Linear>(2); }
-  Linear& fc2() const { return child<Linear>(3); }
+  Conv2d& conv1() const { return *conv1_; }
+  Conv2d& conv2() const { return *conv2_; }
+  Linear& fc1() const { return *fc1_; }
+  Linear& fc2() const { return *fc2_; }
+
+ private:
+  Child<Conv2d> conv1_, conv2_;
+  Child<Linear> fc1_, fc2_;
 };
 
 }  // namespace cohort::nn

@@ -14,8 +14,11 @@ class ToyModel : public Cloneable<ToyModel> {
   explicit ToyModel(Generator& gen);
   Tensor forward(const Tensor& x) override;
 
-  Linear& net1() const { return child<Linear>(0); }
-  Linear& net2() const { return child<Linear>(2); }
+  Linear& net1() const { return *net1_; }
+  Linear& net2() const { return *net2_; }
+
+ private:
+  Child<Linear> net1_, net2_;
 };
 
 }  // namespace cohort::nn

@@ -86,7 +86,7 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid,
       std::vector<int64_t> s = balanced_cuts(measure_layer_costs(*model, options_.sample_input), S);
       for (int i = 0; i <= S; ++i) cuts.data_ptr<int64_t>()[i] = s[static_cast<size_t>(i)];
     }
-    grid_.world->broadcast(cuts, {.root = 0, .async_op = false});
+    grid_.world->broadcast(cuts, {.root = 0});
     starts_ = cuts.to_vector<int64_t>();
   } else {
     std::vector<double> costs;
@@ -160,9 +160,9 @@ double Pipeline::step(const Tensor& input, const Tensor& target, const LossFn& l
   // The loss, from the last stage to every rank (and averaged over replicas).
   Tensor loss = Tensor::scalar(stats_loss_, kFloat64);
   try {
-    grid_.pp->broadcast(loss, {.root = plan_.ranks - 1, .async_op = false});
+    grid_.pp->broadcast(loss, {.root = plan_.ranks - 1});
     if (grid_.dp) {
-      grid_.dp->all_reduce(loss, {.op = distributed::ReduceOp::kAvg, .async_op = false});
+      grid_.dp->all_reduce(loss, {.op = distributed::ReduceOp::kAvg});
       average_over_replicas();
     }
   } catch (const std::exception& e) {
@@ -406,7 +406,7 @@ void Pipeline::average_over_replicas() {
       flat.narrow(0, off, n).copy_(params[k].grad().reshape({n}));
       off += n;
     }
-    grid_.dp->all_reduce(flat, {.op = distributed::ReduceOp::kAvg, .async_op = false});
+    grid_.dp->all_reduce(flat, {.op = distributed::ReduceOp::kAvg});
     off = 0;
     for (size_t k = begin; k < end; ++k) {
       const int64_t n = params[k].numel();
@@ -421,14 +421,14 @@ void Pipeline::broadcast_from_replica_zero() {
   NoGradGuard no_grad;
   for (const auto& [name, t] : state_dict()) {
     COHORT_CHECK(t.is_contiguous(), "Pipeline: {} is not contiguous", name);
-    grid_.dp->broadcast(t, {.root = 0, .async_op = false});
+    grid_.dp->broadcast(t, {.root = 0});
   }
 }
 
 double Pipeline::grad_norm() {
   const double local = optim::grad_norm(parameters());
   Tensor sq = Tensor::scalar(local * local, kFloat64);
-  grid_.pp->all_reduce(sq, {.op = distributed::ReduceOp::kSum, .async_op = false});
+  grid_.pp->all_reduce(sq, {.op = distributed::ReduceOp::kSum});
   return std::sqrt(sq.item<double>());
 }
 
@@ -477,10 +477,10 @@ TensorDict Pipeline::full_state_dict() {
       if (rank_ == 0)
         out.insert(e.name, t.clone());
       else
-        grid_.pp->send(t.contiguous(), 0, {.async_op = false});
+        grid_.pp->send(t.contiguous(), 0, {});
     } else if (rank_ == 0) {
       Tensor t = Tensor::empty(e.shape, e.dtype);
-      grid_.pp->recv(t, e.rank, {.async_op = false});
+      grid_.pp->recv(t, e.rank, {});
       out.insert(e.name, t);
     }
   }

@@ -52,14 +52,16 @@ void StageChannel::send(const Tensor& t, const MessageId& id, int peer) {
   // Drop the sends that completed so long steps do not pile up buffers.
   std::erase_if(pending_,
                 [](const Pending& p) { return p.work.is_completed() && p.work.is_success(); });
-  pending_.push_back({group_->send(header, peer, {.tag = kHeaderTag}), header});
-  pending_.push_back({group_->send(payload, peer, {.tag = kPayloadTag}), payload});
+  pending_.push_back(
+      {group_->send(header, peer, {.tag = kHeaderTag}, distributed::async_op), header});
+  pending_.push_back(
+      {group_->send(payload, peer, {.tag = kPayloadTag}, distributed::async_op), payload});
 }
 
 Tensor StageChannel::recv(const MessageId& expected, int peer, const Shape* expected_shape) {
   auto t0 = std::chrono::steady_clock::now();
   Tensor header = Tensor::zeros({kHeaderSize}, kInt64);
-  group_->recv(header, peer, {.tag = kHeaderTag, .async_op = false});
+  group_->recv(header, peer, {.tag = kHeaderTag});
   const int64_t* h = header.data_ptr<int64_t>();
   const int me = group_->rank();
   auto mismatch = [&](const char* what, auto want, auto got) {
@@ -79,7 +81,7 @@ Tensor StageChannel::recv(const MessageId& expected, int peer, const Shape* expe
     mismatch("dtype", "a known dtype", h[kDtypeF]);
   Shape shape(h + kDimsF, h + kDimsF + h[kNdimF]);
   Tensor payload = Tensor::empty(shape, static_cast<DType>(h[kDtypeF]));
-  group_->recv(payload, peer, {.tag = kPayloadTag, .async_op = false});
+  group_->recv(payload, peer, {.tag = kPayloadTag});
   if (h[kSenderF] != peer) mismatch("sender", peer, h[kSenderF]);
   if (h[kStepF] != expected.step) mismatch("step", expected.step, h[kStepF]);
   if (h[kKindF] != (expected.gradient ? 1 : 0))

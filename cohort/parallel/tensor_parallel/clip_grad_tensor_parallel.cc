@@ -29,8 +29,7 @@ double grad_norm_tensor_parallel(const nn::Module& model, distributed::ProcessGr
     acc = inf ? std::max(acc, part(p.tensor)) : acc + part(p.tensor);
   }
   Tensor t = Tensor::scalar(sharded, kFloat64);
-  tp.all_reduce(t, {.op = inf ? distributed::ReduceOp::kMax : distributed::ReduceOp::kSum,
-                    .async_op = false});
+  tp.all_reduce(t, {.op = inf ? distributed::ReduceOp::kMax : distributed::ReduceOp::kSum});
   sharded = t.item<double>();
   if (inf) return std::max(sharded, replicated);
   const double total = sharded + replicated;

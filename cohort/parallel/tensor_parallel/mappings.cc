@@ -20,7 +20,7 @@ void check_group(const std::shared_ptr<ProcessGroup>& tp, const char* op) {
 // a gradient shared with other nodes, is never written).
 Tensor all_reduce_copy(const Tensor& x, ProcessGroup& tp) {
   Tensor out = x.clone();
-  if (tp.size() > 1) tp.all_reduce(out, {.async_op = false});
+  if (tp.size() > 1) tp.all_reduce(out, {});
   return out;
 }
 
@@ -45,7 +45,7 @@ Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
   if (p == 1) return x.clone();
   Tensor in = x.contiguous();
   Tensor flat = Tensor::empty({p * x.numel()}, x.dtype());
-  tp.all_gather_into_tensor(flat, in, {.async_op = false});
+  tp.all_gather_into_tensor(flat, in, {});
   // flat is [p, A, s, B] (rank-major); the result wants [A, p, s, B].
   int64_t a = 1, b = 1;
   for (int64_t i = 0; i < dim; ++i) a *= x.size(i);
