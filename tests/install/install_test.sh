@@ -5,6 +5,9 @@
 #   install_test.sh tree  ...  installs the build into <work>/prefix, checks the
 #       layout, builds tests/install/consumer against it with find_package and
 #       with pkg-config, and runs both under <prefix>/bin/cohort run;
+#   install_test.sh no-tests ... configures the source with
+#       -DCOHORT_BUILD_TESTS=OFF into <work>: it must succeed with no test
+#       and nothing that links GoogleTest;
 #   install_test.sh deb   ...  runs cpack -G DEB into <work>/deb, checks the
 #       packages' fields (every shared library the CLI needs and every
 #       package cohort.pc requires is declared), extracts them into
@@ -136,6 +139,17 @@ declares() {
   done
   return 1
 }
+
+if [[ $mode == no-tests ]]; then
+  step "configure with -DCOHORT_BUILD_TESTS=OFF"
+  "$cmake" -S "$src" -B "$work/tree" -G "$generator" -DCOHORT_BUILD_TESTS=OFF >configure.log 2>&1 ||
+    { cat configure.log; fail "configuring with -DCOHORT_BUILD_TESTS=OFF failed"; }
+  ! grep -qi 'gtest' "$work/tree/build.ninja" || fail "the build without tests still links GoogleTest"
+  tests=$(cd "$work/tree" && ctest -N | sed -n 's/^Total Tests: //p')
+  [[ $tests == 0 ]] || fail "the build without tests has $tests tests"
+  echo "PASS: install_test.sh no-tests"
+  exit 0
+fi
 
 case $mode in
   tree)
