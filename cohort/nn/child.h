@@ -16,8 +16,9 @@
 // the registered pointer's own type), so no access casts by slot number.
 // clone() and replicate() re-point the copy's Child members at the copy's
 // children: Module's copy records every Child that the derived class's copy
-// constructor copies and, once the children are copied, sets each one to the
-// copy of the child it referred to. A Child that refers to no registered
+// constructor copies or assigns (and that is still alive when it returns)
+// and, once the children are copied, sets each one to the copy of the child
+// it referred to. A Child that refers to no registered
 // child of its module makes clone()/replicate() throw (it would keep pointing
 // into the original).
 // Thread safety: like a shared_ptr.
@@ -41,10 +42,12 @@ class ChildSlot {
  public:
   ChildSlot() = default;
   ChildSlot(std::nullptr_t) {}  // NOLINT: like LibTorch's `fc1{nullptr}`
-  // Records the new slot when a Module copy is being made on this thread.
+  // Copies and assignments made while a Module copy is being made on this
+  // thread are recorded, so that a user-written copy constructor which
+  // assigns its members in its body is re-pointed too.
   ChildSlot(const ChildSlot& other);
-  ChildSlot& operator=(const ChildSlot& other) = default;
-  ~ChildSlot() = default;
+  ChildSlot& operator=(const ChildSlot& other);
+  ~ChildSlot();
 
   explicit operator bool() const { return module_ != nullptr; }
 
@@ -71,6 +74,8 @@ class ChildSlotLog {
 
   const std::vector<ChildSlot*>& slots() const { return slots_; }
   static void note(ChildSlot* slot);
+  // A slot destroyed while the log is alive (a temporary) is dropped from it.
+  static void forget(ChildSlot* slot);
 
  private:
   std::vector<ChildSlot*> slots_;

@@ -73,6 +73,35 @@ TEST(Child, ReplicaMembersShareParametersButNotBuffers) {
   EXPECT_TRUE(m.fc().weight().grad().defined());
 }
 
+// A user-written copy constructor that assigns its members in its body (and
+// copies a temporary on the way) is re-pointed like the implicit one.
+class AssignedCopy : public Cloneable<AssignedCopy> {
+ public:
+  explicit AssignedCopy(Generator& gen) : Cloneable("AssignedCopy") {
+    fc_ = register_module("fc", std::make_shared<Linear>(4, 3, gen));
+  }
+  AssignedCopy(const AssignedCopy& other) : Cloneable(other) {
+    Child<Linear> scratch = other.fc_;  // destroyed before the copy is re-pointed
+    fc_ = scratch;
+  }
+  Tensor forward(const Tensor& x) override { return fc_(x); }
+  Linear& fc() const { return *fc_; }
+
+ private:
+  Child<Linear> fc_;
+};
+
+TEST(Child, MembersAssignedByACopyConstructorAreRepointed) {
+  Generator gen(3);
+  AssignedCopy m(gen);
+  auto c = m.clone_as<AssignedCopy>();
+  EXPECT_EQ(&c->fc(), c->child("fc").get());
+  EXPECT_NE(&c->fc(), &m.fc());
+  auto r = std::static_pointer_cast<AssignedCopy>(m.replicate());
+  EXPECT_EQ(&r->fc(), r->child("fc").get());
+  EXPECT_EQ(r->fc().weight().data_ptr<float>(), m.fc().weight().data_ptr<float>());
+}
+
 TEST(Child, SlotAccessIsCheckedAgainstTheType) {
   Generator gen(3);
   class Probe : public Cloneable<Probe> {

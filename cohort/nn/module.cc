@@ -327,6 +327,14 @@ thread_local ChildSlotLog* t_child_slot_log = nullptr;
 
 ChildSlot::ChildSlot(const ChildSlot& other) : module_(other.module_) { ChildSlotLog::note(this); }
 
+ChildSlot& ChildSlot::operator=(const ChildSlot& other) {
+  module_ = other.module_;
+  ChildSlotLog::note(this);
+  return *this;
+}
+
+ChildSlot::~ChildSlot() { ChildSlotLog::forget(this); }
+
 Module* ChildSlot::checked(const char* what) const {
   COHORT_CHECK(module_ != nullptr,
                "{}: this Child holds no module; assign it the result of register_module first",
@@ -338,7 +346,15 @@ ChildSlotLog::ChildSlotLog() : outer_(t_child_slot_log) { t_child_slot_log = thi
 ChildSlotLog::~ChildSlotLog() { t_child_slot_log = outer_; }
 
 void ChildSlotLog::note(ChildSlot* slot) {
-  if (t_child_slot_log) t_child_slot_log->slots_.push_back(slot);
+  if (!t_child_slot_log) return;
+  auto& slots = t_child_slot_log->slots_;
+  if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
+}
+
+void ChildSlotLog::forget(ChildSlot* slot) {
+  for (ChildSlotLog* log = t_child_slot_log; log != nullptr; log = log->outer_) {
+    log->slots_.erase(std::remove(log->slots_.begin(), log->slots_.end(), slot), log->slots_.end());
+  }
 }
 
 }  // namespace detail
