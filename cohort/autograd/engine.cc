@@ -17,11 +17,6 @@
 namespace cohort::autograd {
 namespace {
 
-// Any program that runs backward links this file, so its views are recorded
-// even when it calls no free view function (static libraries link only the
-// object files a program uses).
-[[maybe_unused]] const bool kViewRecorderInstalled = (detail::install_view_recorder(), true);
-
 struct Later {
   bool operator()(const Node* a, const Node* b) const {
     return a->sequence_nr() < b->sequence_nr();

@@ -5,6 +5,7 @@
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/core/autograd_meta.h"
+#include "cohort/core/view_autograd.h"
 
 namespace cohort::autograd {
 namespace {
@@ -148,5 +149,24 @@ Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs,
       std::make_shared<FunctionNode>(name, std::move(edges), std::move(fn), saved);
   return out;
 }
+
+namespace {
+
+// Tensor's view members compute their backward formula in core, which does
+// not depend on autograd (core/view_autograd.h); this turns it into a node.
+void record_view_node(Tensor& out, const Tensor& base, const char* name,
+                      cohort::detail::ViewBackward backward) {
+  record(out, name, {base}, [fn = std::move(backward)](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{fn(g)};
+  });
+}
+
+// Installed at start-up of every program that records a node or runs
+// backward (the engine calls Node's members, so it links this file too);
+// static libraries link only the object files a program uses.
+[[maybe_unused]] const bool kViewRecorderInstalled =
+    (cohort::detail::set_view_recorder(&record_view_node), true);
+
+}  // namespace
 
 }  // namespace cohort::autograd

@@ -159,10 +159,4 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 Tensor& record(Tensor& out, const char* name, const std::vector<Tensor>& inputs, BackwardFn fn,
                const std::vector<Tensor>& saved = {});
 
-namespace detail {
-// Makes Tensor's view members record nodes (core/view_autograd.h). Runs at
-// start-up of every program that links the engine or the view ops; idempotent.
-void install_view_recorder();
-}  // namespace detail
-
 }  // namespace cohort::autograd

@@ -1,33 +1,9 @@
-// Views and shape ops. The views are Tensor's members, which record autograd
-// themselves (core/view_autograd.h); this file installs the recorder that
-// turns a member's backward formula into a graph node, and keeps the free
-// functions PyTorch users also call (torch.reshape(x, ...)).
-#include "cohort/autograd/node.h"
+// Views and shape ops as free functions, as PyTorch users also call them
+// (torch.reshape(x, ...)). The views are Tensor's members, which record
+// autograd themselves (core/view_autograd.h; the recorder lives in node.cc).
 #include "cohort/autograd/ops.h"
-#include "cohort/core/view_autograd.h"
 
 namespace cohort {
-
-namespace autograd::detail {
-namespace {
-
-void record_view_node(Tensor& out, const Tensor& base, const char* name,
-                      cohort::detail::ViewBackward backward) {
-  record(out, name, {base}, [fn = std::move(backward)](const Tensor& g, const std::vector<bool>&) {
-    return std::vector<Tensor>{fn(g)};
-  });
-}
-
-}  // namespace
-
-void install_view_recorder() { cohort::detail::set_view_recorder(&record_view_node); }
-
-}  // namespace autograd::detail
-
-namespace {
-[[maybe_unused]] const bool kViewRecorderInstalled =
-    (autograd::detail::install_view_recorder(), true);
-}  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) { return x.reshape(shape); }
 Tensor view(const Tensor& x, const Shape& shape) { return x.view(shape); }

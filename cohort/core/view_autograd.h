@@ -3,8 +3,8 @@
 // depend on the autograd library (tensor.h): core computes the view and its
 // backward formula; the autograd library installs the recorder that turns
 // them into a graph node (when grad mode is on), at start-up of any program
-// that links it. Without the autograd library nothing can run backward, so
-// a view that is not recorded there loses nothing.
+// that links it (autograd/node.cc). Without the autograd library nothing can
+// run backward, so a view that is not recorded there loses nothing.
 // Thread safety: the recorder is installed once, before main.
 #pragma once
 
@@ -28,7 +28,6 @@ ViewRecorder view_recorder();
 // out, recorded as a view of base when base requires grad and a recorder is
 // installed. make_backward() builds the formula only then, so views of
 // tensors without autograd state cost nothing extra.
-
 template <typename MakeBackward>
 Tensor record_view(Tensor out, const Tensor& base, const char* name, MakeBackward make_backward) {
   if (!base.requires_grad()) return out;
