@@ -3,6 +3,8 @@
 // may write (under the peer's send lock, non-blocking; what does not fit is
 // left to the I/O thread); a pool of handler threads runs the registered
 // functions. See docs/rpc.md for the frames and the shutdown protocol.
+// agent_core.cc holds calls, RRefs, handlers and shutdown; agent_io.cc the
+// sending side and the I/O thread; wire_error.h the error classes of frames.
 //
 // Ownership: shared by RpcAgent, RRefs and its own threads (which hold a
 // reference so a stuck handler can be left behind at teardown without
@@ -11,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +29,11 @@
 #include "cohort/rpc/rpc_agent.h"
 
 namespace cohort::rpc::detail {
+
+// d in whole milliseconds, for error messages.
+inline int64_t ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 enum class FrameKind : uint8_t {
   kRequest = 1,   // id, function, args, timeout: run it, answer kReply/kError
@@ -68,7 +76,8 @@ struct Peer {
   bool said_shutdown = false;       // under AgentCore::mu_
 
   // Receive state (I/O thread only).
-  std::vector<char> in;
+  static constexpr size_t kInBytes = 256 * 1024;
+  std::vector<char> in;  // kInBytes
   size_t rpos = 0, wpos = 0;
   int stage = 0;  // 0 wire header, 1 meta, 2 buffers
   size_t meta_need = 0;
