@@ -5,8 +5,11 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh --tests
 scripts/build.sh
 (cd build && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")
-# CI (CI=true) also runs the layers that talk to other processes under
-# AddressSanitizer + UBSan (scripts/sanitize.sh; the whole suite: without --ci).
+# CI (CI=true) also reruns a slice of the suite with the caller's knobs
+# (COHORT_*, OPENBLAS_*, MASTER_*, ...) set to odd values, which no test may
+# depend on (docs/testing.md), and runs the layers that talk to other processes
+# under AddressSanitizer + UBSan (scripts/sanitize.sh; the whole suite: without --ci).
 if [[ -n "${CI:-}" ]]; then
+  scripts/test_caller_env.sh
   scripts/sanitize.sh asan --ci
 fi

@@ -24,11 +24,10 @@ namespace cohort {
 namespace {
 
 constexpr int kSteps = 20;
-// The system Python (docs/reference.md); COHORT_PARITY_PYTHON overrides it.
-std::string python() {
-  const char* env = std::getenv("COHORT_PARITY_PYTHON");
-  return env != nullptr && *env != 0 ? env : "/usr/bin/python3";
-}
+// The system Python (docs/reference.md) unless the build names another
+// (cmake -DCOHORT_PARITY_PYTHON=...): a test's inputs come from its build, not
+// from the caller's environment.
+std::string python() { return COHORT_PARITY_PYTHON; }
 // Losses follow PyTorch's to ~1e-6 over the whole run, and the first
 // gradients to ~1e-6 of their scale. Later gradients (hence their norms and the
 // final weights) can differ by a few 1e-4 of their scale: the two convolutions
