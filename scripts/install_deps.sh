@@ -10,7 +10,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin dataset-fashion-mnist)
 if [[ "${1:-}" == "--tests" ]]; then
-  pkgs+=(python3 python3-torch python3-numpy clang-format qemu-user librsvg2-bin)
+  pkgs+=(python3 python3-torch python3-numpy clang-format qemu-user librsvg2-bin slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

@@ -6,6 +6,7 @@
 #include "cohort/base/error.h"
 #include "cohort/rendezvous/file_store.h"
 #include "cohort/rendezvous/prefix_store.h"
+#include "cohort/rendezvous/slurm.h"
 #include "cohort/rendezvous/tcp_store.h"
 
 namespace cohort::rendezvous {
@@ -37,6 +38,71 @@ uint16_t parse_port(const std::string& text, const std::string& what) {
   COHORT_CHECK(n && *n > 0 && *n <= 65535, "bootstrap: {}='{}' is not a port in 1..65535", what,
                text);
   return static_cast<uint16_t>(*n);
+}
+
+const char* env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// The first Slurm variable of names that is set, and its value.
+std::optional<std::pair<const char*, std::string>> slurm_var(
+    std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const char* v = env_str(name)) return std::make_pair(name, std::string(v));
+  }
+  return std::nullopt;
+}
+
+// MASTER_ADDR, else the first host of the step's (or the job's) node list,
+// where srun starts task 0. Sets from_slurm when the list gave it.
+std::string master_addr(int rank, std::string* from_slurm) {
+  if (const char* addr = env_str("MASTER_ADDR")) return addr;
+  auto list = slurm_var({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"});
+  COHORT_CHECK(list.has_value(),
+               "bootstrap env:// (rank {}): MASTER_ADDR is not set (the host of rank 0 or of the "
+               "launcher's store), nor SLURM_STEP_NODELIST or SLURM_JOB_NODELIST; `cohort run`, "
+               "torchrun and srun set them, under mpirun export it",
+               rank);
+  try {
+    std::string host = slurm::first_host(list->second);
+    *from_slurm = fmt::format("the first node of {}='{}'", list->first, list->second);
+    return host;
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format(
+        "bootstrap env:// (rank {}): MASTER_ADDR is unset and {} cannot be read: {}; export "
+        "MASTER_ADDR",
+        rank, list->first, e.what()));
+  }
+}
+
+// MASTER_PORT, else the port derived from SLURM_JOB_ID (slurm::port_for_job).
+uint16_t master_port(int rank) {
+  if (const char* port = env_str("MASTER_PORT")) return parse_port(port, "MASTER_PORT");
+  const char* job = env_str("SLURM_JOB_ID");
+  COHORT_CHECK(job != nullptr,
+               "bootstrap env:// (rank {}): MASTER_PORT is not set (the store's port), nor "
+               "SLURM_JOB_ID; `cohort run`, torchrun and srun set them, under mpirun export it",
+               rank);
+  auto id = parse_int(job);
+  COHORT_CHECK(id && *id >= 0,
+               "bootstrap env:// (rank {}): MASTER_PORT is unset and SLURM_JOB_ID='{}' is not a "
+               "job id; export MASTER_PORT",
+               rank, job);
+  return slurm::port_for_job(*id);
+}
+
+// Slurm's count of this step's tasks on this node, when it describes one.
+std::optional<int> slurm_local_world_size(int rank) {
+  auto per_node = slurm_var({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  std::optional<int> node = env_int({"SLURM_NODEID"});
+  if (!per_node || !node) return std::nullopt;
+  try {
+    return slurm::tasks_on_node(per_node->second, *node);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(
+        fmt::format("bootstrap: {} with SLURM_NODEID={}: {}", per_node->first, *node, e.what()));
+  }
 }
 
 }  // namespace
@@ -107,24 +173,30 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   InitMethod m = parse_init_method(init_method);
   BootstrapResult r;
 
-  const char* rank_var = nullptr;
-  std::optional<int> rank =
-      options.rank >= 0 ? std::optional<int>(options.rank)
-      : m.rank >= 0     ? std::optional<int>(m.rank)
-                        : env_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_var);
+  // Slurm's SLURM_PROCID/NTASKS/LOCALID describe this process only inside a
+  // job step (srun sets SLURM_STEP_ID); a batch script sees them too, with
+  // SLURM_NTASKS meant for the steps it starts.
+  const bool slurm_step = env_str("SLURM_STEP_ID") != nullptr;
+  auto from_env = [&](const char* own, const char* ompi, const char* slurm) {
+    return slurm_step ? env_int({own, ompi, slurm}) : env_int({own, ompi});
+  };
+  std::optional<int> rank = options.rank >= 0 ? std::optional<int>(options.rank)
+                            : m.rank >= 0
+                                ? std::optional<int>(m.rank)
+                                : from_env("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID");
   std::optional<int> world = options.world_size >= 0 ? std::optional<int>(options.world_size)
                              : m.world_size >= 0
                                  ? std::optional<int>(m.world_size)
-                                 : env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"});
+                                 : from_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS");
   COHORT_CHECK(rank.has_value(),
-               "bootstrap {}: the rank is not known: RANK is not set (nor OMPI_COMM_WORLD_RANK or "
-               "SLURM_PROCID); run under `cohort run`, torchrun, mpirun or srun, or pass the "
-               "rank",
+               "bootstrap {}: the rank is not known: RANK is not set (nor OMPI_COMM_WORLD_RANK, "
+               "nor SLURM_PROCID in a Slurm job step); run under `cohort run`, torchrun, mpirun "
+               "or srun, or pass the rank",
                init_method);
   COHORT_CHECK(world.has_value(),
                "bootstrap {}: the world size is not known: WORLD_SIZE is not set (nor "
-               "OMPI_COMM_WORLD_SIZE or SLURM_NTASKS); run under `cohort run`, torchrun, mpirun "
-               "or srun, or pass the world size",
+               "OMPI_COMM_WORLD_SIZE, nor SLURM_NTASKS in a Slurm job step); run under `cohort "
+               "run`, torchrun, mpirun or srun, or pass the world size",
                init_method);
   COHORT_CHECK(*world >= 1 && *rank < *world,
                "bootstrap {}: rank must be in [0, world_size), got rank {} and world_size {}",
@@ -133,26 +205,27 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   r.world_size = *world;
   // Without a local rank the job is taken to run on one host.
   r.local_rank =
-      env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}).value_or(r.rank);
-  r.local_world_size =
-      env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}).value_or(r.world_size);
+      from_env("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID").value_or(r.rank);
+  std::optional<int> local_world = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"});
+  if (!local_world && slurm_step) local_world = slurm_local_world_size(r.rank);
+  r.local_world_size = local_world.value_or(r.world_size);
 
   std::shared_ptr<Store> store;
   if (m.scheme == "file") {
     store = std::make_shared<FileStore>(m.path, options.timeout);
   } else {
     if (m.scheme == "env") {
-      const char* addr = std::getenv("MASTER_ADDR");
-      COHORT_CHECK(addr && *addr,
-                   "bootstrap env://: MASTER_ADDR is not set (the host of rank 0 or of the "
-                   "launcher's store); `cohort run` and torchrun set it, under mpirun/srun "
-                   "export it");
-      const char* port = std::getenv("MASTER_PORT");
-      COHORT_CHECK(port && *port,
-                   "bootstrap env://: MASTER_PORT is not set (the store's port); `cohort run` "
-                   "and torchrun set it, under mpirun/srun export it");
-      m.host = addr;
-      m.port = parse_port(port, "MASTER_PORT");
+      std::string from_slurm;
+      m.host = master_addr(r.rank, &from_slurm);
+      m.port = master_port(r.rank);
+      // Rank 0 serves the store where the others look for it; srun's
+      // arbitrary and plane distributions may start task 0 elsewhere.
+      const char* node = env_str("SLURMD_NODENAME");
+      COHORT_CHECK(from_slurm.empty() || r.rank != 0 || node == nullptr || m.host == node,
+                   "bootstrap env://: rank 0 runs on node '{}', but MASTER_ADDR is unset and "
+                   "{} is '{}', where the other ranks look for rank 0's store; export "
+                   "MASTER_ADDR (the host of rank 0)",
+                   node ? node : "", from_slurm, m.host);
     }
     const char* hosted = std::getenv(kStoreHostedEnv);
     bool launcher_hosts = hosted && std::string(hosted) == "1";

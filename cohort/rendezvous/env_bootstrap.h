@@ -5,8 +5,13 @@
 //   env://            MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
 //                     LOCAL_WORLD_SIZE as torchrun and `cohort run` set them;
 //                     when RANK/WORLD_SIZE/LOCAL_RANK are unset, OpenMPI's
-//                     OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, then
-//                     Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID.
+//                     OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, then,
+//                     inside a Slurm job step (SLURM_STEP_ID set, i.e. under
+//                     srun), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID and the
+//                     step's tasks on this node. When MASTER_ADDR is unset:
+//                     the first host of SLURM_STEP_NODELIST (else
+//                     SLURM_JOB_NODELIST); when MASTER_PORT is unset: 10000 +
+//                     SLURM_JOB_ID % 50000 (rendezvous/slurm.h, docs/slurm.md).
 //   tcp://host:port   rank and world size from options or the URL query
 //                     (?rank=R&world_size=W), else from the variables above.
 //   file:///path      a FileStore at /path; rank and world size as for tcp://.
@@ -19,7 +24,9 @@
 // "attempt<N>/", so a restarted group never sees the keys of an earlier try.
 //
 // Errors: InvalidArgument naming the missing or malformed variable or URL
-// part; TimeoutError when the store cannot be reached in time.
+// part (a Slurm node list with the position of the fault), or rank 0 running
+// on another node than the one its address was derived from
+// (SLURMD_NODENAME); TimeoutError when the store cannot be reached in time.
 //
 // The network options of the result: see BootstrapResult::network.
 #pragma once

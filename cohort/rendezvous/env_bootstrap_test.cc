@@ -10,6 +10,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/unique_fd.h"
+#include "cohort/rendezvous/slurm.h"
 #include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store.h"
 
@@ -22,11 +23,34 @@ using namespace std::chrono_literals;
 class EnvGuard {
  public:
   explicit EnvGuard(std::map<std::string, std::string> vars) {
-    for (const char* name :
-         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-          "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-          "COHORT_TOKEN", "COHORT_STORE_HOSTED", "COHORT_RESTART_COUNT"}) {
+    for (const char* name : {"RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "OMPI_COMM_WORLD_RANK",
+                             "OMPI_COMM_WORLD_SIZE",
+                             "OMPI_COMM_WORLD_LOCAL_RANK",
+                             "OMPI_COMM_WORLD_LOCAL_SIZE",
+                             "SLURM_PROCID",
+                             "SLURM_NTASKS",
+                             "SLURM_LOCALID",
+                             "SLURM_STEP_ID",
+                             "SLURM_STEP_NODELIST",
+                             "SLURM_JOB_NODELIST",
+                             "SLURM_JOB_ID",
+                             "SLURM_STEP_TASKS_PER_NODE",
+                             "SLURM_TASKS_PER_NODE",
+                             "SLURM_NODEID",
+                             "SLURMD_NODENAME",
+                             "COHORT_TOKEN",
+                             "COHORT_STORE_HOSTED",
+                             "COHORT_RESTART_COUNT",
+                             "COHORT_ADDR",
+                             "COHORT_SOCKET_IFNAME",
+                             "COHORT_CONNECT_TIMEOUT",
+                             "COHORT_FLIGHT_RECORDER_DIR"}) {
       const char* v = std::getenv(name);
       saved_[name] = v ? std::optional<std::string>(v) : std::nullopt;
       ::unsetenv(name);
@@ -46,6 +70,14 @@ class EnvGuard {
  private:
   std::map<std::string, std::optional<std::string>> saved_;
 };
+
+std::string slurm_first(const std::string& nodelist) {
+  try {
+    return slurm::first_host(nodelist);
+  } catch (const InvalidArgument&) {
+    return "";  // the malformed lists of the tests below
+  }
+}
 
 uint16_t free_port() {
   uint16_t port = 0;
@@ -134,14 +166,131 @@ TEST(Bootstrap, OpenMpiAndSlurmFallbacks) {
     std::filesystem::remove(path);
   }
   {
-    EnvGuard env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}});
+    EnvGuard env({{"SLURM_STEP_ID", "0"},
+                  {"SLURM_PROCID", "3"},
+                  {"SLURM_NTASKS", "8"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_STEP_TASKS_PER_NODE", "3,4(x2)"},
+                  {"SLURM_NODEID", "1"}});
     auto path =
         std::filesystem::temp_directory_path() / ("cohort_boot2_" + std::to_string(::getpid()));
     auto r = bootstrap("file://" + path.string());
     EXPECT_EQ(r.rank, 3);
     EXPECT_EQ(r.world_size, 8);
     EXPECT_EQ(r.local_rank, 1);
+    EXPECT_EQ(r.local_world_size, 4);
     std::filesystem::remove(path);
+  }
+}
+
+TEST(Bootstrap, SlurmVariablesOutsideAJobStepAreNotThisProcesss) {
+  // A batch script sees SLURM_PROCID=0 and the job's SLURM_NTASKS too, meant
+  // for the steps it starts: without SLURM_STEP_ID they do not make a rank.
+  EnvGuard env({{"SLURM_PROCID", "0"},
+                {"SLURM_NTASKS", "2"},
+                {"SLURM_JOB_NODELIST", "localhost"},
+                {"SLURM_JOB_ID", "7"}});
+  std::string e;
+  try {
+    bootstrap("env://");
+  } catch (const InvalidArgument& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("RANK is not set"), std::string::npos) << e;
+  EXPECT_NE(e.find("SLURM_PROCID in a Slurm job step"), std::string::npos) << e;
+}
+
+// What srun sets in each task of `srun -n 2` on one node, for job `job_id`.
+std::map<std::string, std::string> srun_task_env(int rank, int64_t job_id,
+                                                 const std::string& nodelist) {
+  return {{"SLURM_STEP_ID", "0"},
+          {"SLURM_PROCID", std::to_string(rank)},
+          {"SLURM_NTASKS", "2"},
+          {"SLURM_LOCALID", std::to_string(rank)},
+          {"SLURM_STEP_TASKS_PER_NODE", "2"},
+          {"SLURM_NODEID", "0"},
+          {"SLURM_STEP_NODELIST", nodelist},
+          {"SLURM_JOB_NODELIST", "unused[1-9]"},
+          {"SLURM_JOB_ID", std::to_string(job_id)},
+          {"SLURMD_NODENAME", slurm_first(nodelist)}};
+}
+
+TEST(Bootstrap, SlurmStepGivesMasterFromNodeListAndPortFromJobId) {
+  uint16_t port = 0;
+  while (port < 10000 || port > 59999) port = free_port();  // one that port_for_job can give
+  const int64_t job = 50000 + (port - 10000);               // exercises the modulo
+  // Both ranks read the same variables but their own rank; the store is
+  // served by rank 0 on the derived port of the step's first node.
+  EnvGuard env(srun_task_env(0, job, "localhost,node[02-03]"));
+  BootstrapOptions o0, o1;
+  o0.rank = 0;
+  o1.rank = 1;
+  o0.timeout = o1.timeout = 10s;
+  BootstrapResult r1;
+  std::thread t([&] { r1 = bootstrap("env://", o1); });
+  BootstrapResult r0 = bootstrap("env://", o0);
+  t.join();
+  EXPECT_EQ(r0.master_addr, "localhost");
+  EXPECT_EQ(r0.master_port, port);
+  EXPECT_EQ(r1.master_port, port);
+  EXPECT_EQ(r0.world_size, 2);
+  EXPECT_EQ(r1.local_rank, 0);  // options.rank sets the rank; SLURM_LOCALID the local one
+  EXPECT_EQ(r0.local_world_size, 2);
+  r1.store->set("k", std::string("from 1"));
+  EXPECT_EQ(r0.store->get_string("k"), "from 1");
+}
+
+TEST(Bootstrap, MasterVariablesWinOverSlurms) {
+  uint16_t port = free_port();
+  auto vars = srun_task_env(0, 1, "not-a-host[1-2]");
+  vars["SLURM_NTASKS"] = "1";
+  vars["SLURMD_NODENAME"] = "elsewhere";
+  vars["MASTER_ADDR"] = "127.0.0.1";
+  vars["MASTER_PORT"] = std::to_string(port);
+  EnvGuard env(vars);
+  BootstrapResult r = bootstrap("env://");
+  EXPECT_EQ(r.master_addr, "127.0.0.1");
+  EXPECT_EQ(r.master_port, port);
+}
+
+TEST(Bootstrap, SlurmRankZeroOnAnotherNodeThanTheFirstIsNamed) {
+  auto vars = srun_task_env(0, 1, "node[01-02]");
+  vars["SLURMD_NODENAME"] = "node02";  // e.g. srun --distribution=arbitrary
+  EnvGuard env(vars);
+  std::string e;
+  try {
+    bootstrap("env://");
+  } catch (const InvalidArgument& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("rank 0 runs on node 'node02'"), std::string::npos) << e;
+  EXPECT_NE(e.find("SLURM_STEP_NODELIST='node[01-02]' is 'node01'"), std::string::npos) << e;
+  EXPECT_NE(e.find("export MASTER_ADDR"), std::string::npos) << e;
+}
+
+TEST(Bootstrap, MalformedSlurmNodeListOrJobIdIsNamed) {
+  {
+    EnvGuard env(srun_task_env(0, 1, "node[01-02"));
+    std::string e;
+    try {
+      bootstrap("env://");
+    } catch (const InvalidArgument& err) {
+      e = err.what();
+    }
+    EXPECT_NE(e.find("SLURM_STEP_NODELIST"), std::string::npos) << e;
+    EXPECT_NE(e.find("unclosed '[' at position 4"), std::string::npos) << e;
+  }
+  {
+    auto vars = srun_task_env(0, 1, "localhost");
+    vars["SLURM_JOB_ID"] = "12x";
+    EnvGuard env(vars);
+    std::string e;
+    try {
+      bootstrap("env://");
+    } catch (const InvalidArgument& err) {
+      e = err.what();
+    }
+    EXPECT_NE(e.find("SLURM_JOB_ID='12x' is not a job id"), std::string::npos) << e;
   }
 }
 

@@ -68,6 +68,11 @@ std::string_view strategy_name(Strategy strategy) { return name_of(strategy, kSt
 int env_world_size() {
   if (int n = env_int("WORLD_SIZE"); n > 0) return n;
   if (int n = env_int("OMPI_COMM_WORLD_SIZE"); n > 0) return n;
+  // Slurm's variables describe this process only inside a job step (under
+  // srun): a batch script also sees SLURM_NTASKS, for the steps it starts.
+  if (std::getenv("SLURM_STEP_ID") != nullptr) {
+    if (int n = env_int("SLURM_NTASKS"); n > 0) return n;
+  }
   return 1;
 }
 

@@ -15,8 +15,8 @@ enum class ModelKind { kNet, kToy, kMlp };
 enum class DatasetKind { kFashionMnist, kMnist, kSynthetic };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // kAuto: DDP when the environment describes a job of more than one process
-// (WORLD_SIZE or OMPI_COMM_WORLD_SIZE > 1, i.e. under `cohort run` or
-// mpirun), else one process.
+// (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or a Slurm step's SLURM_NTASKS > 1, i.e.
+// under `cohort run`, mpirun or srun), else one process.
 // kPipeline / kTensor: model parallelism; kPs: a parameter server (train_strategy.h).
 enum class Strategy { kAuto, kSingle, kDdp, kDp, kPipeline, kTensor, kPs };
 
@@ -93,7 +93,8 @@ std::string_view optimizer_name(OptimizerKind kind);
 std::string_view strategy_name(Strategy strategy);
 
 // The world size the environment announces (WORLD_SIZE, else
-// OMPI_COMM_WORLD_SIZE, else 1).
+// OMPI_COMM_WORLD_SIZE, else SLURM_NTASKS inside a Slurm job step, i.e. when
+// SLURM_STEP_ID is set; else 1).
 int env_world_size();
 
 }  // namespace cohort::train

@@ -3,12 +3,14 @@
 // prints progress (train_progress.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "cohort/base/error.h"
+#include "cohort/rendezvous/slurm.h"
 #include "cohort/train/trainer.h"
 #include "tools/cohort/command.h"
 #include "tools/cohort/train_progress.h"
@@ -26,6 +28,38 @@ struct TrainArgs {
   train::TrainOptions options;
 };
 
+const char* env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// A count read from the environment, at least min.
+int env_count(const char* name, const char* value, int min) {
+  char* end = nullptr;
+  long n = std::strtol(value, &end, 10);
+  COHORT_CHECK(end != value && *end == '\0' && n >= min && n <= 1 << 20,
+               "{}='{}' is not a whole number >= {}", name, value, min);
+  return static_cast<int>(n);
+}
+
+// Intra-op threads of a task of a Slurm job step (srun sets SLURM_STEP_ID)
+// when neither --threads nor COHORT_NUM_THREADS says: the CPUs Slurm gave
+// each task (SLURM_CPUS_PER_TASK, srun -c), else this node's CPUs of the job
+// (SLURM_CPUS_ON_NODE) split over the step's tasks on this node, as `cohort
+// run` splits its host's CPUs. 0: not in a step, or nothing to go by.
+int slurm_threads() {
+  if (env_str("SLURM_STEP_ID") == nullptr) return 0;
+  if (const char* per_task = env_str("SLURM_CPUS_PER_TASK")) {
+    return env_count("SLURM_CPUS_PER_TASK", per_task, 1);
+  }
+  const char* on_node = env_str("SLURM_CPUS_ON_NODE");
+  const char* per_node = env_str("SLURM_STEP_TASKS_PER_NODE");
+  const char* node = env_str("SLURM_NODEID");
+  if (on_node == nullptr || per_node == nullptr || node == nullptr) return 0;
+  int tasks = rendezvous::slurm::tasks_on_node(per_node, env_count("SLURM_NODEID", node, 0));
+  return std::max(1, env_count("SLURM_CPUS_ON_NODE", on_node, 1) / std::max(1, tasks));
+}
+
 int run_train(CLI::App* app, TrainArgs* args) {
   train::TrainOptions& o = args->options;
   std::unique_ptr<train::Trainer> trainer;
@@ -40,6 +74,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     // The environment is read here, at the edge (docs/design.md rule 11).
     const char* transport = std::getenv("COHORT_TRANSPORT");
     o.rpc_force_tcp = transport != nullptr && std::string(transport) == "tcp";
+    if (o.threads == 0 && env_str("COHORT_NUM_THREADS") == nullptr) o.threads = slurm_threads();
     trainer = std::make_unique<train::Trainer>(o);
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "cohort train: error: %s\n\n%s", e.what(), app->help().c_str());
@@ -77,8 +112,8 @@ std::function<int()> setup(CLI::App& app) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   app.add_option("--threads", o.threads,
-                 "Intra-op threads (0: COHORT_NUM_THREADS, e.g. cohort run's share, else all "
-                 "cores)")
+                 "Intra-op threads (0: COHORT_NUM_THREADS, e.g. cohort run's share; under srun "
+                 "SLURM_CPUS_PER_TASK, else the node's CPUs over its tasks; else all cores)")
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")
       ->capture_default_str();
@@ -105,10 +140,11 @@ std::function<int()> setup(CLI::App& app) {
       "--trace", o.trace_path,
       "Write a Chrome/Perfetto trace of every rank here (data, forward, backward, each "
       "bucket's all_reduce, optimizer, checkpoints); `cohort trace-stats` summarises it");
-  app.add_option("--strategy", args->strategy,
-                 "auto (DDP under cohort run or mpirun, else single), single, ddp, dp, pipeline "
-                 "(layers in stages over the ranks), tensor (fc layers split over the ranks), ps "
-                 "(a parameter server)")
+  app.add_option(
+         "--strategy", args->strategy,
+         "auto (DDP under cohort run, mpirun or srun, else single), single, ddp, dp, pipeline "
+         "(layers in stages over the ranks), tensor (fc layers split over the ranks), ps "
+         "(a parameter server)")
       ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"}))
       ->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers,
