@@ -6,7 +6,7 @@
 # break first if one got through: the check of that scrub, the baseline-CPU run
 # under qemu (OPENBLAS_CORETYPE=Haswell there is SIGILL), the launcher, spawn and
 # env:// rendezvous, single-process and DDP training through the CLI, the
-# multi-process collectives, and the parity test against PyTorch.
+# multi-process collectives, the parity test against PyTorch, and Slurm.
 #   scripts/test_caller_env.sh [CTEST_ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/../build"
@@ -23,5 +23,5 @@ export GROUP_RANK=2 NODE_RANK=4 TORCHELASTIC_RUN_ID=odd
 export SLURM_PROCID=4 SLURM_NTASKS=8 SLURM_LOCALID=3 SLURM_JOB_ID=77 SLURM_CPUS_PER_TASK=11
 export SLURM_STEP_NODELIST='nohost[1-3]' SLURM_JOB_NODELIST='nohost[1-3]'
 export OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_LOCAL_RANK=1 PMI_RANK=2 PMIX_RANK=2
-slice='^(suite\.|portability\.|LaunchE2E\.|Spawn\.|Bootstrap\.|TrainCli\.|DDP\.|Processes\.|Transports/CollectivesTest\.|distributed\.suite\.(native\.(shm|tcp)|mpi)\.n2$|ddp\.example\.|examples\.cnn_ddp$|parity\.)'
+slice='^(suite\.|portability\.|LaunchE2E\.|Spawn\.|Bootstrap\.|TrainCli\.|DDP\.|Processes\.|Transports/CollectivesTest\.|distributed\.suite\.(native\.(shm|tcp)|mpi)\.n2$|ddp\.example\.|examples\.cnn_ddp$|parity\.|SlurmStepEnv\.|slurm\.)'
 exec ctest --output-on-failure --no-tests=error --timeout 600 -j "$(nproc)" -R "$slice" "$@"
