@@ -91,8 +91,14 @@ void JobCoordinator::link_up(Clock::time_point deadline, const std::string& duri
   }
   const std::string port = store_->get_string(kLinkKey);
   const auto link_deadline = std::min(deadline, Clock::now() + o_.connect_timeout);
-  link_ = std::make_unique<LauncherLink>(link_options(), o_.master_addr,
-                                         static_cast<uint16_t>(std::stoi(port)), link_deadline);
+  try {
+    link_ = std::make_unique<LauncherLink>(link_options(), o_.master_addr,
+                                           static_cast<uint16_t>(std::stoi(port)), link_deadline);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.what());  // not the store's loss (an IoError here): it answered
+  }
 }
 
 std::vector<int> JobCoordinator::live_nodes() const {
@@ -108,8 +114,8 @@ std::optional<std::string> JobCoordinator::launcher_lost() const {
 
 bool JobCoordinator::store_gone() const {
   if (link_ && link_->is_lost(0)) return true;
-  std::lock_guard<std::mutex> lock(mu_);
-  return failure_ && failure_->find("lost the job's store") == 0;
+  const std::optional<std::string> f = watched();
+  return f && f->find("lost the job's store") == 0;
 }
 
 void JobCoordinator::leave() {
@@ -344,45 +350,64 @@ std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failur
   }
 }
 
+// The watcher's state is shared with its thread, so that a thread stuck in
+// a store call to a node 0 known lost (a cut link: up to the call's 5 s
+// slack) can be let go instead of holding this launcher's exit.
+struct JobCoordinator::Watch {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::optional<std::string> failure;
+};
+
 void JobCoordinator::start_watch(int attempt) {
   stop_watch();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    failure_.reset();
-  }
-  stop_.store(false);
-  watcher_ = std::thread([this, attempt] {
+  auto watch = std::make_shared<Watch>();
+  watch_ = watch;
+  watcher_ = std::thread([watch, attempt, options = store_options(std::chrono::seconds(5)),
+                          interval = o_.watch_interval, name = store_name()] {
     // Its own connection, with short deadlines: a cut link shows as a
     // time-out within seconds, not at the store's long default.
     std::unique_ptr<rendezvous::TcpStore> store;
     auto fail = [&](std::string what) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!failure_) failure_ = std::move(what);
+      std::lock_guard<std::mutex> lock(watch->mu);
+      if (!watch->failure) watch->failure = std::move(what);
     };
     try {
-      store = std::make_unique<rendezvous::TcpStore>(store_options(std::chrono::seconds(5)));
-      while (!stop_.load()) {
+      store = std::make_unique<rendezvous::TcpStore>(options);
+      while (!watch->stop.load()) {
         if (store->check({failure_key(attempt)})) {
           fail(store->get_string(failure_key(attempt)));
           return;
         }
-        std::this_thread::sleep_for(o_.watch_interval);
+        std::this_thread::sleep_for(interval);
       }
     } catch (const std::exception& e) {
-      if (!stop_.load()) fail(fmt::format("lost {}: {}", store_name(), e.what()));
+      if (!watch->stop.load()) fail(fmt::format("lost {}: {}", name, e.what()));
     }
   });
 }
 
 void JobCoordinator::stop_watch() {
-  stop_.store(true);
-  if (watcher_.joinable()) watcher_.join();
+  if (!watcher_.joinable()) return;
+  watch_->stop.store(true);
+  // Node 0's launcher is lost: the thread may wait out a store call to it;
+  // it ends by itself (it holds only its own state).
+  if (link_ && link_->is_lost(0)) {
+    watcher_.detach();
+  } else {
+    watcher_.join();
+  }
+}
+
+std::optional<std::string> JobCoordinator::watched() const {
+  if (!watch_) return std::nullopt;
+  std::lock_guard<std::mutex> lock(watch_->mu);
+  return watch_->failure;
 }
 
 std::optional<std::string> JobCoordinator::failure() const {
   if (std::optional<std::string> lost = launcher_lost()) return lost;
-  std::lock_guard<std::mutex> lock(mu_);
-  return failure_;
+  return watched();
 }
 
 }  // namespace cohort::launch

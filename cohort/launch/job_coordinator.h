@@ -44,8 +44,8 @@
 // times out is a TimeoutError naming the missing nodes.
 // Every store call has a deadline; the watcher never blocks the launcher.
 //
-// Thread safety: everything from the launcher's thread except failure(),
-// which any thread may call.
+// Thread safety: everything from the launcher's thread (the watcher and the
+// link run threads of their own, whose findings failure() reads).
 #pragma once
 
 #include <atomic>
@@ -152,10 +152,10 @@ class JobCoordinator {
 
   std::unique_ptr<rendezvous::TcpStore> store_;
   std::unique_ptr<LauncherLink> link_;
+  struct Watch;
+  std::optional<std::string> watched() const;  // what the watcher saw
+  std::shared_ptr<Watch> watch_;
   std::thread watcher_;
-  std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::optional<std::string> failure_;
 };
 
 }  // namespace cohort::launch

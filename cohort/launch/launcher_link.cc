@@ -91,10 +91,15 @@ LauncherLink::LauncherLink(LauncherLinkOptions options, const std::string& host,
     throw fail(e.what());
   }
   if (reply.rfind("refused", 0) == 0) {
-    // Read the rest of the reason (it ends the connection).
+    // Read the rest of the reason (node 0 then closes the connection).
     char buf[256];
-    ssize_t n;
-    while ((n = ::recv(fd.get(), buf, sizeof(buf), 0)) > 0) reply.append(buf, n);
+    pollfd pfd{fd.get(), POLLIN, 0};
+    while (reply.size() < kMaxHandshake &&
+           ::poll(&pfd, 1, rendezvous::net::poll_timeout_ms(deadline)) > 0) {
+      const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      reply.append(buf, static_cast<size_t>(n));
+    }
     while (!reply.empty() && reply.back() == '\n') reply.pop_back();
     throw fail("it " + reply);
   }
