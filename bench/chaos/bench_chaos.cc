@@ -1,11 +1,17 @@
 // bench_chaos: how cohort ends when things break. Runs short training jobs
 // (`cohort run ... cohort train`, synthetic data) on one host and on two hosts
 // (network namespaces, tests/multihost/two_hosts.h; root only), injects one
-// fault at a random moment -- SIGKILL to a random worker, or on two hosts a
-// cut link -- and measures:
+// fault at a random moment -- SIGKILL to a random worker or to a random
+// node's launcher (`cohort run` itself), or on two hosts a cut link -- and
+// measures:
 //   hangs          processes still running 90 s after the fault (then killed);
 //   fault -> exit  time from the fault until every process of the job ended
 //                  (median and worst);
+//   failed, named  jobs that must fail (no restarts left, or a launcher
+//                  killed): every launcher still alive exited non-zero, and
+//                  its "job failed:" line names the victim (the killed rank,
+//                  or "node N's launcher (pid P"); a cut link must name a
+//                  lost launcher or the lost store;
 //   leftovers      processes of the job alive after its launchers ended (found
 //                  by the job's unique COHORT_TOKEN in /proc/*/environ) and
 //                  /dev/shm/cohort-<pid>-* segments whose creator was one of
@@ -120,8 +126,13 @@ constexpr int kRestartableSteps = 128;  // 2 epochs x 8192 examples / (64 x 2 ra
 
 struct JobResult {
   bool two_hosts = false;
-  std::string fault;  // "kill rank R" or "cut link"
+  std::string fault;  // "kill rank R", "kill launcher N" or "cut link"
+  bool launcher_victim = false;
   bool restartable = false;
+  bool must_fail = false;  // judged by failed_ok / named
+  bool failed_ok = false;  // every surviving launcher exited non-zero
+  bool named = false;      // ... naming the fault
+  std::string why_not;     // the first surviving launcher's output that fails either
   bool hung = false;
   double fault_to_exit_s = 0;
   int leftover_processes = 0;
@@ -136,7 +147,8 @@ struct Job {
   bool cut_link = false;
   bool restartable = false;
   double delay_s = 0;  // after training started
-  int victim_rank = 0;
+  bool kill_launcher = false;
+  int victim_rank = 0;  // a worker's rank, or a launcher's node
 };
 
 std::vector<std::string> train_args(const Job& j, const std::string& dir) {
@@ -250,14 +262,21 @@ JobResult run_job(const Job& j, const TwoHosts* hosts, const References& refs) {
   }
   if (all_ended()) r.fault_landed = false;
   const auto fault_at = Clock::now();
+  pid_t victim = -1;
   if (j.cut_link) {
     r.fault = "cut link";
     hosts->set_link(1, false);
+  } else if (j.kill_launcher) {
+    r.fault = "kill launcher " + std::to_string(j.victim_rank);
+    r.launcher_victim = true;
+    victim = launchers[static_cast<size_t>(j.victim_rank)]->pid();
+    ::kill(victim, SIGKILL);
   } else {
     r.fault = "kill rank " + std::to_string(j.victim_rank);
     const size_t node = j.two_hosts ? static_cast<size_t>(j.victim_rank) : 0;
     const pid_t w = cohort::test::find_worker(launchers[node]->pid(), j.victim_rank);
     if (w > 0) {
+      victim = w;
       ::kill(w, SIGKILL);
     } else {
       r.fault_landed = false;
@@ -274,7 +293,35 @@ JobResult run_job(const Job& j, const TwoHosts* hosts, const References& refs) {
   r.leftover_processes = static_cast<int>(job_processes(token).size());
   for (pid_t p : job_processes(token)) ::kill(p, SIGKILL);
   r.leftover_segments = segments_of(seen);
-  if (j.restartable) {
+  // The job fails (every node non-zero, the cause named) unless a worker was
+  // killed with a restart left, which it survives.
+  r.must_fail = !j.restartable || j.kill_launcher;
+  if (r.must_fail && !r.hung) {
+    std::string cause;
+    if (j.kill_launcher) {
+      cause = "job failed: node " + std::to_string(j.victim_rank) + "'s launcher (pid " +
+              std::to_string(victim);
+    } else if (!j.cut_link) {
+      cause = "job failed: rank " + std::to_string(j.victim_rank) + " (local rank";
+    }
+    r.failed_ok = r.named = true;
+    for (size_t node = 0; node < launchers.size(); ++node) {
+      if (j.kill_launcher && static_cast<int>(node) == j.victim_rank) continue;
+      const std::string out = launchers[node]->output();
+      const bool failed = launchers[node]->wait(0ms) != 0;
+      bool named = j.cut_link ? out.find("job failed: lost ") != std::string::npos ||
+                                    out.find("job failed: node ") != std::string::npos
+                              : out.find(cause) != std::string::npos;
+      if ((!failed || !named) && r.why_not.empty()) {
+        r.why_not = "node " + std::to_string(node) + (failed ? "" : " exited 0") +
+                    (named ? "" : " did not name the fault") + "; its output ends:\n" +
+                    out.substr(out.size() > 1200 ? out.size() - 1200 : 0);
+      }
+      r.failed_ok = r.failed_ok && failed;
+      r.named = r.named && named;
+    }
+  }
+  if (j.restartable && !j.kill_launcher) {
     const std::string out = launchers[0]->output();
     bool all_ok = true;
     for (auto& l : launchers) all_ok = all_ok && l->wait(0ms) == 0;
@@ -307,7 +354,7 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int jobs = 100;
   unsigned seed = 1;
-  bool one_host_only = false;
+  bool one_host_only = false, launchers_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jobs" && i + 1 < argc) {
@@ -316,8 +363,12 @@ int main(int argc, char** argv) {
       seed = static_cast<unsigned>(std::atoi(argv[++i]));
     } else if (a == "--one-host-only") {
       one_host_only = true;
+    } else if (a == "--launchers-only") {
+      launchers_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_chaos [--jobs N] [--seed S] [--one-host-only]\n");
+      std::fprintf(stderr,
+                   "usage: bench_chaos [--jobs N] [--seed S] [--one-host-only] "
+                   "[--launchers-only]\n");
       return 2;
     }
   }
@@ -350,21 +401,30 @@ int main(int argc, char** argv) {
     j.cut_link = j.two_hosts && !j.restartable && rng() % 5 == 0;
     j.delay_s = std::uniform_real_distribution<double>(0.0, j.restartable ? 0.5 : 1.5)(rng);
     j.victim_rank = static_cast<int>(rng() % 2);
+    // Half the kills go to a launcher: node 0's or node 1's (one host: its only one).
+    j.kill_launcher = !j.cut_link && (launchers_only || rng() % 2 == 0);
+    if (j.kill_launcher && !j.two_hosts) j.victim_rank = 0;
     JobResult r = run_job(j, hosts.get(), refs);
-    std::printf("job %3d  %-9s %-12s %-10s %s  %.2f s  leftovers %d/%d%s\n", i,
+    const bool resumes = r.restartable && !r.launcher_victim;
+    std::printf("job %3d  %-9s %-16s %-10s %s  %.2f s  leftovers %d/%d%s%s\n", i,
                 r.two_hosts ? "two-host" : "one-host", r.fault.c_str(),
                 r.restartable ? "restart" : "",
                 r.hung ? "HUNG" : (r.fault_landed ? "ended" : "ended before the fault"),
                 r.fault_to_exit_s, r.leftover_processes, r.leftover_segments,
-                r.restartable ? (r.resumed_correctly ? "  resumed ok" : "  RESUME FAILED") : "");
+                resumes ? (r.resumed_correctly ? "  resumed ok" : "  RESUME FAILED") : "",
+                r.must_fail && r.fault_landed && !r.hung
+                    ? (r.failed_ok && r.named ? "  failed, named" : "  NOT FAILED OR NOT NAMED")
+                    : "");
+    if (r.must_fail && r.fault_landed && !r.hung && !(r.failed_ok && r.named))
+      std::printf("%s\n", r.why_not.c_str());
     std::fflush(stdout);
     results.push_back(r);
   }
-  std::printf("\n%-22s %6s %6s %10s %10s %10s %10s %12s\n", "jobs", "count", "hangs", "median s",
-              "worst s", "left proc", "left shm", "resumed ok");
+  std::printf("\n%-26s %5s %5s %8s %8s %9s %8s %13s %10s\n", "jobs", "count", "hangs", "median s",
+              "worst s", "left proc", "left shm", "failed, named", "resumed ok");
   auto row = [&](const char* name, auto pick) {
     std::vector<double> t;
-    int n = 0, hangs = 0, procs = 0, segs = 0, restarts = 0, resumed = 0;
+    int n = 0, hangs = 0, procs = 0, segs = 0, restarts = 0, resumed = 0, failing = 0, named = 0;
     for (const JobResult& r : results) {
       if (!pick(r)) continue;
       // A job that hung counts even when its fault never landed.
@@ -373,26 +433,38 @@ int main(int argc, char** argv) {
       ++n;
       procs += r.leftover_processes;
       segs += r.leftover_segments;
-      if (!r.restartable) t.push_back(r.fault_to_exit_s);
-      if (r.restartable) {
+      // Jobs that fail end at once; a restarted one runs on to its end.
+      if (r.must_fail) t.push_back(r.fault_to_exit_s);
+      if (r.must_fail && !r.hung) {
+        ++failing;
+        named += r.failed_ok && r.named;
+      }
+      if (r.restartable && !r.launcher_victim) {
         ++restarts;
         resumed += r.resumed_correctly;
       }
     }
     if (n == 0) return;
-    std::printf("%-22s %6d %6d %10.2f %10.2f %10d %10d %9d/%d\n", name, n, hangs,
+    std::printf("%-26s %5d %5d %8.2f %8.2f %9d %8d %10d/%-2d %7d/%-2d\n", name, n, hangs,
                 percentile(t, 0.5), t.empty() ? 0.0 : *std::max_element(t.begin(), t.end()), procs,
-                segs, resumed, restarts);
+                segs, named, failing, resumed, restarts);
   };
-  row("one host, kill", [](const JobResult& r) { return !r.two_hosts; });
-  row("two hosts, kill", [](const JobResult& r) { return r.two_hosts && r.fault != "cut link"; });
+  auto worker = [](const JobResult& r) { return r.fault.rfind("kill rank", 0) == 0; };
+  row("one host, kill worker", [&](const JobResult& r) { return !r.two_hosts && worker(r); });
+  row("one host, kill launcher",
+      [](const JobResult& r) { return !r.two_hosts && r.launcher_victim; });
+  row("two hosts, kill worker", [&](const JobResult& r) { return r.two_hosts && worker(r); });
+  row("two hosts, kill launcher 0",
+      [](const JobResult& r) { return r.fault == "kill launcher 0" && r.two_hosts; });
+  row("two hosts, kill launcher 1",
+      [](const JobResult& r) { return r.fault == "kill launcher 1"; });
   row("two hosts, cut link", [](const JobResult& r) { return r.fault == "cut link"; });
   row("all", [](const JobResult&) { return true; });
   const auto missed = std::count_if(results.begin(), results.end(),
                                     [](const JobResult& r) { return !r.fault_landed; });
   std::printf(
-      "(fault -> exit: jobs without restarts; restartable jobs run on to the end. "
-      "%ld job(s) ended before their fault and are left out)\n",
+      "(fault -> exit: jobs that must fail (no restart left, or a launcher killed); a restarted "
+      "job runs on to its end. %ld job(s) ended before their fault and are left out)\n",
       static_cast<long>(missed));
   return 0;
 }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -16,6 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 const std::string kPrefix = "__cohort_launcher/";
 const std::string kStoppedKey = kPrefix + "stopped";
+const std::string kLinkKey = kPrefix + "link_port";  // node 0's launcher link
 
 std::string node_key(int attempt, int node) {
   return fmt::format("{}attempt{}/node{}", kPrefix, attempt, node);
@@ -53,6 +56,80 @@ JobCoordinator::JobCoordinator(JobCoordinatorOptions options) : o_(std::move(opt
   } catch (const Error& e) {
     throw IoError(fmt::format("node {} could not join the job through {}: {}", o_.node_rank,
                               store_name(), e.what()));
+  }
+  if (o_.node_rank == 0) {
+    link_ = std::make_unique<LauncherLink>(link_options(), o_.link_bind_host);
+    store_->set(kLinkKey, std::to_string(link_->port()));
+  }
+}
+
+LauncherLinkOptions JobCoordinator::link_options() const {
+  LauncherLinkOptions lo;
+  lo.nnodes = o_.nnodes;
+  lo.node_rank = o_.node_rank;
+  lo.token = o_.token;
+  lo.host = o_.host;
+  lo.address = o_.address;
+  lo.pid = ::getpid();
+  lo.heartbeat = o_.heartbeat;
+  lo.silence_limit = o_.silence_limit;
+  return lo;
+}
+
+// Node k > 0: links to node 0's launcher (whose port node 0 put in the store
+// when it started) before announcing itself.
+void JobCoordinator::link_up(Clock::time_point deadline, const std::string& during) {
+  while (!store_->check({kLinkKey})) {
+    check_interrupted(during);
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(
+          fmt::format("node {}: node 0's launcher never published its link in {} "
+                      "within --join-timeout ({} s)",
+                      o_.node_rank, store_name(), seconds(o_.join_timeout)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string port = store_->get_string(kLinkKey);
+  const auto link_deadline = std::min(deadline, Clock::now() + o_.connect_timeout);
+  try {
+    link_ = std::make_unique<LauncherLink>(link_options(), o_.master_addr,
+                                           static_cast<uint16_t>(std::stoi(port)), link_deadline);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.what());  // not the store's loss (an IoError here): it answered
+  }
+}
+
+std::vector<int> JobCoordinator::live_nodes() const {
+  std::vector<int> out;
+  for (int n = 0; n < o_.nnodes; ++n)
+    if (!link_ || !link_->is_lost(n)) out.push_back(n);
+  return out;
+}
+
+std::optional<std::string> JobCoordinator::launcher_lost() const {
+  return link_ ? link_->lost() : std::nullopt;
+}
+
+bool JobCoordinator::store_gone() const {
+  if (link_ && link_->is_lost(0)) return true;
+  const std::optional<std::string> f = watched();
+  return f && f->find("lost the job's store") == 0;
+}
+
+void JobCoordinator::leave() {
+  if (link_) link_->leave();
+}
+
+void JobCoordinator::announce_lost(int attempt, const std::string& why) {
+  if (store_gone()) return;
+  try {
+    rendezvous::TcpStore store(store_options(std::chrono::seconds(2)));
+    store.compare_set(kStoppedKey, {}, as_bytes(why));
+    store.compare_set(failure_key(attempt), {}, as_bytes(why));
+  } catch (const Error&) {
+    // The store is gone or unreachable: the others find that out themselves.
   }
 }
 
@@ -106,9 +183,11 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
         if (!store_->check({keys[static_cast<size_t>(n)]})) out.push_back(n);
       return out;
     };
+    if (o_.node_rank != 0 && !link_) link_up(deadline, during);
     store_->set(node_key(attempt, o_.node_rank), about_this_node);
     while (true) {
       check_interrupted(during);
+      if (std::optional<std::string> lost = launcher_lost()) throw Error(*lost);
       if (store_->check({kStoppedKey})) {
         throw Error(fmt::format("node {}: the job was stopped: {}", o_.node_rank,
                                 store_->get_string(kStoppedKey)));
@@ -147,8 +226,11 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
   } catch (const TimeoutError&) {
     throw;
   } catch (const IoError& e) {
+    if (std::optional<std::string> lost = launcher_lost()) throw Error(*lost);
     throw_lost(during, e);
   }
+  // Every node linked before it announced itself; one may have died since.
+  if (std::optional<std::string> lost = launcher_lost()) throw Error(*lost);
   if (reported) {
     say(fmt::format("cohort run: node {}: all {} nodes {} after {} s\n", o_.node_rank, o_.nnodes,
                     attempt == 0 ? "joined" : "came back", seconds(Clock::now() - start)));
@@ -158,9 +240,8 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
 std::string JobCoordinator::report_failure(int attempt, const std::string& what,
                                            bool killed_by_signal) {
   const std::string key = failure_key(attempt);
-  // The watcher already found the store gone: nobody to tell.
-  if (std::optional<std::string> f = failure(); f && f->find("lost the job's store") == 0)
-    return what;
+  // Node 0 or its store is gone: nobody to tell, and a lost launcher is the cause.
+  if (store_gone()) return launcher_lost().value_or(what);
   try {
     // A fresh connection with a short deadline: a cut link must not hold
     // this node's exit for the store's long time-out.
@@ -173,6 +254,9 @@ std::string JobCoordinator::report_failure(int attempt, const std::string& what,
     const auto until = Clock::now() + std::chrono::seconds(2);
     while (true) {
       if (store.check({signal_key})) return store.get_string(signal_key);
+      // A lost launcher took this node's workers' peers with it.
+      if (!killed_by_signal)
+        if (std::optional<std::string> lost = launcher_lost()) return *lost;
       if (Clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -206,16 +290,19 @@ bool JobCoordinator::job_stopped() {
 
 std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failure,
                                                   std::chrono::milliseconds limit) {
-  std::vector<std::string> keys, left;
-  for (int n = 0; n < o_.nnodes; ++n) {
-    keys.push_back(exit_key(attempt, n));
-    left.push_back(left_key(attempt, n));
-  }
+  // A lost node is not waited for (it will never come).
+  auto keys_of = [&](auto key) {
+    std::vector<std::string> out;
+    for (int n : live_nodes()) out.push_back(key(attempt, n));
+    return out;
+  };
   const auto start = Clock::now();
   const auto deadline = start + limit;
   try {
     auto recorded = [&]() -> std::optional<std::string> {
-      if (!watch_failure || !store_->check({failure_key(attempt)})) return std::nullopt;
+      if (!watch_failure) return std::nullopt;
+      if (std::optional<std::string> lost = launcher_lost()) return lost;
+      if (!store_->check({failure_key(attempt)})) return std::nullopt;
       return store_->get_string(failure_key(attempt));
     };
     store_->set(exit_key(attempt, o_.node_rank), std::string("1"));
@@ -225,14 +312,14 @@ std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failur
       const auto slice = std::clamp<Clock::duration>(deadline - Clock::now(),
                                                      std::chrono::milliseconds(1), kSlice);
       try {
-        store_->wait(keys, std::chrono::duration_cast<rendezvous::Duration>(slice));
+        store_->wait(keys_of(exit_key), std::chrono::duration_cast<rendezvous::Duration>(slice));
         break;
       } catch (const TimeoutError&) {
       }
       if (Clock::now() >= deadline) {
         std::vector<int> running;
-        for (int n = 0; n < o_.nnodes; ++n)
-          if (!store_->check({keys[static_cast<size_t>(n)]})) running.push_back(n);
+        for (int n : live_nodes())
+          if (!store_->check({exit_key(attempt, n)})) running.push_back(n);
         if (running.empty()) break;
         throw TimeoutError(fmt::format(
             "node {}: node(s) {} of {} still running their workers {} s after this "
@@ -246,9 +333,13 @@ std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failur
     // Node 0 serves the store: it leaves last, once every node has seen the
     // barrier done (briefly: a node that died on the way is not waited for).
     if (o_.node_rank == 0) {
-      try {
-        store_->wait(left, std::chrono::seconds(10));
-      } catch (const TimeoutError&) {
+      const auto until = Clock::now() + std::chrono::seconds(10);
+      while (Clock::now() < until) {
+        try {
+          store_->wait(keys_of(left_key), std::chrono::duration_cast<rendezvous::Duration>(kSlice));
+          break;
+        } catch (const TimeoutError&) {
+        }
       }
     }
     return std::nullopt;
@@ -259,44 +350,64 @@ std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failur
   }
 }
 
+// The watcher's state is shared with its thread, so that a thread stuck in
+// a store call to a node 0 known lost (a cut link: up to the call's 5 s
+// slack) can be let go instead of holding this launcher's exit.
+struct JobCoordinator::Watch {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::optional<std::string> failure;
+};
+
 void JobCoordinator::start_watch(int attempt) {
   stop_watch();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    failure_.reset();
-  }
-  stop_.store(false);
-  watcher_ = std::thread([this, attempt] {
+  auto watch = std::make_shared<Watch>();
+  watch_ = watch;
+  watcher_ = std::thread([watch, attempt, options = store_options(std::chrono::seconds(5)),
+                          interval = o_.watch_interval, name = store_name()] {
     // Its own connection, with short deadlines: a cut link shows as a
     // time-out within seconds, not at the store's long default.
     std::unique_ptr<rendezvous::TcpStore> store;
     auto fail = [&](std::string what) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!failure_) failure_ = std::move(what);
+      std::lock_guard<std::mutex> lock(watch->mu);
+      if (!watch->failure) watch->failure = std::move(what);
     };
     try {
-      store = std::make_unique<rendezvous::TcpStore>(store_options(std::chrono::seconds(5)));
-      while (!stop_.load()) {
+      store = std::make_unique<rendezvous::TcpStore>(options);
+      while (!watch->stop.load()) {
         if (store->check({failure_key(attempt)})) {
           fail(store->get_string(failure_key(attempt)));
           return;
         }
-        std::this_thread::sleep_for(o_.watch_interval);
+        std::this_thread::sleep_for(interval);
       }
     } catch (const std::exception& e) {
-      if (!stop_.load()) fail(fmt::format("lost {}: {}", store_name(), e.what()));
+      if (!watch->stop.load()) fail(fmt::format("lost {}: {}", name, e.what()));
     }
   });
 }
 
 void JobCoordinator::stop_watch() {
-  stop_.store(true);
-  if (watcher_.joinable()) watcher_.join();
+  if (!watcher_.joinable()) return;
+  watch_->stop.store(true);
+  // Node 0's launcher is lost: the thread may wait out a store call to it;
+  // it ends by itself (it holds only its own state).
+  if (link_ && link_->is_lost(0)) {
+    watcher_.detach();
+  } else {
+    watcher_.join();
+  }
+}
+
+std::optional<std::string> JobCoordinator::watched() const {
+  if (!watch_) return std::nullopt;
+  std::lock_guard<std::mutex> lock(watch_->mu);
+  return watch_->failure;
 }
 
 std::optional<std::string> JobCoordinator::failure() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return failure_;
+  if (std::optional<std::string> lost = launcher_lost()) return lost;
+  return watched();
 }
 
 }  // namespace cohort::launch

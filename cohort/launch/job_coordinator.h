@@ -26,6 +26,17 @@
 //                      succeeded still hears of a failure elsewhere in the
 //                      same attempt, and restarts with the others; node 0,
 //                      which serves the store, leaves last.
+//   launcher_lost()    the launchers also watch each other directly
+//                      (launcher_link.h): every node links to node 0's
+//                      launcher before it announces itself in join(), so a
+//                      launcher that dies (whatever the signal) or falls
+//                      silent is seen by its peer at once, not when the
+//                      workers notice. failure() then names it; nobody waits
+//                      for a lost node at a barrier, and the job does not
+//                      restart (announce_lost() tells the other nodes).
+//   leave()            says goodbye on the links: this launcher ends on
+//                      purpose. One that ends otherwise is, to the others,
+//                      a launcher that died.
 //
 // Failure: errors name this node and the operation (the launcher prints them
 // after "cohort run: job failed: "). Losing the store is an IoError whose
@@ -33,8 +44,8 @@
 // times out is a TimeoutError naming the missing nodes.
 // Every store call has a deadline; the watcher never blocks the launcher.
 //
-// Thread safety: everything from the launcher's thread except failure(),
-// which any thread may call.
+// Thread safety: everything from the launcher's thread (the watcher and the
+// link run threads of their own, whose findings failure() reads).
 #pragma once
 
 #include <atomic>
@@ -47,6 +58,7 @@
 #include <string_view>
 #include <thread>
 
+#include "cohort/launch/launcher_link.h"
 #include "cohort/rendezvous/tcp_store.h"
 
 namespace cohort::launch {
@@ -67,6 +79,13 @@ struct JobCoordinatorOptions {
   // (SIGINT/SIGTERM to the launcher) ends the wait with an Error, so a
   // launcher waiting for absent nodes stops when asked to.
   std::function<int()> interrupted;
+  // This launcher on the links (launcher_link.h): node 0 listens on
+  // link_bind_host and publishes the port in the store.
+  std::string link_bind_host = "0.0.0.0";
+  std::string host;
+  std::string address;
+  std::chrono::milliseconds heartbeat = std::chrono::milliseconds(500);
+  std::chrono::milliseconds silence_limit = std::chrono::seconds(5);
 };
 
 class JobCoordinator {
@@ -101,7 +120,20 @@ class JobCoordinator {
 
   void start_watch(int attempt);
   void stop_watch();
+  // What stops this attempt on this node: a lost launcher first, else what
+  // the watcher saw (another node's failure, or the lost store).
   std::optional<std::string> failure() const;
+  // The first launcher lost (died or silent), described; nullopt if none.
+  std::optional<std::string> launcher_lost() const;
+  // Node 0's launcher is lost or its store is: nothing more can be said to
+  // the other nodes.
+  bool store_gone() const;
+  // A lost launcher ends the job: records `why` as attempt's failure and
+  // marks the job stopped, so the other nodes fail too instead of
+  // restarting. Errors are swallowed (the store may be gone).
+  void announce_lost(int attempt, const std::string& why);
+  // Goodbye on the links (see above).
+  void leave();
 
   // "the job's store at ADDR:PORT (node 0)": how messages name it.
   std::string store_name() const;
@@ -113,11 +145,17 @@ class JobCoordinator {
   void check_interrupted(const std::string& during) const;
 
   JobCoordinatorOptions o_;
+  LauncherLinkOptions link_options() const;
+  void link_up(std::chrono::steady_clock::time_point deadline, const std::string& during);
+  // Nodes not known lost: the ones a barrier waits for.
+  std::vector<int> live_nodes() const;
+
   std::unique_ptr<rendezvous::TcpStore> store_;
+  std::unique_ptr<LauncherLink> link_;
+  struct Watch;
+  std::optional<std::string> watched() const;  // what the watcher saw
+  std::shared_ptr<Watch> watch_;
   std::thread watcher_;
-  std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::optional<std::string> failure_;
 };
 
 }  // namespace cohort::launch

@@ -46,18 +46,29 @@ void validate(const LaunchOptions& o) {
 }
 
 // What this node tells the others when it joins: enough to find it.
-std::string about_this_node(const LaunchOptions& o, int port) {
-  std::string address;
+std::string this_address(const LaunchOptions& o, int port) {
   try {
-    address = o.interface.empty()
-                  ? transport::route_address(o.master_addr, static_cast<uint16_t>(port))
-                  : transport::interface_address(o.interface);
+    return o.interface.empty()
+               ? transport::route_address(o.master_addr, static_cast<uint16_t>(port))
+               : transport::interface_address(o.interface);
   } catch (const Error& e) {
-    address = "?";  // the workers will say why when they look for it
+    return "?";  // the workers will say why when they look for it
   }
-  return fmt::format("host {} address {} pid {} workers {}", transport::host_name(), address,
-                     ::getpid(), o.nproc_per_node);
 }
+
+std::string about_this_node(const LaunchOptions& o, int port) {
+  return fmt::format("host {} address {} pid {} workers {}", transport::host_name(),
+                     this_address(o, port), ::getpid(), o.nproc_per_node);
+}
+
+// Says goodbye on the launcher links when launch() returns (not when it
+// throws: to the other nodes, that launcher died).
+struct LeaveOnReturn {
+  std::unique_ptr<JobCoordinator>& coord;
+  ~LeaveOnReturn() {
+    if (coord && std::uncaught_exceptions() == 0) coord->leave();
+  }
+};
 
 }  // namespace
 
@@ -122,6 +133,7 @@ LaunchResult launch(const LaunchOptions& o) {
 
   std::optional<SignalWatcher> signals;
   std::unique_ptr<JobCoordinator> coord;
+  LeaveOnReturn leave_on_return{coord};
   const bool coordinated = o.nnodes > 1 && o.host_store;
   auto connect_coordinator = [&](int port) {
     JobCoordinatorOptions co;
@@ -134,6 +146,9 @@ LaunchResult launch(const LaunchOptions& o) {
     co.join_timeout = o.join_timeout;
     co.report_interval = o.report_interval;
     co.report = report;
+    co.link_bind_host = "0.0.0.0";
+    co.host = transport::host_name();
+    co.address = this_address(o, port);
     co.interrupted = [&signals, &interrupted_while_waiting] {
       if (!signals) return 0;
       for (int sig : signals->take()) {
@@ -230,11 +245,18 @@ LaunchResult launch(const LaunchOptions& o) {
     // loss, or, once this node's workers all succeeded, a failure elsewhere
     // in the same attempt (its exit barrier watches for one).
     std::optional<std::string> job_failure;
-    if (a.failure) {
+    // A launcher lost anywhere is the first cause: this node's workers
+    // that exited with an error lost their peers with it.
+    std::optional<std::string> lost = coord ? coord->launcher_lost() : std::nullopt;
+    if (a.failure && lost && a.failure->status.signal == 0) {
+      job_failure = lost;
+    } else if (a.failure) {
       const WorkerFailure& f = *a.failure;
       job_failure = fmt::format("rank {} (local rank {} on node {}, pid {}) {}", f.rank,
                                 f.local_rank, o.node_rank, f.pid, f.status.describe());
       if (coord) job_failure = coord->report_failure(attempt, *job_failure, f.status.signal != 0);
+    } else if (lost) {
+      job_failure = lost;
     } else if (!a.stopped_by.empty()) {
       job_failure = a.stopped_by;
     } else if (coord) {
@@ -265,10 +287,14 @@ LaunchResult launch(const LaunchOptions& o) {
       }
       return result;
     }
-    const bool store_lost = job_failure->find("lost the job's store") != std::string::npos;
-    // A launcher that was interrupted ends the job on every node.
+    if (!lost && coord) lost = coord->launcher_lost();
+    const bool store_lost = job_failure->find("lost the job's store") != std::string::npos ||
+                            (coord && coord->store_gone());
+    // A lost launcher cannot come back, so the job ends on every node.
+    if (lost && !store_lost) coord->announce_lost(attempt, *job_failure);
+    // A launcher that was interrupted or lost ends the job on every node.
     const bool stopped = coord && !store_lost && coord->job_stopped();
-    if (attempt < o.max_restarts && !store_lost && !stopped) {
+    if (attempt < o.max_restarts && !store_lost && !stopped && !lost) {
       report(fmt::format("cohort run: restarting the {} (restart {} of {}) after: {}\n",
                          coord ? "job on every node" : "group", attempt + 1, o.max_restarts,
                          *job_failure));

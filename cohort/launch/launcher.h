@@ -34,7 +34,11 @@
 // ended well waits at the attempt's exit barrier and still joins a restart
 // (or the failure) when a worker elsewhere fails later. Losing node 0's store
 // stops this node's workers and fails the job; an interrupted launcher
-// (SIGINT/SIGTERM) ends the job on every node without restart. Node 0 leaves
+// (SIGINT/SIGTERM) ends the job on every node without restart. A launcher
+// that dies (any signal) or falls silent is seen at once by its peers over
+// the launchers' link (launcher_link.h): they stop their workers and fail,
+// naming it ("node 1's launcher (pid P on host H, address A) died: ..."),
+// without restart; its own workers die with it (PR_SET_PDEATHSIG). Node 0 leaves
 // the exit barrier last, so it does not take the store away while workers
 // elsewhere still use it (torchrun's exit barrier).
 //

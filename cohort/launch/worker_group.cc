@@ -8,6 +8,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/launch/line_prefixer.h"
+#include "cohort/transport/shm_segment.h"
 
 namespace cohort::launch {
 namespace {
@@ -201,8 +202,10 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
   }
 
   // Everything has ended: take what is still in the pipes (a grandchild that
-  // keeps them open is not waited for) and end partial lines.
+  // keeps them open is not waited for) and end partial lines; remove shared
+  // memory a worker killed during its bootstrap left named.
   for (auto& w : workers) {
+    transport::remove_segments_of(w.proc.pid());
     if (w.proc.stdout_fd() >= 0) pump(w.proc.stdout_fd(), *w.out);
     if (w.proc.stderr_fd() >= 0) pump(w.proc.stderr_fd(), *w.err);
     w.out->finish();

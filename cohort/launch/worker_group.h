@@ -3,7 +3,8 @@
 // stderr kept apart), forwards SIGINT/SIGTERM, and when a worker fails stops
 // the others (SIGTERM, then SIGKILL after the grace period) unless it is one
 // of the first max_lost_workers failures, which are reported and tolerated. Used by
-// launch(); one object per attempt.
+// launch(); one object per attempt. Once all have ended, shared-memory names
+// a worker left (killed during its bootstrap) are removed.
 //
 // Every wait is driven by child exit, output, signals or the grace deadline.
 // Thread safety: none.

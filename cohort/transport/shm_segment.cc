@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <string_view>
 #include <utility>
 
 #include "cohort/base/error.h"
@@ -62,6 +63,19 @@ void sweep_stale_segments() {
 }
 
 }  // namespace
+
+int remove_segments_of(pid_t creator) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  const std::string prefix = fmt::format("cohort-{}-", creator);
+  int removed = 0;
+  while (dirent* e = ::readdir(dir)) {
+    if (std::string_view(e->d_name).substr(0, prefix.size()) != prefix) continue;
+    if (::shm_unlink((std::string("/") + e->d_name).c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
+}
 
 size_t ShmSegment::layout_bytes(int size, size_t ring_bytes) {
   return data_offset(size) + static_cast<size_t>(size) * ring_bytes;

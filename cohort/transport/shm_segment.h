@@ -12,6 +12,8 @@
 // object itself is immutable after construction.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -84,5 +86,12 @@ inline void ring_doorbell(ShmSegmentHeader* h) {
     futex_wake_shared(&h->doorbell);
   }
 }
+
+// Unlinks the names of the segments `creator` made (/dev/shm/cohort-<pid>-*)
+// and has not unlinked yet. For whoever outlives a process that ended (the
+// launcher, for its workers): a rank killed during bootstrap leaves its
+// segment's name behind otherwise; nobody else can still be opening it.
+// Returns how many were removed.
+int remove_segments_of(pid_t creator);
 
 }  // namespace cohort::transport

@@ -12,7 +12,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cohort/launch/child_process.h"
@@ -101,6 +103,23 @@ inline std::vector<std::string> lines(const std::string& text) {
     pos = nl + 1;
   }
   return out;
+}
+
+// Gone or a zombie (whoever inherited it may not have reaped it yet); a
+// worker whose launcher died gets SIGKILL from the kernel (PDEATHSIG), so
+// the wait is a hang guard, not a time asserted.
+inline bool process_gone(pid_t pid, std::chrono::seconds limit = 10s) {
+  const auto until = Clock::now() + limit;
+  while (true) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!stat || !std::getline(stat, line)) return true;
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z')
+      return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
 }
 
 inline std::filesystem::path temp_dir(const std::string& name) {

@@ -170,6 +170,32 @@ void expect_signal_forwarded(int sig, const std::string& name) {
   std::filesystem::remove_all(dir);
 }
 
+// SIGKILL to the launcher (nothing it can forward): its workers end with it.
+TEST(LaunchE2E, KilledLauncherTakesItsWorkersWithIt) {
+  auto dir = temp_dir("killed_launcher");
+  CohortRun run(
+      {"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "wait-term", dir.string()});
+  auto deadline = Clock::now() + 30s;
+  while (!(std::filesystem::exists(dir / "ready0") && std::filesystem::exists(dir / "ready1")) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir / "ready1")) << "workers did not start";
+  ::kill(run.pid(), SIGKILL);
+  RunResult r = run.finish(30s);
+  EXPECT_EQ(r.status.signal, SIGKILL);
+  for (int rank : {0, 1}) {
+    pid_t pid = -1;
+    std::ifstream(dir / ("pid" + std::to_string(rank))) >> pid;
+    ASSERT_GT(pid, 0) << "rank " << rank;
+    EXPECT_TRUE(process_gone(pid))
+        << "rank " << rank << "'s worker (pid " << pid << ") outlived its launcher";
+    // Killed, not stopped: nothing forwarded a SIGTERM to it.
+    EXPECT_FALSE(std::filesystem::exists(dir / ("term" + std::to_string(rank))));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LaunchE2E, SigtermIsForwardedToWorkers) { expect_signal_forwarded(SIGTERM, "SIGTERM"); }
 
 TEST(LaunchE2E, SigintIsForwardedToWorkers) { expect_signal_forwarded(SIGINT, "SIGINT"); }

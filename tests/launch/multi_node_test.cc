@@ -62,23 +62,6 @@ bool wait_for_files(const std::vector<std::filesystem::path>& paths,
   return false;
 }
 
-// Gone or a zombie (whoever inherited it may not have reaped it yet); a
-// worker whose launcher died gets SIGKILL from the kernel (PDEATHSIG), so
-// the wait is a hang guard, not a time asserted.
-bool process_gone(pid_t pid, std::chrono::seconds limit = 10s) {
-  const auto until = Clock::now() + limit;
-  while (true) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!stat || !std::getline(stat, line)) return true;
-    const size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z')
-      return true;
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-}
-
 TEST(LaunchMultiNode, WorkerFailingOnNode1StopsBothNodesNamingIt) {
   const uint16_t port = free_port();
   CohortRun n0(node_spec(0, port, {}, {"fail", "1", "3"}));
@@ -200,9 +183,11 @@ TEST(LaunchMultiNode, LosingNode0StopsNode1AndLeavesNoWorkers) {
   n0.finish(5s);
   ASSERT_FALSE(r1.hung) << r1.err;
   EXPECT_FALSE(r1.status.success());
-  EXPECT_TRUE(
-      contains(r1.err, "lost the job's store at 127.0.0.1:" + std::to_string(port) + " (node 0)"))
+  // Named as what it is, the launcher, by node and pid; not as the store it served.
+  EXPECT_TRUE(contains(
+      r1.err, "job failed: node 0's launcher (pid " + std::to_string(n0.pid()) + " on host "))
       << r1.err;
+  EXPECT_TRUE(contains(r1.err, "died: its link to node 1 closed without a goodbye")) << r1.err;
   EXPECT_TRUE(contains(r1.err, "stopping the workers on this node")) << r1.err;
   // Node 1's worker was stopped by its launcher; node 0's went with its
   // launcher (PDEATHSIG).
@@ -214,6 +199,49 @@ TEST(LaunchMultiNode, LosingNode0StopsNode1AndLeavesNoWorkers) {
         << "rank " << rank << "'s worker (pid " << pid << ") outlived the job";
   }
   std::filesystem::remove_all(dir);
+}
+
+// Node 1's launcher dies without a word, with a restart left: its worker goes
+// with it (PDEATHSIG), node 0 sees the launcher's link close, stops its own
+// worker and fails naming node 1's launcher, without restarting (a dead
+// launcher cannot come back).
+void expect_lost_launcher_of_node1_ends_the_job(std::vector<std::string> launcher_extra) {
+  auto dir = temp_dir("multinode_lost_launcher");
+  const uint16_t port = free_port();
+  CohortRun n0(node_spec(0, port, launcher_extra, {"wait-term", dir.string()}));
+  CohortRun n1(node_spec(1, port, launcher_extra, {"wait-term", dir.string()}));
+  ASSERT_TRUE(wait_for_files({dir / "ready0", dir / "ready1"}));
+  const pid_t victim = n1.pid();
+  ::kill(victim, SIGKILL);
+  RunResult r0 = n0.finish(30s), r1 = n1.finish(5s);
+  ASSERT_FALSE(r0.hung) << r0.err;
+  EXPECT_EQ(r1.status.signal, SIGKILL);
+  EXPECT_EQ(r0.status.code, 1) << r0.status.describe() << r0.err;
+  EXPECT_TRUE(contains(r0.err, "cohort run: job failed: node 1's launcher (pid " +
+                                   std::to_string(victim) + " on host "))
+      << r0.err;
+  EXPECT_TRUE(contains(r0.err, "died: its link to node 0 closed without a goodbye")) << r0.err;
+  EXPECT_FALSE(contains(r0.err, "restarting")) << r0.err;
+  EXPECT_FALSE(contains(r0.err, "exit barrier")) << r0.err;
+  // Node 0's worker was stopped by its launcher (SIGTERM: it wrote term0);
+  // node 1's went with its launcher.
+  EXPECT_TRUE(std::filesystem::exists(dir / "term0")) << r0.err;
+  for (int rank : {0, 1}) {
+    pid_t pid = -1;
+    std::ifstream(dir / ("pid" + std::to_string(rank))) >> pid;
+    ASSERT_GT(pid, 0) << "rank " << rank;
+    EXPECT_TRUE(process_gone(pid))
+        << "rank " << rank << "'s worker (pid " << pid << ") outlived the job";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchMultiNode, KilledLauncherOfNode1EndsEveryNodeNamingIt) {
+  expect_lost_launcher_of_node1_ends_the_job({});
+}
+
+TEST(LaunchMultiNode, KilledLauncherIsNotRestartedEvenWithRestartsLeft) {
+  expect_lost_launcher_of_node1_ends_the_job({"--max-restarts", "2"});
 }
 
 TEST(LaunchMultiNode, InterruptedNodeEndsTheJobOnEveryNodeWithoutRestart) {

@@ -120,7 +120,59 @@ TEST(TwoHostJob, CutLinkIsAnErrorNotAHang) {
   EXPECT_NE(rc1, -1) << "node 1 hung after the link was cut\n" << b1.output();
   EXPECT_NE(rc0, 0) << b0.output();
   EXPECT_NE(rc1, 0) << b1.output();
-  EXPECT_NE(b1.output().find("lost the job's store"), std::string::npos) << b1.output();
+  // Whichever notices first: the launchers' link falling silent, or the store watcher.
+  EXPECT_TRUE(b1.output().find("job failed: lost node 0's launcher") != std::string::npos ||
+              b1.output().find("lost the job's store") != std::string::npos)
+      << b1.output();
+}
+
+// Gone or a zombie; a hang guard, not a time asserted.
+bool process_gone(pid_t pid, std::chrono::seconds limit = 30s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || (paren + 2 < stat.size() && stat[paren + 2] == 'Z'))
+      return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+// SIGKILL to node 1's `cohort run` itself: its worker goes with it, and node
+// 0 hears of it from the launchers' link, stops its worker and names node 1's
+// launcher (not its own worker, which lost its peer).
+TEST(TwoHostJob, KilledLauncherOnNode1EndsBothNodesNamingIt) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  const std::vector<std::string> train = {"--synthetic-train-size", "60000", "--epochs", "20"};
+  Background b0(node_argv(h, 0, {"--max-restarts", "1"}, train), kEnv);
+  Background b1(node_argv(h, 1, {"--max-restarts", "1"}, train), kEnv);
+  pid_t worker0 = -1, worker1 = -1;
+  for (int i = 0; i < 300 && (worker0 < 0 || worker1 < 0); ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (b0.output().find("[rank 0] epoch 1/20 step") != std::string::npos) {
+      worker0 = find_worker(b0.pid(), 0);
+      worker1 = find_worker(b1.pid(), 1);
+    }
+  }
+  ASSERT_TRUE(worker0 > 0 && worker1 > 0) << "training did not start\n"
+                                          << b0.output() << b1.output();
+  ::kill(b1.pid(), SIGKILL);
+  const int rc1 = b1.wait(60s), rc0 = b0.wait(60s);
+  EXPECT_EQ(rc1, 128 + SIGKILL) << b1.output();
+  EXPECT_NE(rc0, -1) << "node 0 hung\n" << b0.output();
+  EXPECT_NE(rc0, 0) << b0.output();
+  const std::string out = b0.output();
+  EXPECT_NE(
+      out.find("job failed: node 1's launcher (pid " + std::to_string(b1.pid()) + " on host "),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("died: its link to node 0 closed without a goodbye"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("restarting"), std::string::npos) << out;
+  EXPECT_TRUE(process_gone(worker1)) << "node 1's worker outlived its launcher";
+  EXPECT_TRUE(process_gone(worker0)) << "node 0's worker outlived the job";
 }
 
 TEST(TwoHostJob, DelayedLossyOrThrottledLinkStillCompletes) {
