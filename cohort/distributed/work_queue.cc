@@ -19,22 +19,29 @@ void WorkQueue::push(std::shared_ptr<WorkState> work) {
       throw Error(fmt::format("{}: process group '{}' was destroyed", work->op, name_));
     }
     queue_.push_back(std::move(work));
+    busy_.fetch_add(1);
   }
   cv_.notify_all();
 }
 
+void WorkQueue::run_front(std::unique_lock<std::mutex>& lk) {
+  std::shared_ptr<WorkState> w = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  current_ = w;
+  lk.unlock();
+  w->run();
+  lk.lock();
+  running_ = false;
+  current_.reset();
+  busy_.fetch_sub(1);
+}
+
 void WorkQueue::help(const WorkState& target) {
   std::unique_lock<std::mutex> lk(mu_);
-  while (!target.done.load(std::memory_order_acquire) && !running_ && !queue_.empty()) {
-    std::shared_ptr<WorkState> w = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    current_ = w;
-    lk.unlock();
-    w->run();
-    lk.lock();
-    running_ = false;
-    current_.reset();
+  while (!target.done.load(std::memory_order_acquire) && !running_ && !claimed() &&
+         !queue_.empty()) {
+    run_front(lk);
     // The queue's thread waits for running_ to clear only when ops are left
     // (or when closing); waking it otherwise costs the next op a context switch.
     if (!queue_.empty() || closing_) cv_.notify_all();
@@ -42,16 +49,21 @@ void WorkQueue::help(const WorkState& target) {
 }
 
 bool WorkQueue::try_claim() {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (closing_ || running_ || !queue_.empty()) return false;
-  running_ = true;
-  return true;
+  if (closing_.load(std::memory_order_relaxed)) return false;
+  uint64_t idle = 0;
+  return busy_.compare_exchange_strong(idle, kClaimed);
 }
 
 void WorkQueue::release() {
-  std::lock_guard<std::mutex> lk(mu_);
-  running_ = false;
-  if (!queue_.empty() || closing_) cv_.notify_all();
+  // Sequentially consistent with push's increment and close's store: when
+  // neither is seen here, the loop sees the claim gone when it checks.
+  uint64_t before = busy_.fetch_sub(kClaimed);
+  if (before != kClaimed || closing_.load()) {
+    // Ops were pushed during the claim, or the group closes: wake the loop
+    // (taking mu_ orders this with its check of the predicate).
+    { std::lock_guard<std::mutex> lk(mu_); }
+    cv_.notify_all();
+  }
 }
 
 size_t WorkQueue::pending() const {
@@ -59,9 +71,8 @@ size_t WorkQueue::pending() const {
   // A waiter wakes as soon as its op is done, before this thread has cleared
   // running_; that op must not count, or destroy() right after the last wait
   // would abort the peers still finishing it.
-  bool running_not_done =
-      running_ && (!current_ || !current_->done.load(std::memory_order_acquire));
-  return queue_.size() + (running_not_done ? 1 : 0);
+  bool running_not_done = running_ && !current_->done.load(std::memory_order_acquire);
+  return queue_.size() + (running_not_done ? 1 : 0) + (claimed() ? 1 : 0);
 }
 
 void WorkQueue::close() {
@@ -76,22 +87,16 @@ void WorkQueue::close() {
 void WorkQueue::loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return (!running_ && !queue_.empty()) || (closing_ && queue_.empty()); });
+    cv_.wait(lk, [&] {
+      return (!running_ && !claimed() && !queue_.empty()) || (closing_ && queue_.empty());
+    });
     if (queue_.empty()) {
-      // closing_: wait for a helper thread still running the last op.
-      cv_.wait(lk, [&] { return !running_; });
+      // closing_: wait for a helper or a claimer still running the last op.
+      cv_.wait(lk, [&] { return !running_ && !claimed(); });
       if (queue_.empty()) return;
       continue;
     }
-    std::shared_ptr<WorkState> w = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    current_ = w;
-    lk.unlock();
-    w->run();
-    lk.lock();
-    running_ = false;
-    current_.reset();
+    run_front(lk);
   }
 }
 

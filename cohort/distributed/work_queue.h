@@ -1,13 +1,16 @@
 // WorkQueue: the execution order of one ProcessGroup. Ops are pushed in issue
 // order and run one at a time, in that order, on the queue's thread, or on a
-// thread blocked in Work::wait when nothing is running (see work.h).
+// thread blocked in Work::wait when nothing is running (see work.h). A caller
+// may also claim an idle queue and run one op itself (a blocking op on an idle
+// group: no WorkState, no hand-off); ops pushed meanwhile wait for release().
 // Internal to the distributed layer.
 //
 // Ownership: owns its thread; close() (or the destructor) lets the queued ops
-// run, then joins it. Thread safety: push, help and close may be called from
-// any thread.
+// run, then joins it. Thread safety: every method may be called from any
+// thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -34,7 +37,8 @@ class WorkQueue {
   void help(const WorkState& target);
   // Claims the queue for an op the caller runs itself, when nothing is
   // queued or running (returns true; ops pushed meanwhile wait for
-  // release()). Returns false when busy or closing.
+  // release()). Returns false when busy or closing. Lock-free: one
+  // compare-exchange here and one atomic subtraction in release().
   bool try_claim();
   void release();
   // Ops queued or running and not yet done (an op that has signalled its
@@ -45,14 +49,22 @@ class WorkQueue {
 
  private:
   void loop();
+  bool claimed() const { return (busy_.load() & kClaimed) != 0; }
+  // Runs the front op on this thread (mu_ held by lk; unlocked while it runs).
+  void run_front(std::unique_lock<std::mutex>& lk);
+
+  static constexpr uint64_t kClaimed = uint64_t{1} << 40;
 
   std::string name_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<WorkState>> queue_;
-  bool running_ = false;
-  std::shared_ptr<WorkState> current_;  // the op running_ refers to (null: claimed)
-  bool closing_ = false;
+  std::deque<std::shared_ptr<WorkState>> queue_;  // guarded by mu_
+  bool running_ = false;                          // a queued op runs (mu_)
+  std::shared_ptr<WorkState> current_;            // that op (mu_)
+  // Ops queued or running (changed under mu_), plus kClaimed while a caller
+  // runs its own op; try_claim() needs it at 0.
+  std::atomic<uint64_t> busy_{0};
+  std::atomic<bool> closing_{false};  // set under mu_
   std::thread thread_;
 };
 
