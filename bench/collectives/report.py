@@ -1,12 +1,17 @@
 """Prints run.sh's table: all_reduce (float32, sum, 2 ranks) latency and bus
 bandwidth of cohort, PyTorch gloo and OpenMPI per size, single-thread memcpy,
-and the ratios docs/reference.md sets targets for.
+the small-size rounds (cohort through ProcessGroup, OpenMPI, the raw
+collectives layer) with their medians, and the ratios docs/reference.md sets
+targets for.
 
     /usr/bin/python3 bench/collectives/report.py DIR   (DIR holds cohort.jsonl, gloo.jsonl,
-                                                       openmpi.jsonl, memcpy.jsonl)
+                                                       openmpi.jsonl, memcpy.jsonl, rounds/,
+                                                       cpu.txt, load_start.txt, load_end.txt)
 """
+import glob
 import json
 import os
+import statistics
 import sys
 
 
@@ -30,6 +35,71 @@ def human(n):
     return f"{n} B"
 
 
+def load_raw(path):
+    """cohort_bench_allreduce_raw's text table: bytes, iters, time_us, ..."""
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            cols = line.split()
+            if len(cols) >= 3 and not line.startswith("#") and cols[0].isdigit():
+                rows[int(cols[0])] = {"time_us": float(cols[2])}
+    return rows
+
+
+def read_text(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return f.read().strip()
+
+
+def load_rounds(d):
+    """{impl: [rows of round 0, rows of round 1, ...]} from DIR/rounds."""
+    rounds = {}
+    for impl, pattern, loader in (("cohort", "cohort.*.jsonl", load),
+                                  ("openmpi", "openmpi.*.jsonl", load),
+                                  ("raw", "raw.*.txt", load_raw)):
+        paths = glob.glob(os.path.join(d, "rounds", pattern))
+        paths.sort(key=lambda p: int(os.path.basename(p).split(".")[1]))
+        rounds[impl] = [loader(p) for p in paths]
+    return rounds
+
+
+def report_rounds(rounds):
+    """Prints each round and the medians; returns the 8 B median of the per-round
+    ratios cohort/openmpi (None without rounds)."""
+    n = min(len(rounds["cohort"]), len(rounds["openmpi"]))
+    if n == 0:
+        return None
+    print()
+    print(f"small sizes, {n} alternating rounds (median time of each round, us; "
+          "cohort = through ProcessGroup, raw = collectives layer, rank 0's time)")
+    result = None
+    for size in sorted(set().union(*[set(r) for r in rounds["cohort"][:n]])):
+        def times(impl):
+            return [r.get(size, {}).get("time_us") for r in rounds[impl][:n]]
+
+        c, m, w = times("cohort"), times("openmpi"), times("raw")
+        per_round = [ratio(a, b) for a, b in zip(c, m)]
+        print(f"  {human(size)}: cohort  " + " ".join(fmt(x, "6.3f") for x in c))
+        print(f"  {human(size)}: openmpi " + " ".join(fmt(x, "6.3f") for x in m))
+        if any(x is not None for x in w):
+            print(f"  {human(size)}: raw     " + " ".join(fmt(x, "6.3f") for x in w))
+        print(f"  {human(size)}: ratio   " + " ".join(fmt(x, "6.3f") for x in per_round))
+
+        def med(xs):
+            xs = [x for x in xs if x is not None]
+            return statistics.median(xs) if xs else None
+
+        rmed = med(per_round)
+        print(f"  {human(size)} median: cohort {fmt(med(c), '.3f')} us, openmpi "
+              f"{fmt(med(m), '.3f')} us, raw {fmt(med(w), '.3f')} us; "
+              f"cohort/openmpi {fmt(rmed, '.3f')} (median of the per-round ratios)")
+        if size == 8:
+            result = rmed
+    return result
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
@@ -40,6 +110,13 @@ def fmt(x, spec):
 
 def main():
     d = sys.argv[1]
+    cpu = read_text(os.path.join(d, "cpu.txt"))
+    if cpu:
+        print(f"CPU: {cpu}")
+    for when in ("start", "end"):
+        text = read_text(os.path.join(d, f"load_{when}.txt"))
+        if text:
+            print(f"at the {when}: {text}")
     impls = {name: load(os.path.join(d, name + ".jsonl")) for name in ("cohort", "gloo", "openmpi")}
     memcpy = load(os.path.join(d, "memcpy.jsonl"))
     sizes = sorted(set().union(*[set(v) for v in impls.values()]))
@@ -54,6 +131,8 @@ def main():
     for s, r in sorted(memcpy.items()):
         print(f"single-thread memcpy {human(s)}: {r['gbps']:.2f} GB/s")
 
+    rounds_ratio = report_rounds(load_rounds(d))
+
     def get(impl, size, key):
         return impls[impl].get(size, {}).get(key)
 
@@ -66,6 +145,9 @@ def main():
          ratio(get("cohort", 8, "time_us"), get("openmpi", 8, "time_us")), "<= 1 (goal)",
          lambda x: x <= 1.0),
     ]
+    if rounds_ratio is not None:
+        lat.append(("8 B cohort/openmpi, rounds", rounds_ratio, "<= 1 (goal)",
+                    lambda x: x <= 1.0))
     for size in (1 << 20, 64 << 20):
         c = get("cohort", size, "busbw_gbps")
         m = memcpy.get(size, {}).get("gbps")

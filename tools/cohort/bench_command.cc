@@ -128,13 +128,19 @@ struct Buffers {
   std::vector<std::byte> b;  // recv
 };
 
-// Runs an op blocking (then returns an already completed Work) or async.
-// issue(tag...) passes the async_op tag on, or nothing.
+// Runs an op blocking (then returns an undefined Work: a blocking call makes
+// none, and the timed loop should not either) or async. issue(tag...) passes
+// the async_op tag on, or nothing.
 template <typename Issue>
-distributed::Work blocking_or_async(const char* op, bool async, Issue issue) {
+distributed::Work blocking_or_async(bool async, Issue issue) {
   if (async) return issue(distributed::async_op);
   issue();
-  return distributed::Work::completed(op);
+  return distributed::Work();
+}
+
+// Waits for an async op's Work; a blocking op's (undefined) Work is done.
+void finish(const distributed::Work& w) {
+  if (w.defined()) w.wait();
 }
 
 distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, size_t count,
@@ -142,7 +148,7 @@ distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, s
   int n = pg.size(), r = pg.rank();
   std::byte* a = buf.a.data();
   std::byte* b = buf.b.data();
-  auto run = [&](auto issue) { return blocking_or_async(op.c_str(), async, issue); };
+  auto run = [&](auto issue) { return blocking_or_async(async, issue); };
   if (op == "all_reduce")
     return run([&](auto... tag) { return pg.all_reduce(a, count, dt, {.op = rop}, tag...); });
   if (op == "broadcast")
@@ -163,7 +169,7 @@ distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, s
     return run([&](auto... tag) { return pg.scatter(a, b, count, dt, {.root = 0}, tag...); });
   if (op == "barrier") return run([&](auto... tag) { return pg.barrier({}, tag...); });
   // sendrecv: a ring; even ranks send first so no cycle of blocked senders forms.
-  if (n == 1) return distributed::Work::completed("sendrecv");
+  if (n == 1) return distributed::Work();
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   auto send = [&](auto... tag) { return pg.send(a, count, dt, next, {}, tag...); };
   auto recv = [&](auto... tag) { return pg.recv(b, count, dt, prev, {}, tag...); };
@@ -254,11 +260,11 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
                                : static_cast<int>(std::clamp<size_t>(
                                      (size_t{256} << 20) / std::max<size_t>(bytes, 1), 20, 1000));
     for (int i = 0; i < args.warmup; ++i)
-      issue(pg, args.op, buf, count, dt, rop, args.async).wait();
+      finish(issue(pg, args.op, buf, count, dt, rop, args.async));
     std::vector<double> times(static_cast<size_t>(iters));
     for (int i = 0; i < iters; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      issue(pg, args.op, buf, count, dt, rop, args.async).wait();
+      finish(issue(pg, args.op, buf, count, dt, rop, args.async));
       auto t1 = std::chrono::steady_clock::now();
       times[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
