@@ -116,30 +116,31 @@ std::shared_ptr<detail::WorkState> ProcessGroup::fresh_state() {
 }
 
 bool ProcessGroup::begin_inline(const char* op, bool collective, uint64_t& seq) {
-  std::lock_guard<std::mutex> lk(issue_mu_);
-  if (destroyed_) {
+  // No lock: the claim is one compare-exchange, which also takes the
+  // sequence number (work_queue.h). A destroyed group's queue is closed,
+  // which try_claim sees; a claim racing destroy() is caught below: either
+  // this load sees destroyed_, or destroy()'s pending() sees the claim and
+  // its close() waits for the release (both sequentially consistent).
+  if (!queue_->try_claim(collective, &seq)) return false;
+  if (destroyed_.load()) {
+    queue_->release();
     throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
   }
-  // Under issue_mu_, so no op can be queued between the claim and the
-  // numbering: sequence numbers follow execution order.
-  if (!queue_->try_claim()) return false;
-  if (collective) seq = next_seq_++;
-  ++stats_.ops_inline;
+  // Only the claim holder writes it (claims are exclusive and ordered).
+  ops_inline_.store(ops_inline_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
 }
 
-void ProcessGroup::end_inline(const char* op, bool collective, uint64_t seq,
-                              std::exception_ptr error) {
+void ProcessGroup::fail_inline(const char* op, bool collective, uint64_t seq) {
+  std::exception_ptr error = std::current_exception();
   queue_->release();
-  if (error) {
-    std::rethrow_exception(detail::with_context(
-        std::move(error), detail::describe_op(op, options_.name, rank_, collective, seq)));
-  }
+  std::rethrow_exception(
+      detail::with_context(error, detail::describe_op(op, options_.name, rank_, collective, seq)));
 }
 
 ProcessGroupStats ProcessGroup::stats() const {
-  std::lock_guard<std::mutex> lk(issue_mu_);
-  return stats_;
+  return ProcessGroupStats{ops_inline_.load(std::memory_order_relaxed),
+                           ops_queued_.load(std::memory_order_relaxed)};
 }
 
 Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
@@ -158,9 +159,8 @@ Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()
     s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
     s->may_run_inline = ops_have_deadlines_;
     s->body = std::move(body);
-    if (collective) s->seq = next_seq_++;
-    queue_->push(s);
-    ++stats_.ops_queued;
+    queue_->push(s, /*numbered=*/collective);
+    ops_queued_.fetch_add(1, std::memory_order_relaxed);
   }
   Work w(std::move(s));
   if (!async_op) w.wait();

@@ -377,11 +377,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
               Call&& call);
   // Claims the idle queue for a blocking op and numbers it (seq: its
   // sequence number); false when ops are queued or running. Throws when the
-  // group was destroyed.
+  // group was destroyed. Lock-free.
   bool begin_inline(const char* op, bool collective, uint64_t& seq);
-  // Releases the claim; rethrows `error` (the op's failure, if any) with the
-  // op's context, as a queued op's Work would.
-  void end_inline(const char* op, bool collective, uint64_t seq, std::exception_ptr error);
+  // In the handler of an inline op's failure: releases the claim and rethrows
+  // the exception with the op's context, as a queued op's Work would.
+  [[noreturn]] void fail_inline(const char* op, bool collective, uint64_t seq);
   // A WorkState for the next op (issue_mu_ held).
   std::shared_ptr<detail::WorkState> fresh_state();
   // Queues body as op `op` and returns its Work (waited for unless async_op).
@@ -401,11 +401,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool ops_have_deadlines_;
   std::shared_ptr<const std::string> group_name_;  // shared with every Work
   std::shared_ptr<detail::WorkQueue> queue_;
-  mutable std::mutex issue_mu_;  // orders sequence numbers with queue order; guards below
-  uint64_t next_seq_ = 0;
-  int subgroups_ = 0;
-  bool destroyed_ = false;
-  ProcessGroupStats stats_;
+  mutable std::mutex issue_mu_;  // guards the queued path and destroy; the inline path takes none
+  int subgroups_ = 0;            // issue_mu_
+  std::atomic<bool> destroyed_{false};  // written under issue_mu_
+  std::atomic<uint64_t> ops_inline_{0};
+  std::atomic<uint64_t> ops_queued_{0};
   std::shared_ptr<detail::WorkState> spare_;  // reused once no Work holds it
 };
 

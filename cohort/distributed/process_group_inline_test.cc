@@ -5,6 +5,7 @@
 // Ranks are threads of this process (one HashStore), as in process_group_test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -204,6 +205,47 @@ TEST(ProcessGroupInline, TimeoutOfAnInlineOpNamesOpGroupSequence) {
     }
     EXPECT_EQ(pg.stats().ops_inline - before.ops_inline, 1u);
     done = true;
+  });
+}
+
+// Several threads per rank issue blocking and async ops at once, so claims
+// race with pushes: every op runs once, the numbers are distinct, and the
+// counts add up. (All ops are the same all_reduce, so any pairing between the
+// ranks' threads matches.)
+TEST(ProcessGroupInline, ConcurrentBlockingAndAsyncOpsFromSeveralThreads) {
+  constexpr int kThreads = 3, kOps = 200;
+  run_ranks(2, [](ProcessGroup& pg) {
+    std::vector<std::vector<uint64_t>> seqs(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        const float mine = static_cast<float>(pg.rank() + 1);
+        std::vector<float> bufs(kOps, mine);
+        std::vector<Work> works;
+        for (int i = 0; i < kOps; ++i) {
+          float* b = &bufs[static_cast<size_t>(i)];
+          if ((i + t) % 3 == 0) {
+            works.push_back(pg.all_reduce(b, 1, DataType::kFloat32, {}, async_op));
+          } else {
+            pg.all_reduce(b, 1, DataType::kFloat32);
+            EXPECT_EQ(*b, 3.0f);
+          }
+        }
+        for (Work& w : works) {
+          w.wait();
+          seqs[static_cast<size_t>(t)].push_back(w.sequence());
+        }
+        EXPECT_EQ(bufs, std::vector<float>(kOps, 3.0f));
+      });
+    }
+    for (auto& th : threads) th.join();
+    std::vector<uint64_t> all;
+    for (auto& v : seqs) all.insert(all.end(), v.begin(), v.end());
+    std::sort(all.begin(), all.end());
+    EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a number given twice";
+    EXPECT_LT(all.back(), uint64_t{kThreads * kOps});
+    ProcessGroupStats s = pg.stats();
+    EXPECT_EQ(s.ops_inline + s.ops_queued, uint64_t{kThreads * kOps});
   });
 }
 

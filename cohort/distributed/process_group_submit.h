@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cohort/distributed/process_group.h"
+#include "cohort/distributed/work_queue.h"
 
 namespace cohort::distributed {
 
@@ -18,14 +19,13 @@ Work ProcessGroup::submit(const char* op, bool collective, Duration timeout, boo
   uint64_t seq = 0;
   if (!async && begin_inline(op, collective, seq)) {
     // Nothing is queued or running and ops issued from now on queue behind
-    // this one until end_inline: it runs here, in issue order.
-    std::exception_ptr error;
+    // this one until the release: it runs here, in issue order.
     try {
       call();
     } catch (...) {
-      error = std::current_exception();
+      fail_inline(op, collective, seq);
     }
-    end_inline(op, collective, seq, std::move(error));
+    queue_->release();
     return Work();
   }
   // A queued op may outlive a blocking caller that gave up waiting, so it

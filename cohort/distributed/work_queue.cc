@@ -12,14 +12,19 @@ WorkQueue::WorkQueue(std::string name) : name_(std::move(name)) {
 
 WorkQueue::~WorkQueue() { close(); }
 
-void WorkQueue::push(std::shared_ptr<WorkState> work) {
+void WorkQueue::push(std::shared_ptr<WorkState> work, bool numbered) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (closing_) {
       throw Error(fmt::format("{}: process group '{}' was destroyed", work->op, name_));
     }
+    if (count() == kCountMask) {
+      throw Error(fmt::format("{}: process group '{}' has {} ops in flight already; wait for some",
+                              work->op, name_, kCountMask));
+    }
+    uint64_t before = busy_.fetch_add(1 + (numbered ? kSeqOne : 0));
+    if (numbered) work->seq = before >> kSeqShift;
     queue_.push_back(std::move(work));
-    busy_.fetch_add(1);
   }
   cv_.notify_all();
 }
@@ -48,17 +53,23 @@ void WorkQueue::help(const WorkState& target) {
   }
 }
 
-bool WorkQueue::try_claim() {
+bool WorkQueue::try_claim(bool numbered, uint64_t* seq) {
   if (closing_.load(std::memory_order_relaxed)) return false;
-  uint64_t idle = 0;
-  return busy_.compare_exchange_strong(idle, kClaimed);
+  uint64_t idle = busy_.load(std::memory_order_relaxed);
+  if ((idle & (kCountMask | kClaimed)) != 0) return false;
+  // Fails (the caller queues its op instead) when another thread got there first.
+  if (!busy_.compare_exchange_strong(idle, idle + kClaimed + (numbered ? kSeqOne : 0))) {
+    return false;
+  }
+  if (numbered) *seq = idle >> kSeqShift;
+  return true;
 }
 
 void WorkQueue::release() {
   // Sequentially consistent with push's increment and close's store: when
   // neither is seen here, the loop sees the claim gone when it checks.
   uint64_t before = busy_.fetch_sub(kClaimed);
-  if (before != kClaimed || closing_.load()) {
+  if ((before & kCountMask) != 0 || closing_.load()) {
     // Ops were pushed during the claim, or the group closes: wake the loop
     // (taking mu_ orders this with its check of the predicate).
     { std::lock_guard<std::mutex> lk(mu_); }

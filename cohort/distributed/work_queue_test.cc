@@ -188,6 +188,30 @@ TEST(WorkQueue, ClaimOnlyWhenIdleAndOpsPushedMeanwhileWaitForRelease) {
   EXPECT_TRUE(ran.load());
 }
 
+TEST(WorkQueue, NumberedPushesAndClaimsShareOneSequence) {
+  auto q = std::make_shared<detail::WorkQueue>("grp");
+  uint64_t seq = 99;
+  ASSERT_TRUE(q->try_claim(true, &seq));
+  EXPECT_EQ(seq, 0u);
+  // Pushed during the claim: runs after it, numbered after it.
+  auto a = make_op(q, "a", 42, [] {});
+  q->push(a, /*numbered=*/true);
+  EXPECT_EQ(a->seq, 1u);
+  auto unnumbered = make_op(q, "send", 42, [] {});
+  q->push(unnumbered);
+  EXPECT_EQ(unnumbered->seq, 42u);
+  q->release();
+  Work(a).wait();
+  Work(unnumbered).wait();
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool claimed = false;
+  while (!(claimed = q->try_claim(true, &seq)) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_TRUE(claimed);
+  EXPECT_EQ(seq, 2u);
+  q->release();
+}
+
 TEST(WorkQueue, CloseWaitsForTheClaimedOp) {
   auto q = std::make_shared<detail::WorkQueue>("grp");
   ASSERT_TRUE(q->try_claim());
