@@ -1,7 +1,8 @@
 // `cohort bench collectives`: collective bandwidth and latency through a
 // ProcessGroup, like nccl-tests. For each message size (-b .. -e, times -f)
 // it runs --warmup untimed and --iters timed ops, takes the slowest rank's
-// time of each iteration and reports the median: time_us, algbw = bytes /
+// time of each iteration and reports the median: time_us (--json adds
+// rank_median_us, the largest of the ranks' own medians), algbw = bytes /
 // time, busbw = algbw x the op's factor (nccl-tests: all_reduce 2(n-1)/n;
 // all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n;
 // broadcast, reduce, sendrecv 1). `bytes` is nccl-tests' size: the whole
@@ -268,6 +269,13 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
       auto t1 = std::chrono::steady_clock::now();
       times[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
+    // Also each rank's own median, the slowest rank's reported (OSU's way):
+    // it leaves out the skew between the ranks, which alternates from one
+    // iteration to the next and which time_us counts in full.
+    std::vector<double> own = times;
+    std::nth_element(own.begin(), own.begin() + static_cast<long>(own.size() / 2), own.end());
+    double rank_median = own[own.size() / 2];
+    pg.all_reduce(&rank_median, 1, DataType::kFloat64, {.op = ReduceOp::kMax});
     // The op takes as long as its slowest rank.
     pg.all_reduce(times.data(), times.size(), DataType::kFloat64, {.op = ReduceOp::kMax});
     if (args.check) check_result(pg, args.op, buf, count, dt);
@@ -280,9 +288,10 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
       fmt::print(
           "{{\"op\": \"{}\", \"bytes\": {}, \"count\": {}, \"dtype\": \"{}\", "
           "\"world_size\": {}, \"backend\": \"{}\", \"async\": {}, \"iters\": {}, "
-          "\"time_us\": {:.3f}, \"algbw_gbps\": {:.4f}, \"busbw_gbps\": {:.4f}}}\n",
-          args.op, bytes, count, args.dtype, n, args.backend, args.async, iters, median, algbw,
-          busbw);
+          "\"time_us\": {:.3f}, \"rank_median_us\": {:.3f}, \"algbw_gbps\": {:.4f}, "
+          "\"busbw_gbps\": {:.4f}}}\n",
+          args.op, bytes, count, args.dtype, n, args.backend, args.async, iters, median,
+          rank_median, algbw, busbw);
     } else {
       fmt::print("  {:12} {:12} {:6} {:12.2f} {:12.3f} {:12.3f}\n", bytes, count, iters, median,
                  algbw, busbw);
