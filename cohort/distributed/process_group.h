@@ -16,12 +16,12 @@
 // it returns a [[nodiscard]] Work at once and the op runs later, in issue
 // order, on the group's execution thread (work.h). A blocking call on an
 // idle group (nothing queued or running) runs the op on the calling thread
-// with no allocation or hand-off, which keeps small ops at the collectives
-// layer's latency; behind queued ops it queues and waits (stats() counts
-// both). Ops must be issued in the
-// same order on every rank (with several issuing threads per rank, the order
-// they enter). Argument errors (bad root, a
-// non-contiguous tensor, list sizes that do not match the group) are thrown
+// with no allocation, lock or hand-off, which keeps small ops at the
+// collectives layer's latency; behind queued ops it queues and waits
+// (stats() counts both). Ops must be issued in the same order on every rank
+// (with several issuing threads per rank, the order they enter). Argument
+// errors (bad root, a non-contiguous tensor, list sizes that do not match
+// the group) are thrown
 // by the call itself; failures of the op (a lost peer, a mismatch between
 // ranks, a timeout) are thrown by a blocking call or come through the Work,
 // with the op, group, rank and
