@@ -382,8 +382,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // In the handler of an inline op's failure: releases the claim and rethrows
   // the exception with the op's context, as a queued op's Work would.
   [[noreturn]] void fail_inline(const char* op, bool collective, uint64_t seq);
-  // A WorkState for the next op (issue_mu_ held).
-  std::shared_ptr<detail::WorkState> fresh_state();
+  // A WorkState for the next queued op.
+  std::shared_ptr<detail::WorkState> new_state() const;
   // Queues body as op `op` and returns its Work (waited for unless async_op).
   Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
                bool async_op);
@@ -406,7 +406,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::atomic<bool> destroyed_{false};  // written under issue_mu_
   std::atomic<uint64_t> ops_inline_{0};
   std::atomic<uint64_t> ops_queued_{0};
-  std::shared_ptr<detail::WorkState> spare_;  // reused once no Work holds it
 };
 
 // ---- PyTorch's free functions ----

@@ -92,16 +92,24 @@ TEST(ProcessGroupInline, BlockingOpsOnAnIdleGroupRunOnTheCallingThread) {
 // An async op that cannot finish yet (its peer has not issued it) is in
 // flight when the blocking op is issued: the blocking op must queue behind it.
 TEST(ProcessGroupInline, BlockingOpQueuesBehindAsyncOpsInFlight) {
-  std::atomic<ProcessGroup*> rank0{nullptr};
+  // Set by a watcher thread of rank 0 once its blocking op is queued. (Rank 1
+  // does not read rank 0's group: their shared-memory rings order them, but
+  // each maps the rings at its own address, where ThreadSanitizer sees no order.)
+  std::atomic<bool> rank0_queued{false};
   run_ranks(2, [&](ProcessGroup& pg) {
     std::vector<int32_t> buf(16, pg.rank() == 1 ? 3 : 0);
     const ProcessGroupStats before = pg.stats();
     if (pg.rank() == 0) {
-      rank0 = &pg;
+      std::thread watcher([&] {
+        wait_until([&] { return pg.stats().ops_queued >= before.ops_queued + 3; },
+                   "rank 0 queued its blocking all_reduce");
+        rank0_queued = true;
+      });
       Work b = pg.broadcast(buf.data(), buf.size(), DataType::kInt32, {.root = 1}, async_op);
       Work s = pg.all_reduce(buf.data(), buf.size(), DataType::kInt32, {}, async_op);
       // Blocking: only issue order gives (3 + 3) * 2 = 12.
       pg.all_reduce(buf.data(), buf.size(), DataType::kInt32);
+      watcher.join();
       EXPECT_TRUE(b.is_completed());
       EXPECT_TRUE(s.is_completed());
       EXPECT_LT(b.sequence(), s.sequence());
@@ -110,26 +118,22 @@ TEST(ProcessGroupInline, BlockingOpQueuesBehindAsyncOpsInFlight) {
     } else {
       // Rank 0's ops cannot complete before this rank issues its own, so
       // when its blocking op is counted, the async ones were still in flight.
-      wait_until([&] { return rank0 && rank0.load()->stats().ops_queued >= 3; },
-                 "rank 0 queued its blocking all_reduce");
+      wait_until([&] { return rank0_queued.load(); }, "rank 0 queued its blocking all_reduce");
       pg.broadcast(buf.data(), buf.size(), DataType::kInt32, {.root = 1});
       pg.all_reduce(buf.data(), buf.size(), DataType::kInt32);
       pg.all_reduce(buf.data(), buf.size(), DataType::kInt32);
     }
     EXPECT_EQ(buf, std::vector<int32_t>(16, 12));
-    pg.barrier();  // rank 0's group stays alive while rank 1 reads its stats
   });
 }
 
 // Ops issued (from another thread) while an inline op runs queue behind it.
 TEST(ProcessGroupInline, OpsIssuedDuringAnInlineOpRunAfterIt) {
-  std::atomic<ProcessGroup*> rank0{nullptr};
   std::atomic<bool> async_issued{false};
   run_ranks(2, [&](ProcessGroup& pg) {
     std::vector<int32_t> buf(16, pg.rank() == 1 ? 5 : 0);
     const ProcessGroupStats before = pg.stats();
     if (pg.rank() == 0) {
-      rank0 = &pg;
       Work later;
       std::thread other([&] {
         // Once the blocking broadcast below runs inline (it cannot finish
