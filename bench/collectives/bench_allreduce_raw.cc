@@ -2,8 +2,10 @@
 // layer (no ProcessGroup), ranks started by fork on this host, bootstrapped
 // through a FileStore. Prints, per size, the median time of one all_reduce
 // on rank 0, algbw = bytes / time and busbw = algbw * 2(n-1)/n (nccl-tests),
-// the fastest iteration,
-// plus single-thread memcpy bandwidth as the physical limit.
+// the fastest iteration, the median of each iteration's slowest rank (the
+// statistic of `cohort bench collectives` and mpi_allreduce.cc), the largest
+// of the ranks' own medians (their rank_median_us), plus single-thread
+// memcpy bandwidth as the physical limit.
 //
 //   bench_allreduce_raw [--nproc 2] [--min 8] [--max 67108864] [--algo ring|direct]
 //                       [--transport auto|tcp] [--iters-scale 1.0]
@@ -89,8 +91,8 @@ void rank_main(int rank, const Args& a, const std::string& store_path) {
     std::printf("# all_reduce float32 sum, %d ranks, transport %s, algo %s\n", a.nproc,
                 comm->size() > 1 ? comm->transport_name(1).c_str() : "self",
                 a.algo.empty() ? "auto" : a.algo.c_str());
-    std::printf("%12s %8s %12s %12s %12s %12s %12s\n", "bytes", "iters", "time_us", "algbw_GB/s",
-                "busbw_GB/s", "min_us", "busbw@min");
+    std::printf("%12s %8s %12s %12s %12s %12s %12s %12s %12s\n", "bytes", "iters", "time_us",
+                "algbw_GB/s", "busbw_GB/s", "min_us", "busbw@min", "slowest_us", "rank_med_us");
   }
   std::vector<float> buf(a.max_bytes / 4 + 1, 1.0f);
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
@@ -106,8 +108,15 @@ void rank_main(int rank, const Args& a, const std::string& store_path) {
       comm->all_reduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
       t[static_cast<size_t>(i)] = std::chrono::duration<double>(Clock::now() - s).count();
     }
+    // Each iteration as long as its slowest rank, as cohort bench collectives
+    // and mpi_allreduce.cc take it.
+    std::vector<double> slowest = t;
+    comm->all_reduce(slowest.data(), slowest.size(), DataType::kFloat64, ReduceOp::kMax);
+    std::sort(slowest.begin(), slowest.end());
     std::sort(t.begin(), t.end());
     double med = t[t.size() / 2];
+    double rank_median = med;  // the largest of the ranks' own medians
+    comm->all_reduce(&rank_median, 1, DataType::kFloat64, ReduceOp::kMax);
     double algbw = static_cast<double>(bytes) / med / 1e9;
     double busbw = algbw * 2.0 * (a.nproc - 1) / a.nproc;
     if (rank == 0) {
@@ -115,8 +124,9 @@ void rank_main(int rank, const Args& a, const std::string& store_path) {
       // CPU (the median also shows what sharing the machine cost).
       double best = t.front();
       double busbw_best = static_cast<double>(bytes) / best / 1e9 * 2.0 * (a.nproc - 1) / a.nproc;
-      std::printf("%12zu %8d %12.2f %12.3f %12.3f %12.2f %12.3f\n", bytes, iters, med * 1e6, algbw,
-                  busbw, best * 1e6, busbw_best);
+      std::printf("%12zu %8d %12.2f %12.3f %12.3f %12.2f %12.3f %12.3f %12.3f\n", bytes, iters,
+                  med * 1e6, algbw, busbw, best * 1e6, busbw_best,
+                  slowest[slowest.size() / 2] * 1e6, rank_median * 1e6);
       std::fflush(stdout);
     }
   }

@@ -8,6 +8,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/collectives/types.h"
+#include "cohort/distributed/process_group_submit.h"
 #include "cohort/distributed/work_queue.h"
 #include "cohort/rendezvous/prefix_store.h"
 
@@ -95,52 +96,62 @@ std::string ProcessGroup::flight_record() const {
   return destroyed_ ? std::string() : backend_->flight_record();
 }
 
-std::shared_ptr<detail::WorkState> ProcessGroup::fresh_state() {
-  // The last op's state, when no Work refers to it any more, serves again:
-  // a blocking op then allocates (and destroys) no state, mutex or condvar.
-  if (spare_ && spare_.use_count() == 1) {
-    // Pairs with the release of the last other owner (a Work, the queue).
-    std::atomic_thread_fence(std::memory_order_acquire);
-    spare_->done.store(false, std::memory_order_relaxed);
-    spare_->started_ns.store(0, std::memory_order_relaxed);
-    spare_->finished_ns.store(0, std::memory_order_relaxed);
-    spare_->error = nullptr;
-    return spare_;
+std::shared_ptr<detail::WorkState> ProcessGroup::new_state() const {
+  // One state per queued op. (Reusing the last op's state once no Work held
+  // it saved an allocation, but its hand-over rested on an acquire fence
+  // after use_count(), which ThreadSanitizer cannot see; the ops that gained
+  // most, blocking ones, now run inline with no state at all.)
+  auto s = std::make_shared<detail::WorkState>();
+  s->group = group_name_;
+  s->rank = rank_;
+  s->queue = queue_;
+  return s;
+}
+
+bool ProcessGroup::begin_inline(const char* op, bool collective, uint64_t& seq) {
+  // No lock: the claim is one compare-exchange, which also takes the
+  // sequence number (work_queue.h). A destroyed group's queue is closed,
+  // which try_claim sees; a claim racing destroy() is caught below: either
+  // this load sees destroyed_, or destroy()'s pending() sees the claim and
+  // its close() waits for the release (both sequentially consistent).
+  if (!queue_->try_claim(collective, &seq)) return false;
+  if (destroyed_.load()) {
+    queue_->release();
+    throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
   }
-  spare_ = std::make_shared<detail::WorkState>();
-  spare_->group = group_name_;
-  spare_->rank = rank_;
-  spare_->queue = queue_;
-  return spare_;
+  // Only the claim holder writes it (claims are exclusive and ordered).
+  ops_inline_.store(ops_inline_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+void ProcessGroup::fail_inline(const char* op, bool collective, uint64_t seq) {
+  std::exception_ptr error = std::current_exception();
+  queue_->release();
+  std::rethrow_exception(
+      detail::with_context(error, detail::describe_op(op, options_.name, rank_, collective, seq)));
+}
+
+ProcessGroupStats ProcessGroup::stats() const {
+  return ProcessGroupStats{ops_inline_.load(std::memory_order_relaxed),
+                           ops_queued_.load(std::memory_order_relaxed)};
 }
 
 Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
                            Duration timeout, bool async_op) {
-  std::shared_ptr<detail::WorkState> s;
-  bool run_here = false;
+  std::shared_ptr<detail::WorkState> s = new_state();
+  s->op = op;
+  s->collective = collective;
+  // The op's own deadline should fire first and give the precise error.
+  s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
+  s->may_run_inline = ops_have_deadlines_;
+  s->body = std::move(body);
   {
     std::lock_guard<std::mutex> lk(issue_mu_);
     if (destroyed_) {
       throw Error(fmt::format("{}: process group '{}' was destroyed", op, options_.name));
     }
-    s = fresh_state();
-    s->op = op;
-    s->collective = collective;
-    s->seq = 0;
-    // The op's own deadline should fire first and give the precise error.
-    s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
-    s->may_run_inline = ops_have_deadlines_;
-    s->body = std::move(body);
-    if (collective) s->seq = next_seq_++;
-    // A blocking op on an idle group runs on this thread (ops issued after it
-    // queue behind it). The mpi backend's calls cannot time out on any thread,
-    // so running them here loses nothing.
-    if (!async_op) run_here = queue_->try_claim();
-    if (!run_here) queue_->push(s);
-  }
-  if (run_here) {
-    s->run_unshared();
-    queue_->release();
+    queue_->push(s, /*numbered=*/collective);  // sets s->seq
+    ops_queued_.fetch_add(1, std::memory_order_relaxed);
   }
   Work w(std::move(s));
   if (!async_op) w.wait();
@@ -186,10 +197,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
     sub_store = std::make_shared<rendezvous::PrefixStore>(fmt::format("sub{}", id), store_);
   auto slot = std::make_shared<std::unique_ptr<Backend>>();
   Backend* b = backend_.get();
-  Work w = enqueue(
-      "new_group", false,
-      [b, ranks, sub_store, sub, slot] { *slot = b->new_subgroup(ranks, sub_store, sub); },
-      sub.timeout, /*async_op=*/false);
+  submit("new_group", false, sub.timeout, /*async=*/false, {},
+         [b, ranks, sub_store, sub, slot] { *slot = b->new_subgroup(ranks, sub_store, sub); });
   if (!*slot) return nullptr;
   std::vector<int> world;
   world.reserve(ranks.size());
@@ -199,54 +208,48 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
 }
 
 Work ProcessGroup::all_reduce_impl(void* data, size_t count, DataType dtype,
-                                   const AllReduceOptions& o, std::vector<Tensor> keep,
-                                   bool async) {
+                                   const AllReduceOptions& o, Keep keep, bool async) {
   check_buffer("all_reduce", "data", data, count);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "all_reduce", true,
-      [=, keep = std::move(keep)] { b->all_reduce(data, count, dtype, o.op, t); }, t, async);
+  return submit("all_reduce", true, t, async, keep,
+                [=] { b->all_reduce(data, count, dtype, o.op, t); });
 }
 
 Work ProcessGroup::broadcast_impl(void* data, size_t count, DataType dtype,
-                                  const BroadcastOptions& o, std::vector<Tensor> keep, bool async) {
+                                  const BroadcastOptions& o, Keep keep, bool async) {
   check_buffer("broadcast", "data", data, count);
   check_root("broadcast", o.root);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "broadcast", true,
-      [=, keep = std::move(keep)] { b->broadcast(data, count, dtype, o.root, t); }, t, async);
+  return submit("broadcast", true, t, async, keep,
+                [=] { b->broadcast(data, count, dtype, o.root, t); });
 }
 
 Work ProcessGroup::reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
-                               std::vector<Tensor> keep, bool async) {
+                               Keep keep, bool async) {
   check_buffer("reduce", "data", data, count);
   check_root("reduce", o.root);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "reduce", true,
-      [=, keep = std::move(keep)] { b->reduce(data, count, dtype, o.op, o.root, t); }, t, async);
+  return submit("reduce", true, t, async, keep,
+                [=] { b->reduce(data, count, dtype, o.op, o.root, t); });
 }
 
 Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                   const AllGatherOptions& o, std::vector<Tensor> keep,
-                                   bool async) {
+                                   const AllGatherOptions& o, Keep keep, bool async) {
   size_t es = element_size(dtype);
   check_buffer("all_gather", "send", send, count);
   check_buffer("all_gather", "recv", recv, count);
   check_disjoint("all_gather", send, count * es, recv, count * es * static_cast<size_t>(size_));
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "all_gather", true,
-      [=, keep = std::move(keep)] { b->all_gather(send, recv, count, dtype, t); }, t, async);
+  return submit("all_gather", true, t, async, keep,
+                [=] { b->all_gather(send, recv, count, dtype, t); });
 }
 
 Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                               const GatherOptions& o, std::vector<Tensor> keep, bool async) {
+                               const GatherOptions& o, Keep keep, bool async) {
   size_t es = element_size(dtype);
   check_root("gather", o.root);
   check_buffer("gather", "send", send, count);
@@ -256,13 +259,12 @@ Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataT
   }
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "gather", true,
-      [=, keep = std::move(keep)] { b->gather(send, recv, count, dtype, o.root, t); }, t, async);
+  return submit("gather", true, t, async, keep,
+                [=] { b->gather(send, recv, count, dtype, o.root, t); });
 }
 
 Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                const ScatterOptions& o, std::vector<Tensor> keep, bool async) {
+                                const ScatterOptions& o, Keep keep, bool async) {
   size_t es = element_size(dtype);
   check_root("scatter", o.root);
   check_buffer("scatter", "recv", recv, count);
@@ -272,70 +274,60 @@ Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, Data
   }
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "scatter", true,
-      [=, keep = std::move(keep)] { b->scatter(send, recv, count, dtype, o.root, t); }, t, async);
+  return submit("scatter", true, t, async, keep,
+                [=] { b->scatter(send, recv, count, dtype, o.root, t); });
 }
 
 Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                       const ReduceScatterOptions& o, std::vector<Tensor> keep,
-                                       bool async) {
+                                       const ReduceScatterOptions& o, Keep keep, bool async) {
   size_t es = element_size(dtype);
   check_buffer("reduce_scatter", "send", send, count);
   check_buffer("reduce_scatter", "recv", recv, count);
   check_disjoint("reduce_scatter", send, count * es * static_cast<size_t>(size_), recv, count * es);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "reduce_scatter", true,
-      [=, keep = std::move(keep)] { b->reduce_scatter(send, recv, count, dtype, o.op, t); }, t,
-      async);
+  return submit("reduce_scatter", true, t, async, keep,
+                [=] { b->reduce_scatter(send, recv, count, dtype, o.op, t); });
 }
 
 Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                   const AllToAllOptions& o, std::vector<Tensor> keep, bool async) {
+                                   const AllToAllOptions& o, Keep keep, bool async) {
   size_t bytes = element_size(dtype) * count * static_cast<size_t>(size_);
   check_buffer("all_to_all", "send", send, count);
   check_buffer("all_to_all", "recv", recv, count);
   check_disjoint("all_to_all", send, bytes, recv, bytes);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "all_to_all", true,
-      [=, keep = std::move(keep)] { b->all_to_all(send, recv, count, dtype, t); }, t, async);
+  return submit("all_to_all", true, t, async, keep,
+                [=] { b->all_to_all(send, recv, count, dtype, t); });
 }
 
-Work ProcessGroup::barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep, bool async) {
+Work ProcessGroup::barrier_impl(const BarrierOptions& o, Keep keep, bool async) {
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "barrier", true, [=, keep = std::move(keep)] { b->barrier(t); }, t, async);
+  return submit("barrier", true, t, async, keep, [=] { b->barrier(t); });
 }
 
 Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int dst,
-                             const SendOptions& o, std::vector<Tensor> keep, bool async) {
+                             const SendOptions& o, Keep keep, bool async) {
   check_buffer("send", "data", data, count);
   check_peer("send", dst);
   COHORT_CHECK(dst != rank_, "send: rank {} cannot send to itself (group '{}')", rank_,
                options_.name);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "send", false, [=, keep = std::move(keep)] { b->send(data, count, dtype, dst, o.tag, t); }, t,
-      async);
+  return submit("send", false, t, async, keep, [=] { b->send(data, count, dtype, dst, o.tag, t); });
 }
 
 Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
-                             const RecvOptions& o, std::vector<Tensor> keep, bool async) {
+                             const RecvOptions& o, Keep keep, bool async) {
   check_buffer("recv", "data", data, count);
   check_peer("recv", src);
   COHORT_CHECK(src != rank_, "recv: rank {} cannot receive from itself (group '{}')", rank_,
                options_.name);
   Backend* b = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "recv", false, [=, keep = std::move(keep)] { b->recv(data, count, dtype, src, o.tag, t); }, t,
-      async);
+  return submit("recv", false, t, async, keep, [=] { b->recv(data, count, dtype, src, o.tag, t); });
 }
 
 }  // namespace cohort::distributed

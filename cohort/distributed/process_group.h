@@ -14,10 +14,14 @@
 // As in PyTorch, an op blocks unless async_op is asked for: the plain call
 // returns when the op completed and throws its error. With the async_op tag
 // it returns a [[nodiscard]] Work at once and the op runs later, in issue
-// order, on the group's execution thread (work.h). Ops must be issued in the
-// same order on every rank (with several issuing threads per rank, the order
-// they enter). Argument errors (bad root, a
-// non-contiguous tensor, list sizes that do not match the group) are thrown
+// order, on the group's execution thread (work.h). A blocking call on an
+// idle group (nothing queued or running) runs the op on the calling thread
+// with no allocation, lock or hand-off, which keeps small ops at the
+// collectives layer's latency; behind queued ops it queues and waits
+// (stats() counts both). Ops must be issued in the same order on every rank
+// (with several issuing threads per rank, the order they enter). Argument
+// errors (bad root, a non-contiguous tensor, list sizes that do not match
+// the group) are thrown
 // by the call itself; failures of the op (a lost peer, a mismatch between
 // ranks, a timeout) are thrown by a blocking call or come through the Work,
 // with the op, group, rank and
@@ -60,6 +64,17 @@ class WorkQueue;
 
 inline constexpr Duration kDefaultGroupTimeout = std::chrono::seconds(300);
 
+// How a group's ops ran. A blocking op issued while nothing is queued or
+// running on the group runs inline on the calling thread (no allocation, no
+// hand-off: the small-op latency of the collectives layer itself); any other
+// op (async, or blocking behind queued ops) is queued and runs in issue order
+// on the group's thread or on a thread waiting for it. Errors, sequence
+// numbers and the flight recorder are the same either way.
+struct ProcessGroupStats {
+  uint64_t ops_inline = 0;  // blocking ops run on the calling thread
+  uint64_t ops_queued = 0;  // ops that went through the queue
+};
+
 struct NewGroupOptions {
   std::string name;  // "" = "<parent>/<n>" (n counts this parent's new_group calls)
   Duration timeout = kUseDefaultTimeout;  // default: the parent's
@@ -89,6 +104,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // The last collectives of this group, as JSON (collectives/flight_recorder.h);
   // "" for mpi. Any thread, any time.
   std::string flight_record() const;
+  // How this group's ops were run so far (see ProcessGroupStats). Any thread.
+  ProcessGroupStats stats() const;
 
   // A subgroup of this group's ranks `ranks` (this group's numbering; empty =
   // all). Every rank of this group must call it, in the same order relative to
@@ -300,28 +317,34 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                ProcessGroupOptions options);
 
  private:
-  // The raw ops, keeping `keep` (the tensors behind the buffers) alive until the op ran.
+  // The tensors behind an op's buffers (null: none), kept alive by a queued op
+  // until it ran; an op run inline needs no reference (the caller holds them).
+  struct Keep {
+    const Tensor* first = nullptr;
+    const Tensor* second = nullptr;
+  };
+  // The raw ops.
   Work all_reduce_impl(void* data, size_t count, DataType dtype, const AllReduceOptions& o,
-                       std::vector<Tensor> keep, bool async);
+                       Keep keep, bool async);
   Work broadcast_impl(void* data, size_t count, DataType dtype, const BroadcastOptions& o,
-                      std::vector<Tensor> keep, bool async);
-  Work reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
-                   std::vector<Tensor> keep, bool async);
+                      Keep keep, bool async);
+  Work reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o, Keep keep,
+                   bool async);
   Work all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                       const AllGatherOptions& o, std::vector<Tensor> keep, bool async);
+                       const AllGatherOptions& o, Keep keep, bool async);
   Work gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                   const GatherOptions& o, std::vector<Tensor> keep, bool async);
+                   const GatherOptions& o, Keep keep, bool async);
   Work scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                    const ScatterOptions& o, std::vector<Tensor> keep, bool async);
+                    const ScatterOptions& o, Keep keep, bool async);
   Work reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                           const ReduceScatterOptions& o, std::vector<Tensor> keep, bool async);
+                           const ReduceScatterOptions& o, Keep keep, bool async);
   Work all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
-                       const AllToAllOptions& o, std::vector<Tensor> keep, bool async);
-  Work barrier_impl(const BarrierOptions& o, std::vector<Tensor> keep, bool async);
+                       const AllToAllOptions& o, Keep keep, bool async);
+  Work barrier_impl(const BarrierOptions& o, Keep keep, bool async);
   Work send_impl(const void* data, size_t count, DataType dtype, int dst, const SendOptions& o,
-                 std::vector<Tensor> keep, bool async);
-  Work recv_impl(void* data, size_t count, DataType dtype, int src, const RecvOptions& o,
-                 std::vector<Tensor> keep, bool async);
+                 Keep keep, bool async);
+  Work recv_impl(void* data, size_t count, DataType dtype, int src, const RecvOptions& o, Keep keep,
+                 bool async);
   // The tensor ops.
   Work all_reduce_impl(const Tensor& tensor, const AllReduceOptions& o, bool async);
   Work broadcast_impl(const Tensor& tensor, const BroadcastOptions& o, bool async);
@@ -344,9 +367,24 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                               bool async);
   Work send_impl(const Tensor& tensor, int dst, const SendOptions& o, bool async);
   Work recv_impl(const Tensor& tensor, int src, const RecvOptions& o, bool async);
-  // Queues body as op `op` and returns its Work.
-  // A WorkState for the next op (issue_mu_ held).
-  std::shared_ptr<detail::WorkState> fresh_state();
+  // Issues op `op`, whose work is call() (any callable; `keep` as in Keep).
+  // A blocking op on an idle group runs call() right here (begin_inline),
+  // with no WorkState, no std::function and no queue hand-off, and returns
+  // an undefined Work; every other op goes through enqueue. Defined in
+  // process_group_submit.h.
+  template <typename Call>
+  Work submit(const char* op, bool collective, Duration timeout, bool async, Keep keep,
+              Call&& call);
+  // Claims the idle queue for a blocking op and numbers it (seq: its
+  // sequence number); false when ops are queued or running. Throws when the
+  // group was destroyed. Lock-free.
+  bool begin_inline(const char* op, bool collective, uint64_t& seq);
+  // In the handler of an inline op's failure: releases the claim and rethrows
+  // the exception with the op's context, as a queued op's Work would.
+  [[noreturn]] void fail_inline(const char* op, bool collective, uint64_t seq);
+  // A WorkState for the next queued op.
+  std::shared_ptr<detail::WorkState> new_state() const;
+  // Queues body as op `op` and returns its Work (waited for unless async_op).
   Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
                bool async_op);
   void check_root(const char* op, int root) const;
@@ -363,11 +401,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   bool ops_have_deadlines_;
   std::shared_ptr<const std::string> group_name_;  // shared with every Work
   std::shared_ptr<detail::WorkQueue> queue_;
-  mutable std::mutex issue_mu_;  // orders sequence numbers with queue order; guards below
-  uint64_t next_seq_ = 0;
-  int subgroups_ = 0;
-  bool destroyed_ = false;
-  std::shared_ptr<detail::WorkState> spare_;  // reused once no Work holds it
+  mutable std::mutex issue_mu_;  // guards the queued path and destroy; the inline path takes none
+  int subgroups_ = 0;            // issue_mu_
+  std::atomic<bool> destroyed_{false};  // written under issue_mu_
+  std::atomic<uint64_t> ops_inline_{0};
+  std::atomic<uint64_t> ops_queued_{0};
 };
 
 // ---- PyTorch's free functions ----

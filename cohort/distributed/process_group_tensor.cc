@@ -8,6 +8,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
+#include "cohort/distributed/process_group_submit.h"
 
 namespace cohort::distributed {
 namespace {
@@ -91,17 +92,17 @@ DataType to_data_type(DType dtype) {
 
 Work ProcessGroup::all_reduce_impl(const Tensor& tensor, const AllReduceOptions& o, bool async) {
   Buf b = check_tensor("all_reduce", "tensor", tensor);
-  return all_reduce_impl(b.data, b.count, b.dtype, o, {tensor}, async);
+  return all_reduce_impl(b.data, b.count, b.dtype, o, {&tensor}, async);
 }
 
 Work ProcessGroup::broadcast_impl(const Tensor& tensor, const BroadcastOptions& o, bool async) {
   Buf b = check_tensor("broadcast", "tensor", tensor);
-  return broadcast_impl(b.data, b.count, b.dtype, o, {tensor}, async);
+  return broadcast_impl(b.data, b.count, b.dtype, o, {&tensor}, async);
 }
 
 Work ProcessGroup::reduce_impl(const Tensor& tensor, const ReduceOptions& o, bool async) {
   Buf b = check_tensor("reduce", "tensor", tensor);
-  return reduce_impl(b.data, b.count, b.dtype, o, {tensor}, async);
+  return reduce_impl(b.data, b.count, b.dtype, o, {&tensor}, async);
 }
 
 Work ProcessGroup::all_gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
@@ -111,14 +112,11 @@ Work ProcessGroup::all_gather_impl(const std::vector<Tensor>& outputs, const Ten
       check_list("all_gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
   Backend* be = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "all_gather", true,
-      [=, keep_in = input, keep_out = outputs] {
-        std::vector<std::byte> flat(in.bytes * outs.size());
-        be->all_gather(in.data, flat.data(), in.count, in.dtype, t);
-        unpack(flat.data(), outs);
-      },
-      t, async);
+  return submit("all_gather", true, t, async, {}, [=, keep_in = input, keep_out = outputs] {
+    std::vector<std::byte> flat(in.bytes * outs.size());
+    be->all_gather(in.data, flat.data(), in.count, in.dtype, t);
+    unpack(flat.data(), outs);
+  });
 }
 
 Work ProcessGroup::all_gather_into_tensor_impl(const Tensor& output, const Tensor& input,
@@ -127,7 +125,7 @@ Work ProcessGroup::all_gather_into_tensor_impl(const Tensor& output, const Tenso
   Buf in = check_tensor(op, "input", input);
   Buf out = check_tensor(op, "output", output);
   check_like(op, "output", out, in.dtype, in.count * static_cast<size_t>(size_));
-  return all_gather_impl(in.data, out.data, in.count, in.dtype, o, {input, output}, async);
+  return all_gather_impl(in.data, out.data, in.count, in.dtype, o, {&input, &output}, async);
 }
 
 Work ProcessGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
@@ -137,20 +135,17 @@ Work ProcessGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor&
   if (rank_ != o.root) {
     COHORT_CHECK(outputs.empty(), "gather: outputs must be empty off the root (rank {}, root {})",
                  rank_, o.root);
-    return gather_impl(in.data, nullptr, in.count, in.dtype, o, {input}, async);
+    return gather_impl(in.data, nullptr, in.count, in.dtype, o, {&input}, async);
   }
   auto outs =
       check_list("gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
   Backend* be = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "gather", true,
-      [=, keep_in = input, keep_out = outputs] {
-        std::vector<std::byte> flat(in.bytes * outs.size());
-        be->gather(in.data, flat.data(), in.count, in.dtype, o.root, t);
-        unpack(flat.data(), outs);
-      },
-      t, async);
+  return submit("gather", true, t, async, {}, [=, keep_in = input, keep_out = outputs] {
+    std::vector<std::byte> flat(in.bytes * outs.size());
+    be->gather(in.data, flat.data(), in.count, in.dtype, o.root, t);
+    unpack(flat.data(), outs);
+  });
 }
 
 Work ProcessGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -160,20 +155,17 @@ Work ProcessGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>&
   if (rank_ != o.root) {
     COHORT_CHECK(inputs.empty(), "scatter: inputs must be empty off the root (rank {}, root {})",
                  rank_, o.root);
-    return scatter_impl(nullptr, out.data, out.count, out.dtype, o, {output}, async);
+    return scatter_impl(nullptr, out.data, out.count, out.dtype, o, {&output}, async);
   }
   auto ins =
       check_list("scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype, out.count);
   Backend* be = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "scatter", true,
-      [=, keep_in = inputs, keep_out = output] {
-        std::vector<std::byte> flat(out.bytes * ins.size());
-        pack(ins, flat.data());
-        be->scatter(flat.data(), out.data, out.count, out.dtype, o.root, t);
-      },
-      t, async);
+  return submit("scatter", true, t, async, {}, [=, keep_in = inputs, keep_out = output] {
+    std::vector<std::byte> flat(out.bytes * ins.size());
+    pack(ins, flat.data());
+    be->scatter(flat.data(), out.data, out.count, out.dtype, o.root, t);
+  });
 }
 
 Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -183,14 +175,11 @@ Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const std::vector<T
                         out.count);
   Backend* be = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "reduce_scatter", true,
-      [=, keep_in = inputs, keep_out = output] {
-        std::vector<std::byte> flat(out.bytes * ins.size());
-        pack(ins, flat.data());
-        be->reduce_scatter(flat.data(), out.data, out.count, out.dtype, o.op, t);
-      },
-      t, async);
+  return submit("reduce_scatter", true, t, async, {}, [=, keep_in = inputs, keep_out = output] {
+    std::vector<std::byte> flat(out.bytes * ins.size());
+    pack(ins, flat.data());
+    be->reduce_scatter(flat.data(), out.data, out.count, out.dtype, o.op, t);
+  });
 }
 
 Work ProcessGroup::reduce_scatter_tensor_impl(const Tensor& output, const Tensor& input,
@@ -199,7 +188,7 @@ Work ProcessGroup::reduce_scatter_tensor_impl(const Tensor& output, const Tensor
   Buf out = check_tensor(op, "output", output);
   Buf in = check_tensor(op, "input", input);
   check_like(op, "input", in, out.dtype, out.count * static_cast<size_t>(size_));
-  return reduce_scatter_impl(in.data, out.data, out.count, out.dtype, o, {input, output}, async);
+  return reduce_scatter_impl(in.data, out.data, out.count, out.dtype, o, {&input, &output}, async);
 }
 
 Work ProcessGroup::all_to_all_impl(const std::vector<Tensor>& outputs,
@@ -213,16 +202,13 @@ Work ProcessGroup::all_to_all_impl(const std::vector<Tensor>& outputs,
                          first.count);
   Backend* be = backend_.get();
   Duration t = op_timeout(o.timeout);
-  return enqueue(
-      "all_to_all", true,
-      [=, keep_in = inputs, keep_out = outputs] {
-        std::vector<std::byte> send(first.bytes * ins.size());
-        std::vector<std::byte> recv(first.bytes * outs.size());
-        pack(ins, send.data());
-        be->all_to_all(send.data(), recv.data(), first.count, first.dtype, t);
-        unpack(recv.data(), outs);
-      },
-      t, async);
+  return submit("all_to_all", true, t, async, {}, [=, keep_in = inputs, keep_out = outputs] {
+    std::vector<std::byte> send(first.bytes * ins.size());
+    std::vector<std::byte> recv(first.bytes * outs.size());
+    pack(ins, send.data());
+    be->all_to_all(send.data(), recv.data(), first.count, first.dtype, t);
+    unpack(recv.data(), outs);
+  });
 }
 
 Work ProcessGroup::all_to_all_single_impl(const Tensor& output, const Tensor& input,
@@ -235,17 +221,17 @@ Work ProcessGroup::all_to_all_single_impl(const Tensor& output, const Tensor& in
                "{}: input's {} elements do not split evenly over {} ranks (equal splits only)", op,
                in.count, n);
   check_like(op, "output", out, in.dtype, in.count);
-  return all_to_all_impl(in.data, out.data, in.count / n, in.dtype, o, {input, output}, async);
+  return all_to_all_impl(in.data, out.data, in.count / n, in.dtype, o, {&input, &output}, async);
 }
 
 Work ProcessGroup::send_impl(const Tensor& tensor, int dst, const SendOptions& o, bool async) {
   Buf b = check_tensor("send", "tensor", tensor);
-  return send_impl(b.data, b.count, b.dtype, dst, o, {tensor}, async);
+  return send_impl(b.data, b.count, b.dtype, dst, o, {&tensor}, async);
 }
 
 Work ProcessGroup::recv_impl(const Tensor& tensor, int src, const RecvOptions& o, bool async) {
   Buf b = check_tensor("recv", "tensor", tensor);
-  return recv_impl(b.data, b.count, b.dtype, src, o, {tensor}, async);
+  return recv_impl(b.data, b.count, b.dtype, src, o, {&tensor}, async);
 }
 
 }  // namespace cohort::distributed

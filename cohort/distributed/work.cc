@@ -17,22 +17,14 @@ int64_t now_ns() {
 
 }  // namespace
 
-std::string WorkState::describe() const {
-  const std::string& g = group ? *group : std::string();
-  if (collective) return fmt::format("{} (group '{}', rank {}, seq {})", op, g, rank, seq);
-  return fmt::format("{} (group '{}', rank {})", op, g, rank);
+std::string describe_op(const char* op, const std::string& group, int rank, bool collective,
+                        uint64_t seq) {
+  if (collective) return fmt::format("{} (group '{}', rank {}, seq {})", op, group, rank, seq);
+  return fmt::format("{} (group '{}', rank {})", op, group, rank);
 }
 
-void WorkState::run_unshared() noexcept {
-  // Nobody else holds this state yet: no waiter needs the start time or a
-  // wake-up (saves a clock read and a lock per blocking op).
-  try {
-    body();
-  } catch (...) {
-    error = with_context(std::current_exception(), describe());
-  }
-  body = nullptr;
-  done.store(true, std::memory_order_release);
+std::string WorkState::describe() const {
+  return describe_op(op, group ? *group : std::string(), rank, collective, seq);
 }
 
 void WorkState::run() noexcept {

@@ -70,10 +70,12 @@ struct WorkState {
   std::string describe() const;
   // Runs body, records its failure with this op's context, wakes waiters.
   void run() noexcept;
-  // run() for an op no other thread can see yet (a blocking op run on the
-  // issuing thread before its Work exists).
-  void run_unshared() noexcept;
 };
+
+// An op's context in messages: "all_reduce (group 'default', rank 0, seq 3)"
+// ("send (group 'default', rank 0)" for point-to-point ops).
+std::string describe_op(const char* op, const std::string& group, int rank, bool collective,
+                        uint64_t seq);
 
 // Re-creates the exception in `error` with `prefix` before its message,
 // keeping its cohort type (PeerLost, TimeoutError, InvalidArgument, ...).

@@ -157,6 +157,78 @@ TEST(WorkQueue, WaitRunsAQueuedOpOnTheWaitingThread) {
   EXPECT_EQ(runs.load(), 100);
 }
 
+TEST(WorkQueue, ClaimOnlyWhenIdleAndOpsPushedMeanwhileWaitForRelease) {
+  auto q = std::make_shared<detail::WorkQueue>("grp");
+  std::latch started(1), release(1);
+  auto blocker = make_op(q, "a", 0, [&] {
+    started.count_down();
+    release.wait();
+  });
+  q->push(blocker);
+  started.wait();
+  EXPECT_FALSE(q->try_claim());  // an op runs
+  release.count_down();
+  Work(blocker).wait();
+  // The queue's thread counts the op finished just after its waiters woke.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool claimed = false;
+  while (!(claimed = q->try_claim()) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_TRUE(claimed);
+  EXPECT_FALSE(q->try_claim());  // one claim at a time
+  std::atomic<bool> ran{false};
+  auto s = make_op(q, "b", 1, [&] { ran = true; });
+  q->push(s);
+  EXPECT_EQ(q->pending(), 2u);  // the claimed op and b
+  // Neither the queue's thread nor a waiter may run b during the claim.
+  EXPECT_THROW(Work(s).wait(20ms), TimeoutError);
+  EXPECT_FALSE(ran.load());
+  q->release();
+  Work(s).wait();
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(WorkQueue, NumberedPushesAndClaimsShareOneSequence) {
+  auto q = std::make_shared<detail::WorkQueue>("grp");
+  uint64_t seq = 99;
+  ASSERT_TRUE(q->try_claim(true, &seq));
+  EXPECT_EQ(seq, 0u);
+  // Pushed during the claim: runs after it, numbered after it.
+  auto a = make_op(q, "a", 42, [] {});
+  q->push(a, /*numbered=*/true);
+  EXPECT_EQ(a->seq, 1u);
+  auto unnumbered = make_op(q, "send", 42, [] {});
+  q->push(unnumbered);
+  EXPECT_EQ(unnumbered->seq, 42u);
+  q->release();
+  Work(a).wait();
+  Work(unnumbered).wait();
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool claimed = false;
+  while (!(claimed = q->try_claim(true, &seq)) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_TRUE(claimed);
+  EXPECT_EQ(seq, 2u);
+  q->release();
+}
+
+TEST(WorkQueue, CloseWaitsForTheClaimedOp) {
+  auto q = std::make_shared<detail::WorkQueue>("grp");
+  ASSERT_TRUE(q->try_claim());
+  std::atomic<bool> released{false}, closed{false};
+  std::thread closer([&] {
+    q->close();
+    EXPECT_TRUE(released.load()) << "close returned while an op was claimed";
+    closed = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(closed.load());
+  released = true;
+  q->release();
+  closer.join();
+  EXPECT_TRUE(closed.load());
+}
+
 TEST(WorkQueue, CloseRunsQueuedOpsAndRefusesNewOnes) {
   auto q = std::make_shared<detail::WorkQueue>("grp");
   std::atomic<int> runs{0};

@@ -1,7 +1,8 @@
 // `cohort bench collectives`: collective bandwidth and latency through a
 // ProcessGroup, like nccl-tests. For each message size (-b .. -e, times -f)
 // it runs --warmup untimed and --iters timed ops, takes the slowest rank's
-// time of each iteration and reports the median: time_us, algbw = bytes /
+// time of each iteration and reports the median: time_us (--json adds
+// rank_median_us, the largest of the ranks' own medians), algbw = bytes /
 // time, busbw = algbw x the op's factor (nccl-tests: all_reduce 2(n-1)/n;
 // all_gather, reduce_scatter, all_to_all, gather, scatter (n-1)/n;
 // broadcast, reduce, sendrecv 1). `bytes` is nccl-tests' size: the whole
@@ -128,13 +129,19 @@ struct Buffers {
   std::vector<std::byte> b;  // recv
 };
 
-// Runs an op blocking (then returns an already completed Work) or async.
-// issue(tag...) passes the async_op tag on, or nothing.
+// Runs an op blocking (then returns an undefined Work: a blocking call makes
+// none, and the timed loop should not either) or async. issue(tag...) passes
+// the async_op tag on, or nothing.
 template <typename Issue>
-distributed::Work blocking_or_async(const char* op, bool async, Issue issue) {
+distributed::Work blocking_or_async(bool async, Issue issue) {
   if (async) return issue(distributed::async_op);
   issue();
-  return distributed::Work::completed(op);
+  return distributed::Work();
+}
+
+// Waits for an async op's Work; a blocking op's (undefined) Work is done.
+void finish(const distributed::Work& w) {
+  if (w.defined()) w.wait();
 }
 
 distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, size_t count,
@@ -142,7 +149,7 @@ distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, s
   int n = pg.size(), r = pg.rank();
   std::byte* a = buf.a.data();
   std::byte* b = buf.b.data();
-  auto run = [&](auto issue) { return blocking_or_async(op.c_str(), async, issue); };
+  auto run = [&](auto issue) { return blocking_or_async(async, issue); };
   if (op == "all_reduce")
     return run([&](auto... tag) { return pg.all_reduce(a, count, dt, {.op = rop}, tag...); });
   if (op == "broadcast")
@@ -163,7 +170,7 @@ distributed::Work issue(ProcessGroup& pg, const std::string& op, Buffers& buf, s
     return run([&](auto... tag) { return pg.scatter(a, b, count, dt, {.root = 0}, tag...); });
   if (op == "barrier") return run([&](auto... tag) { return pg.barrier({}, tag...); });
   // sendrecv: a ring; even ranks send first so no cycle of blocked senders forms.
-  if (n == 1) return distributed::Work::completed("sendrecv");
+  if (n == 1) return distributed::Work();
   int next = (r + 1) % n, prev = (r + n - 1) % n;
   auto send = [&](auto... tag) { return pg.send(a, count, dt, next, {}, tag...); };
   auto recv = [&](auto... tag) { return pg.recv(b, count, dt, prev, {}, tag...); };
@@ -254,14 +261,21 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
                                : static_cast<int>(std::clamp<size_t>(
                                      (size_t{256} << 20) / std::max<size_t>(bytes, 1), 20, 1000));
     for (int i = 0; i < args.warmup; ++i)
-      issue(pg, args.op, buf, count, dt, rop, args.async).wait();
+      finish(issue(pg, args.op, buf, count, dt, rop, args.async));
     std::vector<double> times(static_cast<size_t>(iters));
     for (int i = 0; i < iters; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      issue(pg, args.op, buf, count, dt, rop, args.async).wait();
+      finish(issue(pg, args.op, buf, count, dt, rop, args.async));
       auto t1 = std::chrono::steady_clock::now();
       times[static_cast<size_t>(i)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
+    // Also each rank's own median, the slowest rank's reported (OSU's way):
+    // it leaves out the skew between the ranks, which alternates from one
+    // iteration to the next and which time_us counts in full.
+    std::vector<double> own = times;
+    std::nth_element(own.begin(), own.begin() + static_cast<long>(own.size() / 2), own.end());
+    double rank_median = own[own.size() / 2];
+    pg.all_reduce(&rank_median, 1, DataType::kFloat64, {.op = ReduceOp::kMax});
     // The op takes as long as its slowest rank.
     pg.all_reduce(times.data(), times.size(), DataType::kFloat64, {.op = ReduceOp::kMax});
     if (args.check) check_result(pg, args.op, buf, count, dt);
@@ -274,9 +288,10 @@ int bench_rank(const BenchArgs& args, ProcessGroup& pg) {
       fmt::print(
           "{{\"op\": \"{}\", \"bytes\": {}, \"count\": {}, \"dtype\": \"{}\", "
           "\"world_size\": {}, \"backend\": \"{}\", \"async\": {}, \"iters\": {}, "
-          "\"time_us\": {:.3f}, \"algbw_gbps\": {:.4f}, \"busbw_gbps\": {:.4f}}}\n",
-          args.op, bytes, count, args.dtype, n, args.backend, args.async, iters, median, algbw,
-          busbw);
+          "\"time_us\": {:.3f}, \"rank_median_us\": {:.3f}, \"algbw_gbps\": {:.4f}, "
+          "\"busbw_gbps\": {:.4f}}}\n",
+          args.op, bytes, count, args.dtype, n, args.backend, args.async, iters, median,
+          rank_median, algbw, busbw);
     } else {
       fmt::print("  {:12} {:12} {:6} {:12.2f} {:12.3f} {:12.3f}\n", bytes, count, iters, median,
                  algbw, busbw);
