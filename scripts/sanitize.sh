@@ -45,7 +45,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # atexit_sleep_ms=0: TSan sleeps 1 s in every exiting process (even in _exit) by
 # default, to catch races at exit; tests that kill or end a process and expect
 # its peers to notice within a bound would measure that sleep instead.
-export TSAN_OPTIONS="halt_on_error=1:atexit_sleep_ms=0:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+# die_after_fork=0: cohort starts threads in a child forked from a threaded
+# process by design (the thread pool's atfork handler, spawn, the tests'
+# forked ranks); TSan kills such a child by default. Its runtime holds its
+# own locks across fork, so the child's reports stay sound.
+export TSAN_OPTIONS="halt_on_error=1:atexit_sleep_ms=0:die_after_fork=0:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
 cmake --preset "$preset" >/dev/null
 exclude='^(install|portability)\.|^LaunchE2E\.CrashedWorkerIsNamedWithItsSignal$'
 run_ctest() { ctest --output-on-failure --timeout 900 -j "$(nproc)" -E "$exclude" "$@"; }
