@@ -4,8 +4,9 @@
 #   scripts/sanitize.sh tsan [--ci|--layers] [CTEST_ARGS...]   ThreadSanitizer, build-tsan/
 # --ci builds and runs the layers that move bytes between processes and parse
 # what others send, below the tensor library -- transport, rendezvous, launch,
-# collectives, rpc, and the TcpStore and wire fuzz corpora -- which fits CI's
-# budget on 2 cores.
+# collectives, rpc, and the TcpStore and wire fuzz corpora -- and base (the
+# thread pool), which fits CI's budget on 2 cores: scripts/test.sh runs it
+# under both sanitizers when CI is set.
 # --layers (meant for tsan) builds and runs every layer that runs threads of
 # its own: the unit tests of base (thread pool), transport, rendezvous (the
 # TcpStore server), launch, collectives (engine threads), distributed (work
@@ -55,11 +56,11 @@ exclude='^(install|portability)\.|^LaunchE2E\.CrashedWorkerIsNamedWithItsSignal$
 run_ctest() { ctest --output-on-failure --timeout 900 -j "$(nproc)" -E "$exclude" "$@"; }
 case "$mode" in
   ci)
-    nice cmake --build "$dir" -j "$(nproc)" --target cohort_transport_tests cohort_rendezvous_tests \
-      cohort_launch_tests cohort_collectives_tests cohort_rpc_tests fuzz_replay_tcp_store \
-      fuzz_replay_transport_wire
+    nice cmake --build "$dir" -j "$(nproc)" --target cohort_base_tests cohort_transport_tests \
+      cohort_rendezvous_tests cohort_launch_tests cohort_collectives_tests cohort_rpc_tests \
+      fuzz_replay_tcp_store fuzz_replay_transport_wire
     # The test suites of those programs (tests of programs not built are not registered).
-    include='^(Context|Endpoint|Network|PeerAddress|ShmPair|Socket|AllStores|Bootstrap|FileStore|ParseInitMethod|PrefixStore|TcpStore|ChildProcess|CpuSplit|LinePrefixer|Spawn|Failure|FlightRecorder|Paths/ReduceKernelPaths|Processes|ReduceKernels|Transports|RpcAgent|tcp\.RpcAgent|fuzz\.replay\.(tcp_store|transport_wire))'
+    include='^(Error|KernelPath|ParallelFor|ThreadBudget|Tracer|Context|Endpoint|Network|PeerAddress|ShmPair|Socket|AllStores|Bootstrap|FileStore|ParseInitMethod|PrefixStore|TcpStore|ChildProcess|CpuSplit|LinePrefixer|Spawn|Failure|FlightRecorder|Paths/ReduceKernelPaths|Processes|ReduceKernels|Transports|RpcAgent|tcp\.RpcAgent|fuzz\.replay\.(tcp_store|transport_wire))'
     cd "$dir"
     run_ctest -R "$include" "$@"
     ;;
