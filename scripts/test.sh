@@ -5,8 +5,11 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh --tests
 scripts/build.sh
 (cd build && ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@")
-# CI (CI=true) also runs the layers that talk to other processes under
-# AddressSanitizer + UBSan (scripts/sanitize.sh; the whole suite: without --ci).
+# CI (CI=true) also runs the layers that talk to other processes, and the
+# thread pool, under AddressSanitizer + UBSan and under ThreadSanitizer
+# (scripts/sanitize.sh; every threaded layer: tsan --layers; the whole suite:
+# without a mode).
 if [[ -n "${CI:-}" ]]; then
   scripts/sanitize.sh asan --ci
+  scripts/sanitize.sh tsan --ci
 fi
