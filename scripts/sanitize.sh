@@ -14,8 +14,10 @@
 # parallel (inter-op, DataParallel, parameter server), selected by their
 # ctest label (cmake/CohortLayer.cmake), and the end-to-end tests that run
 # those layers' threads in real jobs: `cohort run` with its watchers
-# (tests/launch) and the collective suite and faults through ProcessGroup
-# (tests/distributed). docs/testing.md records its last run.
+# (tests/launch), the collective suite and faults through ProcessGroup
+# (tests/distributed), DDP (its reducer's hooks on the engine threads),
+# tensor parallelism and the parameter server (tests/ddp, tests/tensor_parallel,
+# tests/parameter_server). docs/testing.md records its last run.
 # Without either: everything (run it before a release; the closing notes
 # record its results).
 # Excluded, and why: install.* (they configure and build the whole project
@@ -69,15 +71,17 @@ case "$mode" in
     targets=()
     for l in "${layers[@]}"; do targets+=("cohort_${l}_tests"); done
     targets+=(cohort cohort_launch_test_worker cohort_launch_e2e_tests cohort_launch_multinode_tests
-              cohort_collective_suite cohort_distributed_fault_tests)
+              cohort_collective_suite cohort_distributed_fault_tests cohort_ddp_tests
+              cohort_ddp_fault_tests cohort_tensor_parallel_tests cohort_parameter_server_tests)
     nice cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}"
     cd "$dir"
     # Both runs, then one verdict.
     rc=0
     labels="^($(IFS='|'; echo "${layers[*]}"))\$"
     run_ctest -L "$labels" "$@" || rc=1
-    run_ctest -R '^(LaunchE2E|LaunchMultiNode|DistributedFault)\.|^distributed\.suite\.native\.' \
-      "$@" || rc=1
+    e2e='^(LaunchE2E|LaunchMultiNode|DistributedFault)\.|^distributed\.suite\.native\.'
+    e2e+='|^(tcp\.)?(DDP|DDPFault|TensorParallel|ParameterServer(Async|Fault|Ssp|Sync)|DistributedOptimizer)\.'
+    run_ctest -R "$e2e" "$@" || rc=1
     exit $rc
     ;;
   all)
