@@ -1,8 +1,8 @@
 # cohort_layer(NAME <layer> DEPS <targets...> [LIBS <libs...>])
 # Every *.cc under the layer's folder (recursively) that is not a *_test.cc
 # goes into the library target cohort_<layer>; every *_test.cc goes into the
-# test executable cohort_<layer>_tests, whose tests ctest discovers. Adding a
-# file to a layer therefore needs no CMake edit.
+# test executable cohort_<layer>_tests, whose tests ctest discovers (labelled
+# <layer>). Adding a file to a layer therefore needs no CMake edit.
 # A *_isa.cc is a kernel source compiled once per ISA in COHORT_ISAS (with
 # COHORT_ISA_<ISA> defined; see cohort/base/isa.h) into the same library, and
 # not at all where COHORT_ISAS is empty (other architectures).
@@ -70,7 +70,9 @@ function(cohort_layer)
     add_executable(cohort_${L_NAME}_tests ${test_srcs})
     target_link_libraries(cohort_${L_NAME}_tests PRIVATE cohort_${L_NAME} ${L_TEST_LIBS}
                           GTest::gtest GTest::gtest_main GTest::gmock)
+    # Labelled with the layer, so that `ctest -L` selects a layer's tests
+    # (scripts/sanitize.sh tsan --layers).
     gtest_discover_tests(cohort_${L_NAME}_tests DISCOVERY_TIMEOUT 60
-                         PROPERTIES TIMEOUT 300)
+                         PROPERTIES TIMEOUT 300 LABELS ${L_NAME})
   endif()
 endfunction()
