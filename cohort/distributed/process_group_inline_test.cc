@@ -15,7 +15,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
-#include "cohort/rendezvous/hash_store.h"
+#include "cohort/distributed/thread_ranks_testing.h"
 
 namespace cohort::distributed {
 namespace {
@@ -32,30 +32,7 @@ size_t count_of(const std::string& s, const std::string& part) {
   return n;
 }
 
-// Runs fn(group) as n ranks on threads; rethrows the first rank's failure.
-void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
-               Duration timeout = std::chrono::seconds(30)) {
-  auto store = std::make_shared<rendezvous::HashStore>();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ProcessGroupOptions o;
-        o.name = "test";
-        o.timeout = timeout;
-        auto pg = ProcessGroup::create(BackendKind::kNative, store, r, n, o);
-        fn(*pg);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using testing::run_ranks;
 
 // Waits (up to 30 s) until pred() holds; the ranks' threads make it true.
 void wait_until(const std::function<bool()>& pred, const char* what) {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/hash_store.h"
+#include "cohort/distributed/thread_ranks_testing.h"
 
 namespace cohort::distributed {
 namespace {
@@ -24,30 +24,7 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// Runs fn(group) as n ranks on threads; rethrows the first rank's failure.
-void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
-               Duration timeout = std::chrono::seconds(30)) {
-  auto store = std::make_shared<rendezvous::HashStore>();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ProcessGroupOptions o;
-        o.name = "test";
-        o.timeout = timeout;
-        auto pg = ProcessGroup::create(BackendKind::kNative, store, r, n, o);
-        fn(*pg);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using testing::run_ranks;
 
 std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
 

@@ -1,0 +1,43 @@
+// Test helper (not installed): ranks of a native ProcessGroup as threads of
+// this process, meeting in one HashStore, for tests that need no real
+// processes (process_group_test.cc, process_group_inline_test.cc).
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cohort/distributed/process_group.h"
+#include "cohort/rendezvous/hash_store.h"
+
+namespace cohort::distributed::testing {
+
+// Runs fn(group) as n ranks on threads; rethrows the first rank's failure
+// once every rank has ended.
+inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
+                      Duration timeout = std::chrono::seconds(30)) {
+  auto store = std::make_shared<rendezvous::HashStore>();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ProcessGroupOptions o;
+        o.name = "test";
+        o.timeout = timeout;
+        auto pg = ProcessGroup::create(BackendKind::kNative, store, r, n, o);
+        fn(*pg);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace cohort::distributed::testing
