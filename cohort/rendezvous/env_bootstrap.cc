@@ -45,6 +45,16 @@ const char* env_str(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
+// Slurm's SLURM_PROCID/NTASKS/LOCALID describe this process only inside a
+// job step (srun sets SLURM_STEP_ID); a batch script sees them too, with
+// SLURM_NTASKS meant for the steps it starts.
+bool in_slurm_step() { return env_str("SLURM_STEP_ID") != nullptr; }
+
+// The first of own, ompi (and slurm, inside a Slurm job step) that is set.
+std::optional<int> from_env(const char* own, const char* ompi, const char* slurm) {
+  return in_slurm_step() ? env_int({own, ompi, slurm}) : env_int({own, ompi});
+}
+
 // The first Slurm variable of names that is set, and its value.
 std::optional<std::pair<const char*, std::string>> slurm_var(
     std::initializer_list<const char*> names) {
@@ -106,6 +116,10 @@ std::optional<int> slurm_local_world_size(int rank) {
 }
 
 }  // namespace
+
+std::optional<int> env_world_size() {
+  return from_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS");
+}
 
 InitMethod parse_init_method(const std::string& url) {
   InitMethod m;
@@ -173,21 +187,14 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   InitMethod m = parse_init_method(init_method);
   BootstrapResult r;
 
-  // Slurm's SLURM_PROCID/NTASKS/LOCALID describe this process only inside a
-  // job step (srun sets SLURM_STEP_ID); a batch script sees them too, with
-  // SLURM_NTASKS meant for the steps it starts.
-  const bool slurm_step = env_str("SLURM_STEP_ID") != nullptr;
-  auto from_env = [&](const char* own, const char* ompi, const char* slurm) {
-    return slurm_step ? env_int({own, ompi, slurm}) : env_int({own, ompi});
-  };
+  const bool slurm_step = in_slurm_step();
   std::optional<int> rank = options.rank >= 0 ? std::optional<int>(options.rank)
                             : m.rank >= 0
                                 ? std::optional<int>(m.rank)
                                 : from_env("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID");
   std::optional<int> world = options.world_size >= 0 ? std::optional<int>(options.world_size)
-                             : m.world_size >= 0
-                                 ? std::optional<int>(m.world_size)
-                                 : from_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS");
+                             : m.world_size >= 0     ? std::optional<int>(m.world_size)
+                                                     : env_world_size();
   COHORT_CHECK(rank.has_value(),
                "bootstrap {}: the rank is not known: RANK is not set (nor OMPI_COMM_WORLD_RANK, "
                "nor SLURM_PROCID in a Slurm job step); run under `cohort run`, torchrun, mpirun "

@@ -68,6 +68,12 @@ struct BootstrapResult {
   std::string flight_recorder_dir;
 };
 
+// The world size the environment announces, as bootstrap reads it: WORLD_SIZE,
+// else OMPI_COMM_WORLD_SIZE, else SLURM_NTASKS inside a Slurm job step
+// (SLURM_STEP_ID set); nullopt when none is. Throws InvalidArgument naming a
+// variable that is not a non-negative integer.
+std::optional<int> env_world_size();
+
 // Parses init_method, connects (or serves) the store, and returns the result.
 BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options = {});
 

@@ -1,7 +1,6 @@
 #include "cohort/train/train_options.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "cohort/base/error.h"
@@ -44,14 +43,6 @@ constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
     {"ps", Strategy::kPs}};
 constexpr std::string_view kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  return (end != nullptr && *end == '\0') ? static_cast<int>(n) : 0;
-}
-
 }  // namespace
 
 ModelKind parse_model(std::string_view name) { return parse_name("model", name, kModels); }
@@ -64,17 +55,6 @@ std::string_view model_name(ModelKind kind) { return name_of(kind, kModels); }
 std::string_view dataset_name(DatasetKind kind) { return name_of(kind, kDatasets); }
 std::string_view optimizer_name(OptimizerKind kind) { return name_of(kind, kOptimizers); }
 std::string_view strategy_name(Strategy strategy) { return name_of(strategy, kStrategies); }
-
-int env_world_size() {
-  if (int n = env_int("WORLD_SIZE"); n > 0) return n;
-  if (int n = env_int("OMPI_COMM_WORLD_SIZE"); n > 0) return n;
-  // Slurm's variables describe this process only inside a job step (under
-  // srun): a batch script also sees SLURM_NTASKS, for the steps it starts.
-  if (std::getenv("SLURM_STEP_ID") != nullptr) {
-    if (int n = env_int("SLURM_NTASKS"); n > 0) return n;
-  }
-  return 1;
-}
 
 double TrainOptions::effective_lr() const {
   return lr.value_or(model == ModelKind::kToy ? 0.001 : 0.01);

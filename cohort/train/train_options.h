@@ -92,9 +92,4 @@ std::string_view dataset_name(DatasetKind kind);
 std::string_view optimizer_name(OptimizerKind kind);
 std::string_view strategy_name(Strategy strategy);
 
-// The world size the environment announces (WORLD_SIZE, else
-// OMPI_COMM_WORLD_SIZE, else SLURM_NTASKS inside a Slurm job step, i.e. when
-// SLURM_STEP_ID is set; else 1).
-int env_world_size();
-
 }  // namespace cohort::train

@@ -13,6 +13,7 @@
 #include "cohort/checkpoint/distributed_checkpoint.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
+#include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/run_trace.h"
 #include "cohort/train/train_strategy.h"
@@ -90,7 +91,7 @@ bool is_distributed(Strategy strategy) {
 
 Strategy resolve_strategy(Strategy requested) {
   if (requested != Strategy::kAuto) return requested;
-  return env_world_size() > 1 ? Strategy::kDdp : Strategy::kSingle;
+  return rendezvous::env_world_size().value_or(1) > 1 ? Strategy::kDdp : Strategy::kSingle;
 }
 
 Trainer::Trainer(TrainOptions options, std::shared_ptr<distributed::ProcessGroup> pg)
