@@ -122,6 +122,19 @@ inline bool process_gone(pid_t pid, std::chrono::seconds limit = 10s) {
   }
 }
 
+// Waits (hang guard only) until every path exists.
+inline bool wait_for_files(const std::vector<std::filesystem::path>& paths,
+                           std::chrono::seconds limit = 30s) {
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    bool all = true;
+    for (const auto& p : paths) all = all && std::filesystem::exists(p);
+    if (all) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
 inline std::filesystem::path temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("cohort_launch_" + name + "_" + std::to_string(::getpid()));

@@ -154,12 +154,7 @@ void expect_signal_forwarded(int sig, const std::string& name) {
   auto dir = temp_dir(name);
   CohortRun run(
       {"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "wait-term", dir.string()});
-  auto deadline = Clock::now() + 30s;
-  while (!(std::filesystem::exists(dir / "ready0") && std::filesystem::exists(dir / "ready1")) &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_TRUE(std::filesystem::exists(dir / "ready1")) << "workers did not start";
+  ASSERT_TRUE(wait_for_files({dir / "ready0", dir / "ready1"})) << "workers did not start";
   ::kill(run.pid(), sig);
   RunResult r = run.finish(30s);
   ASSERT_FALSE(r.hung) << r.out << r.err;
@@ -175,12 +170,7 @@ TEST(LaunchE2E, KilledLauncherTakesItsWorkersWithIt) {
   auto dir = temp_dir("killed_launcher");
   CohortRun run(
       {"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "wait-term", dir.string()});
-  auto deadline = Clock::now() + 30s;
-  while (!(std::filesystem::exists(dir / "ready0") && std::filesystem::exists(dir / "ready1")) &&
-         Clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_TRUE(std::filesystem::exists(dir / "ready1")) << "workers did not start";
+  ASSERT_TRUE(wait_for_files({dir / "ready0", dir / "ready1"})) << "workers did not start";
   ::kill(run.pid(), SIGKILL);
   RunResult r = run.finish(30s);
   EXPECT_EQ(r.status.signal, SIGKILL);

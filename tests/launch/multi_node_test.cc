@@ -49,17 +49,15 @@ bool contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
 
-// Waits (hang guard only) until every path exists.
-bool wait_for_files(const std::vector<std::filesystem::path>& paths,
-                    std::chrono::seconds limit = 30s) {
-  const auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    bool all = true;
-    for (const auto& p : paths) all = all && std::filesystem::exists(p);
-    if (all) return true;
-    std::this_thread::sleep_for(50ms);
+// Both workers (their pids written to dir by the test worker) have exited.
+void expect_workers_gone(const std::filesystem::path& dir) {
+  for (int rank : {0, 1}) {
+    pid_t pid = -1;
+    std::ifstream(dir / ("pid" + std::to_string(rank))) >> pid;
+    ASSERT_GT(pid, 0) << "rank " << rank;
+    EXPECT_TRUE(process_gone(pid))
+        << "rank " << rank << "'s worker (pid " << pid << ") outlived the job";
   }
-  return false;
 }
 
 TEST(LaunchMultiNode, WorkerFailingOnNode1StopsBothNodesNamingIt) {
@@ -191,13 +189,7 @@ TEST(LaunchMultiNode, LosingNode0StopsNode1AndLeavesNoWorkers) {
   EXPECT_TRUE(contains(r1.err, "stopping the workers on this node")) << r1.err;
   // Node 1's worker was stopped by its launcher; node 0's went with its
   // launcher (PDEATHSIG).
-  for (int rank : {0, 1}) {
-    pid_t pid = -1;
-    std::ifstream(dir / ("pid" + std::to_string(rank))) >> pid;
-    ASSERT_GT(pid, 0) << "rank " << rank;
-    EXPECT_TRUE(process_gone(pid))
-        << "rank " << rank << "'s worker (pid " << pid << ") outlived the job";
-  }
+  expect_workers_gone(dir);
   std::filesystem::remove_all(dir);
 }
 
@@ -226,13 +218,7 @@ void expect_lost_launcher_of_node1_ends_the_job(std::vector<std::string> launche
   // Node 0's worker was stopped by its launcher (SIGTERM: it wrote term0);
   // node 1's went with its launcher.
   EXPECT_TRUE(std::filesystem::exists(dir / "term0")) << r0.err;
-  for (int rank : {0, 1}) {
-    pid_t pid = -1;
-    std::ifstream(dir / ("pid" + std::to_string(rank))) >> pid;
-    ASSERT_GT(pid, 0) << "rank " << rank;
-    EXPECT_TRUE(process_gone(pid))
-        << "rank " << rank << "'s worker (pid " << pid << ") outlived the job";
-  }
+  expect_workers_gone(dir);
   std::filesystem::remove_all(dir);
 }
 
