@@ -14,6 +14,7 @@
 #include "cohort/base/error.h"
 #include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::launch {
 namespace {
@@ -53,14 +54,12 @@ std::string describe(int node, const std::string& pid, const std::string& host,
 // the silence limit catches.
 void send_byte(int fd, char c) { (void)::send(fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT); }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
 }  // namespace
 
 LauncherLink::LauncherLink(LauncherLinkOptions options, const std::string& bind_host)
     : o_(std::move(options)) {
   listener_ = rendezvous::net::listen_tcp(bind_host, 0, &port_);
-  set_nonblocking(listener_.get());
+  transport::set_nonblocking(listener_.get());
   start();
 }
 
@@ -105,7 +104,7 @@ LauncherLink::LauncherLink(LauncherLinkOptions options, const std::string& host,
   }
   const std::vector<std::string> lines = split_lines(reply);
   if (lines[0] != "ok") throw fail("unexpected reply '" + lines[0] + "'");
-  set_nonblocking(fd.get());
+  transport::set_nonblocking(fd.get());
   Peer p;
   p.node = 0;
   p.who = describe(0, lines[1], lines[2], lines[3]);
