@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
-#include <string_view>
 #include <utility>
 
 #include "cohort/base/error.h"
@@ -41,39 +40,42 @@ std::string random_name() {
   return fmt::format("/cohort-{}-{:016x}", ::getpid(), r);
 }
 
+// Calls fn(creator, name) for every segment name in /dev/shm that
+// random_name() made ("cohort-<creator pid>-<hex>", name without the '/').
+template <typename Fn>
+void for_each_segment_name(Fn&& fn) {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* e = ::readdir(dir)) {
+    long pid = 0;
+    char rest[64];
+    if (std::sscanf(e->d_name, "cohort-%ld-%60s", &pid, rest) != 2 || pid <= 0) continue;
+    fn(static_cast<pid_t>(pid), std::string(e->d_name));
+  }
+  ::closedir(dir);
+}
+
 // Names are unlinked once every peer has mapped them, so only a rank killed
 // during bootstrap leaves one behind. Remove those: ours by name, whose
 // creator no longer exists, and old enough (10 min) that no bootstrap can
 // still be using them even if the pid belongs to another pid namespace.
 void sweep_stale_segments() {
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
   time_t now = ::time(nullptr);
-  while (dirent* e = ::readdir(dir)) {
-    long pid = 0;
-    char rest[64];
-    if (std::sscanf(e->d_name, "cohort-%ld-%60s", &pid, rest) != 2 || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+  for_each_segment_name([&](pid_t pid, const std::string& name) {
+    if (::kill(pid, 0) == 0 || errno != ESRCH) return;
     struct stat st {};
-    std::string path = std::string("/dev/shm/") + e->d_name;
-    if (::stat(path.c_str(), &st) != 0 || now - st.st_mtime < 600) continue;
-    ::shm_unlink((std::string("/") + e->d_name).c_str());
-  }
-  ::closedir(dir);
+    if (::stat(("/dev/shm/" + name).c_str(), &st) != 0 || now - st.st_mtime < 600) return;
+    ::shm_unlink(("/" + name).c_str());
+  });
 }
 
 }  // namespace
 
 int remove_segments_of(pid_t creator) {
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  const std::string prefix = fmt::format("cohort-{}-", creator);
   int removed = 0;
-  while (dirent* e = ::readdir(dir)) {
-    if (std::string_view(e->d_name).substr(0, prefix.size()) != prefix) continue;
-    if (::shm_unlink((std::string("/") + e->d_name).c_str()) == 0) ++removed;
-  }
-  ::closedir(dir);
+  for_each_segment_name([&](pid_t pid, const std::string& name) {
+    if (pid == creator && ::shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  });
   return removed;
 }
 
