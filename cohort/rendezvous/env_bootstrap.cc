@@ -1,5 +1,6 @@
 #include "cohort/rendezvous/env_bootstrap.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -116,6 +117,17 @@ std::optional<int> slurm_local_world_size(int rank) {
 }
 
 }  // namespace
+
+std::optional<int> slurm_task_cpus() {
+  if (!in_slurm_step()) return std::nullopt;
+  if (std::optional<int> per_task = env_int({"SLURM_CPUS_PER_TASK"}); per_task && *per_task > 0) {
+    return per_task;
+  }
+  std::optional<int> on_node = env_int({"SLURM_CPUS_ON_NODE"});
+  std::optional<int> tasks = slurm_local_world_size(0);
+  if (!on_node || *on_node == 0 || !tasks) return std::nullopt;
+  return std::max(1, *on_node / std::max(1, *tasks));
+}
 
 std::optional<int> env_world_size() {
   return from_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS");

@@ -74,6 +74,13 @@ struct BootstrapResult {
 // variable that is not a non-negative integer.
 std::optional<int> env_world_size();
 
+// The CPUs of this task of a Slurm job step (srun sets SLURM_STEP_ID), for its
+// intra-op threads: SLURM_CPUS_PER_TASK (srun -c), else this node's CPUs of the
+// job (SLURM_CPUS_ON_NODE) split over the step's tasks on this node, as `cohort
+// run` splits its host's CPUs. nullopt outside a step or when Slurm says
+// neither; throws InvalidArgument naming a malformed variable.
+std::optional<int> slurm_task_cpus();
+
 // Parses init_method, connects (or serves) the store, and returns the result.
 BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options = {});
 

@@ -3,14 +3,13 @@
 // prints progress (train_progress.h).
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/slurm.h"
+#include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/train/trainer.h"
 #include "tools/cohort/command.h"
 #include "tools/cohort/train_progress.h"
@@ -28,38 +27,6 @@ struct TrainArgs {
   train::TrainOptions options;
 };
 
-const char* env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
-
-// A count read from the environment, at least min.
-int env_count(const char* name, const char* value, int min) {
-  char* end = nullptr;
-  long n = std::strtol(value, &end, 10);
-  COHORT_CHECK(end != value && *end == '\0' && n >= min && n <= 1 << 20,
-               "{}='{}' is not a whole number >= {}", name, value, min);
-  return static_cast<int>(n);
-}
-
-// Intra-op threads of a task of a Slurm job step (srun sets SLURM_STEP_ID)
-// when neither --threads nor COHORT_NUM_THREADS says: the CPUs Slurm gave
-// each task (SLURM_CPUS_PER_TASK, srun -c), else this node's CPUs of the job
-// (SLURM_CPUS_ON_NODE) split over the step's tasks on this node, as `cohort
-// run` splits its host's CPUs. 0: not in a step, or nothing to go by.
-int slurm_threads() {
-  if (env_str("SLURM_STEP_ID") == nullptr) return 0;
-  if (const char* per_task = env_str("SLURM_CPUS_PER_TASK")) {
-    return env_count("SLURM_CPUS_PER_TASK", per_task, 1);
-  }
-  const char* on_node = env_str("SLURM_CPUS_ON_NODE");
-  const char* per_node = env_str("SLURM_STEP_TASKS_PER_NODE");
-  const char* node = env_str("SLURM_NODEID");
-  if (on_node == nullptr || per_node == nullptr || node == nullptr) return 0;
-  int tasks = rendezvous::slurm::tasks_on_node(per_node, env_count("SLURM_NODEID", node, 0));
-  return std::max(1, env_count("SLURM_CPUS_ON_NODE", on_node, 1) / std::max(1, tasks));
-}
-
 int run_train(CLI::App* app, TrainArgs* args) {
   train::TrainOptions& o = args->options;
   std::unique_ptr<train::Trainer> trainer;
@@ -74,7 +41,10 @@ int run_train(CLI::App* app, TrainArgs* args) {
     // The environment is read here, at the edge (docs/design.md rule 11).
     const char* transport = std::getenv("COHORT_TRANSPORT");
     o.rpc_force_tcp = transport != nullptr && std::string(transport) == "tcp";
-    if (o.threads == 0 && env_str("COHORT_NUM_THREADS") == nullptr) o.threads = slurm_threads();
+    const char* num_threads = std::getenv("COHORT_NUM_THREADS");
+    if (o.threads == 0 && (num_threads == nullptr || *num_threads == '\0')) {
+      o.threads = rendezvous::slurm_task_cpus().value_or(0);
+    }
     trainer = std::make_unique<train::Trainer>(o);
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "cohort train: error: %s\n\n%s", e.what(), app->help().c_str());
