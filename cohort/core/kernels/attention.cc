@@ -32,9 +32,9 @@ namespace detail {
 namespace {
 
 void gemm_nt_base(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t lda,
-                  const float* bt, int64_t ldb, float* c, int64_t ldc) {
+                  const float* bt, int64_t ldb, float* c, int64_t ldc, Band band) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t j = 0, end = std::min(cols, r + 1 + band.hi); j < end; ++j) {
       float acc = 0;
       for (int64_t d = 0; d < depth; ++d) acc += a[r * lda + d] * bt[d * ldb + j];
       c[r * ldc + j] = acc;
@@ -42,9 +42,10 @@ void gemm_nt_base(int64_t rows, int64_t cols, int64_t depth, const float* a, int
 }
 
 void gemm_acc_base(int64_t rows, int64_t n, int64_t depth, const float* a, int64_t a_rs,
-                   int64_t a_ks, const float* b, int64_t ldb, float* c, int64_t ldc) {
+                   int64_t a_ks, const float* b, int64_t ldb, float* c, int64_t ldc, Band band) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < depth; ++k) {
+    for (int64_t k = std::max<int64_t>(0, r + band.lo), end = std::min(depth, r + 1 + band.hi);
+         k < end; ++k) {
       const float x = a[r * a_rs + k * a_ks];
       for (int64_t i = 0; i < n; ++i) c[r * ldc + i] += x * b[k * ldb + i];
     }
@@ -66,18 +67,28 @@ float row_exp_base(const float* s, int64_t n, int64_t n_zero, float c, float m, 
   return sum;
 }
 
-void row_ds_base(const float* p, const float* dp, int64_t n, float delta, float scale, float* ds) {
+void row_ds_base(const float* p, const float* dp, int64_t n, int64_t n_zero, float delta,
+                 float scale, float* ds) {
   for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (dp[j] - delta) * scale;
+  for (int64_t j = n; j < n_zero; ++j) ds[j] = 0;
 }
 
-void scale_row_base(float* x, int64_t n, float a) {
-  for (int64_t j = 0; j < n; ++j) x[j] *= a;
+void scale_row_base(const float* x, int64_t n, float a, float* y) {
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * a;
+}
+
+void pack_t_base(const float* src, int64_t rs, int64_t rows, int64_t d, float* dst, int64_t ldd) {
+  for (int64_t c = 0; c < d; ++c) {
+    float* out = dst + c * ldd;
+    for (int64_t j = 0; j < rows; ++j) out[j] = src[j * rs + c];
+    std::fill(out + rows, out + ldd, 0.0f);
+  }
 }
 
 }  // namespace
 
-const AttentionOps kAttentionOpsBaseline{gemm_nt_base, gemm_acc_base, row_max_base,
-                                         row_exp_base, row_ds_base,   scale_row_base};
+const AttentionOps kAttentionOpsBaseline{gemm_nt_base, gemm_acc_base,  row_max_base, row_exp_base,
+                                         row_ds_base,  scale_row_base, pack_t_base};
 
 COHORT_ISA_DECLARE_TABLE(AttentionOps, kAttentionOps)
 
@@ -90,6 +101,7 @@ const AttentionOps* attention_ops() {
 namespace {
 
 using detail::AttentionOps;
+using detail::Band;
 constexpr int64_t kB = kAttentionBlock;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
@@ -106,22 +118,28 @@ int64_t visible_keys(const AttentionShape& s, int64_t i, int64_t k0, int64_t kn)
   return s.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
 }
 
-// dst[c * kB + j] = src[j * rs + c] for j < rows, c < d; columns rows..kB zero.
-void pack_transposed(const float* src, int64_t rs, int64_t rows, int64_t d, float* dst) {
-  for (int64_t c = 0; c < d; ++c) {
-    float* out = dst + c * kB;
-    for (int64_t j = 0; j < rows; ++j) out[j] = src[j * rs + c];
-    std::fill(out + rows, out + kB, 0.0f);
-  }
+// Tiles of queries from q0 x keys from k0: query row r sees key columns
+// j <= r + q0 - k0 (rows_q); key row j is seen by query columns
+// i >= j - (q0 - k0) (rows_k).
+Band rows_q(const AttentionShape& s, int64_t q0, int64_t k0) {
+  return s.causal ? Band{-detail::kUnbounded, q0 - k0} : Band{};
+}
+Band rows_k(const AttentionShape& s, int64_t q0, int64_t k0) {
+  return s.causal ? Band{k0 - q0, detail::kUnbounded} : Band{};
 }
 
+// Per task: packed keys and values [D, kB], two score tiles [kB, kB] and two
+// accumulator tiles [kB, D] (out; dk and dv), reused tile after tile.
 struct Scratch {
   explicit Scratch(const AttentionShape& s)
-      : buf(static_cast<size_t>(attention_scratch_floats(s))) {}
+      : d(s.head_dim), buf(static_cast<size_t>(attention_scratch_floats(s))) {}
   float* kt() { return buf.data(); }
-  float* vt(int64_t d) { return buf.data() + d * kB; }
-  float* scores(int64_t d) { return buf.data() + 2 * d * kB; }
-  float* dscores(int64_t d) { return buf.data() + 2 * d * kB + kB * kB; }
+  float* vt() { return buf.data() + d * kB; }
+  float* scores() { return buf.data() + 2 * d * kB; }
+  float* dscores() { return buf.data() + 2 * d * kB + kB * kB; }
+  float* acc0() { return buf.data() + 2 * d * kB + 2 * kB * kB; }
+  float* acc1() { return buf.data() + 3 * d * kB + 2 * kB * kB; }
+  int64_t d;
   std::vector<float> buf;
 };
 
@@ -131,19 +149,19 @@ void forward_task(const AttentionShape& s, const AttentionOps& ops, ConstHeadRow
   const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
   const float c = static_cast<float>(s.scale * kLog2e);
   float* kt = scratch.kt();
-  float* sc = scratch.scores(d);
+  float* sc = scratch.scores();
+  float* acc = scratch.acc0();  // [qn, d]: the output rows before the division by l
   const float* qp = q.head(bh) + q0 * q.row_stride;
-  float* op = out.head(bh) + q0 * out.row_stride;
+  std::fill(acc, acc + qn * d, 0.0f);
   float m[kB], l[kB];
   for (int64_t r = 0; r < qn; ++r) {
-    std::fill(op + r * out.row_stride, op + r * out.row_stride + d, 0.0f);
     m[r] = -std::numeric_limits<float>::infinity();
     l[r] = 0;
   }
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-    pack_transposed(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, d, kt);
-    ops.gemm_nt(qn, kn, d, qp, q.row_stride, kt, kB, sc, kB);
+    ops.pack_t(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, d, kt, kB);
+    ops.gemm_nt(qn, kn, d, qp, q.row_stride, kt, kB, sc, kB, rows_q(s, q0, k0));
     for (int64_t r = 0; r < qn; ++r) {
       float* sr = sc + r * kB;
       const int64_t n = visible_keys(s, q0 + r, k0, kn);
@@ -155,17 +173,18 @@ void forward_task(const AttentionShape& s, const AttentionOps& ops, ConstHeadRow
       const float sum = ops.row_exp(sr, n, kn, c, m_new, sr);
       if (l[r] != 0 && m_new != m[r]) {
         const float alpha = std::exp2(m[r] - m_new);
-        ops.scale_row(op + r * out.row_stride, d, alpha);
+        ops.scale_row(acc + r * d, d, alpha, acc + r * d);
         l[r] *= alpha;
       }
       l[r] += sum;
       m[r] = m_new;
     }
-    ops.gemm_acc(qn, d, kn, sc, kB, 1, v.head(bh) + k0 * v.row_stride, v.row_stride, op,
-                 out.row_stride);
+    ops.gemm_acc(qn, d, kn, sc, kB, 1, v.head(bh) + k0 * v.row_stride, v.row_stride, acc, d,
+                 rows_q(s, q0, k0));
   }
+  float* op = out.head(bh) + q0 * out.row_stride;
   for (int64_t r = 0; r < qn; ++r) {
-    ops.scale_row(op + r * out.row_stride, d, 1.0f / l[r]);
+    ops.scale_row(acc + r * d, d, 1.0f / l[r], op + r * out.row_stride);
     lse[bh * s.q_len + q0 + r] = static_cast<float>(m[r] * kLn2 + std::log(l[r]));
   }
 }
@@ -184,26 +203,27 @@ void grad_tile(const AttentionShape& s, const AttentionOps& ops, ConstHeadRows q
   const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
   const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
   const float c = static_cast<float>(s.scale * kLog2e);
-  float* sc = scratch.scores(d);
-  float* ds = scratch.dscores(d);
-  ops.gemm_nt(qn, kn, d, q.head(bh) + q0 * q.row_stride, q.row_stride, scratch.kt(), kB, sc, kB);
-  ops.gemm_nt(qn, kn, d, dout.head(bh) + q0 * dout.row_stride, dout.row_stride, scratch.vt(d), kB,
-              ds, kB);
+  float* sc = scratch.scores();
+  float* ds = scratch.dscores();
+  const Band band = rows_q(s, q0, k0);
+  ops.gemm_nt(qn, kn, d, q.head(bh) + q0 * q.row_stride, q.row_stride, scratch.kt(), kB, sc, kB,
+              band);
+  ops.gemm_nt(qn, kn, d, dout.head(bh) + q0 * dout.row_stride, dout.row_stride, scratch.vt(), kB,
+              ds, kB, band);
   const float* lse2 = rows.lse2 + bh * s.q_len + q0;
   const float* delta = rows.delta + bh * s.q_len + q0;
   for (int64_t r = 0; r < qn; ++r) {
     const int64_t n = visible_keys(s, q0 + r, k0, kn);
     ops.row_exp(sc + r * kB, n, kn, c, lse2[r], sc + r * kB);
-    ops.row_ds(sc + r * kB, ds + r * kB, kn, delta[r], static_cast<float>(s.scale), ds + r * kB);
+    ops.row_ds(sc + r * kB, ds + r * kB, n, kn, delta[r], static_cast<float>(s.scale), ds + r * kB);
   }
 }
 
-void pack_keys(const AttentionShape& s, ConstHeadRows k, ConstHeadRows v, int64_t bh, int64_t kb,
-               Scratch& scratch) {
+void pack_keys(const AttentionShape& s, const AttentionOps& ops, ConstHeadRows k, ConstHeadRows v,
+               int64_t bh, int64_t kb, Scratch& scratch) {
   const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-  pack_transposed(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, s.head_dim, scratch.kt());
-  pack_transposed(v.head(bh) + k0 * v.row_stride, v.row_stride, kn, s.head_dim,
-                  scratch.vt(s.head_dim));
+  ops.pack_t(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, s.head_dim, scratch.kt(), kB);
+  ops.pack_t(v.head(bh) + k0 * v.row_stride, v.row_stride, kn, s.head_dim, scratch.vt(), kB);
 }
 
 void zero_rows(float* p, int64_t rs, int64_t rows, int64_t d) {
@@ -220,24 +240,31 @@ struct BackwardArgs {
 void key_task(const AttentionShape& s, const AttentionOps& ops, const BackwardArgs& a, int64_t bh,
               int64_t kb, bool with_dq, Scratch& scratch) {
   const int64_t d = s.head_dim, k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-  float* dkp = a.dk.head(bh) + k0 * a.dk.row_stride;
-  float* dvp = a.dv.head(bh) + k0 * a.dv.row_stride;
-  zero_rows(dkp, a.dk.row_stride, kn, d);
-  zero_rows(dvp, a.dv.row_stride, kn, d);
-  pack_keys(s, a.k, a.v, bh, kb, scratch);
-  const float* p = scratch.scores(d);
-  const float* ds = scratch.dscores(d);
+  float* dkt = scratch.acc0();  // [kn, d] tiles, copied out at the end
+  float* dvt = scratch.acc1();
+  std::fill(dkt, dkt + kn * d, 0.0f);
+  std::fill(dvt, dvt + kn * d, 0.0f);
+  pack_keys(s, ops, a.k, a.v, bh, kb, scratch);
+  const float* p = scratch.scores();
+  const float* ds = scratch.dscores();
   for (int64_t qb = 0, nqb = num_blocks(s.q_len); qb < nqb; ++qb) {
     if (!block_needed(s, qb, kb)) continue;
     const int64_t q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
     grad_tile(s, ops, a.q, a.dout, a.rows, bh, qb, kb, scratch);
+    const Band bk = rows_k(s, q0, k0);
     ops.gemm_acc(kn, d, qn, p, 1, kB, a.dout.head(bh) + q0 * a.dout.row_stride, a.dout.row_stride,
-                 dvp, a.dv.row_stride);
-    ops.gemm_acc(kn, d, qn, ds, 1, kB, a.q.head(bh) + q0 * a.q.row_stride, a.q.row_stride, dkp,
-                 a.dk.row_stride);
+                 dvt, d, bk);
+    ops.gemm_acc(kn, d, qn, ds, 1, kB, a.q.head(bh) + q0 * a.q.row_stride, a.q.row_stride, dkt, d,
+                 bk);
     if (with_dq)
       ops.gemm_acc(qn, d, kn, ds, kB, 1, a.k.head(bh) + k0 * a.k.row_stride, a.k.row_stride,
-                   a.dq.head(bh) + q0 * a.dq.row_stride, a.dq.row_stride);
+                   a.dq.head(bh) + q0 * a.dq.row_stride, a.dq.row_stride, rows_q(s, q0, k0));
+  }
+  float* dkp = a.dk.head(bh) + k0 * a.dk.row_stride;
+  float* dvp = a.dv.head(bh) + k0 * a.dv.row_stride;
+  for (int64_t j = 0; j < kn; ++j) {
+    std::copy(dkt + j * d, dkt + (j + 1) * d, dkp + j * a.dk.row_stride);
+    std::copy(dvt + j * d, dvt + (j + 1) * d, dvp + j * a.dv.row_stride);
   }
 }
 
@@ -249,10 +276,10 @@ void query_task(const AttentionShape& s, const AttentionOps& ops, const Backward
   zero_rows(dqp, a.dq.row_stride, qn, d);
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-    pack_keys(s, a.k, a.v, bh, kb, scratch);
+    pack_keys(s, ops, a.k, a.v, bh, kb, scratch);
     grad_tile(s, ops, a.q, a.dout, a.rows, bh, qb, kb, scratch);
-    ops.gemm_acc(qn, d, kn, scratch.dscores(d), kB, 1, a.k.head(bh) + k0 * a.k.row_stride,
-                 a.k.row_stride, dqp, a.dq.row_stride);
+    ops.gemm_acc(qn, d, kn, scratch.dscores(), kB, 1, a.k.head(bh) + k0 * a.k.row_stride,
+                 a.k.row_stride, dqp, a.dq.row_stride, rows_q(s, q0, k0));
   }
 }
 
@@ -276,7 +303,7 @@ void check_attention_shape(const AttentionShape& s, const char* op) {
 }
 
 int64_t attention_scratch_floats(const AttentionShape& s) {
-  return 2 * s.head_dim * kB + 2 * kB * kB;
+  return 4 * s.head_dim * kB + 2 * kB * kB;
 }
 
 void attention_forward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,

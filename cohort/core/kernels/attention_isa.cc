@@ -137,12 +137,13 @@ void nt_pick(int r, int cv, int64_t depth, const float* a, int64_t lda, const fl
 }
 
 void gemm_nt(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t lda,
-             const float* bt, int64_t ldb, float* c, int64_t ldc) {
-  const int64_t nv = (cols + kN - 1) / kN;
-  for (int64_t v = 0; v < nv; v += kNtCV) {
-    const int cv = static_cast<int>(std::min<int64_t>(kNtCV, nv - v));
-    for (int64_t r = 0; r < rows; r += kNtR) {
-      const int rr = static_cast<int>(std::min<int64_t>(kNtR, rows - r));
+             const float* bt, int64_t ldb, float* c, int64_t ldc, Band band) {
+  for (int64_t r = 0; r < rows; r += kNtR) {
+    const int rr = static_cast<int>(std::min<int64_t>(kNtR, rows - r));
+    const int64_t end = std::min(cols, r + rr + band.hi);  // the group's last row's columns
+    const int64_t nv = (end + kN - 1) / kN;
+    for (int64_t v = 0; v < nv; v += kNtCV) {
+      const int cv = static_cast<int>(std::min<int64_t>(kNtCV, nv - v));
       nt_pick<kNtR>(rr, cv, depth, a + r * lda, lda, bt + v * kN, ldb, c + r * ldc + v * kN, ldc);
     }
   }
@@ -225,16 +226,20 @@ void acc_pick(int r, int cv, const AccArgs& x) {
 }
 
 void gemm_acc(int64_t rows, int64_t n, int64_t depth, const float* a, int64_t a_rs, int64_t a_ks,
-              const float* b, int64_t ldb, float* c, int64_t ldc) {
+              const float* b, int64_t ldb, float* c, int64_t ldc, Band band) {
   const int64_t nv = (n + kN - 1) / kN;
-  for (int64_t v = 0; v < nv; v += kAccCV) {
-    const int cv = static_cast<int>(std::min<int64_t>(kAccCV, nv - v));
-    const int64_t tail = std::min<int64_t>(kN, n - (v + cv - 1) * kN);
-    for (int64_t r = 0; r < rows; r += kAccR) {
-      const int rr = static_cast<int>(std::min<int64_t>(kAccR, rows - r));
+  for (int64_t r = 0; r < rows; r += kAccR) {
+    const int rr = static_cast<int>(std::min<int64_t>(kAccR, rows - r));
+    // The group's first row starts the band, its last row ends it.
+    const int64_t k0 = std::max<int64_t>(0, r + band.lo);
+    const int64_t k1 = std::min(depth, r + rr + band.hi);
+    if (k1 <= k0) continue;
+    for (int64_t v = 0; v < nv; v += kAccCV) {
+      const int cv = static_cast<int>(std::min<int64_t>(kAccCV, nv - v));
+      const int64_t tail = std::min<int64_t>(kN, n - (v + cv - 1) * kN);
       acc_pick<kAccR>(rr, cv,
-                      AccArgs{depth, a + r * a_rs, a_rs, a_ks, b + v * kN, ldb,
-                              c + r * ldc + v * kN, ldc, tail});
+                      AccArgs{k1 - k0, a + r * a_rs + k0 * a_ks, a_rs, a_ks, b + k0 * ldb + v * kN,
+                              ldb, c + r * ldc + v * kN, ldc, tail});
     }
   }
 }
@@ -270,26 +275,43 @@ float row_exp(const float* s, int64_t n, int64_t n_zero, float c, float m, float
   return vsum(sum);
 }
 
-void row_ds(const float* p, const float* dp, int64_t n, float delta, float scale, float* ds) {
+void row_ds(const float* p, const float* dp, int64_t n, int64_t n_zero, float delta, float scale,
+            float* ds) {
   const VN vd = vset1(delta), vs = vset1(scale);
-  for (int64_t j = 0; j < n; j += kN) {
+  int64_t j = 0;
+  for (; j < n; j += kN) {
     const int64_t k = std::min<int64_t>(kN, n - j);
     const VN r = vmul(vmul(vload_first(p + j, k), vsub(vload_first(dp + j, k), vd)), vs);
-    vstore_first(ds + j, k, r);
+    vstore_first(ds + j, std::min<int64_t>(kN, n_zero - j), vkeep_first(r, k, 0.0f));
   }
+  for (; j < n_zero; j += kN) vstore_first(ds + j, std::min<int64_t>(kN, n_zero - j), vzero());
 }
 
-void scale_row(float* x, int64_t n, float a) {
+void scale_row(const float* x, int64_t n, float a, float* y) {
   const VN va = vset1(a);
   int64_t j = 0;
-  for (; j + kN <= n; j += kN) vstoreu(x + j, vmul(vloadu(x + j), va));
-  if (j < n) vstore_first(x + j, n - j, vmul(vload_first(x + j, n - j), va));
+  for (; j + kN <= n; j += kN) vstoreu(y + j, vmul(vloadu(x + j), va));
+  if (j < n) vstore_first(y + j, n - j, vmul(vload_first(x + j, n - j), va));
+}
+
+// kN x kN blocks through vtranspose; rows past `rows` read as zero.
+void pack_t(const float* src, int64_t rs, int64_t rows, int64_t d, float* dst, int64_t ldd) {
+  for (int64_t j = 0; j < ldd; j += kN)
+    for (int64_t c = 0; c < d; c += kN) {
+      const int64_t w = std::min<int64_t>(kN, d - c);
+      VN r[kN];
+#pragma GCC unroll 16
+      for (int i = 0; i < kN; ++i)
+        r[i] = j + i < rows ? vload_first(src + (j + i) * rs + c, w) : vzero();
+      vtranspose(r);
+      for (int64_t i = 0; i < w; ++i) vstoreu(dst + (c + i) * ldd + j, r[i]);
+    }
 }
 
 }  // namespace
 
 extern const AttentionOps kAttentionOps;
-const AttentionOps kAttentionOps{gemm_nt, gemm_acc, row_max, row_exp, row_ds, scale_row};
+const AttentionOps kAttentionOps{gemm_nt, gemm_acc, row_max, row_exp, row_ds, scale_row, pack_t};
 
 }  // namespace cohort::kernels::detail::COHORT_ISA_NS
 COHORT_ISA_END
