@@ -52,7 +52,7 @@ inline float vhmax(VN v) {
 }
 #elif defined(COHORT_ISA_AVX2)
 constexpr int kNtR = 6, kNtCV = 2;    // 12 accumulators of 16 registers
-constexpr int kAccR = 3, kAccCV = 4;  // 12 accumulators
+constexpr int kAccR = 6, kAccCV = 2;  // 12 accumulators
 inline void vstoreu(float* p, VN v) { _mm256_storeu_ps(p, v); }
 inline VN vmin(VN a, VN b) { return _mm256_min_ps(a, b); }
 inline VN vround(VN x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
