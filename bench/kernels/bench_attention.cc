@@ -50,6 +50,9 @@ class TorchPeer {
     if (pid_ < 0)
       throw std::runtime_error(std::string("bench_attention: fork: ") + std::strerror(errno));
     if (pid_ == 0) {
+      // PyTorch 1.13's fastest setting on this kind of host (issue 21): its
+      // own threads only, OpenBLAS single-threaded inside them.
+      setenv("OPENBLAS_NUM_THREADS", "1", 0);
       dup2(in[0], 0);
       dup2(out[1], 1);
       execl("/usr/bin/python3", "python3", script.c_str(), static_cast<char*>(nullptr));
@@ -224,8 +227,11 @@ int main(int argc, char** argv) {
     std::unique_ptr<TorchPeer> torch;
     if (use_torch) {
       torch = std::make_unique<TorchPeer>(script);
-      std::printf("peer: %s (composed: q@k^T, masked_fill, softmax, @v), %d threads\n",
-                  torch->read_line().c_str(), threads);
+      const char* ob = std::getenv("OPENBLAS_NUM_THREADS");
+      std::printf(
+          "peer: %s (composed: q@k^T, masked_fill, softmax, @v), %d threads, "
+          "OPENBLAS_NUM_THREADS=%s\n",
+          torch->read_line().c_str(), threads, ob ? ob : "1");
     }
     std::vector<std::pair<std::string, Shape4>> shapes{{"gpt reference", {16, 4, 128, 64}},
                                                        {"long context", {2, 4, 1024, 64}}};
