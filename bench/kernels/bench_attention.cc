@@ -46,18 +46,26 @@ class TorchPeer {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)
       throw std::runtime_error(std::string("bench_attention: pipe: ") + std::strerror(errno));
+    // PyTorch 1.13's fastest setting on this kind of host (issue 21): its own
+    // threads only, OpenBLAS single-threaded inside them. The environment is
+    // built before fork: the child only calls async-signal-safe functions.
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    if (!std::getenv("OPENBLAS_NUM_THREADS")) env.emplace_back("OPENBLAS_NUM_THREADS=1");
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string py = "/usr/bin/python3";
+    std::vector<char*> args{py.data(), const_cast<char*>(script.c_str()), nullptr};
     pid_ = fork();
     if (pid_ < 0)
       throw std::runtime_error(std::string("bench_attention: fork: ") + std::strerror(errno));
     if (pid_ == 0) {
-      // PyTorch 1.13's fastest setting on this kind of host (issue 21): its
-      // own threads only, OpenBLAS single-threaded inside them.
-      setenv("OPENBLAS_NUM_THREADS", "1", 0);
       dup2(in[0], 0);
       dup2(out[1], 1);
-      execl("/usr/bin/python3", "python3", script.c_str(), static_cast<char*>(nullptr));
-      std::fprintf(stderr, "bench_attention: exec /usr/bin/python3 %s: %s\n", script.c_str(),
-                   std::strerror(errno));
+      execve(py.c_str(), args.data(), envp.data());
+      const char msg[] = "bench_attention: cannot exec /usr/bin/python3\n";
+      (void)!write(2, msg, sizeof msg - 1);
       _exit(127);
     }
     close(in[0]);
