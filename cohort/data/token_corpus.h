@@ -52,6 +52,7 @@ class TokenStream {
   std::span<const uint16_t> tokens() const {
     return {storage_ ? storage_->data() + begin_ : nullptr, static_cast<size_t>(size_)};
   }
+  // Token i, 0 <= i < size() (unchecked).
   uint16_t operator[](int64_t i) const { return (*storage_)[static_cast<size_t>(begin_ + i)]; }
 
   // Tokens [begin, end) sharing this stream's storage; `source` describes the

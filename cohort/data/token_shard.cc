@@ -70,6 +70,10 @@ bool looks_like_text(const uint8_t* bytes, size_t n) {
 }
 
 std::string magic_hint(const uint8_t* head, size_t head_bytes, int64_t file_bytes) {
+  if (file_bytes == 0) return "; the file is empty";
+  if (head_bytes >= 4 && load_le32(head) == 20240522)
+    return "; 20240522 is the magic of llm.c's evaluation files (hellaswag_val.bin: "
+           "multiple-choice examples), not a token stream";
   if (looks_like_text(head, head_bytes))
     return "; the file looks like plain text: read it as a byte-level text corpus "
            "(load_text_corpus, `--dataset text`) instead";

@@ -69,6 +69,15 @@ TEST_F(TokenShardTest, WrongMagicHintsAtHeaderlessUint16) {
              {path, "20240520", "headerless", "uint16"});
 }
 
+TEST_F(TokenShardTest, EmptyFileAndEvaluationFileAreNamed) {
+  const std::string empty = write("e.bin", "");
+  expect_all(message_of<IoError>([&] { read_token_shard(empty); }),
+             {empty, "only 0 bytes", "20240520", "empty"});
+  const std::string eval = write("hellaswag_val.bin", shard_bytes(20240522, 1, 0, {}));
+  expect_all(message_of<IoError>([&] { read_token_shard(eval); }),
+             {eval, "magic 20240522", "evaluation"});
+}
+
 TEST_F(TokenShardTest, WrongVersion) {
   const std::string path = write("v.bin", shard_bytes(20240520, 2, 1, {5}));
   expect_all(message_of<IoError>([&] { read_token_shard(path); }),
