@@ -104,7 +104,7 @@ Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, cons
                 [=](const Tensor& g_in, const std::vector<bool>&) {
                   Tensor gq = Tensor::empty(qd.sizes()), gk = Tensor::empty(kd.sizes());
                   Tensor gv = Tensor::empty(vd.sizes());
-                            Tensor hold[6];  // contiguous copies of inputs whose layout needs one
+                  Tensor hold[6];  // contiguous copies of inputs whose layout needs one
                   kernels::attention_backward(
                       s, head_rows<const float>(qd, hold[0]), head_rows<const float>(kd, hold[1]),
                       head_rows<const float>(vd, hold[2]), head_rows<const float>(yd, hold[3]),
