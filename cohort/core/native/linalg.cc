@@ -34,9 +34,10 @@ void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
+// OpenBLAS, single-threaded, split over parallel_for.
 template <typename T>
-void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void blas_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   single_threaded_blas();
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -73,6 +74,18 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
+template <typename T>
+void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_backend(ta, tb, m, n, k, num_threads()) == GemmBackend::kPacked) {
+      gemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
+  blas_split<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // A 2-D operand as BLAS sees it: pointer, leading dim, transposed flag.
 // Copies only when neither the matrix nor its transpose is row-contiguous.
 struct BlasOperand {
@@ -93,6 +106,29 @@ BlasOperand as_blas(const Tensor& t) {
 }
 
 }  // namespace
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::kPacked ? "packed" : "openblas";
+}
+
+GemmBackend gemm_backend(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
+  (void)ta;
+  (void)tb;
+  (void)m;
+  (void)n;
+  (void)k;
+  (void)threads;
+  return GemmBackend::kOpenBlas;
+}
+
+void gemm_with(GemmBackend backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  if (backend == GemmBackend::kPacked)
+    gemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    blas_split<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
