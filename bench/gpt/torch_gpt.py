@@ -4,8 +4,8 @@
 The model is nanoGPT's (token + learned position embeddings, pre-LayerNorm blocks, causal
 multi-head self-attention with the T x T attention matrix materialised, as nanoGPT does when
 F.scaled_dot_product_attention is missing (torch 1.13), 4x MLP with tanh GELU, final LayerNorm,
-head tied to the token embedding; no biases dropped: Linear and LayerNorm carry biases as in
-GPT-2), trained with AdamW (betas 0.9/0.95, weight decay 0.1 on 2-D weights only, lr 3e-4).
+head tied to the token embedding; Linear and LayerNorm layers carry biases, as in GPT-2),
+trained with AdamW (betas 0.9/0.95, weight decay 0.1 on 2-D weights only, lr 3e-4).
 Batches are random tokens from a seeded generator. After --warmup steps, --steps steps are
 timed one by one; prints one JSON line: ms/step median (and min, max), peak RSS
 (getrusage ru_maxrss), parameters, settings.
