@@ -175,8 +175,10 @@ int main(int argc, char** argv) {
                        ""});
 #endif
     if (!header) {
-      for (auto& im : impls) std::printf(" %10s", im.name.c_str());
-      std::printf("   (GFLOP/s, median of %d rounds)\n", repeats);
+      for (auto& im : impls) std::printf(" %11s", im.name.c_str());
+      std::printf(
+          "   (GFLOP/s by wall / by process CPU time x threads, medians of %d rounds)\n",
+          repeats);
       header = true;
     }
     bench::time_all(impls, seconds, repeats);
@@ -185,7 +187,9 @@ int main(int argc, char** argv) {
                   p.tb ? "T" : "N", (long long)p.m, (long long)p.n, (long long)p.k);
     std::printf("%-52s", label);
     const double flop = 2.0 * p.m * p.n * p.k;
-    for (auto& im : impls) std::printf(" %10.1f", flop / bench::median(im.samples) * 1e-9);
+    for (auto& im : impls)
+      std::printf(" %5.1f/%-5.1f", flop / bench::median(im.samples) * 1e-9,
+                  flop / bench::median(im.cpu_samples) * threads * 1e-9);
     std::printf("\n");
     std::fflush(stdout);
   }

@@ -40,6 +40,12 @@ void micro(int64_t kc, const float* __restrict ap, const float* __restrict bp, f
            int64_t ldc, int m, int n, float alpha, float beta, bool first) {
   // Fully unrolled early, so that GCC keeps acc in registers (without the
   // pragmas it stores every accumulator to the stack on every step).
+  // C's tile is read after the loop (when accumulating): fetch it now.
+  if (!first || beta != 0.0f)
+    for (int i = 0; i < m; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + kNR - 1), _MM_HINT_T0);
+    }
   V acc[kMR][kNV];
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i)
