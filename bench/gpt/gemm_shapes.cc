@@ -9,7 +9,7 @@
 // OpenBLAS's kernel depends on OPENBLAS_CORETYPE: run.sh-style callers run this
 // once per setting (the corename is printed).
 //
-// Usage: bench_gemm_shapes [--threads N] [--model ref|gpt2|all] [--m M]
+// Usage: bench_gemm_shapes [--threads N] [--model ref|gpt2|attn|all] [--m M]
 //                          [--seconds S] [--repeats R] [--only BACKEND,...]
 #include <cblas.h>
 
@@ -29,6 +29,7 @@
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/native/linalg.h"
+#include "cohort/core/random.h"
 
 using namespace cohort;
 
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
       only = next();
     else {
       std::fprintf(stderr,
-                   "usage: bench_gemm_shapes [--threads N] [--model ref|gpt2|all] [--m M] "
+                   "usage: bench_gemm_shapes [--threads N] [--model ref|gpt2|attn|all] [--m M] "
                    "[--seconds S] [--repeats R] [--only a,b]\n");
       return 2;
     }
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
     std::string s = "," + only + ",";
     return s.find(std::string(",") + name + ",") != std::string::npos;
   };
-  std::printf("%-52s", "product (M x N x K)");
+  if (!prods.empty()) std::printf("%-52s", "product (M x N x K)");
   bool header = false;
   for (const Product& p : prods) {
     std::vector<float> a(p.m * p.k), b(p.k * p.n), c(p.m * p.n);
@@ -176,9 +177,8 @@ int main(int argc, char** argv) {
 #endif
     if (!header) {
       for (auto& im : impls) std::printf(" %11s", im.name.c_str());
-      std::printf(
-          "   (GFLOP/s by wall / by process CPU time x threads, medians of %d rounds)\n",
-          repeats);
+      std::printf("   (GFLOP/s by wall / by process CPU time x threads, medians of %d rounds)\n",
+                  repeats);
       header = true;
     }
     bench::time_all(impls, seconds, repeats);
@@ -192,6 +192,32 @@ int main(int argc, char** argv) {
                   flop / bench::median(im.cpu_samples) * threads * 1e-9);
     std::printf("\n");
     std::fflush(stdout);
+  }
+  if (model == "attn" || model == "all") {
+    // The composed attention's batched products (native::matmul): q k^T and
+    // att v per (batch x head), for the reference size (B 16, T 128), block
+    // 1024 (B 2) and GPT-2 (B 4, T 64, 12 heads of 64).
+    struct Attn {
+      const char* name;
+      int64_t bh, t, hs;
+    };
+    Generator gen(3);
+    for (const Attn& at :
+         {Attn{"ref.attn B16 H4 T128", 64, 128, 64}, Attn{"long.attn B2 H4 T1024", 8, 1024, 64},
+          Attn{"gpt2.attn B4 H12 T64", 48, 64, 64}}) {
+      Tensor q = randn({at.bh, at.t, at.hs}, gen), k = randn({at.bh, at.t, at.hs}, gen);
+      Tensor att = randn({at.bh, at.t, at.t}, gen);
+      std::vector<bench::Impl> impls;
+      impls.push_back({"qk^T", [&] { (void)native::matmul(q, k.transpose(1, 2)); }, ""});
+      impls.push_back({"att v", [&] { (void)native::matmul(att, q); }, ""});
+      bench::time_all(impls, seconds, repeats);
+      const double flop = 2.0 * at.bh * at.t * at.t * at.hs;
+      std::printf("%-52s", at.name);
+      for (auto& im : impls)
+        std::printf(" %s %5.1f/%-5.1f", im.name.c_str(), flop / bench::median(im.samples) * 1e-9,
+                    flop / bench::median(im.cpu_samples) * threads * 1e-9);
+      std::printf("\n");
+    }
   }
   return 0;
 }

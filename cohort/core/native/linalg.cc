@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "cohort/base/parallel.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
 
@@ -186,14 +187,29 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
     T* po = out.data_ptr<T>();
+    // One product on this thread alone (float32 through the backend rule for
+    // one thread).
     auto one = [&](int64_t i) {
       BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
-      blas_call<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
-                   ob.keep.template data_ptr<T>(), ob.ld, T(0), po + i * m * n,
-                   std::max<int64_t>(n, 1));
+      const T* pa = oa.keep.template data_ptr<T>();
+      const T* pb = ob.keep.template data_ptr<T>();
+      T* pc = po + i * m * n;
+      const int64_t ldc = std::max<int64_t>(n, 1);
+      if constexpr (std::is_same_v<T, float>) {
+        if (gemm_backend(oa.trans, ob.trans, m, n, k, 1) == GemmBackend::kPacked) {
+          ThreadBudgetGuard alone(1);
+          gemm_packed(oa.trans, ob.trans, m, n, k, 1.0f, pa, oa.ld, pb, ob.ld, 0.0f, pc, ldc);
+          return;
+        }
+      }
+      single_threaded_blas();
+      blas_call<T>(oa.trans, ob.trans, m, n, k, T(1), pa, oa.ld, pb, ob.ld, T(0), pc, ldc);
     };
-    single_threaded_blas();
-    if (m * n * k >= kSplitMacs * 4 || nb == 1) {
+    // Products of equal size: with at least as many as threads, each thread
+    // takes whole products (no split, no synchronisation inside one);
+    // fewer, large ones are split one after the other.
+    const int64_t threads = num_threads();
+    if (nb == 1 || (nb < threads && m * n * k >= kSplitMacs * 4)) {
       for (int64_t i = 0; i < nb; ++i) {
         BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
         gemm_impl<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
