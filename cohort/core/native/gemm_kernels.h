@@ -15,11 +15,22 @@
 
 namespace cohort::native {
 
+// Floats a packing may write past its panels (see pack_a / pack_b).
+inline constexpr int64_t kPackSlack = 32;
+
 struct GemmKernels {
   int mr;  // rows of the register tile
   int nr;  // columns of the register tile (a multiple of the vector width)
   void (*micro)(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int m, int n,
                 float alpha, float beta, bool first);
+  // ap: mc rows of op(A) from (i0, p0), kc deep, in panels of mr rows (zero
+  // rows past mc); bp: nc columns of op(B) from (p0, j0) in panels of nr
+  // columns (zero columns past nc). Both may write up to kPackSlack floats
+  // past the last panel.
+  void (*pack_a)(bool trans_a, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
+                 int64_t kc, float* ap);
+  void (*pack_b)(bool trans_b, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                 int64_t nc, float* bp);
 };
 
 // The copy of the kernel path in use; null on the baseline path.

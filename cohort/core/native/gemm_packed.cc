@@ -28,56 +28,6 @@ namespace {
 
 constexpr int64_t kKC = 256, kNC = 3072;
 
-// ap: mc rows of op(A) from (i0, p0), kc deep, in panels of mr rows (zero rows
-// past mc).
-void pack_a(bool ta, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
-            int mr, float* ap) {
-  for (int64_t ib = 0; ib < mc; ib += mr) {
-    const int rows = static_cast<int>(std::min<int64_t>(mr, mc - ib));
-    float* dst = ap + ib * kc;
-    if (ta) {  // op(A)(i, p) = a[p * lda + i]: rows of a are contiguous in i
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = a + (p0 + p) * lda + i0 + ib;
-        float* d = dst + p * mr;
-        for (int i = 0; i < rows; ++i) d[i] = src[i];
-        for (int i = rows; i < mr; ++i) d[i] = 0.0f;
-      }
-    } else {
-      for (int i = 0; i < rows; ++i) {
-        const float* src = a + (i0 + ib + i) * lda + p0;
-        for (int64_t p = 0; p < kc; ++p) dst[p * mr + i] = src[p];
-      }
-      for (int i = rows; i < mr; ++i)
-        for (int64_t p = 0; p < kc; ++p) dst[p * mr + i] = 0.0f;
-    }
-  }
-}
-
-// bp: nc columns of op(B) from (p0, j0), kc deep, in panels of nr columns
-// (zero columns past nc).
-void pack_b(bool tb, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
-            int nr, float* bp) {
-  for (int64_t jb = 0; jb < nc; jb += nr) {
-    const int cols = static_cast<int>(std::min<int64_t>(nr, nc - jb));
-    float* dst = bp + jb * kc;
-    if (!tb) {  // op(B)(p, j) = b[p * ldb + j]
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = b + (p0 + p) * ldb + j0 + jb;
-        float* d = dst + p * nr;
-        std::memcpy(d, src, sizeof(float) * cols);
-        for (int j = cols; j < nr; ++j) d[j] = 0.0f;
-      }
-    } else {  // op(B)(p, j) = b[j * ldb + p]
-      for (int j = 0; j < cols; ++j) {
-        const float* src = b + (j0 + jb + j) * ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = src[p];
-      }
-      for (int j = cols; j < nr; ++j)
-        for (int64_t p = 0; p < kc; ++p) dst[p * nr + j] = 0.0f;
-    }
-  }
-}
-
 // One thread's part: C rows [r0, r1) x columns [c0, c1).
 void packed_range(const GemmKernels& kr, bool ta, bool tb, int64_t r0, int64_t r1, int64_t c0,
                   int64_t c1, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
@@ -86,17 +36,17 @@ void packed_range(const GemmKernels& kr, bool ta, bool tb, int64_t r0, int64_t r
   const int64_t mc_max = 16 * mr;
   thread_local std::vector<float> abuf, bbuf;
   const int64_t nc_max = std::min<int64_t>(kNC, (c1 - c0 + nr - 1) / nr * nr);
-  abuf.resize(static_cast<size_t>(mc_max * kKC));
-  bbuf.resize(static_cast<size_t>(nc_max * std::min(kKC, k)));
+  abuf.resize(static_cast<size_t>(mc_max * kKC + kPackSlack));
+  bbuf.resize(static_cast<size_t>(nc_max * std::min(kKC, k) + kPackSlack));
   for (int64_t jc = c0; jc < c1; jc += kNC) {
     const int64_t nc = std::min(kNC, c1 - jc);
     for (int64_t pc = 0; pc < k; pc += kKC) {
       const int64_t kc = std::min(kKC, k - pc);
       const bool first = pc == 0;
-      pack_b(tb, b, ldb, pc, kc, jc, nc, nr, bbuf.data());
+      kr.pack_b(tb, b, ldb, pc, kc, jc, nc, bbuf.data());
       for (int64_t ic = r0; ic < r1; ic += mc_max) {
         const int64_t mc = std::min(mc_max, r1 - ic);
-        pack_a(ta, a, lda, ic, mc, pc, kc, mr, abuf.data());
+        kr.pack_a(ta, a, lda, ic, mc, pc, kc, abuf.data());
         for (int64_t jr = 0; jr < nc; jr += nr) {
           const int n = static_cast<int>(std::min<int64_t>(nr, nc - jr));
           for (int64_t ir = 0; ir < mc; ir += mr) {
