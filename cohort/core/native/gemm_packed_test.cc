@@ -175,8 +175,9 @@ TEST_P(GemmPacked, EveryBackendOfNativeGemmMatchesReference) {
 // 1 and 2 threads equals the other backend's result to fp32 tolerance, and the
 // choice is the same on every call.
 TEST_P(GemmPacked, RuleOnTheGptShapesAgreesWithTheOtherBackend) {
+  // (M, K, N): the reference GPT's qkv and fc2 on 2048 rows, GPT-2's on 256.
   const int64_t linear[][3] = {
-      {256, 256, 768}, {256, 256, 1024}, {256, 1024, 256}, {256, 768, 2304}, {256, 3072, 768}};
+      {2048, 256, 768}, {2048, 1024, 256}, {256, 768, 2304}, {256, 3072, 768}};
   for (auto& s : linear) {
     const int64_t m = s[0], k = s[1], n = s[2];
     for (const Case& t :
@@ -187,6 +188,13 @@ TEST_P(GemmPacked, RuleOnTheGptShapesAgreesWithTheOtherBackend) {
         if (chosen == GemmBackend::kPacked) {
           EXPECT_TRUE(gemm_packed_available());
         }
+        // docs/kernels.md's rule: packed exactly for A as stored on the
+        // reference GPT's 2048 rows, on the avx2 path.
+        const bool packed_expected =
+            kernel_path() == KernelPath::kAvx2 && !t.ta && t.m == 2048 && t.k <= 1024;
+        EXPECT_EQ(chosen == GemmBackend::kPacked, packed_expected)
+            << (t.ta ? "T" : "N") << (t.tb ? "T" : "N") << " m " << t.m << " n " << t.n << " k "
+            << t.k;
         ThreadBudgetGuard g(threads);
         Operands o = make(t, 5);
         std::vector<float> got = o.c, other = o.c;
