@@ -3,12 +3,15 @@
 # are present. Uses sudo when not root.
 #   scripts/install_deps.sh          build + run (main job)
 #   scripts/install_deps.sh --tests  also the test peers (PyTorch, OpenMPI runtime)
+# Data: dataset-fashion-mnist (the image workloads) and fortunes (2.6 MB of
+# plain English text in /usr/share/games/fortunes: the default corpus of
+# `cohort train --model gpt --dataset text`, cohort/data/default_corpus.h).
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libopenblas-dev zlib1g-dev libfmt-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+      libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes)
 if [[ "${1:-}" == "--tests" ]]; then
   pkgs+=(python3 python3-torch python3-numpy clang-format qemu-user librsvg2-bin slurmctld slurmd slurm-client munge)
 fi

@@ -179,4 +179,18 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
                   std::array<int64_t, 2> stride = {0, 0}, std::array<int64_t, 2> padding = {0, 0});
 
+// ---- attention (float32) ----
+// PyTorch's F.scaled_dot_product_attention without attn_mask and dropout:
+// softmax(q k^T * scale + mask) v, q [..., Tq, D], k [..., Tk, D],
+// v [..., Tk, D] (the same leading dims, e.g. [B, H]; Tk >= 1) -> [..., Tq, D].
+// scale defaults to 1 / sqrt(D). is_causal: query i attends keys j <= i
+// (tril(ones(Tq, Tk)), top-left aligned as PyTorch's is_causal). Computed in
+// blocks with an online softmax (cohort/core/kernels/attention.h): memory
+// O(T), no Tq x Tk matrix, deterministic. Strided inputs whose rows are
+// contiguous (the [B, H, T, D] transposed views of a [B, T, 3C] projection)
+// are read in place.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
 }  // namespace cohort

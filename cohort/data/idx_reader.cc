@@ -81,10 +81,10 @@ void decode(const uint8_t* src, uint8_t code, int64_t n, void* dst) {
 
 }  // namespace
 
-std::string read_maybe_gzip(const std::string& path) {
+std::string read_maybe_gzip(const std::string& path, const char* op) {
   // gzread reads plain files transparently, so one path handles both.
   GzFile f(gzopen(path.c_str(), "rb"));
-  if (!f) throw_errno(fmt::format("read_idx: cannot open '{}'", path), errno);
+  if (!f) throw_errno(fmt::format("{}: cannot open '{}'", op, path), errno);
   gzbuffer(f.get(), 1 << 17);
   std::string data;
   std::vector<char> chunk(1 << 20);
@@ -93,7 +93,7 @@ std::string read_maybe_gzip(const std::string& path) {
     if (n < 0) {
       int err = 0;
       const char* msg = gzerror(f.get(), &err);
-      throw IoError(fmt::format("read_idx: '{}' is corrupt or not readable: {}", path, msg));
+      throw IoError(fmt::format("{}: '{}' is corrupt or not readable: {}", op, path, msg));
     }
     if (n == 0) break;
     data.append(chunk.data(), static_cast<size_t>(n));
@@ -102,7 +102,7 @@ std::string read_maybe_gzip(const std::string& path) {
   int err = Z_OK;
   const char* msg = gzerror(f.get(), &err);
   if (err != Z_OK && err != Z_STREAM_END)
-    throw IoError(fmt::format("read_idx: '{}' is a truncated or corrupt gzip file: {}", path, msg));
+    throw IoError(fmt::format("{}: '{}' is a truncated or corrupt gzip file: {}", op, path, msg));
   return data;
 }
 

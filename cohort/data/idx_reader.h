@@ -21,8 +21,8 @@ namespace cohort::data {
 Tensor read_idx(const std::string& path);
 
 // Reads a whole file, decompressing it when it starts with the gzip magic.
-// Throws IoError naming the file on open/read errors or a corrupt/truncated
-// gzip stream.
-std::string read_maybe_gzip(const std::string& path);
+// Throws IoError naming `op` and the file on open/read errors or a
+// corrupt/truncated gzip stream.
+std::string read_maybe_gzip(const std::string& path, const char* op = "read_idx");
 
 }  // namespace cohort::data

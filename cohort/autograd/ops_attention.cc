@@ -1,0 +1,121 @@
+// scaled_dot_product_attention over the blocked kernels in
+// cohort/core/kernels/attention.h: the forward pass keeps the output and each
+// row's log-sum-exp, the backward pass recomputes the scores from them.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "cohort/autograd/node.h"
+#include "cohort/autograd/ops.h"
+#include "cohort/core/kernels/attention.h"
+
+namespace cohort {
+
+using autograd::record;
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+// The rows of t [..., T, D] as the kernel reads them: in place when each row
+// is contiguous and there are at most two leading dims (as [B, H]), else from
+// a contiguous copy left in `hold`.
+template <class T>
+kernels::HeadRows<T> head_rows(const Tensor& t, Tensor& hold) {
+  const int64_t r = t.dim();
+  Tensor src = t;
+  if ((t.size(-1) != 1 && t.stride(-1) != 1) || (r > 4 && !t.is_contiguous())) {
+    // Outputs are allocated contiguous by the op: only inputs get here.
+    COHORT_ASSERT(std::is_const_v<T>, "{}: an output needs a copy", kOp);
+    hold = t.detach().contiguous();
+    src = hold;
+  }
+  kernels::HeadRows<T> h;
+  h.data = src.data_ptr<float>();
+  h.row_stride = src.stride(-2);
+  if (r == 3) h.batch_stride = src.stride(0);
+  if (r == 4) {
+    h.heads = src.size(1);
+    h.batch_stride = src.stride(0);
+    h.head_stride = src.stride(1);
+  }
+  if (r > 4) h.batch_stride = src.size(-2) * src.size(-1);
+  return h;
+}
+
+kernels::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        bool is_causal, std::optional<double> scale) {
+  COHORT_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must all be defined",
+               kOp);
+  COHORT_CHECK(
+      q.dtype() == DType::kFloat32 && k.dtype() == DType::kFloat32 && v.dtype() == DType::kFloat32,
+      "{}: only float32 is supported, got q {}, k {}, v {}", kOp, dtype_name(q.dtype()),
+      dtype_name(k.dtype()), dtype_name(v.dtype()));
+  COHORT_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(),
+               "{}: q, k and v must have the same rank >= 2 ([..., T, D]), got q {}, k {}, v {}",
+               kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  const int64_t r = q.dim();
+  for (int64_t i = 0; i < r - 2; ++i)
+    COHORT_CHECK(q.size(i) == k.size(i) && q.size(i) == v.size(i),
+                 "{}: q, k and v must have the same leading dims (no broadcasting), got q {}, k "
+                 "{}, v {}",
+                 kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  COHORT_CHECK(q.size(-1) == k.size(-1),
+               "{}: q [..., Tq, D] and k [..., Tk, D] must have the same D, got q {} and k {}", kOp,
+               shape_str(q.sizes()), shape_str(k.sizes()));
+  COHORT_CHECK(k.size(-2) == v.size(-2),
+               "{}: k [..., Tk, D] and v [..., Tk, Dv] must have the same Tk, got k {} and v {}",
+               kOp, shape_str(k.sizes()), shape_str(v.sizes()));
+  COHORT_CHECK(v.size(-1) == q.size(-1),
+               "{}: v's last dim (Dv) must equal q's and k's (D) (Dv != D is not supported), got "
+               "q {}, k {}, v {}",
+               kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  kernels::AttentionShape s;
+  s.batch_heads = 1;
+  for (int64_t i = 0; i < r - 2; ++i) s.batch_heads *= q.size(i);
+  s.q_len = q.size(-2);
+  s.kv_len = k.size(-2);
+  s.head_dim = q.size(-1);
+  s.causal = is_causal;
+  s.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.head_dim, 1)));
+  kernels::check_attention_shape(s, kOp);
+  return s;
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                    bool is_causal, std::optional<double> scale) {
+  const kernels::AttentionShape s = attention_shape(q_in, k_in, v_in, is_causal, scale);
+  Tensor y = Tensor::empty(q_in.sizes());
+  if (y.numel() == 0 && k_in.numel() == 0) return y;
+  Tensor hq, hk, hv;
+  const auto q = head_rows<const float>(q_in, hq);
+  const auto k = head_rows<const float>(k_in, hk);
+  const auto v = head_rows<const float>(v_in, hv);
+  Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
+  Tensor yh;
+  kernels::attention_forward(s, q, k, v, head_rows<float>(y, yh), lse.data_ptr<float>());
+  if (!autograd::any_requires_grad({q_in, k_in, v_in})) return y;
+  // The closure keeps the inputs as given (views included: no copies) and
+  // their contiguous copies when the kernel needed them.
+  Tensor qd = hq.defined() ? hq : q_in.detach(), kd = hk.defined() ? hk : k_in.detach();
+  Tensor vd = hv.defined() ? hv : v_in.detach(), yd = y.detach();
+  return record(y, kOp, {q_in, k_in, v_in},
+                [=](const Tensor& g_in, const std::vector<bool>&) {
+                  Tensor gq = Tensor::empty(qd.sizes()), gk = Tensor::empty(kd.sizes());
+                  Tensor gv = Tensor::empty(vd.sizes());
+                  if (gq.numel() == 0 && gk.numel() == 0) return std::vector<Tensor>{gq, gk, gv};
+                  Tensor hold[6];  // contiguous copies of inputs whose layout needs one
+                  kernels::attention_backward(
+                      s, head_rows<const float>(qd, hold[0]), head_rows<const float>(kd, hold[1]),
+                      head_rows<const float>(vd, hold[2]), head_rows<const float>(yd, hold[3]),
+                      lse.data_ptr<float>(), head_rows<const float>(g_in, hold[4]),
+                      head_rows<float>(gq, hold[5]), head_rows<float>(gk, hold[5]),
+                      head_rows<float>(gv, hold[5]));
+                  return std::vector<Tensor>{gq, gk, gv};
+                },
+                {q_in, k_in, v_in, y});
+}
+
+}  // namespace cohort

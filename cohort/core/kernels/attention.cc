@@ -1,0 +1,373 @@
+// The blocked attention algorithm (attention.h) over the block operations of
+// the current kernel path (attention_blocks.h).
+//
+// Forward: one task per (head, block of queries); it walks the key blocks the
+// queries can see, keeping each row's running maximum m and sum l, rescaling
+// its output row when m grows, and divides by l at the end.
+// Backward: delta = rowsum(dout * out) first; then one task per (head, block
+// of keys) owns dk and dv of its keys and walks the query blocks that see
+// them, recomputing P = exp(s - lse) and dS = P (dP - delta) scale tile by
+// tile. dq: when there are at least as many heads as threads, one task per
+// head runs all its key blocks in order and adds dS K into dq as it goes;
+// otherwise a second pass, one task per (head, block of queries), recomputes
+// the tiles and adds dS K for its queries. Both add the same tiles into a dq
+// row in the same (key block) order, so the bits do not depend on the choice,
+// nor on how the tasks are split over threads.
+#include "cohort/core/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "cohort/base/cpu.h"
+#include "cohort/base/error.h"
+#include "cohort/base/isa.h"
+#include "cohort/base/parallel.h"
+#include "cohort/core/kernels/attention_blocks.h"
+
+namespace cohort::kernels {
+namespace detail {
+namespace {
+
+void gemm_nt_base(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t lda,
+                  const float* bt, int64_t ldb, float* c, int64_t ldc, Band band) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0, end = std::min(cols, r + 1 + band.hi); j < end; ++j) {
+      float acc = 0;
+      for (int64_t d = 0; d < depth; ++d) acc += a[r * lda + d] * bt[d * ldb + j];
+      c[r * ldc + j] = acc;
+    }
+}
+
+void gemm_acc_base(int64_t rows, int64_t n, int64_t depth, const float* a, int64_t a_rs,
+                   int64_t a_ks, const float* b, int64_t ldb, float* c, int64_t ldc, Band band) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = std::max<int64_t>(0, r + band.lo), end = std::min(depth, r + 1 + band.hi);
+         k < end; ++k) {
+      const float x = a[r * a_rs + k * a_ks];
+      for (int64_t i = 0; i < n; ++i) c[r * ldc + i] += x * b[k * ldb + i];
+    }
+}
+
+float row_max_base(const float* s, int64_t n, float c) {
+  float m = s[0] * c;
+  for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j] * c);
+  return m;
+}
+
+float row_exp_base(const float* s, int64_t n, int64_t n_zero, float c, float m, float* p) {
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    p[j] = std::exp2(s[j] * c - m);
+    sum += p[j];
+  }
+  for (int64_t j = n; j < n_zero; ++j) p[j] = 0;
+  return sum;
+}
+
+void row_ds_base(const float* p, const float* dp, int64_t n, int64_t n_zero, float delta,
+                 float scale, float* ds) {
+  for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (dp[j] - delta) * scale;
+  for (int64_t j = n; j < n_zero; ++j) ds[j] = 0;
+}
+
+void scale_row_base(const float* x, int64_t n, float a, float* y) {
+  for (int64_t j = 0; j < n; ++j) y[j] = x[j] * a;
+}
+
+void pack_t_base(const float* src, int64_t rs, int64_t rows, int64_t d, float* dst, int64_t ldd) {
+  for (int64_t c = 0; c < d; ++c) {
+    float* out = dst + c * ldd;
+    for (int64_t j = 0; j < rows; ++j) out[j] = src[j * rs + c];
+    std::fill(out + rows, out + ldd, 0.0f);
+  }
+}
+
+}  // namespace
+
+const AttentionOps kAttentionOpsBaseline{gemm_nt_base, gemm_acc_base,  row_max_base, row_exp_base,
+                                         row_ds_base,  scale_row_base, pack_t_base};
+
+COHORT_ISA_DECLARE_TABLE(AttentionOps, kAttentionOps)
+
+const AttentionOps* attention_ops() {
+  return COHORT_ISA_TABLE(AttentionOps, &kAttentionOpsBaseline, kAttentionOps);
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::AttentionOps;
+using detail::Band;
+constexpr int64_t kB = kAttentionBlock;
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+
+int64_t num_blocks(int64_t n) { return (n + kB - 1) / kB; }
+
+// Whether any query of block qb sees a key of block kb.
+bool block_needed(const AttentionShape& s, int64_t qb, int64_t kb) {
+  return !s.causal || kb * kB <= std::min(qb * kB + kB, s.q_len) - 1;
+}
+
+// How many of the kn keys starting at k0 query i sees (a prefix of them).
+int64_t visible_keys(const AttentionShape& s, int64_t i, int64_t k0, int64_t kn) {
+  return s.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
+}
+
+// Tiles of queries from q0 x keys from k0: query row r sees key columns
+// j <= r + q0 - k0 (rows_q); key row j is seen by query columns
+// i >= j - (q0 - k0) (rows_k).
+Band rows_q(const AttentionShape& s, int64_t q0, int64_t k0) {
+  return s.causal ? Band{-detail::kUnbounded, q0 - k0} : Band{};
+}
+Band rows_k(const AttentionShape& s, int64_t q0, int64_t k0) {
+  return s.causal ? Band{k0 - q0, detail::kUnbounded} : Band{};
+}
+
+// Per task: packed keys and values [D, kB], two score tiles [kB, kB] and two
+// accumulator tiles [kB, D] (out; dk and dv), reused tile after tile.
+struct Scratch {
+  explicit Scratch(const AttentionShape& s)
+      : d(s.head_dim), buf(static_cast<size_t>(attention_scratch_floats(s))) {}
+  float* kt() { return buf.data(); }
+  float* vt() { return buf.data() + d * kB; }
+  float* scores() { return buf.data() + 2 * d * kB; }
+  float* dscores() { return buf.data() + 2 * d * kB + kB * kB; }
+  float* acc0() { return buf.data() + 2 * d * kB + 2 * kB * kB; }
+  float* acc1() { return buf.data() + 3 * d * kB + 2 * kB * kB; }
+  int64_t d;
+  std::vector<float> buf;
+};
+
+void forward_task(const AttentionShape& s, const AttentionOps& ops, ConstHeadRows q,
+                  ConstHeadRows k, ConstHeadRows v, HeadRows<float> out, float* lse, int64_t bh,
+                  int64_t qb, Scratch& scratch) {
+  const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
+  const float c = static_cast<float>(s.scale * kLog2e);
+  float* kt = scratch.kt();
+  float* sc = scratch.scores();
+  float* acc = scratch.acc0();  // [qn, d]: the output rows before the division by l
+  const float* qp = q.head(bh) + q0 * q.row_stride;
+  std::fill(acc, acc + qn * d, 0.0f);
+  float m[kB], l[kB];
+  for (int64_t r = 0; r < qn; ++r) {
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0;
+  }
+  for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
+    const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
+    ops.pack_t(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, d, kt, kB);
+    ops.gemm_nt(qn, kn, d, qp, q.row_stride, kt, kB, sc, kB, rows_q(s, q0, k0));
+    for (int64_t r = 0; r < qn; ++r) {
+      float* sr = sc + r * kB;
+      const int64_t n = visible_keys(s, q0 + r, k0, kn);
+      if (n == 0) {
+        std::fill(sr, sr + kn, 0.0f);
+        continue;
+      }
+      const float m_new = std::max(m[r], ops.row_max(sr, n, c));
+      const float sum = ops.row_exp(sr, n, kn, c, m_new, sr);
+      if (l[r] != 0 && m_new != m[r]) {
+        const float alpha = std::exp2(m[r] - m_new);
+        ops.scale_row(acc + r * d, d, alpha, acc + r * d);
+        l[r] *= alpha;
+      }
+      l[r] += sum;
+      m[r] = m_new;
+    }
+    ops.gemm_acc(qn, d, kn, sc, kB, 1, v.head(bh) + k0 * v.row_stride, v.row_stride, acc, d,
+                 rows_q(s, q0, k0));
+  }
+  float* op = out.head(bh) + q0 * out.row_stride;
+  for (int64_t r = 0; r < qn; ++r) {
+    ops.scale_row(acc + r * d, d, 1.0f / l[r], op + r * out.row_stride);
+    lse[bh * s.q_len + q0 + r] = static_cast<float>(m[r] * kLn2 + std::log(l[r]));
+  }
+}
+
+// Per-row values the backward tiles need: lse in base 2 and delta.
+struct RowStats {
+  const float* lse2;   // [bh * q_len]
+  const float* delta;  // [bh * q_len]
+};
+
+// The (qb, kb) tile of head bh: leaves P in scratch.scores and dS (scale
+// included) in scratch.dscores. kt/vt hold key block kb packed.
+void grad_tile(const AttentionShape& s, const AttentionOps& ops, ConstHeadRows q,
+               ConstHeadRows dout, RowStats rows, int64_t bh, int64_t qb, int64_t kb,
+               Scratch& scratch) {
+  const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
+  const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
+  const float c = static_cast<float>(s.scale * kLog2e);
+  float* sc = scratch.scores();
+  float* ds = scratch.dscores();
+  const Band band = rows_q(s, q0, k0);
+  ops.gemm_nt(qn, kn, d, q.head(bh) + q0 * q.row_stride, q.row_stride, scratch.kt(), kB, sc, kB,
+              band);
+  ops.gemm_nt(qn, kn, d, dout.head(bh) + q0 * dout.row_stride, dout.row_stride, scratch.vt(), kB,
+              ds, kB, band);
+  const float* lse2 = rows.lse2 + bh * s.q_len + q0;
+  const float* delta = rows.delta + bh * s.q_len + q0;
+  for (int64_t r = 0; r < qn; ++r) {
+    const int64_t n = visible_keys(s, q0 + r, k0, kn);
+    ops.row_exp(sc + r * kB, n, kn, c, lse2[r], sc + r * kB);
+    ops.row_ds(sc + r * kB, ds + r * kB, n, kn, delta[r], static_cast<float>(s.scale), ds + r * kB);
+  }
+}
+
+void pack_keys(const AttentionShape& s, const AttentionOps& ops, ConstHeadRows k, ConstHeadRows v,
+               int64_t bh, int64_t kb, Scratch& scratch) {
+  const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
+  ops.pack_t(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, s.head_dim, scratch.kt(), kB);
+  ops.pack_t(v.head(bh) + k0 * v.row_stride, v.row_stride, kn, s.head_dim, scratch.vt(), kB);
+}
+
+void zero_rows(float* p, int64_t rs, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) std::fill(p + r * rs, p + r * rs + d, 0.0f);
+}
+
+struct BackwardArgs {
+  ConstHeadRows q, k, v, dout;
+  RowStats rows;
+  HeadRows<float> dq, dk, dv;
+};
+
+// dk, dv of key block kb (and, with_dq, dS K added into dq).
+void key_task(const AttentionShape& s, const AttentionOps& ops, const BackwardArgs& a, int64_t bh,
+              int64_t kb, bool with_dq, Scratch& scratch) {
+  const int64_t d = s.head_dim, k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
+  float* dkt = scratch.acc0();  // [kn, d] tiles, copied out at the end
+  float* dvt = scratch.acc1();
+  std::fill(dkt, dkt + kn * d, 0.0f);
+  std::fill(dvt, dvt + kn * d, 0.0f);
+  pack_keys(s, ops, a.k, a.v, bh, kb, scratch);
+  const float* p = scratch.scores();
+  const float* ds = scratch.dscores();
+  for (int64_t qb = 0, nqb = num_blocks(s.q_len); qb < nqb; ++qb) {
+    if (!block_needed(s, qb, kb)) continue;
+    const int64_t q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
+    grad_tile(s, ops, a.q, a.dout, a.rows, bh, qb, kb, scratch);
+    const Band bk = rows_k(s, q0, k0);
+    ops.gemm_acc(kn, d, qn, p, 1, kB, a.dout.head(bh) + q0 * a.dout.row_stride, a.dout.row_stride,
+                 dvt, d, bk);
+    ops.gemm_acc(kn, d, qn, ds, 1, kB, a.q.head(bh) + q0 * a.q.row_stride, a.q.row_stride, dkt, d,
+                 bk);
+    if (with_dq)
+      ops.gemm_acc(qn, d, kn, ds, kB, 1, a.k.head(bh) + k0 * a.k.row_stride, a.k.row_stride,
+                   a.dq.head(bh) + q0 * a.dq.row_stride, a.dq.row_stride, rows_q(s, q0, k0));
+  }
+  float* dkp = a.dk.head(bh) + k0 * a.dk.row_stride;
+  float* dvp = a.dv.head(bh) + k0 * a.dv.row_stride;
+  for (int64_t j = 0; j < kn; ++j) {
+    std::copy(dkt + j * d, dkt + (j + 1) * d, dkp + j * a.dk.row_stride);
+    std::copy(dvt + j * d, dvt + (j + 1) * d, dvp + j * a.dv.row_stride);
+  }
+}
+
+// dq of query block qb (the second pass).
+void query_task(const AttentionShape& s, const AttentionOps& ops, const BackwardArgs& a, int64_t bh,
+                int64_t qb, Scratch& scratch) {
+  const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
+  float* dqp = a.dq.head(bh) + q0 * a.dq.row_stride;
+  zero_rows(dqp, a.dq.row_stride, qn, d);
+  for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
+    const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
+    pack_keys(s, ops, a.k, a.v, bh, kb, scratch);
+    grad_tile(s, ops, a.q, a.dout, a.rows, bh, qb, kb, scratch);
+    ops.gemm_acc(qn, d, kn, scratch.dscores(), kB, 1, a.k.head(bh) + k0 * a.k.row_stride,
+                 a.k.row_stride, dqp, a.dq.row_stride, rows_q(s, q0, k0));
+  }
+}
+
+}  // namespace
+
+void check_attention_shape(const AttentionShape& s, const char* op) {
+  COHORT_CHECK(s.batch_heads >= 0 && s.q_len >= 0 && s.kv_len >= 0,
+               "{}: sizes must be >= 0, got batch x heads {}, q_len {}, kv_len {}", op,
+               s.batch_heads, s.q_len, s.kv_len);
+  COHORT_CHECK(s.head_dim >= 1, "{}: head_dim must be >= 1, got {}", op, s.head_dim);
+  COHORT_CHECK(s.kv_len >= 1 || s.q_len == 0 || s.batch_heads == 0,
+               "{}: kv_len is 0 but q_len is {}: every query needs at least one key to attend "
+               "(its softmax would have no terms)",
+               op, s.q_len);
+  COHORT_CHECK(std::isfinite(s.scale), "{}: scale must be finite, got {}", op, s.scale);
+  int64_t n = 0;
+  COHORT_CHECK(!__builtin_mul_overflow(s.batch_heads, std::max(s.q_len, s.kv_len), &n) &&
+                   !__builtin_mul_overflow(n, s.head_dim, &n),
+               "{}: batch x heads {} x length {} x head_dim {} overflows int64", op, s.batch_heads,
+               std::max(s.q_len, s.kv_len), s.head_dim);
+}
+
+int64_t attention_scratch_floats(const AttentionShape& s) {
+  return 4 * s.head_dim * kB + 2 * kB * kB;
+}
+
+void attention_forward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,
+                       HeadRows<float> out, float* lse) {
+  check_attention_shape(s, "attention_forward");
+  if (s.batch_heads == 0 || s.q_len == 0) return;
+  const AttentionOps& ops = *detail::attention_ops();
+  const int64_t nqb = num_blocks(s.q_len);
+  parallel_for(0, s.batch_heads * nqb, 1, [&](int64_t b, int64_t e) {
+    Scratch scratch(s);
+    for (int64_t t = b; t < e; ++t)
+      forward_task(s, ops, q, k, v, out, lse, t / nqb, t % nqb, scratch);
+  });
+}
+
+void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,
+                        ConstHeadRows out, const float* lse, ConstHeadRows dout, HeadRows<float> dq,
+                        HeadRows<float> dk, HeadRows<float> dv) {
+  check_attention_shape(s, "attention_backward");
+  if (s.batch_heads == 0) return;
+  const int64_t bh_n = s.batch_heads, tq = s.q_len, d = s.head_dim;
+  if (tq == 0) {
+    for (int64_t bh = 0; bh < bh_n; ++bh) {
+      zero_rows(dk.head(bh), dk.row_stride, s.kv_len, d);
+      zero_rows(dv.head(bh), dv.row_stride, s.kv_len, d);
+    }
+    return;
+  }
+  const AttentionOps& ops = *detail::attention_ops();
+  // lse2 and delta: O(q_len) per head.
+  std::vector<float> stats(static_cast<size_t>(2 * bh_n * tq));
+  float* lse2 = stats.data();
+  float* delta = stats.data() + bh_n * tq;
+  parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t bh = b; bh < e; ++bh)
+      for (int64_t i = 0; i < tq; ++i) {
+        const float* o = out.head(bh) + i * out.row_stride;
+        const float* g = dout.head(bh) + i * dout.row_stride;
+        double acc = 0;
+        for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(o[c]) * g[c];
+        delta[bh * tq + i] = static_cast<float>(acc);
+        lse2[bh * tq + i] = static_cast<float>(lse[bh * tq + i] * kLog2e);
+      }
+  });
+  const BackwardArgs a{q, k, v, dout, RowStats{lse2, delta}, dq, dk, dv};
+  const int64_t nkb = num_blocks(s.kv_len), nqb = num_blocks(tq);
+  if (bh_n >= num_threads()) {
+    parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
+      Scratch scratch(s);
+      for (int64_t bh = b; bh < e; ++bh) {
+        zero_rows(dq.head(bh), dq.row_stride, tq, d);
+        for (int64_t kb = 0; kb < nkb; ++kb) key_task(s, ops, a, bh, kb, true, scratch);
+      }
+    });
+    return;
+  }
+  parallel_for(0, bh_n * nkb, 1, [&](int64_t b, int64_t e) {
+    Scratch scratch(s);
+    for (int64_t t = b; t < e; ++t) key_task(s, ops, a, t / nkb, t % nkb, false, scratch);
+  });
+  parallel_for(0, bh_n * nqb, 1, [&](int64_t b, int64_t e) {
+    Scratch scratch(s);
+    for (int64_t t = b; t < e; ++t) query_task(s, ops, a, t / nqb, t % nqb, scratch);
+  });
+}
+
+}  // namespace cohort::kernels
