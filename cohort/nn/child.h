@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cohort/base/error.h"
@@ -94,8 +95,12 @@ class Child : public detail::ChildSlot {
   M* operator->() const { return get(); }
   M& operator*() const { return *get(); }
   std::shared_ptr<M> ptr() const { return std::static_pointer_cast<M>(module_); }
-  // Forward through the child, as `fc1(x)` in LibTorch.
-  Tensor operator()(const Tensor& input) const { return get()->forward(input); }
+  // Forward through the child with any arguments its forward overloads take,
+  // as `fc1(x)` or `gpt(idx, targets)` in LibTorch.
+  template <typename... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return get()->forward(std::forward<Args>(args)...);
+  }
 
  private:
   friend class Module;

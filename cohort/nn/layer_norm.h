@@ -17,10 +17,23 @@ class LayerNorm : public Cloneable<LayerNorm> {
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
 
-  Tensor weight() const { return affine_ ? param(0) : Tensor(); }
-  Tensor bias() const { return affine_ ? param(1) : Tensor(); }
+  bool elementwise_affine() const { return affine_; }
+  // normalized_shape, by reference (as Linear's); undefined without
+  // elementwise_affine (the non-const forms then return handles owned by this
+  // module, reset to undefined on every call: assigning to them adds nothing).
+  const Tensor& weight() const {
+    static const Tensor none;
+    return affine_ ? param(0) : none;
+  }
+  Tensor& weight() { return affine_ ? param(0) : (no_param_ = Tensor()); }
+  const Tensor& bias() const {
+    static const Tensor none;
+    return affine_ ? param(1) : none;
+  }
+  Tensor& bias() { return affine_ ? param(1) : (no_param_ = Tensor()); }
 
  private:
+  Tensor no_param_;  // always undefined
   Shape normalized_shape_;
   double eps_;
   bool affine_;

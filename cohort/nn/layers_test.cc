@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "cohort/nn/nn.h"
 #include "cohort/nn/test_util.h"
@@ -31,6 +32,15 @@ TEST(Linear, ShapesInitAndErrors) {
       {"Linear(in_features=400, out_features=30, bias=True)", "[..., 400]", "[7, 40]"});
   Linear nob(3, 2, gen, false);
   EXPECT_FALSE(nob.bias().defined());
+  EXPECT_EQ(nob.named_parameters().size(), 1u);
+  // bias() is a reference like weight(): init functions take it directly.
+  init::constant_(fc.bias(), 0.25);
+  EXPECT_TRUE(equal(fc.parameter("bias"), Tensor::full({30}, 0.25)));
+  EXPECT_TRUE(fc.bias().is_same(fc.parameter("bias")));
+  // Without a bias, assigning to the handle adds none.
+  nob.bias() = Tensor::ones({2});
+  EXPECT_FALSE(nob.bias().defined());
+  EXPECT_FALSE(std::as_const(nob).bias().defined());
   EXPECT_EQ(nob.named_parameters().size(), 1u);
   expect_error([&] { Linear(0, 2, gen); }, {"Linear", "positive"});
 }
@@ -165,6 +175,10 @@ TEST(LayerNorm, NormalisesTrailingDims) {
   expect_error([&] { ln(randn({3, 5, 4}, gen)); }, {"LayerNorm", "[3, 5, 4]"});
   LayerNorm plain(5, 1e-5, false);
   EXPECT_TRUE(plain.parameters().empty());
+  EXPECT_FALSE(plain.weight().defined());
+  EXPECT_FALSE(plain.bias().defined());
+  init::constant_(ln.weight(), 2.0);  // references, like Linear's
+  EXPECT_TRUE(equal(ln.parameter("weight"), Tensor::full({4, 5}, 2.0)));
 }
 
 TEST(Embedding, LookupInitAndPadding) {

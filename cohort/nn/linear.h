@@ -21,10 +21,18 @@ class Linear : public Cloneable<Linear> {
   const Tensor& weight() const { return param(0); }
   Tensor& weight() { return param(0); }
   bool has_bias() const { return has_bias_; }
-  // Undefined when constructed with bias = false.
-  Tensor bias() const { return has_bias_ ? param(1) : Tensor(); }
+  // [out_features], by reference like weight() (so init::constant_(l.bias(),
+  // 0) works). With bias = false, an undefined tensor (LibTorch's contract):
+  // the non-const form then returns a handle owned by this module that is
+  // reset to undefined on every call, so assigning to it adds no bias.
+  const Tensor& bias() const {
+    static const Tensor none;
+    return has_bias_ ? param(1) : none;
+  }
+  Tensor& bias() { return has_bias_ ? param(1) : (no_bias_ = Tensor()); }
 
  private:
+  Tensor no_bias_;  // always undefined
   int64_t in_features_;
   int64_t out_features_;
   bool has_bias_;

@@ -197,8 +197,17 @@ class Module {
 
 // CRTP base giving a module its copy_shell(): derive `class Foo : public
 // Cloneable<Foo>` and call Cloneable<Foo>("Foo") from the constructor.
+// Its call operator forwards any arguments to Foo::forward, so a module with
+// several forward overloads is called as LibTorch users write it:
+// `gpt(idx)`, `gpt(idx, targets)` (the overload is chosen at compile time).
 template <typename Derived>
 class Cloneable : public Module {
+ public:
+  template <typename... Args>
+  decltype(auto) operator()(Args&&... args) {
+    return static_cast<Derived&>(*this).forward(std::forward<Args>(args)...);
+  }
+
  protected:
   using Module::Module;
   ModulePtr copy_shell() const override {

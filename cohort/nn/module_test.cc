@@ -186,6 +186,49 @@ TEST(Module, CloneKeepsTiedParametersTied) {
   EXPECT_TRUE(sd.at("a").storage() == sd.at("b").storage());
 }
 
+// forward overloads with several inputs, called as LibTorch users write them:
+// m(x), m(x, y), and through a Child member.
+class TwoInputs : public Cloneable<TwoInputs> {
+ public:
+  explicit TwoInputs(Generator& gen) : Cloneable("TwoInputs") {
+    fc_ = register_module("fc", std::make_shared<Linear>(3, 2, gen));
+  }
+  Tensor forward(const Tensor& x) override { return fc_(x); }
+  Tensor forward(const Tensor& x, const Tensor& target) { return mse_loss(fc_(x), target); }
+  Tensor forward(const Tensor& x, double scale) { return mul(fc_(x), scale); }
+
+ private:
+  Child<Linear> fc_;
+};
+
+class HoldsTwoInputs : public Cloneable<HoldsTwoInputs> {
+ public:
+  explicit HoldsTwoInputs(Generator& gen) : Cloneable("HoldsTwoInputs") {
+    inner_ = register_module("inner", std::make_shared<TwoInputs>(gen));
+  }
+  Tensor forward(const Tensor& x) override { return inner_(x); }
+  Tensor forward(const Tensor& x, const Tensor& target) { return inner_(x, target); }
+
+ private:
+  Child<TwoInputs> inner_;
+};
+
+TEST(Module, CallOperatorForwardsSeveralInputs) {
+  Generator gen(3);
+  TwoInputs m(gen);
+  Tensor x = randn({4, 3}, gen), y = randn({4, 2}, gen);
+  EXPECT_TRUE(equal(m(x), m.forward(x)));
+  EXPECT_TRUE(equal(m(x, y), m.forward(x, y)));
+  EXPECT_TRUE(equal(m(x, 2.0), mul(m.forward(x), 2.0)));
+  HoldsTwoInputs outer(gen);
+  EXPECT_EQ(outer(x, y).dim(), 0);
+  EXPECT_EQ(outer(x).sizes(), (Shape{4, 2}));
+  Module& base = m;  // through the base class: the one-input virtual forward
+  EXPECT_TRUE(equal(base(x), m.forward(x)));
+  auto copy = outer.clone_as<HoldsTwoInputs>();  // the Child member is re-pointed
+  EXPECT_TRUE(equal((*copy)(x, y), outer(x, y)));
+}
+
 TEST(Module, TrainEvalAndZeroGrad) {
   Generator gen(5);
   Sequential seq{std::make_shared<Linear>(3, 2, gen), std::make_shared<Dropout>(0.5, gen)};

@@ -50,26 +50,42 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamSte
 
 }  // namespace
 
+namespace {
+
+Options to_options(const AdamOptions& o) {
+  return {{"lr", o.lr},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+AdamOptions to_adam(const AdamWOptions& o) {
+  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize};
+}
+
+}  // namespace
+
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Adam("Adam", std::move(params), options, false) {}
 
 Adam::Adam(std::string name, std::vector<Tensor> params, const AdamOptions& o, bool decoupled)
-    : Optimizer(std::move(name), {{"lr", o.lr},
-                                  {"beta1", o.beta1},
-                                  {"beta2", o.beta2},
-                                  {"eps", o.eps},
-                                  {"weight_decay", o.weight_decay},
-                                  {"amsgrad", o.amsgrad ? 1.0 : 0.0},
-                                  {"maximize", o.maximize ? 1.0 : 0.0}}),
-      decoupled_(decoupled) {
-  add_param_group(std::move(params));
+    : Optimizer(std::move(name), to_options(o)), decoupled_(decoupled) {
+  Optimizer::add_param_group(std::move(params));
+}
+
+void Adam::add_param_group(std::vector<Tensor> params, const AdamOptions& options) {
+  Optimizer::add_param_group(std::move(params), to_options(options));
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options)
-    : Adam("AdamW", std::move(params),
-           AdamOptions{options.lr, options.beta1, options.beta2, options.eps, options.weight_decay,
-                       options.amsgrad, options.maximize},
-           true) {}
+    : Adam("AdamW", std::move(params), to_adam(options), true) {}
+
+void AdamW::add_param_group(std::vector<Tensor> params, const AdamWOptions& options) {
+  Optimizer::add_param_group(std::move(params), to_options(to_adam(options)));
+}
 
 void Adam::check_options(const Options& options) const {
   ParamGroup g;

@@ -12,6 +12,10 @@
 // Thread safety and state dicts: see optimizer.h.
 #pragma once
 
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include "cohort/optim/optimizer.h"
 
 namespace cohort::optim {
@@ -30,6 +34,17 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& options = {});
   void step() override;
+
+  // The string form (Optimizer::add_param_group), still accepted. A template
+  // only so that a braced list of designated fields picks the typed form
+  // below (GCC 12 otherwise calls {.lr = x} ambiguous between the two).
+  template <typename = void>
+  void add_param_group(std::vector<Tensor> params,
+                       const std::type_identity_t<Options>& overrides = {}) {
+    Optimizer::add_param_group(std::move(params), overrides);
+  }
+  // A group with its own options, every field of `options` (typed: see optimizer.h).
+  void add_param_group(std::vector<Tensor> params, const AdamOptions& options);
 
  protected:
   Adam(std::string name, std::vector<Tensor> params, const AdamOptions& options, bool decoupled);
@@ -54,6 +69,18 @@ struct AdamWOptions {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
+
+  // The string form (Optimizer::add_param_group), still accepted. A template
+  // only so that a braced list of designated fields picks the typed form
+  // below (GCC 12 otherwise calls {.lr = x} ambiguous between the two).
+  template <typename = void>
+  void add_param_group(std::vector<Tensor> params,
+                       const std::type_identity_t<Options>& overrides = {}) {
+    Optimizer::add_param_group(std::move(params), overrides);
+  }
+  // A group with its own options, every field of `options` (typed: see
+  // optimizer.h); hides Adam's form, whose struct has Adam's defaults.
+  void add_param_group(std::vector<Tensor> params, const AdamWOptions& options);
 };
 
 }  // namespace cohort::optim

@@ -62,7 +62,14 @@ class Optimizer {
   // tensors that DDP points into its buckets), or drops them.
   void zero_grad(bool set_to_none = false);
 
-  // A new group; `overrides` replace defaults by name (unknown names throw).
+  // A new group; `overrides` replace defaults by name (unknown names throw at
+  // run time). Each optimizer also has a typed form taking its options struct
+  // (SGD::add_param_group(params, SGDOptions), AdamW's with AdamWOptions),
+  // where a misspelt option does not compile:
+  //   optim::AdamWOptions o{.lr = 3e-4, .beta2 = 0.95, .weight_decay = 0.1};
+  //   optim::AdamW opt(decay, o);
+  //   o.weight_decay = 0;
+  //   opt.add_param_group(no_decay, o);
   void add_param_group(std::vector<Tensor> params, const Options& overrides = {});
   size_t num_param_groups() const { return groups_.size(); }
   ParamGroup& param_group(size_t g);

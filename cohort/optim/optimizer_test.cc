@@ -210,6 +210,38 @@ TEST(Optimizer, ParamGroupsAndLr) {
   EXPECT_THROW(opt.add_param_group({param({1.0f})}, {{"nope", 1.0}}), InvalidArgument);
 }
 
+// Typed group options: every field of the struct, a misspelt field would not
+// compile; the string form still works beside it.
+TEST(Optimizer, TypedParamGroupOptions) {
+  Tensor a = param({1.0f}), b = param({1.0f}), c = param({1.0f});
+  SGD sgd({a}, {.lr = 0.1});
+  sgd.add_param_group({b}, SGDOptions{.lr = 0.01, .momentum = 0.5});
+  sgd.add_param_group({c}, {{"lr", 0.2}});
+  EXPECT_EQ(sgd.lr(1), 0.01);
+  EXPECT_EQ(sgd.param_group(1).option("momentum"), 0.5);
+  EXPECT_EQ(sgd.lr(2), 0.2);
+  EXPECT_EQ(sgd.param_group(2).option("momentum"), 0.0);  // the defaults for the rest
+  EXPECT_THROW(sgd.add_param_group({param({1.0f})}, {.lr = -1.0}), InvalidArgument);
+
+  // nanoGPT's AdamW groups: decay on matrices only.
+  Tensor w = param({1.0f, 1.0f}), bias = param({1.0f});
+  AdamWOptions o{.lr = 0.1, .beta2 = 0.95, .weight_decay = 0.5};
+  AdamW adamw({w}, o);
+  o.weight_decay = 0;
+  adamw.add_param_group({bias}, o);
+  EXPECT_EQ(adamw.param_group(0).option("weight_decay"), 0.5);
+  EXPECT_EQ(adamw.param_group(1).option("weight_decay"), 0.0);
+  EXPECT_EQ(adamw.param_group(1).option("beta2"), 0.95);
+  set_grad(w, {0.0f, 0.0f});
+  set_grad(bias, {0.0f});
+  adamw.step();  // zero gradients: only the decoupled decay moves w
+  EXPECT_FLOAT_EQ(at(w, 0), 1.0f - 0.1f * 0.5f);
+  EXPECT_FLOAT_EQ(at(bias, 0), 1.0f);
+  Adam adam({param({1.0f})});
+  adam.add_param_group({param({1.0f})}, AdamOptions{.eps = 1e-6});
+  EXPECT_EQ(adam.param_group(1).option("eps"), 1e-6);
+}
+
 TEST(Optimizer, StateDictRoundTrip) {
   Generator gen(2);
   auto make = [&] {

@@ -47,14 +47,25 @@ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, const SgdStep& s) {
 
 }  // namespace
 
-SGD::SGD(std::vector<Tensor> params, const SGDOptions& o)
-    : Optimizer("SGD", {{"lr", o.lr},
-                        {"momentum", o.momentum},
-                        {"dampening", o.dampening},
-                        {"weight_decay", o.weight_decay},
-                        {"nesterov", o.nesterov ? 1.0 : 0.0},
-                        {"maximize", o.maximize ? 1.0 : 0.0}}) {
+namespace {
+
+Options to_options(const SGDOptions& o) {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, const SGDOptions& o) : Optimizer("SGD", to_options(o)) {
   add_param_group(std::move(params));
+}
+
+void SGD::add_param_group(std::vector<Tensor> params, const SGDOptions& options) {
+  Optimizer::add_param_group(std::move(params), to_options(options));
 }
 
 void SGD::check_options(const Options& options) const {

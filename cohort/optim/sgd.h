@@ -10,6 +10,10 @@
 // Thread safety and state dicts: see optimizer.h.
 #pragma once
 
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include "cohort/optim/optimizer.h"
 
 namespace cohort::optim {
@@ -27,6 +31,17 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, const SGDOptions& options);
   void step() override;
+
+  // The string form (Optimizer::add_param_group), still accepted. A template
+  // only so that a braced list of designated fields picks the typed form
+  // below (GCC 12 otherwise calls {.lr = x} ambiguous between the two).
+  template <typename = void>
+  void add_param_group(std::vector<Tensor> params,
+                       const std::type_identity_t<Options>& overrides = {}) {
+    Optimizer::add_param_group(std::move(params), overrides);
+  }
+  // A group with its own options, every field of `options` (typed: see optimizer.h).
+  void add_param_group(std::vector<Tensor> params, const SGDOptions& options);
 
  protected:
   std::vector<std::string> state_keys(const ParamGroup& group) const override;

@@ -18,16 +18,13 @@
 #include "cohort/base/kernel_path_testing.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/optim.h"
+#include "parity_testing.h"
 #include "tensor_file.h"
 
 namespace cohort {
 namespace {
 
 constexpr int kSteps = 20;
-// The system Python (docs/reference.md) unless the build names another
-// (cmake -DCOHORT_PARITY_PYTHON=...): a test's inputs come from its build, not
-// from the caller's environment.
-std::string python() { return COHORT_PARITY_PYTHON; }
 // Losses follow PyTorch's to ~1e-6 over the whole run, and the first
 // gradients to ~1e-6 of their scale. Later gradients (hence their norms and the
 // final weights) can differ by a few 1e-4 of their scale: the two convolutions
@@ -38,34 +35,9 @@ std::string python() { return COHORT_PARITY_PYTHON; }
 // conv weights, with losses still within 1.2e-6.
 constexpr double kTrainRtol = 2e-3;
 
-// Runs a shell command, returning its exit status and combined output.
-int run(const std::string& cmd, std::string& output) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((cmd + " 2>&1").c_str(), "r"), pclose);
-  if (!pipe) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe.get())) > 0) output.append(buf, n);
-  int status = pclose(pipe.release());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// max |a - b| <= rtol * max |b| + atol: relative to the tensor's scale, so that
-// tiny elements of a gradient do not demand more than float32 can give.
-::testing::AssertionResult close(const std::string& what, const Tensor& a, const Tensor& b,
-                                 double rtol = 1e-4, double atol = 1e-6) {
-  if (a.sizes() != b.sizes())
-    return ::testing::AssertionFailure()
-           << what << ": shape " << shape_str(a.sizes()) << " vs " << shape_str(b.sizes());
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    diff = std::max(diff, std::abs(va[i] - vb[i]));
-    scale = std::max(scale, std::abs(vb[i]));
-  }
-  if (diff <= rtol * scale + atol && std::isfinite(diff)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << what << ": max |cohort - torch| = " << diff << ", torch scale " << scale;
-}
+using parity::close;
+using parity::python;
+using parity::run;
 
 // Every test runs once per kernel path the host can execute (baseline, avx2,
 // avx512), the PyTorch script once for all.

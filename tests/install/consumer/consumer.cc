@@ -24,7 +24,9 @@ int main() {
   try {
     auto pg = distributed::init_process_group("native", "env://");
     const int rank = pg->rank();
-    std::printf("consumer: cohort %s, rank %d of %d\n", COHORT_VERSION, rank, pg->size());
+    // num_threads() comes with cohort/cohort.h.
+    std::printf("consumer: cohort %s, rank %d of %d, %d threads\n", COHORT_VERSION, rank,
+                pg->size(), num_threads());
 
     Generator gen(static_cast<uint64_t>(rank));  // different weights: DDP broadcasts rank 0's
     auto model = std::make_shared<nn::ToyModel>(gen);

@@ -1,0 +1,153 @@
+"""PyTorch side of cohort's GPT parity test (tests/parity/gpt_parity_test.cc).
+
+Usage: torch_gpt_parity.py DIR
+Reads DIR/gpt_config.json ({n_layer, n_head, n_embd, block_size, vocab_size,
+steps, lr, weight_decay}), DIR/gpt_init.safetensors (cohort's state_dict, both
+transformer.wte.weight and lm_head.weight) and DIR/gpt_batches.safetensors
+(x.<i>, y.<i> int64 [B, T]; y.ignore: y.0 with some targets -1), and writes
+DIR/gpt_torch_out.safetensors with:
+  gpt.logits [B, T, V], gpt.loss, gpt.grad.<param>   forward/backward on batch 0
+  gpt.loss_ignore                                     loss of x.0 against y.ignore
+  gpt.losses [steps], gpt.final.<param>               AdamW as nanoGPT configures
+                                                      it (betas 0.9/0.95, weight
+                                                      decay on 2-D tensors only)
+The model is nanoGPT's (model.py) with its manual attention path: the
+causal mask by masked_fill, softmax, GELU with approximate="tanh", no dropout,
+lm_head tied to wte.
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_parity import read, write  # noqa: E402  (the safetensors reader/writer)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_attn = nn.Linear(cfg["n_embd"], 3 * cfg["n_embd"])
+        self.c_proj = nn.Linear(cfg["n_embd"], cfg["n_embd"])
+        self.n_head = cfg["n_head"]
+        self.n_embd = cfg["n_embd"]
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        mask = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
+        att = att.masked_fill(mask == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg["n_embd"], 4 * cfg["n_embd"])
+        self.c_proj = nn.Linear(4 * cfg["n_embd"], cfg["n_embd"])
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg["n_embd"])
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg["n_embd"])
+        self.mlp = MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg["vocab_size"], cfg["n_embd"]),
+            wpe=nn.Embedding(cfg["block_size"], cfg["n_embd"]),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg["n_layer"])]),
+            ln_f=nn.LayerNorm(cfg["n_embd"]),
+        ))
+        self.lm_head = nn.Linear(cfg["n_embd"], cfg["vocab_size"], bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # nanoGPT's weight tying
+
+    def forward(self, idx, targets=None):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        if targets is None:
+            return logits
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                                       ignore_index=-1)
+
+
+def make_model(cfg, init):
+    model = GPT(cfg)
+    model.load_state_dict(init)
+    return model
+
+
+def configure_optimizer(model, cfg):
+    """nanoGPT's configure_optimizers: decay on tensors of 2 or more dims."""
+    params = [p for _, p in model.named_parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(0.9, 0.95), eps=1e-8)
+
+
+def main():
+    torch.set_num_threads(1)
+    d = sys.argv[1]
+    with open(os.path.join(d, "gpt_config.json")) as f:
+        cfg = json.load(f)
+    init = read(os.path.join(d, "gpt_init.safetensors"))
+    batches = read(os.path.join(d, "gpt_batches.safetensors"))
+    out = {}
+
+    model = make_model(cfg, init)
+    logits, loss = model(batches["x.0"], batches["y.0"])
+    loss.backward()
+    out["gpt.logits"] = logits
+    out["gpt.loss"] = loss
+    for name, p in model.named_parameters():
+        out["gpt.grad." + name] = p.grad
+    with torch.no_grad():
+        out["gpt.loss_ignore"] = model(batches["x.0"], batches["y.ignore"])[1]
+
+    model = make_model(cfg, init)
+    opt = configure_optimizer(model, cfg)
+    losses = []
+    for i in range(cfg["steps"]):
+        opt.zero_grad()
+        _, loss = model(batches["x.%d" % i], batches["y.%d" % i])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    out["gpt.losses"] = torch.tensor(losses, dtype=torch.float64)
+    for name, p in model.named_parameters():
+        out["gpt.final." + name] = p
+    write(os.path.join(d, "gpt_torch_out.safetensors"), out)
+
+
+if __name__ == "__main__":
+    main()
