@@ -49,6 +49,16 @@ Tensor causal_mask(int64_t tq, int64_t tk, int64_t past) {
 
 // ---- GPTConfig ----
 
+const char* gpt_kernels_name(GPTKernels kernels) {
+  switch (kernels) {
+    case GPTKernels::kFused:
+      return "fused";
+    case GPTKernels::kComposed:
+      return "composed";
+  }
+  return "unknown";
+}
+
 void GPTConfig::validate() const {
   auto positive = [](int64_t v, const char* name) {
     COHORT_CHECK(v > 0, "GPTConfig: {} must be positive, got {}", name, v);
@@ -122,6 +132,11 @@ Tensor merge_heads(const Tensor& y) {
 Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t past) const {
   const int64_t tq = q.size(2), tk = k.size(2);
+  // The fused op's causal mask is top-left aligned (query i sees keys <= i),
+  // right for a prefix from position 0 and not needed for one new query; a
+  // block of several queries after cached positions takes the composed path.
+  if (config_.kernels == GPTKernels::kFused && (past == 0 || tq == 1))
+    return scaled_dot_product_attention(q, k, v, /*is_causal=*/past == 0 && tq > 1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   Tensor att = mul(matmul(q, transpose(k, -2, -1)), scale);  // [B, nh, Tq, Tk]
   if (tq > 1) att = add(att, causal_mask(tq, tk, past));     // one query sees every key

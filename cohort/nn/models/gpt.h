@@ -27,9 +27,11 @@
 // (wte, wpe, then block 0's c_attn.weight, attn.c_proj.weight, mlp.c_fc.weight,
 // mlp.c_proj.weight, block 1's ...).
 //
-// Kernels: GPTConfig::kernels chooses how the blocks compute (composed ops:
-// matmul, softmax over an additive causal mask, tanh GELU from tanh and
-// arithmetic). Every choice gives the same results to float32 rounding.
+// Kernels: GPTConfig::kernels chooses how the blocks compute: kFused (the
+// default) runs attention as scaled_dot_product_attention (blocked, online
+// softmax, no T x T matrix); kComposed builds it from matmul, softmax over an
+// additive causal mask, as nanoGPT's manual path. Both give the same results
+// to float32 rounding; the composed form stays as a second check.
 //
 // Generation: forward(idx, cache) appends the new positions' keys and values
 // to a KVCache and returns only their logits, so one more token costs O(T)
@@ -59,8 +61,12 @@ namespace cohort::nn {
 
 // How the blocks compute; all give the same numbers to float32 rounding.
 enum class GPTKernels {
+  kFused,     // scaled_dot_product_attention (memory O(T))
   kComposed,  // generic ops: matmul, softmax over an additive causal mask, composed tanh GELU
 };
+
+// "fused", "composed".
+const char* gpt_kernels_name(GPTKernels kernels);
 
 struct GPTConfig {
   int64_t n_layer = 4;
@@ -68,7 +74,7 @@ struct GPTConfig {
   int64_t n_embd = 256;
   int64_t block_size = 128;  // longest sequence (positions of wpe)
   int64_t vocab_size = 256;
-  GPTKernels kernels = GPTKernels::kComposed;
+  GPTKernels kernels = GPTKernels::kFused;
 
   // Throws InvalidArgument naming the field: sizes must be positive and
   // n_embd a multiple of n_head.
