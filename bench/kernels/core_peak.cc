@@ -1,10 +1,13 @@
 #include "bench/kernels/core_peak.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 namespace cohort::bench {
 namespace {
@@ -109,6 +112,29 @@ double fma_loop(cohort::KernelPath path) {
     flop_per_step = 12.0 * 4;
   }
   return kFmaSteps * flop_per_step / seconds_since(t0);
+}
+
+FmaPeak measure_fma_peak(int threads) {
+  FmaPeak peak;
+  peak.path = cohort::best_kernel_path();
+  peak.threads = std::max(threads, 1);
+  for (int run = 0; run < kBestOf; ++run)
+    peak.per_core = std::max(peak.per_core, fma_loop(peak.path));
+  // Every thread waits at a counter before each run, so that the runs overlap.
+  std::atomic<int> arrived{0};
+  std::vector<double> best(peak.threads, 0.0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < peak.threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int run = 0; run < kBestOf; ++run) {
+        arrived.fetch_add(1);
+        while (arrived.load() < (run + 1) * peak.threads) std::this_thread::yield();
+        best[t] = std::max(best[t], fma_loop(peak.path));
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (double b : best) peak.all_cores += b;
+  return peak;
 }
 
 }  // namespace cohort::bench

@@ -27,4 +27,17 @@ std::string loadavg();
 // vectors of `path`'s ISA.
 double fma_loop(KernelPath path);
 
+// The machine's fp32 peak as measured (the denominator of the GPT bench's model
+// FLOPs utilisation): fma_loop on the best kernel path this CPU runs, best of
+// kBestOf runs, on one core and on `threads` cores at once (one std::thread
+// each, every run started together so that the runs overlap; the sum of each
+// thread's best). Takes about 0.1 s.
+struct FmaPeak {
+  KernelPath path = KernelPath::kBaseline;
+  int threads = 1;
+  double per_core = 0;   // FLOP/s of one core running alone
+  double all_cores = 0;  // FLOP/s of `threads` cores running together
+};
+FmaPeak measure_fma_peak(int threads);
+
 }  // namespace cohort::bench

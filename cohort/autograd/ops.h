@@ -26,6 +26,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -79,6 +80,38 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 // mask ? a : b (mask: uint8 or any integer dtype, nonzero = true), broadcasting.
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
+
+// ---- transformer pieces (fused kernels in core/kernels) and PyTorch conveniences ----
+// F.gelu(x, approximate): "none" (the erf form above) or "tanh" (GPT-2's);
+// anything else throws InvalidArgument naming the choices.
+Tensor gelu(const Tensor& x, std::string_view approximate);
+// gelu(linear(x, w, b), "tanh") in one pass over the output: bias and GELU are
+// the GEMM's epilogue, per block of rows while it is in cache. Saves the
+// pre-activation for the backward. Shapes as linear.
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+// The residual add and the LayerNorm after it in one pass: returns
+// (s = x + delta, layer_norm(s, {C}, weight, bias, eps)), x and delta of one
+// shape [..., C], weight and bias [C] (or undefined). Gradients reach x and
+// delta (both get d s), weight and bias.
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                         const Tensor& bias, double eps = 1e-5);
+// torch.tril / torch.triu over the last two dims (x at least 2-D): keep
+// x[..., i, j] where j - i <= diagonal (tril) / >= diagonal (triu), zero elsewhere.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// mask ? value : x, mask (integer, nonzero = true) broadcasting with x; x's dtype.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+// where() with a plain number on one side (the tensor's dtype; float32 for an
+// integer tensor, as a Python float promotes it).
+Tensor where(const Tensor& mask, const Tensor& a, double b);
+Tensor where(const Tensor& mask, double a, const Tensor& b);
+// torch.split / torch.chunk: views along dim (narrow). split_size pieces, the
+// last one shorter; or the given sizes, which must sum to the dim's size.
+// chunk: pieces of ceil(size / chunks), so possibly fewer than chunks (an
+// empty dim gives chunks empty pieces), as PyTorch.
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim = 0);
 
 // ---- comparisons: uint8 masks (1/0), not differentiable ----
 Tensor eq(const Tensor& a, const Tensor& b);
@@ -162,7 +195,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // to it are skipped (PyTorch default -100; native::kNoIgnoreIndex: none).
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
                 int64_t ignore_index = -100);
-// log_softmax(logits, 1) + nll_loss: logits [N, C], target int64 [N].
+// log_softmax(logits, 1) + nll_loss: logits [N, C] (or [C]), target int64
+// [N], computed without the [N, C] probabilities (core/kernels/cross_entropy.h):
+// the forward keeps one log-sum-exp per row, the backward writes
+// softmax - onehot straight into the gradient. [N, C, d...] throws.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      Reduction reduction = Reduction::kMean, int64_t ignore_index = -100);
 // (input - target)^2, reduced; shapes must match exactly.

@@ -165,6 +165,10 @@ TEST(ScaledDotProductAttention, EmptyQueriesGiveZeroKeyGradients) {
   sum(y).backward();
   EXPECT_TRUE(allclose(k.grad(), Tensor::zeros({2, 3, 4}), 0, 0));
   EXPECT_TRUE(allclose(v.grad(), Tensor::zeros({2, 3, 4}), 0, 0));
+  // No heads at all: still differentiable, with empty gradients.
+  Tensor e = randn_grad({0, 3, 4}, 4);
+  sum(scaled_dot_product_attention(e, e, e, true)).backward();
+  EXPECT_EQ(e.grad().sizes(), (Shape{0, 3, 4}));
 }
 
 std::string error_of(const Tensor& q, const Tensor& k, const Tensor& v) {

@@ -1,6 +1,7 @@
 // dropout, layer_norm, batch_norm, cross_entropy.
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/core/kernels/cross_entropy.h"
 #include "cohort/core/native/elementwise.h"
 #include "cohort/core/native/index.h"
 #include "cohort/core/native/norm.h"
@@ -53,11 +54,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                 {xd, wd});
 }
 
+// One pass per row forward (log-sum-exp in chunks, lse saved), one backward
+// (softmax - onehot written into the gradient): no [N, C] probabilities.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      int64_t ignore_index) {
-  COHORT_CHECK(logits.dim() == 2 || logits.dim() == 1,
-               "cross_entropy: logits must be [N, C] or [C], got {}", shape_str(logits.sizes()));
-  return nll_loss(log_softmax(logits, -1), target, reduction, ignore_index);
+  kernels::CrossEntropyResult r = kernels::cross_entropy(logits, target, reduction, ignore_index);
+  if (!autograd::any_requires_grad({logits})) return r.loss;
+  Tensor ld = logits.detach(), td = target.detach(), lse = r.lse;
+  return record(r.loss, "cross_entropy", {logits},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  return std::vector<Tensor>{
+                      kernels::cross_entropy_backward(g, ld, td, lse, reduction, ignore_index)};
+                },
+                {ld, td});
 }
 
 }  // namespace cohort

@@ -2,6 +2,7 @@
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/core/native/elementwise.h"
+#include "cohort/core/native/index.h"
 #include "cohort/core/native/reduce.h"
 
 namespace cohort {
@@ -167,6 +168,64 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
                   return std::vector<Tensor>{ga, gb};
                 },
                 {md});
+}
+
+namespace {
+
+// where() with one side a plain number: the tensor side keeps its dtype
+// (floating) or becomes float32 (integer, as a Python float promotes it).
+Tensor where_scalar(const Tensor& mask, const Tensor& t, double s, bool tensor_first) {
+  const DType dt = is_floating(t.dtype()) ? t.dtype() : kFloat32;
+  Tensor st = Tensor::scalar(s, dt);
+  Tensor out = tensor_first ? native::where(mask, t, st) : native::where(mask, st, t);
+  if (!autograd::any_requires_grad({t})) return out;
+  Tensor md = mask.detach();
+  Shape shape = t.sizes();
+  DType tdt = t.dtype();
+  return record(out, "where", {t},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  Tensor zero = Tensor::scalar(0.0, g.dtype());
+                  Tensor gt =
+                      tensor_first ? native::where(md, g, zero) : native::where(md, zero, g);
+                  return std::vector<Tensor>{native::sum_to(gt, shape).to(tdt)};
+                },
+                {md});
+}
+
+}  // namespace
+
+Tensor where(const Tensor& mask, const Tensor& a, double b) {
+  return where_scalar(mask, a, b, true);
+}
+Tensor where(const Tensor& mask, double a, const Tensor& b) {
+  return where_scalar(mask, b, a, false);
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  Tensor out = native::masked_fill(x, mask, value);
+  if (!autograd::any_requires_grad({x})) return out;
+  Tensor md = mask.detach();
+  Shape shape = x.sizes();
+  return record(
+      out, "masked_fill", {x},
+      [=](const Tensor& g, const std::vector<bool>&) {
+        return std::vector<Tensor>{native::sum_to(native::masked_fill(g, md, 0.0), shape)};
+      },
+      {md});
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  return unary_record(native::triangle(x, diagonal, true), x, "tril", Saves::kInput,
+                      [diagonal](const Tensor& g, const Tensor&, const Tensor&) {
+                        return native::triangle(g, diagonal, true);
+                      });
+}
+
+Tensor triu(const Tensor& x, int64_t diagonal) {
+  return unary_record(native::triangle(x, diagonal, false), x, "triu", Saves::kInput,
+                      [diagonal](const Tensor& g, const Tensor&, const Tensor&) {
+                        return native::triangle(g, diagonal, false);
+                      });
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return native::compare(CompareOp::kEq, a, b); }

@@ -1,5 +1,8 @@
 #include "cohort/core/native/index.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "cohort/base/parallel.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/native/elementwise.h"
@@ -185,6 +188,57 @@ DropoutResult dropout(const Tensor& x, double p, Generator& gen) {
   }
   r.out = binary(BinaryOp::kMul, x, r.mask);
   return r;
+}
+
+Tensor triangle(const Tensor& x_in, int64_t diagonal, bool lower) {
+  const char* op = lower ? "tril" : "triu";
+  COHORT_CHECK(x_in.dim() >= 2, "{}: input must be at least 2-D, got {}", op,
+               shape_str(x_in.sizes()));
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.sizes(), x.dtype());
+  const int64_t r = x.size(-2), c = x.size(-1);
+  const int64_t rows = c ? x.numel() / c : 0;
+  const size_t es = dtype_size(x.dtype());
+  const auto* px = static_cast<const std::byte*>(x.raw_data());
+  auto* po = static_cast<std::byte*>(out.raw_data());
+  // Row i keeps columns [0, i + diagonal] (lower) or [i + diagonal, c)
+  // (upper); the zero of every dtype is all-zero bytes.
+  parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(c, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t row = r0; row < r1; ++row) {
+                   const int64_t i = row % r;
+                   const int64_t edge = std::clamp<int64_t>(i + diagonal + (lower ? 1 : 0), 0, c);
+                   const int64_t k0 = lower ? 0 : edge, k1 = lower ? edge : c;
+                   const std::byte* src = px + row * c * es;
+                   std::byte* dst = po + row * c * es;
+                   std::memset(dst, 0, c * es);
+                   if (k1 > k0) std::memcpy(dst + k0 * es, src + k0 * es, (k1 - k0) * es);
+                 }
+               });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  COHORT_CHECK(mask.dtype() == kUInt8 || mask.dtype() == kInt32 || mask.dtype() == kInt64,
+               "masked_fill: mask must be an integer (boolean) tensor, got {}",
+               dtype_name(mask.dtype()));
+  const Shape shape = broadcast_shapes(x.sizes(), mask.sizes(), "masked_fill");
+  Tensor m = (mask.dtype() == kUInt8 ? mask : compare_scalar(CompareOp::kNe, mask, 0.0))
+                 .expand(shape)
+                 .contiguous();
+  Tensor xs = x.expand(shape).contiguous();
+  Tensor out = Tensor::empty(shape, x.dtype());
+  dispatch_arith(x.dtype(), "masked_fill", [&](auto tag) {
+    using T = decltype(tag);
+    const T v = static_cast<T>(value);
+    const uint8_t* pm = m.data_ptr<uint8_t>();
+    const T* px = xs.data_ptr<T>();
+    T* po = out.data_ptr<T>();
+    parallel_for(0, out.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) po[i] = pm[i] ? v : px[i];
+    });
+  });
+  return out;
 }
 
 }  // namespace cohort::native

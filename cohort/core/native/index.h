@@ -22,6 +22,13 @@ Tensor scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& i
                    const Tensor& src);
 // Joins along an existing dim; all shapes equal except at dim; dtypes promote.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim);
+// torch.tril (lower) / torch.triu: x [..., R, C] (at least 2-D, any dtype)
+// keeps x[..., i, j] where j - i <= diagonal (lower) or j - i >= diagonal
+// (upper) and zeroes the rest.
+Tensor triangle(const Tensor& x, int64_t diagonal, bool lower);
+// torch.masked_fill: mask (integer, nonzero = true) and x broadcast together;
+// out = mask ? value : x, in x's dtype.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 // Inverted dropout: mask (x's dtype) holds 0 or 1/(1-p); out = x * mask.
 struct DropoutResult {
   Tensor out, mask;

@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "cohort/base/cpu.h"
+#include "cohort/base/parallel.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
 
@@ -34,9 +36,10 @@ void blas_call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
+// OpenBLAS, single-threaded, split over parallel_for.
 template <typename T>
-void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void blas_split(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   single_threaded_blas();
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -73,6 +76,18 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   }
 }
 
+template <typename T>
+void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_backend(ta, tb, m, n, k, num_threads()) == GemmBackend::kPacked) {
+      gemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
+  blas_split<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 // A 2-D operand as BLAS sees it: pointer, leading dim, transposed flag.
 // Copies only when neither the matrix nor its transpose is row-contiguous.
 struct BlasOperand {
@@ -93,6 +108,34 @@ BlasOperand as_blas(const Tensor& t) {
 }
 
 }  // namespace
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::kPacked ? "packed" : "openblas";
+}
+
+GemmBackend gemm_backend(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int threads) {
+  // docs/kernels.md, "GEMM backends": on the avx2 path the packed GEMM is
+  // 1-5 % ahead of OpenBLAS on the products with A as stored (forward x w^T
+  // and dX = dY w) of the reference GPT (M = 2048 rows, K and N 256..1024),
+  // on 1 and on 2 threads, and 2-9 % behind on A transposed (dW = dY^T x);
+  // elsewhere the two are level within the noise or OpenBLAS is ahead, so
+  // the packed GEMM takes exactly the measured region. Not on avx512: not
+  // measured there (no such host yet).
+  (void)tb;
+  (void)threads;
+  if (kernel_path() != KernelPath::kAvx2 || ta) return GemmBackend::kOpenBlas;
+  const bool measured_win = m >= 2048 && k >= 256 && k <= 1024 && n >= 256 && n <= 1024;
+  return measured_win ? GemmBackend::kPacked : GemmBackend::kOpenBlas;
+}
+
+void gemm_with(GemmBackend backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  if (backend == GemmBackend::kPacked)
+    gemm_packed(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    blas_split<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -150,14 +193,29 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
     using T = decltype(tag);
     T* po = out.data_ptr<T>();
+    // One product on this thread alone (float32 through the backend rule for
+    // one thread).
     auto one = [&](int64_t i) {
       BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
-      blas_call<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
-                   ob.keep.template data_ptr<T>(), ob.ld, T(0), po + i * m * n,
-                   std::max<int64_t>(n, 1));
+      const T* pa = oa.keep.template data_ptr<T>();
+      const T* pb = ob.keep.template data_ptr<T>();
+      T* pc = po + i * m * n;
+      const int64_t ldc = std::max<int64_t>(n, 1);
+      if constexpr (std::is_same_v<T, float>) {
+        if (gemm_backend(oa.trans, ob.trans, m, n, k, 1) == GemmBackend::kPacked) {
+          ThreadBudgetGuard alone(1);
+          gemm_packed(oa.trans, ob.trans, m, n, k, 1.0f, pa, oa.ld, pb, ob.ld, 0.0f, pc, ldc);
+          return;
+        }
+      }
+      single_threaded_blas();
+      blas_call<T>(oa.trans, ob.trans, m, n, k, T(1), pa, oa.ld, pb, ob.ld, T(0), pc, ldc);
     };
-    single_threaded_blas();
-    if (m * n * k >= kSplitMacs * 4 || nb == 1) {
+    // Products of equal size: with at least as many as threads, each thread
+    // takes whole products (no split, no synchronisation inside one);
+    // fewer, large ones are split one after the other.
+    const int64_t threads = num_threads();
+    if (nb == 1 || (nb < threads && m * n * k >= kSplitMacs * 4)) {
       for (int64_t i = 0; i < nb; ++i) {
         BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
         gemm_impl<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,

@@ -18,6 +18,32 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc);
 
+// cohort's own packed fp32 GEMM (gemm_packed.cc, microkernels per ISA in
+// gemm_kernels_isa.cc), same contract as gemm; threads split C by whole
+// register tiles, so its bits do not depend on the thread count. Only on the
+// avx2 / avx512 kernel paths: elsewhere gemm_packed_available() is false and
+// gemm_packed throws InvalidArgument naming the path.
+bool gemm_packed_available();
+void gemm_packed(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc);
+
+// Which implementation native::gemm runs a float32 product on (float64 is
+// always OpenBLAS): a fixed rule of the kernel path in use, the product's
+// shape and transposes and the thread count, derived from measurements
+// (docs/kernels.md, "GEMM backends"); no timing at run time, so the same call
+// on the same CPU takes the same backend and gives the same bits every run,
+// on every DDP rank. kOpenBlas: OpenBLAS sgemm, single-threaded, split over
+// cohort::parallel_for; kPacked: gemm_packed.
+enum class GemmBackend { kOpenBlas = 0, kPacked = 1 };
+const char* gemm_backend_name(GemmBackend backend);
+GemmBackend gemm_backend(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int threads);
+// gemm on a given backend (tests, benchmarks); kPacked throws InvalidArgument
+// where gemm_packed_available() is false.
+void gemm_with(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+               float* c, int64_t ldc);
+
 // [M,K] x [K,N] -> [M,N]. Transposed views are passed to BLAS without a copy.
 Tensor mm(const Tensor& a, const Tensor& b);
 // torch.matmul: 1-D/2-D/batched with broadcast batch dims.

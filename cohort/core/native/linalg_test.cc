@@ -75,6 +75,36 @@ TEST(Linalg, MatmulBroadcastsBatches) {
   EXPECT_THROW(matmul(random_tensor({2, 3}, 1), random_tensor({4, 3}, 2)), InvalidArgument);
 }
 
+// Batched products (attention's q k^T and att v): with at least as many
+// products as threads each is computed whole on one thread, so the result is
+// the same bits on 1, 2 and 3 threads, and equals the reference per product,
+// transposed views included.
+TEST(Linalg, BatchedMatmulIsTheSameOnEveryThreadCount) {
+  Tensor a = random_tensor({7, 33, 20}, 21), b = random_tensor({7, 45, 20}, 22);
+  Tensor bt = b.transpose(1, 2);  // [7, 20, 45], a view
+  Tensor one;
+  {
+    ThreadBudgetGuard g(1);
+    one = matmul(a, bt);
+  }
+  for (int threads : {2, 3}) {
+    ThreadBudgetGuard g(threads);
+    Tensor many = matmul(a, bt);
+    EXPECT_EQ(one.to_vector<float>(), many.to_vector<float>()) << threads << " threads";
+  }
+  for (int64_t i = 0; i < 7; ++i)
+    EXPECT_TRUE(allclose(one.select(0, i),
+                         mm_reference(a.select(0, i), bt.select(0, i).contiguous()), 1e-5, 1e-5))
+        << "product " << i;
+  // Fewer products than threads, each large: split one after the other.
+  Tensor c = random_tensor({2, 130, 150}, 23), d = random_tensor({2, 150, 140}, 24);
+  ThreadBudgetGuard g(3);
+  Tensor cd = matmul(c, d);
+  for (int64_t i = 0; i < 2; ++i)
+    EXPECT_TRUE(
+        allclose(cd.select(0, i), mm_reference(c.select(0, i), d.select(0, i)), 1e-4, 1e-4));
+}
+
 TEST(Linalg, LinearIsXWtPlusB) {
   Tensor x = random_tensor({2, 3, 5}, 12), w = random_tensor({4, 5}, 13),
          b = random_tensor({4}, 14);

@@ -4,6 +4,8 @@
 
 #include "cohort/base/parallel.h"
 #include "cohort/core/dispatch.h"
+#include "cohort/core/kernels/layer_norm.h"
+#include "cohort/core/native/elementwise.h"
 
 namespace cohort::native {
 namespace {
@@ -34,6 +36,15 @@ LayerNormResult layer_norm(const Tensor& x_in, const Shape& ns, const Tensor& w_
   const int64_t rows = n ? x.numel() / n : 0;
   LayerNormResult r{Tensor::empty(x.sizes(), x.dtype()), Tensor::empty({rows}, kFloat64),
                     Tensor::empty({rows}, kFloat64)};
+  if (x.dtype() == kFloat32) {
+    Tensor w = w_in.defined() ? w_in.to(kFloat32).contiguous() : Tensor();
+    Tensor b = b_in.defined() ? b_in.to(kFloat32).contiguous() : Tensor();
+    kernels::layer_norm_rows(x.data_ptr<float>(), nullptr, nullptr,
+                             w.defined() ? w.data_ptr<float>() : nullptr,
+                             b.defined() ? b.data_ptr<float>() : nullptr, r.out.data_ptr<float>(),
+                             r.mean.data_ptr<double>(), r.rstd.data_ptr<double>(), rows, n, eps);
+    return r;
+  }
   dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
     Tensor w = w_in.defined() ? w_in.to(x.dtype()).contiguous() : Tensor();
@@ -75,6 +86,18 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_in, const Tensor& x_in, co
   Tensor x = x_in.contiguous(), g = grad_in.contiguous();
   const int64_t rows = n ? x.numel() / n : 0;
   LayerNormGrads out;
+  if (x.dtype() == kFloat32) {
+    Tensor w = w_in.defined() ? w_in.to(kFloat32).contiguous() : Tensor();
+    Tensor gf = g.to(kFloat32).contiguous();
+    if (need_dx) out.dx = Tensor::empty(x.sizes(), kFloat32);
+    if (need_dw) out.dweight = Tensor::empty(ns, kFloat32);
+    if (need_db) out.dbias = Tensor::empty(ns, kFloat32);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
+    kernels::layer_norm_backward_rows(gf.data_ptr<float>(), x.data_ptr<float>(), ptr(w),
+                                      mean.data_ptr<double>(), rstd.data_ptr<double>(), ptr(out.dx),
+                                      ptr(out.dweight), ptr(out.dbias), rows, n);
+    return out;
+  }
   dispatch_floating(x.dtype(), "layer_norm_backward", [&](auto tag) {
     using T = decltype(tag);
     Tensor w = w_in.defined() ? w_in.to(x.dtype()).contiguous() : Tensor();
@@ -122,6 +145,37 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_in, const Tensor& x_in, co
     }
   });
   return out;
+}
+
+AddLayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& delta_in, const Tensor& w_in,
+                                  const Tensor& b_in, double eps) {
+  COHORT_CHECK(x_in.dim() >= 1, "add_layer_norm: input must have a last dim to normalise, got {}",
+               shape_str(x_in.sizes()));
+  COHORT_CHECK(x_in.sizes() == delta_in.sizes() && x_in.dtype() == delta_in.dtype(),
+               "add_layer_norm: x {} ({}) and delta {} ({}) must have one shape and dtype",
+               shape_str(x_in.sizes()), dtype_name(x_in.dtype()), shape_str(delta_in.sizes()),
+               dtype_name(delta_in.dtype()));
+  const Shape ns{x_in.size(-1)};
+  if (x_in.dtype() != kFloat32) {
+    AddLayerNormResult r;
+    r.sum = binary(BinaryOp::kAdd, x_in, delta_in);
+    r.norm = layer_norm(r.sum, ns, w_in, b_in, eps);
+    return r;
+  }
+  const int64_t n = check_layer_norm(x_in, ns, w_in, b_in);
+  Tensor x = x_in.contiguous(), delta = delta_in.contiguous();
+  const int64_t rows = n ? x.numel() / n : 0;
+  AddLayerNormResult r{Tensor::empty(x.sizes(), kFloat32),
+                       {Tensor::empty(x.sizes(), kFloat32), Tensor::empty({rows}, kFloat64),
+                        Tensor::empty({rows}, kFloat64)}};
+  Tensor w = w_in.defined() ? w_in.to(kFloat32).contiguous() : Tensor();
+  Tensor b = b_in.defined() ? b_in.to(kFloat32).contiguous() : Tensor();
+  kernels::layer_norm_rows(x.data_ptr<float>(), delta.data_ptr<float>(), r.sum.data_ptr<float>(),
+                           w.defined() ? w.data_ptr<float>() : nullptr,
+                           b.defined() ? b.data_ptr<float>() : nullptr,
+                           r.norm.out.data_ptr<float>(), r.norm.mean.data_ptr<double>(),
+                           r.norm.rstd.data_ptr<double>(), rows, n, eps);
+  return r;
 }
 
 BatchNormResult batch_norm(const Tensor& x_in, const Tensor& rm, const Tensor& rv,

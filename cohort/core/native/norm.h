@@ -1,7 +1,10 @@
 // Normalisation kernels (not recorded by autograd), PyTorch semantics.
 // layer_norm normalises over the trailing dims given by normalized_shape,
-// batch_norm per channel (dim 1) of x [N, C, *]. Statistics accumulate in
-// double. Parallel over rows (layer_norm) or channels (batch_norm).
+// batch_norm per channel (dim 1) of x [N, C, *]. Parallel over rows
+// (layer_norm) or channels (batch_norm). float32 layer_norm runs the row
+// kernels of core/kernels/layer_norm.h (vectorised per kernel path, float
+// sums in several accumulators; the reference loops in double on the baseline
+// path); float64 and batch_norm accumulate in double.
 #pragma once
 
 #include "cohort/core/tensor.h"
@@ -24,6 +27,17 @@ LayerNormGrads layer_norm_backward(const Tensor& grad, const Tensor& x,
                                    const Shape& normalized_shape, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& weight, bool need_dx,
                                    bool need_dweight, bool need_dbias);
+
+// The residual add fused with the LayerNorm after it: sum = x + delta (x and
+// delta of one shape [..., C] and dtype), norm = layer_norm(sum, {C}, weight,
+// bias, eps) (weight, bias [C] or undefined), both in one pass over the rows.
+// Its backward is layer_norm_backward over `sum`.
+struct AddLayerNormResult {
+  Tensor sum;
+  LayerNormResult norm;
+};
+AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                  const Tensor& bias, double eps);
 
 struct BatchNormResult {
   Tensor out;

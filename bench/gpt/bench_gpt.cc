@@ -1,0 +1,181 @@
+// cohort's GPT training step, the peer of torch_gpt.py (issue 21): the same
+// model (cohort::nn::GPT), AdamW (betas 0.9/0.95, weight decay 0.1 on 2-D
+// weights only, lr 3e-4), random token batches from a seeded generator;
+// --warmup steps, then --steps steps timed one by one. Prints one JSON line:
+// ms/step median (min, max), peak RSS (getrusage ru_maxrss), parameters, the
+// model FLOPs of a step and the utilisation of the measured fp32 peak
+// (bench/kernels/core_peak.h, on --threads cores):
+//   FLOPs/step = (6 N + 12 L C T) x B x T
+// with N the parameters without the position embedding, L layers, C width,
+// T tokens per sequence, B sequences (nanoGPT's estimate_mfu, after PaLM's
+// appendix B: 6 N per token for the weights' forward and backward, 12 L C T
+// per token for attention's QK^T and AV products forward and backward).
+//
+// --ddp: one rank of DistributedDataParallel (native backend, env://), started
+// by `cohort run --nproc-per-node P bench_gpt --ddp ...`: every rank trains
+// --batch sequences of its own per step (the global batch is P x B); rank 0
+// prints the JSON line (its ms/step, its peak RSS; FLOPs and MFU over all
+// ranks against the peak of P x --threads cores).
+//
+// Usage: bench_gpt [--preset ref|gpt2] [--n-layer L] [--n-head H] [--n-embd C]
+//                  [--block-size T] [--vocab V] [--batch B] [--seq T]
+//                  [--steps N] [--warmup N] [--threads N] [--seed S] [--ddp]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench/kernels/core_peak.h"
+#include "cohort/autograd/ops.h"
+#include "cohort/base/cpu.h"
+#include "cohort/base/parallel.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/nn/models/gpt.h"
+#include "cohort/optim/optim.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+
+using namespace cohort;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "bench_gpt: %s\nusage: bench_gpt [--preset ref|gpt2] [--n-layer L] [--n-head H] "
+               "[--n-embd C] [--block-size T] [--vocab V] [--batch B] [--seq T] [--steps N] "
+               "[--warmup N] [--threads N] [--seed S] [--ddp]\n",
+               why);
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  nn::GPTConfig config = nn::GPTConfig::reference();
+  int64_t batch = 16, seq = 0;
+  int steps = 10, warmup = 2, threads = 2;
+  uint64_t seed = 1337;
+  bool ddp = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ddp") {
+      ddp = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage((a + " needs a value").c_str());
+    const std::string v = argv[++i];
+    const long long n = std::atoll(v.c_str());
+    if (a == "--preset") {
+      if (v == "ref")
+        config = nn::GPTConfig::reference();
+      else if (v == "gpt2")
+        config = nn::GPTConfig::gpt2();
+      else
+        usage(("--preset " + v + ": expected ref or gpt2").c_str());
+    } else if (a == "--n-layer") {
+      config.n_layer = n;
+    } else if (a == "--n-head") {
+      config.n_head = n;
+    } else if (a == "--n-embd") {
+      config.n_embd = n;
+    } else if (a == "--block-size") {
+      config.block_size = n;
+    } else if (a == "--vocab") {
+      config.vocab_size = n;
+    } else if (a == "--batch") {
+      batch = n;
+    } else if (a == "--seq") {
+      seq = n;
+    } else if (a == "--steps") {
+      steps = static_cast<int>(n);
+    } else if (a == "--warmup") {
+      warmup = static_cast<int>(n);
+    } else if (a == "--threads") {
+      threads = static_cast<int>(n);
+    } else if (a == "--seed") {
+      seed = static_cast<uint64_t>(n);
+    } else {
+      usage(("unknown option " + a).c_str());
+    }
+  }
+  if (seq <= 0) seq = config.block_size;
+  if (steps < 1 || batch < 1 || threads < 1) usage("--steps, --batch and --threads must be >= 1");
+  config.validate();
+  set_num_threads(threads);
+
+  std::shared_ptr<distributed::ProcessGroup> pg;
+  if (ddp) pg = distributed::init_process_group("native", "env://");
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+
+  Generator gen(seed);  // the same initial weights on every rank
+  auto model = std::make_shared<nn::GPT>(config, gen);
+  std::unique_ptr<parallel::DistributedDataParallel> wrapped;
+  if (pg) wrapped = std::make_unique<parallel::DistributedDataParallel>(model, pg);
+  const nn::WeightDecayGroups groups = nn::weight_decay_groups(*model);
+  optim::AdamW opt(groups.decay, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
+  opt.add_param_group(groups.no_decay, {{"weight_decay", 0.0}});
+  const int64_t params = model->num_parameters();
+  const int64_t params_no_pos = params - config.block_size * config.n_embd;
+
+  Generator data(seed + 1 + static_cast<uint64_t>(rank));  // each rank its own batches
+  auto step = [&] {
+    Tensor idx = randint(0, config.vocab_size, {batch, seq}, data);
+    Tensor tgt = randint(0, config.vocab_size, {batch, seq}, data);
+    Tensor loss = wrapped ? cross_entropy(wrapped->forward(idx).reshape({-1, config.vocab_size}),
+                                          tgt.reshape({-1}))
+                          : model->forward(idx, tgt);
+    opt.zero_grad(true);
+    loss.backward();
+    opt.step();
+    return loss.item<float>();
+  };
+  for (int s = 0; s < warmup; ++s) step();
+  if (pg) pg->barrier();
+  std::vector<double> ms;
+  float last = 0;
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    last = step();
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (pg) pg->barrier();
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double tokens = static_cast<double>(batch) * seq * world;
+  const double flops = (6.0 * params_no_pos + 12.0 * config.n_layer * config.n_embd * seq) * tokens;
+  const double med = median(ms);
+  // Measured after the steps, so that the FMA loop runs on a warm core.
+  // Rank 0 alone (the others wait at the barrier): the peak of all ranks' cores.
+  const bench::FmaPeak peak =
+      rank == 0 ? bench::measure_fma_peak(threads * world) : bench::FmaPeak{};
+  if (pg) {
+    pg->barrier();
+    distributed::destroy_process_group(pg);
+  }
+  if (rank != 0) return 0;
+  std::printf(
+      "{\"impl\": \"cohort\", \"precision\": \"fp32\", \"ranks\": %d, \"threads\": %d, "
+      "\"n_layer\": %lld, "
+      "\"n_head\": %lld, \"n_embd\": %lld, \"block_size\": %lld, \"vocab\": %lld, \"batch\": %lld, "
+      "\"seq\": %lld, \"params\": %lld, \"steps\": %d, \"ms_step\": %.2f, \"ms_min\": %.2f, "
+      "\"ms_max\": %.2f, \"loss_last\": %.4f, \"peak_rss_mib\": %.1f, \"gflop_step\": %.3f, "
+      "\"peak_gflops\": %.1f, \"peak_gflops_core\": %.1f, \"mfu\": %.4f, \"cpu\": \"%s\", "
+      "\"kernel_path\": \"%s\"}\n",
+      world, threads, (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
+      (long long)config.block_size, (long long)config.vocab_size, (long long)batch, (long long)seq,
+      (long long)params, steps, med, *std::min_element(ms.begin(), ms.end()),
+      *std::max_element(ms.begin(), ms.end()), last, ru.ru_maxrss / 1024.0, flops * 1e-9,
+      peak.all_cores * 1e-9, peak.per_core * 1e-9, flops / (med * 1e-3) / peak.all_cores,
+      cpu_features().model.c_str(), kernel_path_name(kernel_path()));
+  return 0;
+}

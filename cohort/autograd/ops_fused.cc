@@ -1,0 +1,69 @@
+// The fused transformer ops: GELU (tanh form), linear + GELU, residual add +
+// LayerNorm. Kernels in core/kernels (gelu.h, layer_norm.h).
+#include <string_view>
+
+#include "cohort/autograd/node.h"
+#include "cohort/autograd/ops.h"
+#include "cohort/core/kernels/gelu.h"
+#include "cohort/core/native/norm.h"
+
+namespace cohort {
+
+using autograd::record;
+
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  if (approximate == "none") return gelu(x);
+  COHORT_CHECK(approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"{}\"",
+               approximate);
+  COHORT_CHECK(is_floating(x.dtype()), "gelu: needs a floating tensor, got {}",
+               dtype_name(x.dtype()));
+  Tensor out = kernels::gelu_tanh(x);
+  if (!autograd::any_requires_grad({x})) return out;
+  Tensor xd = x.detach();
+  return record(out, "gelu_tanh", {x},
+                [xd](const Tensor& g, const std::vector<bool>&) {
+                  return std::vector<Tensor>{kernels::gelu_tanh_backward(g, xd)};
+                },
+                {xd});
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  kernels::LinearGeluResult r = kernels::linear_gelu(x, w, b);
+  if (!autograd::any_requires_grad({x, w, b})) return r.out;
+  // pre is the op's own buffer (no caller holds it), so only x and w are
+  // watched for in-place changes.
+  Tensor xd = x.detach(), wd = w.detach(), pre = r.pre;
+  const bool has_b = b.defined();
+  return record(r.out, "linear_gelu", {x, w, b},
+                [xd, wd, pre, has_b](const Tensor& g, const std::vector<bool>& needs) {
+                  kernels::LinearGeluGrads gr = kernels::linear_gelu_backward(
+                      g, xd, wd, pre, needs[0], needs[1], has_b && needs[2]);
+                  return std::vector<Tensor>{gr.dx, gr.dw, gr.db};
+                },
+                {xd, wd});
+}
+
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                         const Tensor& bias, double eps) {
+  native::AddLayerNormResult r = native::add_layer_norm(x, delta, weight, bias, eps);
+  Tensor s = r.sum, y = r.norm.out;
+  if (!autograd::any_requires_grad({x, delta, weight, bias})) return {s, y};
+  // Two nodes: s = x + delta (its gradient, the sum of what reaches s from
+  // its users and from y, goes to both), and y = layer_norm(s).
+  record(s, "add", {x, delta}, [](const Tensor& g, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{needs[0] ? g : Tensor(), needs[1] ? g : Tensor()};
+  });
+  Tensor sd = s.detach(), wd = weight.defined() ? weight.detach() : Tensor();
+  Tensor mean = r.norm.mean, rstd = r.norm.rstd;
+  Shape ns{x.size(-1)};
+  record(y, "add_layer_norm", {s, weight, bias},
+         [=](const Tensor& g, const std::vector<bool>& needs) {
+           native::LayerNormGrads gr =
+               native::layer_norm_backward(g, sd, ns, mean, rstd, wd, needs[0], needs[1], needs[2]);
+           return std::vector<Tensor>{gr.dx, gr.dweight, gr.dbias};
+         },
+         {sd, wd});
+  return {s, y};
+}
+
+}  // namespace cohort
