@@ -100,7 +100,8 @@ print("FLOPs/step = (6 N + 12 L C T) B T, N = parameters without wpe")
 def load(cfg, impl):
     runs = []
     for r in range(1, rounds + 1):
-        lines = [l for l in open(f"{tmp}/{cfg}.{impl}.{r}.json") if l.startswith("{")]
+        # cohort run prefixes a worker's lines with "[rank 0] ".
+        lines = [l[l.index("{"):] for l in open(f"{tmp}/{cfg}.{impl}.{r}.json") if '{"impl"' in l]
         runs.append(json.loads(lines[-1]))
     return runs
 hdr = "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}"
