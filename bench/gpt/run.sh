@@ -131,8 +131,9 @@ for cfg in configs:
     if bf16:
         line += f"; cohort/torch bf16 time {cm / res['torchbf16'][0]:.3f}"
     if "ddp2" in res:
-        line += (f"; DDP 2x1 / torch fp32 1x2 time per 16 sequences {res['ddp2'][0] / tm:.3f}"
-                 f" (2x the tokens per step), scaling 1x1 -> 2x1 {res['one1'][0] / res['ddp2'][0]:.3f}")
+        line += (f"; DDP 2x1 step (2 x 16 sequences) / torch fp32 1x2 step (16) "
+                 f"{res['ddp2'][0] / tm:.3f}, DDP scaling (1x1 ms / 2x1 ms, 16 sequences per "
+                 f"rank) {res['one1'][0] / res['ddp2'][0]:.3f}")
     print(line)
 if not bf16:
     print("torch bf16 not run: this CPU has no AVX512-BF16 / AMX-BF16 (BF16=1 forces it)")
