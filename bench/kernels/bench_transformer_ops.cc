@@ -10,7 +10,8 @@
 // log_softmax then nll_loss, the tanh formula from pointwise ops; layer_norm
 // and adamw have no composed form (the same kernel either way: "-").
 // Usage: bench_transformer_ops [--threads 2] [--seconds 1] [--sizes ref,gpt2]
-//        [--python /usr/bin/python3] [--torch-script PATH] [--no-torch]
+//        [--python /usr/bin/python3] [--torch-script PATH] [--ops NAME] [--no-torch]
+// (--ops: only the ops whose name contains NAME).
 // Never time while a compiler runs on the machine (pgrep -c cc1plus).
 #include <algorithm>
 #include <chrono>
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
   double seconds = 1.0;
   std::string sizes = "ref,gpt2", python = "/usr/bin/python3";
   std::string script = std::string(COHORT_BENCH_SOURCE_DIR) + "/torch_transformer_ops.py";
+  std::string only;  // ops whose name contains it
   bool with_torch = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -127,12 +129,15 @@ int main(int argc, char** argv) {
     } else if (a == "--torch-script") {
       script = v;
       ++i;
+    } else if (a == "--ops") {
+      only = v;
+      ++i;
     } else if (a == "--no-torch") {
       with_torch = false;
     } else {
       std::fprintf(stderr,
                    "usage: bench_transformer_ops [--threads 2] [--seconds 1] [--sizes ref,gpt2] "
-                   "[--python /usr/bin/python3] [--torch-script PATH] [--no-torch]\n");
+                   "[--python /usr/bin/python3] [--torch-script PATH] [--ops NAME] [--no-torch]\n");
       return 2;
     }
   }
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < n; ++i) tv[i] = (i * 7919) % v;
       Tensor target = Tensor::from_vector(tv, {n});
       auto add = [&](const char* op, std::function<void()> fused, std::function<void()> composed) {
+        if (std::string(op).find(only) == std::string::npos) return;
         const std::string k = key(sz.name, op, t);
         order.push_back(k);
         rows[k].fused = time_ms(fused, seconds);
@@ -213,6 +219,7 @@ int main(int argc, char** argv) {
             clear({logits});
             nll_loss(log_softmax(logits, 1), target).backward();
           });
+      if (std::string("adamw").find(only) == std::string::npos) continue;
       Tensor param = randn({sz.params}, 12, 0.02);
       param.set_grad(randn({sz.params}, 13, 1e-3, false));
       optim::AdamWOptions o;

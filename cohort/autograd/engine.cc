@@ -13,6 +13,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/base/parallel.h"
+#include "cohort/core/native/elementwise.h"
 
 namespace cohort::autograd {
 namespace {
@@ -26,8 +27,11 @@ struct Later {
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
+  } else if (slot.dtype() == g.dtype() && slot.sizes() == g.sizes()) {
+    // A new tensor (either operand may alias a tensor owned elsewhere), in
+    // one pass: a residual connection's two gradients meet here every block.
+    slot = native::binary(native::BinaryOp::kAdd, slot, g);
   } else {
-    // A new tensor: either operand may alias a tensor owned elsewhere.
     Tensor s = slot.clone();
     s.add_(g);
     slot = s;
