@@ -22,10 +22,16 @@ ColumnParallelLinear::ColumnParallelLinear(Private, const nn::Linear& full,
                "ColumnParallelLinear (rank {} of group {}): out_features {} is not divisible by "
                "the tensor-parallel size {}",
                tp_->rank(), tp_->name(), out_features_, tp_->size());
+  COHORT_CHECK(options_.blocks >= 1 && out_features_ % (options_.blocks * tp_->size()) == 0 &&
+                   (options_.blocks == 1 || !options_.gather_output),
+               "ColumnParallelLinear (rank {} of group {}): {} blocks of out_features {} over {} "
+               "ranks: out_features must be a multiple of blocks x ranks, and gather_output off",
+               tp_->rank(), tp_->name(), options_.blocks, out_features_, tp_->size());
   NoGradGuard no_grad;
-  register_parameter("weight", shard_along_dim(full.weight(), 0, tp_->rank(), tp_->size()));
+  const int64_t k = options_.blocks;
+  register_parameter("weight", shard_along_dim(full.weight(), 0, tp_->rank(), tp_->size(), k));
   if (options_.bias)
-    register_parameter("bias", shard_along_dim(full.bias(), 0, tp_->rank(), tp_->size()));
+    register_parameter("bias", shard_along_dim(full.bias(), 0, tp_->rank(), tp_->size(), k));
 }
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features,

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cohort/autograd/node.h"
+#include "cohort/autograd/ops.h"
 #include "cohort/base/error.h"
 
 namespace cohort::parallel {
@@ -37,8 +38,21 @@ Tensor own_last_dim_slice(const Tensor& x, const ProcessGroup& tp, const char* o
 
 }  // namespace
 
-Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
+Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp, int64_t blocks) {
   dim = wrap_dim(dim, x.dim(), "all_gather_along_dim");
+  if (blocks != 1) {
+    COHORT_CHECK(blocks > 1 && x.size(dim) % blocks == 0,
+                 "all_gather_along_dim (rank {}): size {} of dim {} is not {} equal blocks",
+                 tp.rank(), x.size(dim), dim, blocks);
+    // [.., p * (k blocks of s/k), ..] rank-major -> k blocks of [p pieces].
+    Tensor all = all_gather_along_dim(x, dim, tp);
+    const int64_t piece = x.size(dim) / blocks;
+    std::vector<Tensor> parts;
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t r = 0; r < tp.size(); ++r)
+        parts.push_back(all.narrow(dim, r * x.size(dim) + b * piece, piece));
+    return cat(parts, dim);
+  }
   const int64_t p = tp.size();
   Shape full = x.sizes();
   full[dim] *= p;
@@ -53,11 +67,20 @@ Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
   return flat.view({p, a, x.size(dim), b}).permute({1, 0, 2, 3}).contiguous().view(full);
 }
 
-Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts) {
+Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts, int64_t blocks) {
   dim = wrap_dim(dim, x.dim(), "shard_along_dim");
   COHORT_CHECK(parts > 0 && rank >= 0 && rank < parts,
                "shard_along_dim: rank {} out of range for {} parts", rank, parts);
   const int64_t n = x.size(dim);
+  if (blocks != 1) {
+    COHORT_CHECK(blocks > 1 && n % (blocks * parts) == 0,
+                 "shard_along_dim: size {} of dim {} is not {} blocks of {} equal parts", n, dim,
+                 blocks, parts);
+    const int64_t block = n / blocks, k = block / parts;
+    std::vector<Tensor> pieces;
+    for (int64_t b = 0; b < blocks; ++b) pieces.push_back(x.narrow(dim, b * block + rank * k, k));
+    return cat(pieces, dim).contiguous();
+  }
   COHORT_CHECK(n % parts == 0, "shard_along_dim: size {} of dim {} is not divisible by {} parts", n,
                dim, parts);
   const int64_t k = n / parts;

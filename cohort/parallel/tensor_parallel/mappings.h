@@ -45,10 +45,16 @@ Tensor scatter_to_tensor_parallel_region(const Tensor& x,
 // ---- the same movements without autograd (for state dicts and tests) ----
 
 // All ranks' x (same shape on every rank) concatenated along dim, in rank
-// order: [.., s_dim, ..] -> [.., p*s_dim, ..]. Blocking collective.
-Tensor all_gather_along_dim(const Tensor& x, int64_t dim, distributed::ProcessGroup& tp);
+// order: [.., s_dim, ..] -> [.., p*s_dim, ..]. Blocking collective. With
+// blocks = k, each x is k blocks along dim and the result is block 0 of
+// every rank in rank order, then block 1 of every rank, ... (the inverse of
+// shard_along_dim with the same blocks).
+Tensor all_gather_along_dim(const Tensor& x, int64_t dim, distributed::ProcessGroup& tp,
+                            int64_t blocks = 1);
 // Rank `rank`'s part of x split into `parts` equal pieces along dim (a
-// contiguous copy); InvalidArgument when the size is not divisible.
-Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts);
+// contiguous copy); InvalidArgument when the size is not divisible. With
+// blocks = k: x is k equal blocks along dim (q | k | v), each cut into
+// `parts` pieces, and the result is piece `rank` of every block, in order.
+Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts, int64_t blocks = 1);
 
 }  // namespace cohort::parallel
