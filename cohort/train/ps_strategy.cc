@@ -29,7 +29,7 @@ PsStrategy::PsStrategy(const TrainOptions& options,
                "--ps-servers ranks serve, the others train)",
                servers_, world_->size());
   trainers_ = world_->size() - servers_;
-  model_ = make_model(options.model, gen);
+  model_ = make_model(options, gen);
   params_ = model_->parameters();
   full_opt_ = make_optimizer(options, params_);
 

@@ -13,7 +13,7 @@ ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy str
                                        std::shared_ptr<distributed::ProcessGroup> world,
                                        Generator& gen, Tracer* tracer)
     : TrainStrategy(world), options_(options), world_(std::move(world)) {
-  model_ = make_model(options.model, gen);
+  model_ = make_model(options, gen);
   params_ = model_->parameters();
   optimizer_ = make_optimizer(options, params_);
   if (strategy == Strategy::kDdp) {

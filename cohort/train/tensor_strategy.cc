@@ -15,7 +15,7 @@ TensorStrategy::TensorStrategy(const TrainOptions& options,
                                std::shared_ptr<distributed::ProcessGroup> world, Generator& gen)
     : TrainStrategy(world), options_(options), world_(std::move(world)) {
   COHORT_CHECK(world_ != nullptr, "--strategy tensor needs a process group (run under cohort run)");
-  full_ = make_model(options.model, gen);
+  full_ = make_model(options, gen);
   if (options.model == ModelKind::kNet) {
     split_ = parallel::make_tensor_parallel_net(static_cast<const nn::Net&>(*full_), world_);
   } else {

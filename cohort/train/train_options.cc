@@ -5,6 +5,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/data/mnist.h"
+#include "cohort/train/workload.h"
 
 namespace cohort::train {
 namespace {
@@ -29,12 +30,17 @@ std::string_view name_of(E e, const std::pair<std::string_view, E> (&table)[N]) 
   return "?";
 }
 
-constexpr std::pair<std::string_view, ModelKind> kModels[] = {
-    {"net", ModelKind::kNet}, {"toy", ModelKind::kToy}, {"mlp", ModelKind::kMlp}};
+constexpr std::pair<std::string_view, ModelKind> kModels[] = {{"net", ModelKind::kNet},
+                                                              {"toy", ModelKind::kToy},
+                                                              {"mlp", ModelKind::kMlp},
+                                                              {"gpt", ModelKind::kGpt},
+                                                              {"gpt2", ModelKind::kGpt2}};
 constexpr std::pair<std::string_view, DatasetKind> kDatasets[] = {
     {"fashion-mnist", DatasetKind::kFashionMnist},
     {"mnist", DatasetKind::kMnist},
-    {"synthetic", DatasetKind::kSynthetic}};
+    {"synthetic", DatasetKind::kSynthetic},
+    {"text", DatasetKind::kText},
+    {"tokens", DatasetKind::kTokens}};
 constexpr std::pair<std::string_view, OptimizerKind> kOptimizers[] = {
     {"sgd", OptimizerKind::kSgd}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}};
 constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
@@ -57,6 +63,7 @@ std::string_view optimizer_name(OptimizerKind kind) { return name_of(kind, kOpti
 std::string_view strategy_name(Strategy strategy) { return name_of(strategy, kStrategies); }
 
 double TrainOptions::effective_lr() const {
+  if (is_language_model()) return lr.value_or(3e-4);
   return lr.value_or(model == ModelKind::kToy ? 0.001 : 0.01);
 }
 
@@ -110,6 +117,36 @@ void TrainOptions::validate() const {
   COHORT_CHECK(ps_staleness >= 0, "--ps-staleness must be >= 0, got {}", ps_staleness);
   COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
                "--strategy tensor splits the linear layers of net or mlp, not of toy");
+  const bool lm = is_language_model();
+  const bool text_data = dataset == DatasetKind::kText || dataset == DatasetKind::kTokens;
+  COHORT_CHECK(lm == text_data, "--model {} trains on {}, not --dataset {}", model_name(model),
+               lm ? "--dataset text or tokens" : "fashion-mnist, mnist or synthetic",
+               dataset_name(dataset));
+  COHORT_CHECK(dataset != DatasetKind::kTokens || !data_file.empty(),
+               "--dataset tokens needs --data-file (an llm.c token shard, a directory of them or a "
+               "glob)");
+  for (const auto& [name, v] :
+       {std::pair<const char*, const std::optional<int64_t>&>{"--n-layer", n_layer},
+        {"--n-head", n_head},
+        {"--n-embd", n_embd},
+        {"--block-size", block_size},
+        {"--vocab-size", vocab_size}}) {
+    COHORT_CHECK(!v || *v >= 1, "{} must be >= 1, got {}", name, *v);
+  }
+  COHORT_CHECK(val_fraction >= 0 && val_fraction < 1, "--val-fraction must be in [0, 1), got {}",
+               val_fraction);
+  COHORT_CHECK(steps_per_epoch >= 0, "--steps-per-epoch must be >= 0 (0: one pass), got {}",
+               steps_per_epoch);
+  COHORT_CHECK(eval_batches >= 0, "--eval-batches must be >= 0 (0: all), got {}", eval_batches);
+  COHORT_CHECK(!weight_decay || (*weight_decay >= 0 && std::isfinite(*weight_decay)),
+               "--weight-decay must be >= 0, got {}", weight_decay.value_or(0));
+  COHORT_CHECK(!weight_decay || optimizer == OptimizerKind::kAdamW,
+               "--weight-decay applies to --optimizer adamw only, not {}",
+               optimizer_name(optimizer));
+  if (lm) gpt_config(*this).validate();
+  COHORT_CHECK(!lm || (strategy != Strategy::kPipeline && strategy != Strategy::kTensor),
+               "--strategy {} does not split a gpt yet (single, ddp, dp and ps train it)",
+               strategy_name(strategy));
   COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,
                "synthetic data set sizes must be >= 1, got {} and {}", synthetic_train_size,
                synthetic_test_size);

@@ -11,8 +11,13 @@
 
 namespace cohort::train {
 
-enum class ModelKind { kNet, kToy, kMlp };
-enum class DatasetKind { kFashionMnist, kMnist, kSynthetic };
+// kGpt: the GPT-2-family transformer (nn/models/gpt.h) at the reference size
+// unless the n_* fields say otherwise; kGpt2: GPT-2 124M's shape.
+enum class ModelKind { kNet, kToy, kMlp, kGpt, kGpt2 };
+// kText: a byte-level text file (data_file; default: the Debian corpus of
+// data/default_corpus.h); kTokens: llm.c token shards (data_file: a file, a
+// directory or a glob).
+enum class DatasetKind { kFashionMnist, kMnist, kSynthetic, kText, kTokens };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // kAuto: DDP when the environment describes a job of more than one process
 // (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or a Slurm step's SLURM_NTASKS > 1, i.e.
@@ -72,6 +77,19 @@ struct TrainOptions {
   int64_t prefetch = 0;
   int64_t log_every = 0;  // progress period in steps; 0: about 10 per epoch
 
+  // ---- language models (--model gpt / gpt2) ----
+  // The transformer's shape; unset: the preset's (gpt: 4 layers, 4 heads,
+  // width 256, block 128; gpt2: 12/12/768/1024). vocab_size unset: 256 for
+  // --dataset text, 50304 (GPT-2's 50257 padded) for token shards and gpt2.
+  std::optional<int64_t> n_layer, n_head, n_embd, block_size, vocab_size;
+  std::string data_file;        // --dataset text / tokens ("" for text: the default corpus)
+  double val_fraction = 0.1;    // the validation share when no *_val_* shard is given
+  int64_t steps_per_epoch = 0;  // 0: about one pass over the training tokens
+  // Validation batches evaluated at each epoch's end (0: the whole split).
+  int64_t eval_batches = 20;
+  std::optional<double> weight_decay;  // AdamW; default 0.1 for gpt (2-D weights only), else 0.01
+
+  bool is_language_model() const { return model == ModelKind::kGpt || model == ModelKind::kGpt2; }
   // The effective learning rate and momentum.
   double effective_lr() const;
   double effective_momentum() const;
@@ -80,7 +98,8 @@ struct TrainOptions {
   void validate() const;
 };
 
-// Name <-> enum ("net", "toy", "mlp"; "fashion-mnist", "mnist", "synthetic"; "sgd",
+// Name <-> enum ("net", "toy", "mlp", "gpt", "gpt2"; "fashion-mnist", "mnist", "synthetic", "text",
+// "tokens"; "sgd",
 // "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"). Parsing throws
 // InvalidArgument listing the accepted names.
 ModelKind parse_model(std::string_view name);

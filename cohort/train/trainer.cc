@@ -13,6 +13,7 @@
 #include "cohort/checkpoint/distributed_checkpoint.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
+#include "cohort/data/window_dataset.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/run_trace.h"
@@ -142,7 +143,7 @@ class Run {
   Generator gen_;
   Splits splits_;
   std::unique_ptr<TrainStrategy> strategy_;
-  std::shared_ptr<data::DistributedSampler> sampler_;
+  std::shared_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::DataLoader> loader_;
   MetricsWriter metrics_{""};
   int64_t step_ = 0;
@@ -193,19 +194,39 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   info_.replicas = strategy_->replicas();
   info_.layout = strategy_->layout();
 
-  data::DistributedSampler::Options so;
-  so.num_replicas = strategy_->data_replicas();
-  so.rank = strategy_->data_rank();
-  so.shuffle = true;
-  so.seed = o_.seed;
-  sampler_ = std::make_shared<data::DistributedSampler>(splits_.train->size(), so);
+  if (splits_.train_tokens) {
+    // A language model: nanoGPT's random windows, rank r's slice of each
+    // step's global draw (data/window_dataset.h).
+    data::WindowSampler::Options wo;
+    wo.batch_size = o_.batch_size;
+    wo.block_size = gpt_config(o_).block_size;
+    wo.seed = o_.seed;
+    wo.num_replicas = strategy_->data_replicas();
+    wo.rank = strategy_->data_rank();
+    const int64_t steps =
+        o_.steps_per_epoch > 0
+            ? o_.steps_per_epoch
+            : data::default_steps_per_epoch(splits_.train_tokens->size(), wo.num_replicas,
+                                            wo.batch_size, wo.block_size);
+    sampler_ = std::make_shared<data::RandomWindowSampler>(*splits_.train_tokens, wo, steps);
+  } else {
+    data::DistributedSampler::Options so;
+    so.num_replicas = strategy_->data_replicas();
+    so.rank = strategy_->data_rank();
+    so.shuffle = true;
+    so.seed = o_.seed;
+    sampler_ = std::make_shared<data::DistributedSampler>(splits_.train->size(), so);
+  }
   data::DataLoaderOptions lo;
   lo.batch_size = o_.batch_size;
   lo.prefetch = o_.prefetch;
   loader_ = std::make_unique<data::DataLoader>(splits_.train, lo, sampler_);
 
-  info_.train_examples = splits_.train->size();
+  info_.train_examples =
+      splits_.train_tokens ? splits_.train_tokens->size() : splits_.train->size();
   info_.test_examples = splits_.test->size();
+  info_.data_description = splits_.description;
+  info_.tokens_per_example = splits_.train_tokens ? gpt_config(o_).block_size : 0;
   info_.steps_per_epoch = loader_->num_batches();
   info_.global_batch_size = o_.batch_size * strategy_->data_replicas();
 }
@@ -233,8 +254,10 @@ void Run::resume() {
     data::SamplerState s = resumed->sampler;
     const int64_t replicas = strategy_->data_replicas();
     int64_t saved_world = static_cast<int64_t>(parse_double(resumed->extra, kWorldSize, replicas));
-    if (saved_world != replicas && saved_world > 0) {
+    if (saved_world != replicas && saved_world > 0 && !o_.is_language_model()) {
       // Same share of the epoch, counted in this job's per-replica positions.
+      // (A language model's position counts steps x B per rank whatever the
+      // world size, and stays.)
       s.position = std::min(sampler_->size(), s.position * saved_world / replicas);
     }
     s.position = std::min(s.position, sampler_->size());
@@ -275,6 +298,12 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
   st.extra[kModel] = std::string(model_name(o_.model));
   // What the model was trained on: `cohort predict` names classes by it.
   st.extra[kDataset] = std::string(dataset_name(o_.dataset));
+  // A language model's shape: what `cohort eval` / `generate` rebuild it from.
+  if (o_.is_language_model()) {
+    write_gpt_config(gpt_config(o_), st.extra);
+    st.extra["data_file"] = o_.data_file;
+    st.extra["val_fraction"] = fmt::format("{:.17g}", o_.val_fraction);
+  }
   checkpoint::SaveOptions so;
   so.keep_last = o_.keep_last;
   // With a group: rank 0 writes, every rank learns the outcome (a barrier).
@@ -384,7 +413,10 @@ void Run::end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool c
   if (pg_ != nullptr || is_main()) {
     TraceSpan span(tracer_.get(), "main", "evaluate", "compute");
     strategy_->sync_full_model(false);
-    ev = evaluate(strategy_->full_model(), o_.model, *splits_.test, pg_);
+    // Language models evaluate in batches of --batch-size windows (a batch of
+    // 1000 windows' logits would take gigabytes).
+    ev = evaluate(strategy_->full_model(), o_.model, *splits_.test, pg_,
+                  o_.is_language_model() ? o_.batch_size : 1000);
   }
   EpochStats es;
   es.epoch = epoch + 1;

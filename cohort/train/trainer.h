@@ -52,9 +52,13 @@ struct RunInfo {
   int world_size = 1;
   int threads = 1;  // intra-op threads per process (per replica for dp)
   int replicas = 1;
-  std::string layout;  // how the model is split, e.g. "pipeline 1f1b: 2 stages x 1 replica"
-  int64_t train_examples = 0;
-  int64_t test_examples = 0;
+  std::string layout;          // how the model is split, e.g. "pipeline 1f1b: 2 stages x 1 replica"
+  int64_t train_examples = 0;  // examples, or tokens of a language model's training split
+  int64_t test_examples = 0;   // examples, or validation windows evaluated
+  // Language models: the tokens of one example (block_size; 0 otherwise) and
+  // the corpus loaded.
+  int64_t tokens_per_example = 0;
+  std::string data_description;
   int64_t steps_per_epoch = 0;    // per rank
   int64_t global_batch_size = 0;  // examples per step over all ranks
   std::string resumed_from;       // checkpoint path, or ""

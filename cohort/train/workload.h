@@ -7,15 +7,23 @@
 //            NLL loss on log-probabilities, clip_grad_norm 10, accuracy
 //   MLP      as Net (nn/models/sequential_models.h: 784 -> 4 x 1024 -> 10), no clipping
 //   ToyModel on synthetic regression ([10] -> [5]): MSE loss, no accuracy
+//   GPT      on text | tokens (windows of block_size + 1 tokens, data/window_dataset.h):
+//            logits [B, T, V], the mean cross-entropy over all tokens (no accuracy;
+//            perplexity = exp(loss)), AdamW with nanoGPT's betas and weight decay
 //
 // Ownership: the returned objects are the caller's. Thread safety: none.
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "cohort/checkpoint/safetensors.h"
 #include "cohort/core/random.h"
 #include "cohort/data/dataset.h"
+#include "cohort/data/token_corpus.h"
 #include "cohort/distributed/process_group.h"
+#include "cohort/nn/models/gpt.h"
 #include "cohort/nn/module.h"
 #include "cohort/nn/sequential.h"
 #include "cohort/optim/optimizer.h"
@@ -26,13 +34,27 @@ namespace cohort::train {
 struct Splits {
   std::shared_ptr<const data::Dataset> train;
   std::shared_ptr<const data::Dataset> test;
+  // Language models: the training token stream (what the random windows are
+  // drawn from) and what was loaded, for the start-up line.
+  std::shared_ptr<const data::TokenStream> train_tokens;
+  std::string description;
 };
+
+// The GPT's shape for these options (TrainOptions::n_layer ...).
+nn::GPTConfig gpt_config(const TrainOptions& options);
+// A GPT's shape as checkpoint metadata ("gpt.n_layer", ...) and back; read
+// returns nullopt when the keys are absent and throws IoError naming a key
+// whose value is not a positive integer.
+void write_gpt_config(const nn::GPTConfig& config, checkpoint::Metadata& extra);
+std::optional<nn::GPTConfig> read_gpt_config(const checkpoint::Metadata& extra);
 
 // Loads (or generates) the data set. Real data sets throw IoError naming the
 // directory and the Debian package when it is missing.
 Splits make_splits(const TrainOptions& options);
 
 // The model, initialised from gen (PyTorch's initialisation, registration order).
+// The ModelKind form builds a GPT at its preset's shape.
+nn::ModulePtr make_model(const TrainOptions& options, Generator& gen);
 nn::ModulePtr make_model(ModelKind kind, Generator& gen);
 // The same model as an nn::Sequential (what a pipeline cuts into stages):
 // the same parameter names and the same draws from gen.

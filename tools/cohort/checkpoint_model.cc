@@ -54,7 +54,19 @@ CheckpointModel load_checkpoint_model(const std::string& path, const std::string
   out.kind = train::parse_model(!model_flag.empty() ? model_flag : saved.value_or("net"));
   // The initial weights are all overwritten by the load; the seed is moot.
   Generator gen(0);
-  out.model = train::make_model(out.kind, gen);
+  if (out.kind == train::ModelKind::kGpt || out.kind == train::ModelKind::kGpt2) {
+    // A GPT's shape is in the checkpoint's metadata (the training run's
+    // --n-layer ...); plain weights are taken to be the preset's shape.
+    checkpoint::Metadata extra;
+    for (const auto& [key, value] : meta) {
+      if (key.rfind("extra.", 0) == 0) extra[key.substr(6)] = value;
+    }
+    out.gpt = train::read_gpt_config(extra).value_or(
+        out.kind == train::ModelKind::kGpt2 ? nn::GPTConfig::gpt2() : nn::GPTConfig::reference());
+    out.model = std::make_shared<nn::GPT>(out.gpt, gen);
+  } else {
+    out.model = train::make_model(out.kind, gen);
+  }
   if (meta.find("cohort.epoch") == meta.end()) {
     // Weights without training state: PyTorch's state_dict, or load_model's.
     checkpoint::load_model(out.file, *out.model);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cohort/checkpoint/safetensors.h"
+#include "cohort/nn/models/gpt.h"
 #include "cohort/nn/module.h"
 #include "cohort/train/train_options.h"
 
@@ -22,6 +23,7 @@ struct CheckpointModel {
   // with safetensors): no training state, step 0, no metadata.
   bool plain_weights = false;
   checkpoint::Metadata extra;  // TrainingState::extra ("model", ...)
+  nn::GPTConfig gpt;           // a GPT's shape (kind gpt or gpt2)
 };
 
 // Loads `path` (a checkpoint directory, a checkpoint root: its latest

@@ -20,8 +20,8 @@ namespace {
 
 struct EvalArgs {
   std::string checkpoint;
-  std::string model;  // "": the checkpoint's metadata, else net
-  std::string dataset = "fashion-mnist";
+  std::string model;    // "": the checkpoint's metadata, else net
+  std::string dataset;  // "": fashion-mnist; a GPT's: the checkpoint's
   // train::evaluate's default, which the training run uses: other sizes sum
   // the loss in another order and may differ in the last digits.
   int64_t batch_size = 1000;
@@ -35,9 +35,33 @@ int run_eval(CLI::App* app, EvalArgs* args) {
     set_num_threads(o.threads);
   }
   CheckpointModel cm = load_checkpoint_model(args->checkpoint, args->model);
+  const auto saved = [&](const char* key) {
+    auto it = cm.extra.find(key);
+    return it != cm.extra.end() ? it->second : std::string();
+  };
   try {
     o.model = cm.kind;
-    o.dataset = train::parse_dataset(args->dataset);
+    const bool lm = o.is_language_model();
+    std::string dataset = args->dataset;
+    if (dataset.empty()) dataset = lm ? saved("dataset") : "fashion-mnist";
+    if (dataset.empty()) dataset = "text";
+    o.dataset = train::parse_dataset(dataset);
+    if (lm) {
+      // The training run's corpus and split, unless given; the whole
+      // validation split in batches of --batch-size windows.
+      if (o.data_file.empty()) o.data_file = saved("data_file");
+      if (app->count("--val-fraction") == 0 && !saved("val_fraction").empty())
+        o.val_fraction = std::stod(saved("val_fraction"));
+      o.n_layer = cm.gpt.n_layer;
+      o.n_head = cm.gpt.n_head;
+      o.n_embd = cm.gpt.n_embd;
+      o.block_size = cm.gpt.block_size;
+      o.vocab_size = cm.gpt.vocab_size;
+      o.eval_batches = 0;
+      if (app->count("--batch-size") == 0) args->batch_size = 16;
+      o.batch_size = args->batch_size;
+      o.optimizer = train::OptimizerKind::kAdamW;
+    }
     if (args->batch_size <= 0)
       throw InvalidArgument(fmt::format("--batch-size must be positive, got {}", args->batch_size));
     o.validate();
@@ -50,6 +74,16 @@ int run_eval(CLI::App* app, EvalArgs* args) {
       train::evaluate(*cm.model, cm.kind, *splits.test, nullptr, args->batch_size);
   std::string acc = std::isfinite(ev.accuracy) ? fmt::format(", test accuracy {:.4f}", ev.accuracy)
                                                : std::string();
+  if (o.is_language_model()) {
+    std::printf(
+        "cohort eval: %s (model %s, %s, %s): validation loss %.4f, perplexity %.2f on %lld "
+        "windows of %lld tokens\n",
+        cm.file.c_str(), std::string(train::model_name(cm.kind)).c_str(), cm.gpt.str().c_str(),
+        cm.plain_weights ? "plain weights" : fmt::format("step {}", cm.step).c_str(), ev.loss,
+        std::exp(ev.loss), static_cast<long long>(ev.examples),
+        static_cast<long long>(cm.gpt.block_size));
+    return 0;
+  }
   const std::string what =
       cm.plain_weights ? std::string("plain weights") : fmt::format("step {}", cm.step);
   std::printf("cohort eval: %s (model %s, %s): test loss %.4f%s on %lld examples\n",
@@ -67,15 +101,22 @@ std::function<int()> setup(CLI::App& app) {
                  "model.safetensors file")
       ->required();
   app.add_option("--model", args->model,
-                 "net, mlp or toy (default: the checkpoint's \"model\" metadata, else net)")
-      ->check(CLI::IsMember({"net", "mlp", "toy"}));
-  app.add_option("--dataset", args->dataset, "Data set: fashion-mnist, mnist or synthetic")
-      ->check(CLI::IsMember({"fashion-mnist", "mnist", "synthetic"}))
-      ->capture_default_str();
+                 "net, mlp, toy, gpt or gpt2 (default: the checkpoint's \"model\" metadata, else "
+                 "net)")
+      ->check(CLI::IsMember({"net", "mlp", "toy", "gpt", "gpt2"}));
+  app.add_option("--dataset", args->dataset,
+                 "Data set: fashion-mnist (default), mnist or synthetic; a gpt: text or tokens "
+                 "(default: the training run's)")
+      ->check(CLI::IsMember({"fashion-mnist", "mnist", "synthetic", "text", "tokens"}));
+  app.add_option("--data-file", o.data_file,
+                 "gpt: the text file or token shards (default: the training run's)");
+  app.add_option("--val-fraction", o.val_fraction,
+                 "gpt: the validation share of the corpus (default: the training run's)");
   app.add_option("--data-dir", o.data_dir,
                  "Directory of the IDX files (default: /usr/share/datasets/fashion-mnist; "
                  "/usr/share/datasets/mnist for mnist)");
-  app.add_option("--batch-size", args->batch_size, "Test examples per forward pass")
+  app.add_option("--batch-size", args->batch_size,
+                 "Test examples per forward pass (a gpt: windows, default 16)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "Intra-op threads (0: COHORT_NUM_THREADS, else all cores)")
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "cohort/base/error.h"
 #include "cohort/rendezvous/env_bootstrap.h"
@@ -19,8 +20,10 @@ namespace {
 
 struct TrainArgs {
   std::string model = "net";
-  std::string dataset = "fashion-mnist";
-  std::string optimizer = "sgd";
+  std::string dataset;    // "": fashion-mnist, or text for a language model
+  std::string optimizer;  // "": sgd, or adamw for a language model
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
+  double weight_decay = 0;
   std::string strategy = "auto";
   double lr = 0;
   double momentum = 0;
@@ -32,8 +35,22 @@ int run_train(CLI::App* app, TrainArgs* args) {
   std::unique_ptr<train::Trainer> trainer;
   try {
     o.model = train::parse_model(args->model);
-    o.dataset = train::parse_dataset(args->dataset);
-    o.optimizer = train::parse_optimizer(args->optimizer);
+    const bool lm = o.is_language_model();
+    o.dataset = train::parse_dataset(!args->dataset.empty() ? args->dataset
+                                     : lm                   ? "text"
+                                                            : "fashion-mnist");
+    o.optimizer = train::parse_optimizer(!args->optimizer.empty() ? args->optimizer
+                                         : lm                     ? "adamw"
+                                                                  : "sgd");
+    for (auto [flag, value, field] :
+         {std::tuple{"--n-layer", args->n_layer, &o.n_layer},
+          std::tuple{"--n-head", args->n_head, &o.n_head},
+          std::tuple{"--n-embd", args->n_embd, &o.n_embd},
+          std::tuple{"--block-size", args->block_size, &o.block_size},
+          std::tuple{"--vocab-size", args->vocab_size, &o.vocab_size}}) {
+      if (app->count(flag) > 0) *field = value;
+    }
+    if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
     o.strategy = train::parse_strategy(args->strategy);
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
@@ -63,24 +80,49 @@ std::function<int()> setup(CLI::App& app) {
   // A flag given twice: the last one wins (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", args->model,
-                 "Model: net (the DDP tutorial's CNN), mlp (784 -> 4 x 1024 -> 10) or toy "
-                 "(ToyModel)")
-      ->check(CLI::IsMember({"net", "mlp", "toy"}))
+                 "Model: net (the DDP tutorial's CNN), mlp (784 -> 4 x 1024 -> 10), toy "
+                 "(ToyModel), gpt (a GPT-2-family transformer, 4 layers x width 256 unless "
+                 "--n-layer ... say otherwise) or gpt2 (GPT-2 124M's shape)")
+      ->check(CLI::IsMember({"net", "mlp", "toy", "gpt", "gpt2"}))
       ->capture_default_str();
-  app.add_option("--dataset", args->dataset, "Data set: fashion-mnist, mnist or synthetic")
-      ->check(CLI::IsMember({"fashion-mnist", "mnist", "synthetic"}))
+  app.add_option("--dataset", args->dataset,
+                 "Data set: fashion-mnist (default), mnist or synthetic; for gpt: text (default: "
+                 "a byte-level text file, --data-file, else the Debian package fortunes' corpus) "
+                 "or tokens (llm.c token shards, --data-file)")
+      ->check(CLI::IsMember({"fashion-mnist", "mnist", "synthetic", "text", "tokens"}));
+  app.add_option("--data-file", o.data_file,
+                 "gpt: the text file (--dataset text) or the token shard, directory of shards or "
+                 "glob (--dataset tokens; *_val_* shards are the validation split)");
+  app.add_option("--n-layer", args->n_layer, "gpt: transformer blocks (default 4; gpt2 12)");
+  app.add_option("--n-head", args->n_head, "gpt: attention heads (default 4; gpt2 12)");
+  app.add_option("--n-embd", args->n_embd, "gpt: embedding width (default 256; gpt2 768)");
+  app.add_option("--block-size", args->block_size,
+                 "gpt: context length, tokens per example (default 128; gpt2 1024)");
+  app.add_option("--vocab-size", args->vocab_size,
+                 "gpt: vocabulary (default 256 for text, 50304 for tokens and gpt2)");
+  app.add_option("--val-fraction", o.val_fraction,
+                 "gpt: the share of the tokens, at the end, held out for validation")
       ->capture_default_str();
+  app.add_option("--steps-per-epoch", o.steps_per_epoch,
+                 "gpt: steps per epoch (0: about one pass over the training tokens)")
+      ->capture_default_str();
+  app.add_option("--eval-batches", o.eval_batches,
+                 "gpt: validation batches of --batch-size windows at each epoch's end (0: all)")
+      ->capture_default_str();
+  app.add_option("--weight-decay", args->weight_decay,
+                 "AdamW weight decay (default 0.1 on a gpt's matrices only, else 0.01)");
   app.add_option("--data-dir", o.data_dir,
                  "Directory of the IDX files (default: /usr/share/datasets/fashion-mnist, "
                  "Debian package dataset-fashion-mnist; /usr/share/datasets/mnist for mnist)");
   app.add_option("--epochs", o.epochs, "Epochs to train")->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "Examples per step and process")
       ->capture_default_str();
-  app.add_option("--lr", args->lr, "Learning rate (default: 0.01 for net, 0.001 for toy)");
+  app.add_option("--lr", args->lr,
+                 "Learning rate (default: 0.01 for net and mlp, 0.001 for toy, 3e-4 for gpt)");
   app.add_option("--momentum", args->momentum, "SGD momentum (default: 0.9 for net, 0 for toy)");
-  app.add_option("--optimizer", args->optimizer, "sgd, adam or adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
-      ->capture_default_str();
+  app.add_option("--optimizer", args->optimizer,
+                 "sgd (default), adam or adamw (default for gpt: betas 0.9/0.95)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: COHORT_NUM_THREADS, e.g. cohort run's share; under srun "
                  "SLURM_CPUS_PER_TASK, else the node's CPUs over its tasks; else all cores)")
@@ -163,8 +205,8 @@ std::function<int()> setup(CLI::App& app) {
 
 CommandRegistrar reg({"train",
                       "Train a reference model (net, mlp, toy) on Fashion-MNIST, MNIST or "
-                      "synthetic data, in one process, with DDP, DataParallel, a pipeline or "
-                      "tensor parallelism",
+                      "synthetic data, or a GPT on text, in one process, with DDP, DataParallel, "
+                      "a pipeline or tensor parallelism",
                       setup});
 
 }  // namespace

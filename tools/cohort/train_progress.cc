@@ -50,15 +50,29 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
     default:
       how = fmt::format("1 process, {} threads", info.threads);
   }
-  std::fprintf(
-      out_,
-      "cohort train: %s on %s, %s; %lld train / %lld test examples, batch %lld (%lld per "
-      "step), %lld steps per epoch\n",
-      std::string(train::model_name(options_.model)).c_str(),
-      std::string(train::dataset_name(options_.dataset)).c_str(), how.c_str(),
-      static_cast<long long>(info.train_examples), static_cast<long long>(info.test_examples),
-      static_cast<long long>(options_.batch_size), static_cast<long long>(info.global_batch_size),
-      static_cast<long long>(info.steps_per_epoch));
+  tokens_per_example_ = info.tokens_per_example;
+  if (tokens_per_example_ > 0) {
+    std::fprintf(
+        out_,
+        "cohort train: %s on %s, %s; %lld train tokens, %lld validation windows, batch "
+        "%lld x %lld tokens (%lld tokens per step), %lld steps per epoch\n",
+        std::string(train::model_name(options_.model)).c_str(), info.data_description.c_str(),
+        how.c_str(), static_cast<long long>(info.train_examples),
+        static_cast<long long>(info.test_examples), static_cast<long long>(options_.batch_size),
+        static_cast<long long>(tokens_per_example_),
+        static_cast<long long>(info.global_batch_size * tokens_per_example_),
+        static_cast<long long>(info.steps_per_epoch));
+  } else {
+    std::fprintf(
+        out_,
+        "cohort train: %s on %s, %s; %lld train / %lld test examples, batch %lld (%lld per "
+        "step), %lld steps per epoch\n",
+        std::string(train::model_name(options_.model)).c_str(),
+        std::string(train::dataset_name(options_.dataset)).c_str(), how.c_str(),
+        static_cast<long long>(info.train_examples), static_cast<long long>(info.test_examples),
+        static_cast<long long>(options_.batch_size), static_cast<long long>(info.global_batch_size),
+        static_cast<long long>(info.steps_per_epoch));
+  }
   if (!info.resumed_from.empty()) {
     std::fprintf(out_, "resumed from %s at step %lld (epoch %lld)\n", info.resumed_from.c_str(),
                  static_cast<long long>(info.start_step),
@@ -68,9 +82,12 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
 }
 
 void ProgressPrinter::on_step(const train::StepInfo& s) {
-  std::string text = fmt::format("epoch {}/{} step {}/{} loss {} {:.0f} samples/s ETA {}",
-                                 s.epoch + 1, options_.epochs, s.step_in_epoch, s.steps_in_epoch,
-                                 number(s.loss, 4), s.samples_per_second, clock_str(s.eta_seconds));
+  const bool lm = tokens_per_example_ > 0;
+  std::string text =
+      fmt::format("epoch {}/{} step {}/{} loss {} {:.0f} {}/s ETA {}", s.epoch + 1, options_.epochs,
+                  s.step_in_epoch, s.steps_in_epoch, number(s.loss, 4),
+                  s.samples_per_second * static_cast<double>(lm ? tokens_per_example_ : 1),
+                  lm ? "tokens" : "samples", clock_str(s.eta_seconds));
   if (terminal_) {
     auto now = std::chrono::steady_clock::now();
     if (!s.last && line_open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
@@ -91,12 +108,17 @@ void ProgressPrinter::on_step(const train::StepInfo& s) {
 
 void ProgressPrinter::on_epoch_end(const train::EpochStats& e) {
   break_line();
-  std::string acc = std::isfinite(e.test_accuracy)
+  const bool lm = tokens_per_example_ > 0;
+  std::string acc = lm ? fmt::format("val loss {} (perplexity {})", number(e.test_loss, 4),
+                                     number(std::exp(e.test_loss), 2))
+                    : std::isfinite(e.test_accuracy)
                         ? fmt::format("test accuracy {:.4f}", e.test_accuracy)
                         : fmt::format("test loss {}", number(e.test_loss, 4));
-  std::fprintf(out_, "epoch %lld%s: train loss %s, %s, %.1f s, %.0f samples/s\n",
+  std::fprintf(out_, "epoch %lld%s: train loss %s, %s, %.1f s, %.0f %s/s\n",
                static_cast<long long>(e.epoch), e.complete ? "" : " (stopped at --max-steps)",
-               number(e.train_loss, 4).c_str(), acc.c_str(), e.seconds, e.samples_per_second);
+               number(e.train_loss, 4).c_str(), acc.c_str(), e.seconds,
+               e.samples_per_second * static_cast<double>(lm ? tokens_per_example_ : 1),
+               lm ? "tokens" : "samples");
   std::fflush(out_);
 }
 

@@ -30,6 +30,7 @@ class ProgressPrinter : public train::TrainObserver {
   bool terminal_;
   const train::TrainOptions& options_;
   bool line_open_ = false;
+  int64_t tokens_per_example_ = 0;  // a language model's block size (progress in tokens)
   std::chrono::steady_clock::time_point last_draw_{};
 };
 
