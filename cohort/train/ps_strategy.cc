@@ -1,6 +1,7 @@
 #include "cohort/train/ps_strategy.h"
 
 #include <string>
+#include <unordered_map>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
@@ -84,16 +85,27 @@ double PsStrategy::step(const data::Batch& batch, const std::function<void(doubl
 void PsStrategy::sync_full_model(bool optimizer) {
   model_->load_state_dict(client_->full_state_dict());
   if (!optimizer || trainer_group_->rank() != 0) return;
-  // Each server numbers its state by its shard's parameters; the checkpoint
-  // numbers it by the whole model's.
+  // Each server numbers its state by its own optimizer's parameters (its
+  // shard, grouped by make_optimizer: a GPT's decay groups reorder them);
+  // the checkpoint by full_opt_'s. Map through the tensors: the same rule
+  // over the same shard here gives the server's order.
   const parallel::ShardAssignment& a = client_->assignment();
+  std::unordered_map<const TensorImpl*, size_t> full_index;
+  for (const optim::ParamGroup& g : full_opt_->param_groups())
+    for (const Tensor& p : g.params) full_index.emplace(p.unsafe_impl(), full_index.size());
   std::vector<TensorDict> parts = client_->optimizer_state_dicts();
   TensorDict merged = full_opt_->state_dict();
   for (size_t s = 0; s < parts.size(); ++s) {
+    std::vector<Tensor> shard;
+    for (size_t i : a.params_of[s]) shard.push_back(params_.at(i));
+    std::vector<size_t> server_order;
+    const auto probe = make_optimizer(options_, shard);
+    for (const optim::ParamGroup& g : probe->param_groups())
+      for (const Tensor& p : g.params) server_order.push_back(full_index.at(p.unsafe_impl()));
     for (const auto& [key, t] : parts[s]) {
       const int64_t local = optim::state_key_param_index(key);
       if (local < 0) continue;
-      const size_t global = a.params_of[s].at(static_cast<size_t>(local));
+      const size_t global = server_order.at(static_cast<size_t>(local));
       const std::string rest = key.substr(key.find('.', 6));
       merged.insert_or_assign("state." + std::to_string(global) + rest, t);
     }

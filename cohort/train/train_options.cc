@@ -144,9 +144,6 @@ void TrainOptions::validate() const {
                "--weight-decay applies to --optimizer adamw only, not {}",
                optimizer_name(optimizer));
   if (lm) gpt_config(*this).validate();
-  COHORT_CHECK(!lm || (strategy != Strategy::kPipeline && strategy != Strategy::kTensor),
-               "--strategy {} does not split a gpt yet (single, ddp, dp and ps train it)",
-               strategy_name(strategy));
   COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,
                "synthetic data set sizes must be >= 1, got {} and {}", synthetic_train_size,
                synthetic_test_size);
