@@ -188,6 +188,19 @@ void ParameterServerClient::load_full_state_dict(const TensorDict& state) {
   call_all(ps_protocol::kLoad, std::move(msgs), "load_full_state_dict");
 }
 
+void ParameterServerClient::load_optimizer_state_dicts(const std::vector<TensorDict>& states) {
+  COHORT_CHECK(states.size() == servers_.size(),
+               "{}: load_optimizer_state_dicts: {} states for {} servers", who(), states.size(),
+               servers_.size());
+  std::vector<rpc::Message> msgs;
+  for (const TensorDict& d : states) {
+    TensorMessageWriter w;
+    w.add_dict(d);
+    msgs.push_back(w.finish());
+  }
+  call_all(ps_protocol::kLoadOptim, std::move(msgs), "load_optimizer_state_dicts");
+}
+
 std::vector<TensorDict> ParameterServerClient::optimizer_state_dicts() {
   auto replies = call_all(ps_protocol::kOptim, std::vector<rpc::Message>(servers_.size()),
                           "optimizer_state_dicts");
