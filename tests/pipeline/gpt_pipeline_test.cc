@@ -1,8 +1,8 @@
 // A GPT (nn/models/gpt.h) as a pipeline (parallel/pipeline/gpt_pipeline.h),
 // with real processes (cohort::spawn), checked against one process training
 // the plain model on the same batches: 20 AdamW steps (nanoGPT's weight-decay
-// groups, gradient clipping) of a tiny GPT under gpipe, 1f1b and interleaved
-// schedules on 2 and 4 ranks, pipeline x data (2 stages x 2 replicas), a
+// groups, gradient clipping) of a tiny GPT under gpipe, 1f1b, interleaved and
+// zb-h1 schedules on 2 and 4 ranks, pipeline x data (2 stages x 2 replicas), a
 // pipeline of one rank (embedding and head on one rank: one tensor, nothing
 // to sum) and data parallel over single-stage pipelines. The tied
 // embedding/head weight lives on the first and last ranks and must stay
@@ -188,6 +188,11 @@ TEST(GPTPipeline, FourStagesMatchOneProcess) {
 TEST(GPTPipeline, InterleavedMatchesOneProcess) {
   // 4 stages on 2 ranks: rank 0 holds the embedding and rank 1 the head.
   run_equivalence({.schedule = Schedule::kInterleaved, .micro_batches = 4, .layers = 3});
+}
+
+TEST(GPTPipeline, ZeroBubbleMatchesOneProcess) {
+  // The weight gradients (W) run late: the tied sum must wait for them.
+  run_equivalence({.schedule = Schedule::kZeroBubbleH1});
 }
 
 TEST(GPTPipeline, TwoReplicasOfTwoStagesMatchOneProcess) {
