@@ -19,8 +19,9 @@ TensorStrategy::TensorStrategy(const TrainOptions& options,
   COHORT_CHECK(world_ != nullptr, "--strategy tensor needs a process group (run under cohort run)");
   full_ = make_model(options, gen);
   if (options.is_language_model()) {
-    split_ =
-        std::make_shared<parallel::TensorParallelGPT>(static_cast<const nn::GPT&>(*full_), world_);
+    split_ = std::make_shared<parallel::TensorParallelGPT>(
+        static_cast<const nn::GPT&>(*full_), world_,
+        parallel::TensorParallelGPTOptions{.sequence_parallel = options.sequence_parallel});
   } else if (options.model == ModelKind::kNet) {
     split_ = parallel::make_tensor_parallel_net(static_cast<const nn::Net&>(*full_), world_);
   } else {
@@ -56,6 +57,8 @@ double TensorStrategy::step(const data::Batch& batch, const std::function<void(d
   const double l = loss.item<double>();
   check(l);
   loss.backward();
+  if (options_.is_language_model())
+    static_cast<parallel::TensorParallelGPT&>(*split_).reduce_sequence_parallel_gradients();
   if (const double clip = clip_max_norm(options_.model); clip > 0) {
     parallel::clip_grad_norm_tensor_parallel(*split_, clip, *world_);
   }
@@ -119,13 +122,15 @@ void TensorStrategy::after_resume() {
 int TensorStrategy::threads() const { return num_threads(); }
 
 std::string TensorStrategy::layout() const {
-  return fmt::format("tensor parallel over {} ranks ({})", world_->size(),
-                     options_.is_language_model()
-                         ? "attention heads and MLP column/row-parallel, vocabulary-parallel "
-                           "embedding and cross-entropy"
-                     : options_.model == ModelKind::kNet
-                         ? "fc1 column-parallel, fc2 row-parallel, convolutions replicated"
-                         : "linear layers paired column/row-parallel");
+  return fmt::format(
+      "tensor parallel over {} ranks ({})", world_->size(),
+      options_.is_language_model()
+          ? std::string("attention heads and MLP column/row-parallel, "
+                        "vocabulary-parallel embedding and cross-entropy") +
+                (options_.sequence_parallel ? ", sequence parallel" : "")
+      : options_.model == ModelKind::kNet
+          ? std::string("fc1 column-parallel, fc2 row-parallel, convolutions replicated")
+          : std::string("linear layers paired column/row-parallel"));
 }
 
 }  // namespace cohort::train

@@ -118,6 +118,10 @@ void TrainOptions::validate() const {
   COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
                "--strategy tensor splits the linear layers of net or mlp, not of toy");
   const bool lm = is_language_model();
+  COHORT_CHECK(!sequence_parallel || (lm && strategy == Strategy::kTensor),
+               "--sequence-parallel applies to --strategy tensor with --model gpt or gpt2, not "
+               "--strategy {} with --model {}",
+               strategy_name(strategy), model_name(model));
   const bool text_data = dataset == DatasetKind::kText || dataset == DatasetKind::kTokens;
   COHORT_CHECK(lm == text_data, "--model {} trains on {}, not --dataset {}", model_name(model),
                lm ? "--dataset text or tokens" : "fashion-mnist, mnist or synthetic",

@@ -2,7 +2,8 @@
 // trained with real processes (cohort::spawn) against one process training
 // the plain model on the same batches: 20 AdamW steps (nanoGPT's
 // weight-decay groups, gradient clipping over the whole model) on 2 ranks (2
-// heads) and 4 ranks (4 heads); losses every step, and the final full state
+// heads) and 4 ranks (4 heads), with and without sequence parallelism;
+// losses every step, and the final full state
 // (the plain model's keys and shapes) against the plain model's. Each rank
 // computes the reference itself and throws on a mismatch, which spawn
 // reports.
@@ -59,7 +60,7 @@ constexpr double kClip = 1.0;
 constexpr int kSteps = 20;
 constexpr int64_t kRows = 4;
 
-void run_equivalence(int world_size, int64_t heads) {
+void run_equivalence(int world_size, int64_t heads, bool sequence_parallel = false) {
   spawn(
       [=](int) {
         KernelPathGuard exact_kernels(KernelPath::kBaseline);
@@ -67,7 +68,7 @@ void run_equivalence(int world_size, int64_t heads) {
         const int rank = tp->rank();
         Generator gen(7);
         nn::GPT plain(tiny(heads), gen);
-        TensorParallelGPT model(plain, tp);
+        TensorParallelGPT model(plain, tp, {.sequence_parallel = sequence_parallel});
         auto ref_opt = make_adamw(plain.named_parameters());
         auto opt = make_adamw(model.named_parameters());
         for (int s = 0; s < kSteps; ++s) {
@@ -80,6 +81,7 @@ void run_equivalence(int world_size, int64_t heads) {
           opt->zero_grad();
           Tensor loss = model.forward(x, y);
           loss.backward();
+          model.reduce_sequence_parallel_gradients();
           clip_grad_norm_tensor_parallel(model, kClip, *tp);
           opt->step();
           const double want = ref_loss.item<double>(), got = loss.item<double>();
@@ -101,6 +103,11 @@ void run_equivalence(int world_size, int64_t heads) {
 TEST(GPTTensorParallel, TwoRanksMatchOneProcess) { run_equivalence(2, 2); }
 
 TEST(GPTTensorParallel, FourRanksMatchOneProcess) { run_equivalence(4, 4); }
+
+TEST(GPTTensorParallel, SequenceParallelMatchesOneProcess) {
+  run_equivalence(2, 2, true);
+  run_equivalence(4, 4, true);
+}
 
 }  // namespace
 }  // namespace cohort::parallel

@@ -5,7 +5,8 @@
 // (COHORT_KERNELS=baseline: the runs differ only in the order of sums).
 // Pipeline (1f1b, gpipe; 2 stages; 2 stages x 2 replicas) keeps the tied
 // embedding/head weight on the first and last stage; tensor parallelism is
-// Megatron's layout with the vocabulary-parallel cross-entropy; the
+// Megatron's layout with the vocabulary-parallel cross-entropy (and with
+// sequence parallelism); the
 // parameter server (sync, 1 and 2 servers) numbers optimizer state through
 // AdamW's decay groups. Checkpoints move between the strategies and `cohort
 // eval` reads each.
@@ -103,15 +104,23 @@ TEST(TrainGptModelParallel, PipelineTimesDataParallelMatchesOneProcess) {
 }
 
 TEST(TrainGptModelParallel, TensorParallelMatchesOneProcess) {
+  // With and without sequence parallelism (T = 16 positions, 8 per rank
+  // between the tensor-parallel regions).
   const std::string dir = make_temp_dir("gpt_tp");
   const std::string corpus = write_corpus(dir);
   const std::string one = reference(dir, corpus);
-  Finished f = ranks(2, corpus,
-                     {"--strategy", "tensor", "--batch-size", "8", "--max-steps", "20",
-                      "--checkpoint-dir", dir + "/tp"});
-  ASSERT_EQ(f.exit_code, 0) << f.output;
-  EXPECT_NE(f.output.find("vocabulary-parallel"), std::string::npos) << f.output;
-  expect_close_checkpoints(one, step_dir(dir + "/tp", 20), kAtol);
+  for (bool sp : {false, true}) {
+    const std::string out = dir + (sp ? "/sp" : "/tp");
+    std::vector<std::string> args = {"--strategy",  "tensor", "--batch-size",     "8",
+                                     "--max-steps", "20",     "--checkpoint-dir", out};
+    if (sp) args.push_back("--sequence-parallel");
+    Finished f = ranks(2, corpus, args);
+    ASSERT_EQ(f.exit_code, 0) << f.output;
+    EXPECT_NE(f.output.find(sp ? "cross-entropy, sequence parallel" : "vocabulary-parallel"),
+              std::string::npos)
+        << f.output;
+    expect_close_checkpoints(one, step_dir(out, 20), kAtol);
+  }
 }
 
 TEST(TrainGptModelParallel, ParameterServerMatchesOneProcess) {

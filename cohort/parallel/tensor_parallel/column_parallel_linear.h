@@ -44,6 +44,10 @@ struct ColumnParallelOptions {
   // heads of all three. Needs out % (blocks * p) == 0 and gather_output off
   // (the gathered columns would be rank-major, not the full layer's order).
   int64_t blocks = 1;
+  // Sequence parallelism: the input is this rank's positions [B, T/p, in]
+  // and is all-gathered along T (its gradient reduce-scattered) instead of
+  // copied. Needs gather_output off.
+  bool sequence_parallel = false;
 };
 
 class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear>,

@@ -87,6 +87,49 @@ Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts, int64_
   return x.narrow(dim, rank * k, k).clone();
 }
 
+Tensor reduce_scatter_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
+  dim = wrap_dim(dim, x.dim(), "reduce_scatter_along_dim");
+  const int64_t p = tp.size(), n = x.size(dim);
+  COHORT_CHECK(n % p == 0,
+               "reduce_scatter_along_dim (rank {} of group {}): size {} of dim {} is not divisible "
+               "by the group size {}",
+               tp.rank(), tp.name(), n, dim, p);
+  if (p == 1) return x.clone();
+  // dim first, so that each rank's piece is one contiguous block.
+  Tensor in = x.transpose(0, dim).contiguous();
+  Shape s = in.sizes();
+  s[0] /= p;
+  Tensor out = Tensor::empty(s, x.dtype());
+  tp.reduce_scatter_tensor(out, in, {});
+  return out.transpose(0, dim).contiguous();
+}
+
+Tensor gather_from_sequence_parallel_region(const Tensor& x,
+                                            const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "gather_from_sequence_parallel_region");
+  COHORT_CHECK(x.dim() >= 2,
+               "gather_from_sequence_parallel_region (rank {}): needs [B, T, ...], got {}",
+               tp->rank(), shape_str(x.sizes()));
+  Tensor out = all_gather_along_dim(x, 1, *tp);
+  return autograd::record(out, "GatherFromSequenceParallelRegion", {x},
+                          [tp](const Tensor& g, const std::vector<bool>&) {
+                            return std::vector<Tensor>{reduce_scatter_along_dim(g, 1, *tp)};
+                          });
+}
+
+Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x,
+                                                  const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "reduce_scatter_to_sequence_parallel_region");
+  COHORT_CHECK(x.dim() >= 2,
+               "reduce_scatter_to_sequence_parallel_region (rank {}): needs [B, T, ...], got {}",
+               tp->rank(), shape_str(x.sizes()));
+  Tensor out = reduce_scatter_along_dim(x, 1, *tp);
+  return autograd::record(out, "ReduceScatterToSequenceParallelRegion", {x},
+                          [tp](const Tensor& g, const std::vector<bool>&) {
+                            return std::vector<Tensor>{all_gather_along_dim(g, 1, *tp)};
+                          });
+}
+
 Tensor copy_to_tensor_parallel_region(const Tensor& x, const std::shared_ptr<ProcessGroup>& tp) {
   check_group(tp, "copy_to_tensor_parallel_region");
   // A new handle on the same data, so that the node is this op's, not x's.

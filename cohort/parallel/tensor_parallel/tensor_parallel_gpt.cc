@@ -27,8 +27,11 @@ void check_divisible(int64_t n, const char* what, const TPGroup& tp, const char*
 
 // ---- VocabParallelEmbedding ----
 
-VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, TPGroup tp)
-    : Cloneable("VocabParallelEmbedding"), tp_(std::move(tp)) {
+VocabParallelEmbedding::VocabParallelEmbedding(const nn::Embedding& full, TPGroup tp,
+                                               bool sequence_parallel)
+    : Cloneable("VocabParallelEmbedding"),
+      tp_(std::move(tp)),
+      sequence_parallel_(sequence_parallel) {
   vocab_size_ = full.weight().size(0);
   check_divisible(vocab_size_, "vocab_size", tp_, "VocabParallelEmbedding");
   vocab_start_ = tp_->rank() * (vocab_size_ / tp_->size());
@@ -68,13 +71,15 @@ Tensor VocabParallelEmbedding::forward(const Tensor& idx) {
   // Rows of other ranks' ids are zero here (and get no gradient), so the
   // sum over the ranks is the full table's lookup.
   Tensor e = mul(embedding(weight(), Tensor::from_vector<int64_t>(local, c.sizes())), mask);
-  return reduce_from_tensor_parallel_region(e, tp_);
+  return sequence_parallel_ ? reduce_scatter_to_sequence_parallel_region(e, tp_)
+                            : reduce_from_tensor_parallel_region(e, tp_);
 }
 
 // ---- VocabParallelHead ----
 
-VocabParallelHead::VocabParallelHead(const VocabParallelEmbedding& embedding, TPGroup tp)
-    : Cloneable("VocabParallelHead"), tp_(std::move(tp)) {
+VocabParallelHead::VocabParallelHead(const VocabParallelEmbedding& embedding, TPGroup tp,
+                                     bool sequence_parallel)
+    : Cloneable("VocabParallelHead"), tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {
   register_parameter("weight", embedding.weight());  // the tie: one tensor
 }
 
@@ -84,51 +89,65 @@ int64_t VocabParallelHead::split_dim(std::string_view name) const {
 }
 
 Tensor VocabParallelHead::forward(const Tensor& x) {
-  return linear(copy_to_tensor_parallel_region(x, tp_), weight());
+  return linear(sequence_parallel_ ? gather_from_sequence_parallel_region(x, tp_)
+                                   : copy_to_tensor_parallel_region(x, tp_),
+                weight());
 }
 
 // ---- attention, MLP, block ----
 
 ParallelCausalSelfAttention::ParallelCausalSelfAttention(const nn::CausalSelfAttention& full,
-                                                         const nn::GPTConfig& config, TPGroup tp)
+                                                         const nn::GPTConfig& config, TPGroup tp,
+                                                         bool sequence_parallel)
     : Cloneable("ParallelCausalSelfAttention") {
   check_divisible(config.n_head, "n_head", tp, "ParallelCausalSelfAttention");
   local_heads_ = config.n_head / tp->size();
   head_dim_ = config.head_dim();
-  register_module("c_attn", ColumnParallelLinear::from_full(full.c_attn(), tp,
-                                                            {.gather_output = false, .blocks = 3}));
+  register_module(
+      "c_attn", ColumnParallelLinear::from_full(
+                    full.c_attn(), tp,
+                    {.gather_output = false, .blocks = 3, .sequence_parallel = sequence_parallel}));
   register_module("c_proj", RowParallelLinear::from_full(full.c_proj(), std::move(tp),
-                                                         {.input_is_parallel = true}));
+                                                         {.input_is_parallel = true,
+                                                          .sequence_parallel = sequence_parallel}));
 }
 
 Tensor ParallelCausalSelfAttention::forward(const Tensor& x) {
   COHORT_CHECK(x.dim() == 3, "{}: input must be [B, T, C], got {}", describe(),
                shape_str(x.sizes()));
-  const int64_t b = x.size(0), t = x.size(1);
-  Tensor qkv = c_attn().forward(x);  // [B, T, 3 * local_heads * hs]: q | k | v of local heads
+  // [B, T, 3 * local_heads * hs]: q | k | v of the local heads, over all T
+  // positions (also under sequence parallelism, where x holds T/p of them).
+  Tensor qkv = c_attn().forward(x);
+  const int64_t b = qkv.size(0), t = qkv.size(1);
   Tensor s = permute(view(qkv, {b, t, 3, local_heads_, head_dim_}), {2, 0, 3, 1, 4});
   Tensor y = scaled_dot_product_attention(select(s, 0, 0), select(s, 0, 1), select(s, 0, 2),
                                           /*is_causal=*/true);  // [B, lh, T, hs]
   return c_proj().forward(reshape(transpose(y, 1, 2), {b, t, local_heads_ * head_dim_}));
 }
 
-ParallelGPTMLP::ParallelGPTMLP(const nn::MLP& full, TPGroup tp) : Cloneable("ParallelGPTMLP") {
-  register_module("c_fc",
-                  ColumnParallelLinear::from_full(full.c_fc(), tp, {.gather_output = false}));
+ParallelGPTMLP::ParallelGPTMLP(const nn::MLP& full, TPGroup tp, bool sequence_parallel)
+    : Cloneable("ParallelGPTMLP") {
+  register_module("c_fc", ColumnParallelLinear::from_full(
+                              full.c_fc(), tp,
+                              {.gather_output = false, .sequence_parallel = sequence_parallel}));
   register_module("c_proj", RowParallelLinear::from_full(full.c_proj(), std::move(tp),
-                                                         {.input_is_parallel = true}));
+                                                         {.input_is_parallel = true,
+                                                          .sequence_parallel = sequence_parallel}));
 }
 
 Tensor ParallelGPTMLP::forward(const Tensor& x) {
   return c_proj().forward(gelu(c_fc().forward(x), "tanh"));
 }
 
-ParallelBlock::ParallelBlock(const nn::Block& full, const nn::GPTConfig& config, TPGroup tp)
+ParallelBlock::ParallelBlock(const nn::Block& full, const nn::GPTConfig& config, TPGroup tp,
+                             bool sequence_parallel)
     : Cloneable("ParallelBlock") {
   register_module("ln_1", full.ln_1().clone());
-  register_module("attn", std::make_shared<ParallelCausalSelfAttention>(full.attn(), config, tp));
+  register_module("attn", std::make_shared<ParallelCausalSelfAttention>(full.attn(), config, tp,
+                                                                        sequence_parallel));
   register_module("ln_2", full.ln_2().clone());
-  register_module("mlp", std::make_shared<ParallelGPTMLP>(full.mlp(), std::move(tp)));
+  register_module("mlp",
+                  std::make_shared<ParallelGPTMLP>(full.mlp(), std::move(tp), sequence_parallel));
 }
 
 Tensor ParallelBlock::forward(const Tensor& x) {
@@ -138,20 +157,53 @@ Tensor ParallelBlock::forward(const Tensor& x) {
 
 // ---- TensorParallelGPT ----
 
-TensorParallelGPT::TensorParallelGPT(const nn::GPT& full, TPGroup tp)
-    : Cloneable("TensorParallelGPT"), config_(full.config()), tp_(std::move(tp)) {
+TensorParallelGPT::TensorParallelGPT(const nn::GPT& full, TPGroup tp,
+                                     TensorParallelGPTOptions options)
+    : Cloneable("TensorParallelGPT"),
+      config_(full.config()),
+      tp_(std::move(tp)),
+      options_(options) {
   COHORT_CHECK(tp_ != nullptr, "TensorParallelGPT: the tensor-parallel group is null");
   check_divisible(config_.n_head, "n_head", tp_, "TensorParallelGPT");
   check_divisible(config_.vocab_size, "vocab_size", tp_, "TensorParallelGPT");
-  auto wte = std::make_shared<VocabParallelEmbedding>(full.wte(), tp_);
+  const bool sp = options_.sequence_parallel;
+  auto wte = std::make_shared<VocabParallelEmbedding>(full.wte(), tp_, sp);
   auto h = std::make_shared<nn::ModuleList>();
   for (int64_t i = 0; i < config_.n_layer; ++i)
-    h->push_back(std::make_shared<ParallelBlock>(full.block(i), config_, tp_));
+    h->push_back(std::make_shared<ParallelBlock>(full.block(i), config_, tp_, sp));
   register_module(
       "transformer",
       std::make_shared<nn::ModuleDict>(std::vector<std::pair<std::string, nn::ModulePtr>>{
           {"wte", wte}, {"wpe", full.wpe().clone()}, {"h", h}, {"ln_f", full.ln_f().clone()}}));
-  register_module("lm_head", std::make_shared<VocabParallelHead>(*wte, tp_));
+  register_module("lm_head", std::make_shared<VocabParallelHead>(*wte, tp_, sp));
+}
+
+void TensorParallelGPT::reduce_sequence_parallel_gradients() {
+  if (!options_.sequence_parallel || tp_->size() == 1) return;
+  // Every replicated parameter: LayerNorms, wpe and the row-parallel biases
+  // (the shards' gradients are complete on their rank). One flat all_reduce.
+  std::vector<Tensor> params;
+  int64_t numel = 0;
+  for (const ParameterLayout& p : parameter_layouts(*this)) {
+    if (p.split_dim != kReplicated) continue;
+    Tensor t = p.tensor;
+    if (!t.grad().defined()) t.set_grad(zeros_like(t));
+    params.push_back(t);
+    numel += t.numel();
+  }
+  NoGradGuard no_grad;
+  Tensor flat = Tensor::empty({numel}, kFloat32);
+  int64_t off = 0;
+  for (const Tensor& p : params) {
+    flat.narrow(0, off, p.numel()).copy_(p.grad().reshape({p.numel()}));
+    off += p.numel();
+  }
+  tp_->all_reduce(flat, {});
+  off = 0;
+  for (const Tensor& p : params) {
+    p.mutable_grad().copy_(flat.narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
 }
 
 VocabParallelEmbedding& TensorParallelGPT::wte() const {
@@ -171,7 +223,17 @@ Tensor TensorParallelGPT::local_logits(const Tensor& idx) {
                describe(), tp_->rank(), config_.block_size,
                idx.defined() ? shape_str(idx.sizes()) : "undefined");
   nn::ModuleDict& tr = child<nn::ModuleDict>(0);
-  Tensor pos = Tensor::arange(0.0, static_cast<double>(idx.size(1)), 1.0, kInt64);
+  int64_t first = 0, count = idx.size(1);
+  if (options_.sequence_parallel) {
+    COHORT_CHECK(count % tp_->size() == 0,
+                 "{} (rank {}): sequence parallelism needs T ({}) divisible by the "
+                 "tensor-parallel size {}",
+                 describe(), tp_->rank(), count, tp_->size());
+    count /= tp_->size();
+    first = tp_->rank() * count;  // this rank's positions
+  }
+  Tensor pos =
+      Tensor::arange(static_cast<double>(first), static_cast<double>(first + count), 1.0, kInt64);
   Tensor x =
       add(tr.at<VocabParallelEmbedding>("wte").forward(idx), tr.at<nn::Embedding>("wpe")(pos));
   for (int64_t i = 0; i < config_.n_layer; ++i) x = block(i).forward(x);

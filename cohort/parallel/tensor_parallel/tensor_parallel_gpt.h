@@ -29,9 +29,18 @@
 // Parameter names, order and the state dict's keys are the plain model's;
 // full_state_dict() (full_state_dict.h) gives the plain model's keys and
 // shapes (both transformer.wte.weight and lm_head.weight), and
-// load_full_state_dict() takes a plain checkpoint. Sequence parallelism is
-// not implemented (LayerNorms and dropout-free residuals run on the full
-// sequence on every rank).
+// load_full_state_dict() takes a plain checkpoint.
+//
+// Sequence parallelism (options.sequence_parallel, Megatron-LM's): between
+// the tensor-parallel regions (embedding sum, LayerNorms, residual adds) each
+// rank holds only its positions [B, T/p, C]; the column-parallel inputs are
+// all-gathered along T and the row-parallel outputs (and the embedding's)
+// reduce-scattered along T, instead of copied and all-reduced (the same
+// bytes on the wire, 1/p of the activations kept between the regions). The
+// gradients of the parameters used on a rank's positions only (LayerNorms,
+// wpe, the row-parallel biases) are then partial: call
+// reduce_sequence_parallel_gradients() after backward (one all_reduce), as
+// Megatron's finalize_model_grads does. Needs T divisible by p.
 //
 // Needs n_head, vocab_size and 4 n_embd divisible by p: InvalidArgument
 // naming the numbers and the rank otherwise. Every rank must feed the same
@@ -55,16 +64,22 @@ namespace cohort::parallel {
 
 using TPGroup = std::shared_ptr<distributed::ProcessGroup>;
 
+struct TensorParallelGPTOptions {
+  bool sequence_parallel = false;  // see the header comment
+};
+
 // Embedding of a vocabulary split by rows: weight [V/p, C] (rank r: rows
 // [r V/p, (r+1) V/p) of the full table).
 class VocabParallelEmbedding : public nn::Cloneable<VocabParallelEmbedding>,
                                public TensorParallelLayer {
  public:
   // This rank's rows of full's weight (copied); V % p == 0.
-  VocabParallelEmbedding(const nn::Embedding& full, TPGroup tp);
+  // sequence_parallel: forward's output is reduce-scattered along dim 1.
+  VocabParallelEmbedding(const nn::Embedding& full, TPGroup tp, bool sequence_parallel = false);
 
   // idx int64 [*] in [0, V) -> [*, C], the same on every rank: each rank
-  // looks up the ids in its range (zeros elsewhere), then an all_reduce.
+  // looks up the ids in its range (zeros elsewhere), then an all_reduce
+  // (sequence parallel: idx [B, T] -> this rank's positions [B, T/p, C]).
   Tensor forward(const Tensor& idx) override;
   std::string extra_repr() const override;
 
@@ -78,6 +93,7 @@ class VocabParallelEmbedding : public nn::Cloneable<VocabParallelEmbedding>,
   TPGroup tp_;
   int64_t vocab_size_;
   int64_t vocab_start_;
+  bool sequence_parallel_;
 };
 
 // The tied head: logits of this rank's vocabulary slice with the
@@ -85,7 +101,9 @@ class VocabParallelEmbedding : public nn::Cloneable<VocabParallelEmbedding>,
 // input passes copy_to_tensor_parallel_region (all_reduce of its gradient).
 class VocabParallelHead : public nn::Cloneable<VocabParallelHead>, public TensorParallelLayer {
  public:
-  VocabParallelHead(const VocabParallelEmbedding& embedding, TPGroup tp);
+  // sequence_parallel: x is [B, T/p, C], all-gathered along T first.
+  VocabParallelHead(const VocabParallelEmbedding& embedding, TPGroup tp,
+                    bool sequence_parallel = false);
 
   Tensor forward(const Tensor& x) override;
   int64_t split_dim(std::string_view name) const override;
@@ -94,13 +112,15 @@ class VocabParallelHead : public nn::Cloneable<VocabParallelHead>, public Tensor
 
  private:
   TPGroup tp_;
+  bool sequence_parallel_;
 };
 
 class ParallelCausalSelfAttention : public nn::Cloneable<ParallelCausalSelfAttention> {
  public:
   ParallelCausalSelfAttention(const nn::CausalSelfAttention& full, const nn::GPTConfig& config,
-                              TPGroup tp);
-  // x [B, T, C] (the same on every rank) -> [B, T, C].
+                              TPGroup tp, bool sequence_parallel = false);
+  // x [B, T, C] (the same on every rank) -> [B, T, C]; sequence parallel:
+  // [B, T/p, C] -> [B, T/p, C].
   Tensor forward(const Tensor& x) override;
   ColumnParallelLinear& c_attn() const { return child<ColumnParallelLinear>(0); }
   RowParallelLinear& c_proj() const { return child<RowParallelLinear>(1); }
@@ -112,7 +132,7 @@ class ParallelCausalSelfAttention : public nn::Cloneable<ParallelCausalSelfAtten
 
 class ParallelGPTMLP : public nn::Cloneable<ParallelGPTMLP> {
  public:
-  ParallelGPTMLP(const nn::MLP& full, TPGroup tp);
+  ParallelGPTMLP(const nn::MLP& full, TPGroup tp, bool sequence_parallel = false);
   // x [B, T, C] -> c_proj(gelu_tanh(c_fc(x))) [B, T, C].
   Tensor forward(const Tensor& x) override;
   ColumnParallelLinear& c_fc() const { return child<ColumnParallelLinear>(0); }
@@ -121,7 +141,8 @@ class ParallelGPTMLP : public nn::Cloneable<ParallelGPTMLP> {
 
 class ParallelBlock : public nn::Cloneable<ParallelBlock> {
  public:
-  ParallelBlock(const nn::Block& full, const nn::GPTConfig& config, TPGroup tp);
+  ParallelBlock(const nn::Block& full, const nn::GPTConfig& config, TPGroup tp,
+                bool sequence_parallel = false);
   // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)).
   Tensor forward(const Tensor& x) override;
 };
@@ -129,7 +150,7 @@ class ParallelBlock : public nn::Cloneable<ParallelBlock> {
 class TensorParallelGPT : public nn::Cloneable<TensorParallelGPT> {
  public:
   // Copies full's weights (full is not kept). Collective-free.
-  TensorParallelGPT(const nn::GPT& full, TPGroup tp);
+  TensorParallelGPT(const nn::GPT& full, TPGroup tp, TensorParallelGPTOptions options = {});
 
   // idx int64 [B, T] -> this rank's logits [B, T, V/p].
   Tensor local_logits(const Tensor& idx);
@@ -139,7 +160,14 @@ class TensorParallelGPT : public nn::Cloneable<TensorParallelGPT> {
   // vocab_parallel_cross_entropy on the local logits -> 0-d, every rank.
   Tensor forward(const Tensor& idx, const Tensor& targets);
 
+  // Sequence parallel: sums over tp the gradients that each rank computed
+  // on its positions only (LayerNorms, wpe, row-parallel biases), one
+  // all_reduce; call after backward, before clipping and the optimizer.
+  // Nothing (no collective) without sequence parallelism.
+  void reduce_sequence_parallel_gradients();
+
   const nn::GPTConfig& config() const { return config_; }
+  bool sequence_parallel() const { return options_.sequence_parallel; }
   const TPGroup& tensor_parallel_group() const { return tp_; }
   VocabParallelEmbedding& wte() const;
   ParallelBlock& block(int64_t i) const;
@@ -147,6 +175,7 @@ class TensorParallelGPT : public nn::Cloneable<TensorParallelGPT> {
  private:
   nn::GPTConfig config_;
   TPGroup tp_;
+  TensorParallelGPTOptions options_;
 };
 
 // Megatron's vocab-parallel cross-entropy: logits [N, V/p] are this rank's

@@ -111,7 +111,7 @@ TEST(TensorParallelGPT, VocabParallelCrossEntropyIsCrossEntropy) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
-TEST(TensorParallelGPT, OneStepEqualsThePlainModel) {
+void one_step_equals_the_plain_model(bool sequence_parallel) {
   KernelPathGuard exact(KernelPath::kBaseline);
   Generator gen(11);
   nn::GPT plain(tiny(), gen);
@@ -123,11 +123,12 @@ TEST(TensorParallelGPT, OneStepEqualsThePlainModel) {
   TensorDict want_grads;
   for (const auto& [name, p] : plain.named_parameters()) want_grads.insert(name, p.grad());
   run_ranks(2, [&](std::shared_ptr<ProcessGroup> tp) {
-    TensorParallelGPT model(plain, tp);
+    TensorParallelGPT model(plain, tp, {.sequence_parallel = sequence_parallel});
     EXPECT_TRUE(allclose(model.forward(idx), want_logits, 1e-4, 1e-5));
     Tensor loss = model.forward(idx, tgt);
     EXPECT_NEAR(loss.item<double>(), want_loss.item<double>(), 1e-5);
     loss.backward();
+    model.reduce_sequence_parallel_gradients();
     for (const ParameterLayout& p : parameter_layouts(model)) {
       Tensor g = p.split_dim == kReplicated
                      ? p.tensor.grad()
@@ -140,6 +141,12 @@ TEST(TensorParallelGPT, OneStepEqualsThePlainModel) {
     for (const auto& [key, t] : plain.state_dict()) EXPECT_TRUE(equal(full.at(key), t)) << key;
     EXPECT_NEAR(grad_norm_tensor_parallel(model, *tp), optim::grad_norm(plain.parameters()), 1e-4);
   });
+}
+
+TEST(TensorParallelGPT, OneStepEqualsThePlainModel) { one_step_equals_the_plain_model(false); }
+
+TEST(TensorParallelGPT, OneStepWithSequenceParallelismEqualsThePlainModel) {
+  one_step_equals_the_plain_model(true);
 }
 
 TEST(TensorParallelGPT, EachAttentionAndMLPCostOneAllReduceEachWay) {
@@ -157,6 +164,28 @@ TEST(TensorParallelGPT, EachAttentionAndMLPCostOneAllReduceEachWay) {
     const uint64_t backward = ops(*tp) - before - forward;
     EXPECT_EQ(forward, 2u);   // attention's and the MLP's row-parallel outputs
     EXPECT_EQ(backward, 2u);  // attention's and the MLP's column-parallel input gradients
+  });
+}
+
+TEST(TensorParallelGPT, SequenceParallelBlocksAllGatherAndReduceScatter) {
+  // Each attention and MLP: an all-gather of its input and a reduce-scatter
+  // of its output forward, the reverse backward.
+  Generator gen(12);
+  nn::GPT plain(tiny(4), gen);
+  Tensor x0 = randn({2, 8, 32}, gen);
+  run_ranks(2, [&](std::shared_ptr<ProcessGroup> tp) {
+    TensorParallelGPT model(plain, tp, {.sequence_parallel = true});
+    Tensor x = x0.narrow(1, 4 * tp->rank(), 4).contiguous();  // this rank's positions
+    x.set_requires_grad(true);
+    const uint64_t before = ops(*tp);
+    Tensor y = model.block(0).forward(x);
+    const uint64_t forward = ops(*tp) - before;
+    EXPECT_EQ(y.sizes(), (Shape{2, 4, 32}));
+    sum(y).backward();
+    EXPECT_EQ(forward, 4u);
+    EXPECT_EQ(ops(*tp) - before - forward, 4u);
+    // Positions not divisible by the group are named.
+    EXPECT_THROW(model.forward(Tensor::zeros({1, 3}, kInt64)), InvalidArgument);
   });
 }
 
