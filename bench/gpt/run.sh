@@ -13,7 +13,14 @@
 # ratio, and the CPU model.
 # FLOPs per step = (6 N + 12 L C T) x B x T, N the parameters without the
 # position embedding (nanoGPT's estimate_mfu; PaLM appendix B).
-# Usage: [ROUNDS=n] [THREADS=n] [CONFIGS="ref long gpt2"] [STEPS=n]
+# PyTorch bf16 runs only where the CPU has AVX512-BF16 or AMX-BF16 (elsewhere
+# autocast emulates it: 14.6 s/step at the reference size on a Zen 3, against
+# 0.6 s in fp32), unless BF16=1.
+# DDP (DDP=1, the default, with the cohort CLI built): the reference size as
+# 2 ranks x 1 thread, 16 sequences each (`cohort run --nproc-per-node 2
+# bench_gpt --ddp --threads 1`), and 1 rank x 1 thread for the scaling
+# efficiency (1-rank ms/step / 2-rank ms/step, same sequences per rank).
+# Usage: [ROUNDS=n] [THREADS=n] [CONFIGS="ref long gpt2"] [STEPS=n] [BF16=0|1] [DDP=0|1]
 #        bench/gpt/run.sh [build-dir]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,6 +30,16 @@ peak=$build/bench/gpt/bench_fma_peak
 for b in "$bench" "$peak"; do
   [[ -x $b ]] || { echo "run.sh: $b not built (cmake --build $build --target bench_gpt bench_fma_peak)" >&2; exit 1; }
 done
+cohort=$build/tools/cohort/cohort
+ddp=${DDP:-1}
+if [[ $ddp == 1 && ! -x $cohort ]]; then
+  echo "run.sh: $cohort not built: no DDP runs (cmake --build $build --target cohort)" >&2
+  ddp=0
+fi
+if [[ -z ${BF16:-} ]]; then
+  BF16=0
+  grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && BF16=1
+fi
 threads=${THREADS:-2}
 rounds=${ROUNDS:-3}
 tmp=$(mktemp -d)
@@ -54,16 +71,26 @@ for cfg in ${CONFIGS:-ref long gpt2}; do
     # shellcheck disable=SC2086
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
       --warmup 2 --threads "$threads" --precision fp32 >"$tmp/$cfg.torch.$r.json"
-    # shellcheck disable=SC2086
-    OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
-      --warmup 2 --threads "$threads" --precision bf16 >"$tmp/$cfg.torchbf16.$r.json"
+    if [[ $BF16 == 1 ]]; then
+      # shellcheck disable=SC2086
+      OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
+        --warmup 2 --threads "$threads" --precision bf16 >"$tmp/$cfg.torchbf16.$r.json"
+    fi
+    if [[ $ddp == 1 && $cfg == ref ]]; then
+      # shellcheck disable=SC2086
+      "$cohort" run --nproc-per-node 2 "$bench" --ddp $a --steps "$s" --warmup 2 --threads 1 \
+        >"$tmp/$cfg.ddp2.$r.json"
+      # shellcheck disable=SC2086
+      "$bench" $a --steps "$s" --warmup 2 --threads 1 >"$tmp/$cfg.one1.$r.json"
+    fi
   done
 done
 "$peak" "$threads" >"$tmp/peak2.json"
 
-python3 - "$tmp" "$rounds" "${CONFIGS:-ref long gpt2}" <<'PY'
-import json, statistics, sys
+python3 - "$tmp" "$rounds" "${CONFIGS:-ref long gpt2}" "$BF16" "$ddp" <<'PY'
+import json, os, statistics, sys
 tmp, rounds, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+bf16, ddp = sys.argv[4] == "1", sys.argv[5] == "1"
 peaks = [json.load(open(f"{tmp}/{p}.json")) for p in ("peak", "peak2")]
 peak = max(p["gflops_all"] for p in peaks)
 print(f"cpu: {peaks[0]['cpu']}; fp32 peak ({peaks[0]['path']} FMA loop, measured before and after): "
@@ -71,24 +98,45 @@ print(f"cpu: {peaks[0]['cpu']}; fp32 peak ({peaks[0]['path']} FMA loop, measured
       f"{peaks[0]['threads']} cores; load before {peaks[0]['load']}, after {peaks[1]['load']}")
 print("FLOPs/step = (6 N + 12 L C T) B T, N = parameters without wpe")
 def load(cfg, impl):
-    return [json.load(open(f"{tmp}/{cfg}.{impl}.{r}.json")) for r in range(1, rounds + 1)]
-hdr = "{:<6} {:<14} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}"
+    runs = []
+    for r in range(1, rounds + 1):
+        # cohort run prefixes a worker's lines with "[rank 0] ".
+        lines = [l[l.index("{"):] for l in open(f"{tmp}/{cfg}.{impl}.{r}.json") if '{"impl"' in l]
+        runs.append(json.loads(lines[-1]))
+    return runs
+hdr = "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}"
 print(hdr.format("config", "impl", "ms/step", "min", "max", "GFLOP", "MFU", "RSS MiB"))
 for cfg in configs:
     c = load(cfg, "cohort")
     flop = c[0]["gflop_step"]
     res = {}
-    for impl, name in (("cohort", "cohort fp32"), ("torch", "torch fp32"), ("torchbf16", "torch bf16")):
+    impls = [("cohort", "cohort fp32"), ("torch", "torch fp32")]
+    if bf16:
+        impls.append(("torchbf16", "torch bf16"))
+    if ddp and cfg == "ref":
+        impls += [("ddp2", "cohort ddp 2x1"), ("one1", "cohort 1x1")]
+    for impl, name in impls:
         runs = load(cfg, impl)
         ms = statistics.median(r["ms_step"] for r in runs)
         rss = max(r["peak_rss_mib"] for r in runs)
+        gflop = runs[0].get("gflop_step", flop)
+        threads = runs[0].get("threads", 1) * runs[0].get("ranks", 1)
         res[impl] = (ms, rss)
         print(hdr.format(cfg, name, f"{ms:.1f}", f"{min(r['ms_min'] for r in runs):.1f}",
-                         f"{max(r['ms_max'] for r in runs):.1f}", f"{flop:.2f}",
-                         f"{flop / (ms * 1e-3) / peak * 100:.1f}%", f"{rss:.0f}"))
-    (cm, cr), (tm, tr), (bm, br) = res["cohort"], res["torch"], res["torchbf16"]
-    print(f"{cfg}: cohort/torch fp32 time {cm / tm:.3f}, cohort/torch bf16 time {cm / bm:.3f}, "
-          f"peak RSS cohort/torch fp32 {cr / tr:.3f}")
+                         f"{max(r['ms_max'] for r in runs):.1f}", f"{gflop:.2f}",
+                         f"{gflop / (ms * 1e-3) / (peak * threads / peaks[0]['threads']) * 100:.1f}%",
+                         f"{rss:.0f}"))
+    (cm, cr), (tm, tr) = res["cohort"], res["torch"]
+    line = f"{cfg}: cohort/torch fp32 time {cm / tm:.3f}, peak RSS {cr / tr:.3f}"
+    if bf16:
+        line += f"; cohort/torch bf16 time {cm / res['torchbf16'][0]:.3f}"
+    if "ddp2" in res:
+        line += (f"; DDP 2x1 step (2 x 16 sequences) / torch fp32 1x2 step (16) "
+                 f"{res['ddp2'][0] / tm:.3f}, DDP scaling (1x1 ms / 2x1 ms, 16 sequences per "
+                 f"rank) {res['one1'][0] / res['ddp2'][0]:.3f}")
+    print(line)
+if not bf16:
+    print("torch bf16 not run: this CPU has no AVX512-BF16 / AMX-BF16 (BF16=1 forces it)")
 print(f"median of {rounds} alternating round(s) of each run's median ms/step; "
       f"{c[0]['threads']} thread(s), 1 process")
 PY

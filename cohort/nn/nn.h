@@ -34,4 +34,5 @@
 #include "cohort/nn/models/toy_model.h"
 #include "cohort/nn/module.h"
 #include "cohort/nn/module_dict.h"
+#include "cohort/nn/multihead_attention.h"
 #include "cohort/nn/sequential.h"

@@ -1,8 +1,15 @@
 #include "cohort/parallel/distributed_data_parallel.h"
 
+#include <algorithm>
+
 #include "cohort/autograd/grad_mode.h"
 
 namespace cohort::parallel {
+
+size_t auto_bucket_cap_bytes(size_t gradient_bytes) {
+  constexpr size_t kMin = size_t{1} << 20, kMax = size_t{25} << 20;
+  return std::clamp(gradient_bytes / 8, kMin, kMax);
+}
 
 DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
                                                  std::shared_ptr<distributed::ProcessGroup> pg,
@@ -13,14 +20,22 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
       options_(std::move(options)) {
   COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: module is null");
   COHORT_CHECK(pg_ != nullptr, "DistributedDataParallel: process group is null");
-  COHORT_CHECK(options_.bucket_cap_mb > 0,
+  COHORT_CHECK(!options_.bucket_cap_mb || *options_.bucket_cap_mb > 0,
                "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
-               options_.bucket_cap_mb);
+               options_.bucket_cap_mb.value_or(0));
   register_module("module", module_);
   verify_same_model(*pg_, *module_, "DistributedDataParallel");
   broadcast_module_state(*pg_, *module_, 0);
   ReducerOptions ro;
-  ro.bucket_cap_bytes = static_cast<size_t>(options_.bucket_cap_mb * 1024.0 * 1024.0);
+  if (options_.bucket_cap_mb) {
+    ro.bucket_cap_bytes = static_cast<size_t>(*options_.bucket_cap_mb * 1024.0 * 1024.0);
+  } else {
+    size_t bytes = 0;
+    for (const Tensor& p : module_->parameters()) {
+      if (p.requires_grad()) bytes += static_cast<size_t>(p.numel()) * dtype_size(p.dtype());
+    }
+    ro.bucket_cap_bytes = auto_bucket_cap_bytes(bytes);
+  }
   if (ro.bucket_cap_bytes == 0) ro.bucket_cap_bytes = 1;
   ro.find_unused_parameters = options_.find_unused_parameters;
   ro.comm_hook = options_.comm_hook;

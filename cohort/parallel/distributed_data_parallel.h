@@ -40,6 +40,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +52,11 @@
 namespace cohort::parallel {
 
 struct DistributedDataParallelOptions {
-  double bucket_cap_mb = 25.0;  // MiB per bucket
+  // MiB per bucket (PyTorch's bucket_cap_mb). Unset: an eighth of the
+  // model's gradient bytes, within [1, 25] MiB (auto_bucket_cap_bytes), so a
+  // model smaller than PyTorch's 25 MiB default still has buckets to reduce
+  // while backward runs (one 25 MiB bucket would start only at its end).
+  std::optional<double> bucket_cap_mb;
   // Walk the autograd graph after each forward and treat parameters it does
   // not reach as ready (their gradient is not averaged in; see reducer.h).
   bool find_unused_parameters = false;
@@ -61,6 +66,10 @@ struct DistributedDataParallelOptions {
   // outlive the DistributedDataParallel.
   Tracer* tracer = nullptr;
 };
+
+// The bucket size DDP takes when bucket_cap_mb is unset, for gradients of
+// `gradient_bytes` in all.
+size_t auto_bucket_cap_bytes(size_t gradient_bytes);
 
 class DistributedDataParallel : public nn::Module {
  public:

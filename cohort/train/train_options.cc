@@ -82,7 +82,8 @@ void TrainOptions::validate() const {
   COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);
   double l = effective_lr();
   COHORT_CHECK(l > 0 && std::isfinite(l), "--lr must be a positive finite number, got {}", l);
-  COHORT_CHECK(bucket_cap_mb > 0, "--bucket-cap-mb must be positive, got {}", bucket_cap_mb);
+  COHORT_CHECK(!bucket_cap_mb || *bucket_cap_mb > 0, "--bucket-cap-mb must be positive, got {}",
+               bucket_cap_mb.value_or(0));
   double m = effective_momentum();
   COHORT_CHECK(m >= 0 && m < 1, "--momentum must be in [0, 1), got {}", m);
   COHORT_CHECK(!momentum.has_value() || optimizer == OptimizerKind::kSgd,

@@ -48,7 +48,8 @@ struct TrainOptions {
   std::string trace_path;
   // DDP's gradient bucket size (PyTorch's bucket_cap_mb): smaller buckets
   // start their all_reduce earlier in backward.
-  double bucket_cap_mb = 25.0;
+  // Unset: DDP's automatic size (parallel/distributed_data_parallel.h).
+  std::optional<double> bucket_cap_mb;
   Strategy strategy = Strategy::kAuto;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the

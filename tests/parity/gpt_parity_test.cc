@@ -6,8 +6,9 @@
 // nanoGPT configures them (betas 0.9/0.95, weight decay 0.1 on 2-D tensors
 // only) follow the same loss curve to the same weights. Runs once per kernel
 // path the host supports and per GPT kernel choice; the PyTorch script
-// (torch_gpt_parity.py) runs once for the suite. Each test prints the measured
-// differences (max |cohort - torch| and that over the tensor's scale).
+// (torch_gpt_parity.py) runs once for the suite. nn::MultiheadAttention is
+// checked against torch.nn.MultiheadAttention beside it. Each test prints the
+// measured differences (max |cohort - torch| and that over the tensor's scale).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 
 #include "cohort/base/kernel_path_testing.h"
 #include "cohort/nn/models/gpt.h"
+#include "cohort/nn/multihead_attention.h"
 #include "cohort/optim/optim.h"
 #include "parity_testing.h"
 #include "tensor_file.h"
@@ -52,14 +54,6 @@ nn::GPTConfig parity_config() {
   return c;
 }
 
-std::string kernels_name(nn::GPTKernels k) {
-  switch (k) {
-    case nn::GPTKernels::kComposed:
-      return "composed";
-  }
-  return "unknown";
-}
-
 using Param = std::tuple<KernelPath, nn::GPTKernels>;
 
 class GPTParity : public ::testing::TestWithParam<Param> {
@@ -78,7 +72,7 @@ class GPTParity : public ::testing::TestWithParam<Param> {
     for (int i = 0; i < kSteps; ++i) {
       Tensor x = randint(0, cfg.vocab_size, {kBatch, cfg.block_size}, gen);
       Tensor y = x.clone();
-      for (int64_t* p = y.data_ptr<int64_t>(), *e = p + y.numel(); p != e; ++p)
+      for (int64_t *p = y.data_ptr<int64_t>(), *e = p + y.numel(); p != e; ++p)
         *p = (*p * 7 + 3) % cfg.vocab_size;
       batches.insert("x." + std::to_string(i), x);
       batches.insert("y." + std::to_string(i), y);
@@ -88,6 +82,23 @@ class GPTParity : public ::testing::TestWithParam<Param> {
     for (int64_t i = 0; i < ignore.numel(); i += 7) p[i] = -1;
     batches.insert("y.ignore", ignore);
     parity::write_tensor_file(*dir_ + "/gpt_batches.safetensors", batches);
+    {
+      nn::MultiheadAttention mha(16, 4, gen);
+      TensorDict in;
+      for (const auto& [name, t] : mha.state_dict()) in.insert("init." + name, t);
+      in.insert("num_heads", Tensor::scalar(4, kInt64));
+      in.insert("q", randn({6, 2, 16}, gen));
+      in.insert("k", randn({7, 2, 16}, gen));
+      in.insert("v", randn({7, 2, 16}, gen));
+      in.insert("c", randn({6, 2, 16}, gen));
+      // Blocked (nonzero) entries that leave every row some key.
+      Tensor am = Tensor::zeros({6, 7}, kInt64), kpm = Tensor::zeros({2, 7}, kInt64);
+      for (int64_t i = 0; i < 6; ++i) am.data_ptr<int64_t>()[i * 7 + (i + 2) % 7] = 1;
+      kpm.data_ptr<int64_t>()[7 + 6] = kpm.data_ptr<int64_t>()[7 + 0] = 1;
+      in.insert("attn_mask", am);
+      in.insert("key_padding_mask", kpm);
+      parity::write_tensor_file(*dir_ + "/mha_in.safetensors", in);
+    }
     {
       std::ofstream f(*dir_ + "/gpt_config.json");
       f << "{\"n_layer\": " << cfg.n_layer << ", \"n_head\": " << cfg.n_head
@@ -164,15 +175,15 @@ std::string* GPTParity::dir_ = nullptr;
 std::string* GPTParity::error_ = nullptr;
 TensorDict* GPTParity::torch_ = nullptr;
 
-INSTANTIATE_TEST_SUITE_P(Paths, GPTParity,
-                         ::testing::Combine(::testing::Values(KernelPath::kBaseline,
-                                                              KernelPath::kAvx2,
-                                                              KernelPath::kAvx512),
-                                            ::testing::Values(nn::GPTKernels::kComposed)),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::string(kernel_path_name(std::get<0>(info.param))) + "_" +
-                                  kernels_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Paths, GPTParity,
+    ::testing::Combine(::testing::Values(KernelPath::kBaseline, KernelPath::kAvx2,
+                                         KernelPath::kAvx512),
+                       ::testing::Values(nn::GPTKernels::kFused, nn::GPTKernels::kComposed)),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return std::string(kernel_path_name(std::get<0>(info.param))) + "_" +
+             nn::gpt_kernels_name(std::get<1>(info.param));
+    });
 
 TEST_P(GPTParity, LogitsLossAndEveryGradient) {
   auto model = make_model();
@@ -261,6 +272,41 @@ TEST_P(GPTParity, TenAdamWStepsFollowTheSameLossCurve) {
     if (d.rel() >= worst_final) worst_final = d.rel(), worst_name = name;
   }
   std::printf("  worst final weight: %s, rel %.3g\n", worst_name.c_str(), worst_final);
+}
+
+// torch.nn.MultiheadAttention from the same weights: with an attention mask
+// and a key padding mask (the composed path, attention weights returned), and
+// as plain self-attention without weights (the fused path). The GPT kernel
+// choice does not apply; it runs under each like the rest of the suite.
+TEST_P(GPTParity, MultiheadAttention) {
+  TensorDict in = load("mha_in.safetensors");
+  Generator gen(0);
+  nn::MultiheadAttention mha(16, 4, gen);
+  TensorDict init;
+  for (const auto& [name, t] : in)
+    if (name.starts_with("init.")) init.insert(name.substr(5), t);
+  mha.load_state_dict(init);
+  Tensor q = in.at("q").clone().set_requires_grad(true);
+  Tensor k = in.at("k").clone().set_requires_grad(true);
+  Tensor v = in.at("v").clone().set_requires_grad(true);
+  auto [out, w] = mha(
+      q, k, v, {.key_padding_mask = in.at("key_padding_mask"), .attn_mask = in.at("attn_mask")});
+  sum(mul(out, in.at("c"))).backward();
+  report("mha out", out, torch("mha.out"));
+  EXPECT_TRUE(close("mha out", out, torch("mha.out"), kGradRtol));
+  EXPECT_TRUE(close("mha weights", w, torch("mha.w"), kGradRtol));
+  EXPECT_TRUE(close("mha grad q", q.grad(), torch("mha.gq"), kGradRtol));
+  EXPECT_TRUE(close("mha grad k", k.grad(), torch("mha.gk"), kGradRtol));
+  EXPECT_TRUE(close("mha grad v", v.grad(), torch("mha.gv"), kGradRtol));
+  for (const auto& [name, p] : mha.named_parameters())
+    EXPECT_TRUE(close("mha grad " + name, p.grad(), torch("mha.grad." + name), kGradRtol));
+  report("mha grad in_proj_weight", mha.in_proj_weight().grad(), torch("mha.grad.in_proj_weight"));
+  Tensor x = in.at("q").clone().set_requires_grad(true);
+  Tensor self = mha(x, x, x, {.need_weights = false}).first;
+  sum(mul(self, in.at("c"))).backward();
+  report("mha self-attention (fused) out", self, torch("mha.self_out"));
+  EXPECT_TRUE(close("mha self out", self, torch("mha.self_out"), kGradRtol));
+  EXPECT_TRUE(close("mha self grad x", x.grad(), torch("mha.self_gx"), kGradRtol));
 }
 
 }  // namespace

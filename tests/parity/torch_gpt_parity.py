@@ -11,6 +11,13 @@ DIR/gpt_torch_out.safetensors with:
   gpt.losses [steps], gpt.final.<param>               AdamW as nanoGPT configures
                                                       it (betas 0.9/0.95, weight
                                                       decay on 2-D tensors only)
+  mha.out, mha.w, mha.g{q,k,v}, mha.grad.<param>      torch.nn.MultiheadAttention
+                                                      from DIR/mha_in.safetensors
+                                                      (init.<param>, q, k, v,
+                                                      attn_mask, key_padding_mask,
+                                                      c), with both masks, then
+  mha.self_out, mha.self_gx                           self-attention without
+                                                      masks or weights
 The model is nanoGPT's (model.py) with its manual attention path: the
 causal mask by masked_fill, softmax, GELU with approximate="tanh", no dropout,
 lm_head tied to wte.
@@ -115,6 +122,25 @@ def configure_optimizer(model, cfg):
     return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(0.9, 0.95), eps=1e-8)
 
 
+def mha_parity(d, out):
+    t = read(os.path.join(d, "mha_in.safetensors"))
+    init = {k[len("init."):]: v for k, v in t.items() if k.startswith("init.")}
+    e = init["in_proj_weight"].size(1)
+    mha = nn.MultiheadAttention(e, int(t["num_heads"].item()))
+    mha.load_state_dict(init)
+    q, k, v = (t[n].clone().requires_grad_(True) for n in ("q", "k", "v"))
+    o, w = mha(q, k, v, key_padding_mask=t["key_padding_mask"].bool(),
+               attn_mask=t["attn_mask"].bool())
+    (o * t["c"]).sum().backward()
+    out.update({"mha.out": o, "mha.w": w, "mha.gq": q.grad, "mha.gk": k.grad, "mha.gv": v.grad})
+    for name, p in mha.named_parameters():
+        out["mha.grad." + name] = p.grad.clone()  # the self-attention below adds to p.grad
+    x = t["q"].clone().requires_grad_(True)
+    o = mha(x, x, x, need_weights=False)[0]
+    (o * t["c"]).sum().backward()
+    out.update({"mha.self_out": o, "mha.self_gx": x.grad})
+
+
 def main():
     torch.set_num_threads(1)
     d = sys.argv[1]
@@ -146,6 +172,7 @@ def main():
     out["gpt.losses"] = torch.tensor(losses, dtype=torch.float64)
     for name, p in model.named_parameters():
         out["gpt.final." + name] = p
+    mha_parity(d, out)
     write(os.path.join(d, "gpt_torch_out.safetensors"), out)
 
 

@@ -24,6 +24,7 @@ struct TrainArgs {
   std::string optimizer;  // "": sgd, or adamw for a language model
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
   double weight_decay = 0;
+  double bucket_cap_mb = 0;
   std::string strategy = "auto";
   double lr = 0;
   double momentum = 0;
@@ -51,6 +52,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
       if (app->count(flag) > 0) *field = value;
     }
     if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
+    if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
     o.strategy = train::parse_strategy(args->strategy);
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
@@ -145,9 +147,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--metrics", o.metrics_path,
                  "Append one JSON object per step and per epoch to this file (draw it with "
                  "`cohort plot`)");
-  app.add_option("--bucket-cap-mb", o.bucket_cap_mb,
-                 "DDP gradient bucket size in MiB (smaller: all_reduce starts earlier in backward)")
-      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", args->bucket_cap_mb,
+                 "DDP gradient bucket size in MiB (smaller: all_reduce starts earlier in "
+                 "backward; default: an eighth of the model's gradients, within 1..25 MiB)");
   app.add_option(
       "--trace", o.trace_path,
       "Write a Chrome/Perfetto trace of every rank here (data, forward, backward, each "

@@ -1,9 +1,13 @@
-// Matrix products through OpenBLAS (not recorded by autograd).
-// BLAS threading: OpenBLAS's own threads are switched off once (process-wide,
+// Matrix products (not recorded by autograd) on two backends: OpenBLAS
+// (float32 sgemm, float64 dgemm) and, for float32 shapes where it measured
+// faster, cohort's own packed GEMM (gemm_packed); gemm_backend is the fixed
+// rule between them (docs/kernels.md, "GEMM backends").
+// Threading: OpenBLAS's own threads are switched off once (process-wide,
 // first use) and big products are split over cohort::parallel_for instead, so
 // each call is bounded by the calling thread's budget and concurrent calls
 // from several threads (DataParallel replicas) neither oversubscribe nor
-// share state. float32 uses sgemm, float64 dgemm.
+// share state. Failure: the Tensor functions throw InvalidArgument naming the
+// operation and the shapes or dtypes that do not fit.
 #pragma once
 
 #include "cohort/core/tensor.h"

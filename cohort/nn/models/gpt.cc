@@ -14,6 +14,7 @@ namespace cohort::nn {
 namespace {
 
 constexpr double kInitStd = 0.02;
+constexpr double kLayerNormEps = 1e-5;
 
 // "int64 [2, 3]" or "undefined", for error messages.
 std::string describe_tensor(const Tensor& t) {
@@ -48,6 +49,16 @@ Tensor causal_mask(int64_t tq, int64_t tk, int64_t past) {
 }  // namespace
 
 // ---- GPTConfig ----
+
+const char* gpt_kernels_name(GPTKernels kernels) {
+  switch (kernels) {
+    case GPTKernels::kFused:
+      return "fused";
+    case GPTKernels::kComposed:
+      return "composed";
+  }
+  return "unknown";
+}
 
 void GPTConfig::validate() const {
   auto positive = [](int64_t v, const char* name) {
@@ -122,6 +133,11 @@ Tensor merge_heads(const Tensor& y) {
 Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t past) const {
   const int64_t tq = q.size(2), tk = k.size(2);
+  // The fused op's causal mask is top-left aligned (query i sees keys <= i),
+  // right for a prefix from position 0 and not needed for one new query; a
+  // block of several queries after cached positions takes the composed path.
+  if (config_.kernels == GPTKernels::kFused && (past == 0 || tq == 1))
+    return scaled_dot_product_attention(q, k, v, /*is_causal=*/past == 0 && tq > 1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   Tensor att = mul(matmul(q, transpose(k, -2, -1)), scale);  // [B, nh, Tq, Tk]
   if (tq > 1) att = add(att, causal_mask(tq, tk, past));     // one query sees every key
@@ -173,23 +189,34 @@ MLP::MLP(const GPTConfig& config, Generator& gen) : Cloneable("MLP"), config_(co
   init_linear(*c_proj_, kInitStd / std::sqrt(2.0 * static_cast<double>(config_.n_layer)), gen);
 }
 
-Tensor MLP::forward(const Tensor& x) { return c_proj_(gelu_tanh_composed(c_fc_(x))); }
+Tensor MLP::forward(const Tensor& x) {
+  if (config_.kernels == GPTKernels::kFused)
+    return c_proj_(linear_gelu(x, c_fc_->weight(), c_fc_->bias()));
+  return c_proj_(gelu_tanh_composed(c_fc_(x)));
+}
 
-Block::Block(const GPTConfig& config, Generator& gen) : Cloneable("Block") {
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd));
+Block::Block(const GPTConfig& config, Generator& gen)
+    : Cloneable("Block"), kernels_(config.kernels) {
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, kLayerNormEps));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(config, gen));
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd, kLayerNormEps));
   mlp_ = register_module("mlp", std::make_shared<MLP>(config, gen));
 }
 
-Tensor Block::forward(const Tensor& x) {
-  Tensor h = add(x, attn_(ln_1_(x)));
+Tensor Block::mlp_residual(const Tensor& x, const Tensor& attn_out) {
+  if (kernels_ == GPTKernels::kFused) {
+    // The residual add and ln_2 in one pass over the rows.
+    auto [h, n] = add_layer_norm(x, attn_out, ln_2_->weight(), ln_2_->bias(), kLayerNormEps);
+    return add(h, mlp_(n));
+  }
+  Tensor h = add(x, attn_out);
   return add(h, mlp_(ln_2_(h)));
 }
 
+Tensor Block::forward(const Tensor& x) { return mlp_residual(x, attn_(ln_1_(x))); }
+
 Tensor Block::forward(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
-  Tensor h = add(x, attn_->forward(ln_1_(x), k_cache, v_cache, past));
-  return add(h, mlp_(ln_2_(h)));
+  return mlp_residual(x, attn_->forward(ln_1_(x), k_cache, v_cache, past));
 }
 
 // ---- GPT ----
@@ -205,9 +232,11 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : Cloneable("GPT"), config_(co
   auto h = std::make_shared<ModuleList>();
   for (int64_t i = 0; i < config_.n_layer; ++i) h->push_back(std::make_shared<Block>(config_, gen));
   transformer_ = register_module(
-      "transformer",
-      std::make_shared<ModuleDict>(std::vector<std::pair<std::string, ModulePtr>>{
-          {"wte", wte}, {"wpe", wpe}, {"h", h}, {"ln_f", std::make_shared<LayerNorm>(c)}}));
+      "transformer", std::make_shared<ModuleDict>(std::vector<std::pair<std::string, ModulePtr>>{
+                         {"wte", wte},
+                         {"wpe", wpe},
+                         {"h", h},
+                         {"ln_f", std::make_shared<LayerNorm>(c, kLayerNormEps)}}));
   // Weight tying (nanoGPT's `wte.weight = lm_head.weight`): the head's weight
   // slot holds the embedding's tensor, so both uses feed one gradient.
   auto lm_head = make_linear(c, config_.vocab_size, /*bias=*/false);

@@ -27,9 +27,14 @@
 // (wte, wpe, then block 0's c_attn.weight, attn.c_proj.weight, mlp.c_fc.weight,
 // mlp.c_proj.weight, block 1's ...).
 //
-// Kernels: GPTConfig::kernels chooses how the blocks compute (composed ops:
-// matmul, softmax over an additive causal mask, tanh GELU from tanh and
-// arithmetic). Every choice gives the same results to float32 rounding.
+// Kernels: GPTConfig::kernels chooses how the blocks compute: kFused (the
+// default) runs attention as scaled_dot_product_attention (blocked, online
+// softmax, no T x T matrix), c_fc with its GELU as linear_gelu, and the
+// attention residual with ln_2 as add_layer_norm; kComposed builds each from
+// generic ops (matmul, softmax over an additive causal mask, GELU from tanh and
+// arithmetic), as nanoGPT's manual path. Both give the same results to float32
+// rounding; the composed form stays as a second check. The loss is
+// cross_entropy (vocabulary in chunks, no probability tensor) either way.
 //
 // Generation: forward(idx, cache) appends the new positions' keys and values
 // to a KVCache and returns only their logits, so one more token costs O(T)
@@ -59,8 +64,12 @@ namespace cohort::nn {
 
 // How the blocks compute; all give the same numbers to float32 rounding.
 enum class GPTKernels {
+  kFused,     // scaled_dot_product_attention (memory O(T)), linear_gelu, add_layer_norm
   kComposed,  // generic ops: matmul, softmax over an additive causal mask, composed tanh GELU
 };
+
+// "fused", "composed".
+const char* gpt_kernels_name(GPTKernels kernels);
 
 struct GPTConfig {
   int64_t n_layer = 4;
@@ -68,7 +77,7 @@ struct GPTConfig {
   int64_t n_embd = 256;
   int64_t block_size = 128;  // longest sequence (positions of wpe)
   int64_t vocab_size = 256;
-  GPTKernels kernels = GPTKernels::kComposed;
+  GPTKernels kernels = GPTKernels::kFused;
 
   // Throws InvalidArgument naming the field: sizes must be positive and
   // n_embd a multiple of n_head.
@@ -123,7 +132,7 @@ class MLP : public Cloneable<MLP> {
  public:
   // Initialises c_fc.weight, then c_proj.weight from gen (GPT's init).
   MLP(const GPTConfig& config, Generator& gen);
-  // x [B, T, C] -> c_proj(gelu_tanh(c_fc(x))) [B, T, C].
+  // x [B, T, C] -> c_proj(gelu_tanh(c_fc(x))) [B, T, C] (kFused: linear_gelu).
   Tensor forward(const Tensor& x) override;
 
   Linear& c_fc() const { return *c_fc_; }
@@ -149,6 +158,10 @@ class Block : public Cloneable<Block> {
   MLP& mlp() const { return *mlp_; }
 
  private:
+  // x + attn_out, then + mlp(ln_2(.)).
+  Tensor mlp_residual(const Tensor& x, const Tensor& attn_out);
+
+  GPTKernels kernels_;
   Child<LayerNorm> ln_1_;
   Child<CausalSelfAttention> attn_;
   Child<LayerNorm> ln_2_;

@@ -122,6 +122,32 @@ TEST(GPT, TiedWeightGradientSumsEmbeddingAndHead) {
   EXPECT_LE(max_abs_diff(model.wte().weight().grad(), sum_grad), 1e-6);
 }
 
+// The two kernel choices on the same weights: the same logits, loss and
+// gradients to float32 rounding (the composed path is a second oracle for the
+// fused one, beside the PyTorch parity test).
+TEST(GPT, FusedAndComposedKernelsAgree) {
+  GPTConfig cfg = tiny();
+  ASSERT_EQ(cfg.kernels, GPTKernels::kFused);  // the default
+  Generator g1(21), g2(21), gen(22);
+  GPT fused(cfg, g1);
+  cfg.kernels = GPTKernels::kComposed;
+  GPT composed(cfg, g2);
+  Tensor idx = randint(0, cfg.vocab_size, {3, 8}, gen);
+  Tensor tgt = randint(0, cfg.vocab_size, {3, 8}, gen);
+  EXPECT_LE(max_abs_diff(fused(idx), composed(idx)), 1e-5);
+  fused(idx, tgt).backward();
+  composed(idx, tgt).backward();
+  auto a = fused.named_parameters(), b = composed.named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double scale = max(abs(b[i].second.grad())).item<double>();
+    EXPECT_LE(max_abs_diff(a[i].second.grad(), b[i].second.grad()), 1e-5 * scale + 1e-8)
+        << a[i].first;
+  }
+  EXPECT_STREQ(gpt_kernels_name(GPTKernels::kFused), "fused");
+  EXPECT_STREQ(gpt_kernels_name(GPTKernels::kComposed), "composed");
+}
+
 TEST(GPT, InitialisationStatistics) {
   Generator gen(4);
   GPT model(GPTConfig::reference(), gen);
@@ -219,9 +245,18 @@ TEST(GPT, CloneAndStateDictRoundTrip) {
 }
 
 // Logits from the cache, fed in pieces, equal the full forward's.
-TEST(GPT, KVCacheMatchesFullForward) {
+class GPTKV : public ::testing::TestWithParam<GPTKernels> {};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GPTKV,
+                         ::testing::Values(GPTKernels::kFused, GPTKernels::kComposed),
+                         [](const auto& info) {
+                           return std::string(gpt_kernels_name(info.param));
+                         });
+
+TEST_P(GPTKV, CacheMatchesFullForward) {
   Generator gen(9);
   GPTConfig cfg = tiny();
+  cfg.kernels = GetParam();
   GPT model(cfg, gen);
   Tensor idx = randint(0, cfg.vocab_size, {3, 8}, gen);
   Tensor full = model(idx);
