@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "cohort/base/error.h"
 #include "cohort/base/parallel.h"
+#include "cohort/parallel/pipeline/gpt_pipeline.h"
 #include "cohort/train/tensor_dict_exchange.h"
 
 namespace cohort::train {
@@ -13,9 +15,11 @@ namespace {
 
 namespace pp = parallel::pipeline;
 
-Shape sample_shape(ModelKind kind, int64_t n) {
-  if (kind == ModelKind::kToy) return {n, 10};
-  return {n, 1, 28, 28};
+Tensor sample_input(const TrainOptions& options, int64_t n) {
+  if (options.is_language_model())
+    return Tensor::zeros({n, gpt_config(options).block_size}, kInt64);
+  if (options.model == ModelKind::kToy) return Tensor::zeros({n, 10});
+  return Tensor::zeros({n, 1, 28, 28});
 }
 
 }  // namespace
@@ -30,7 +34,6 @@ PipelineStrategy::PipelineStrategy(const TrainOptions& options,
                "--pipeline-stages {} does not divide the world of {} ranks (the world is "
                "stages x data-parallel replicas)",
                stages, world_->size());
-  full_ = make_sequential_model(options.model, gen);
   grid_ = pp::make_pipeline_grid(world_, stages);
   pp::PipelineOptions po;
   po.schedule = pp::parse_schedule(options.pipeline_schedule);
@@ -38,8 +41,16 @@ PipelineStrategy::PipelineStrategy(const TrainOptions& options,
   // Cuts balanced by each layer's measured cost on one micro-batch (world
   // rank 0 measures and broadcasts, so every rank cuts alike).
   const int64_t micro = std::max<int64_t>(1, options.batch_size / options.micro_batches);
-  po.sample_input = Tensor::zeros(sample_shape(options.model, micro));
-  pipe_ = std::make_unique<pp::Pipeline>(full_, grid_, po);
+  po.sample_input = sample_input(options, micro);
+  if (options.is_language_model()) {
+    auto gpt = std::static_pointer_cast<nn::GPT>(make_model(options, gen));
+    full_ = gpt;
+    pipe_ = pp::make_gpt_pipeline(*gpt, grid_, po);
+  } else {
+    auto seq = make_sequential_model(options.model, gen);
+    full_ = seq;
+    pipe_ = std::make_unique<pp::Pipeline>(seq, grid_, po);
+  }
   opt_ = make_optimizer(options, full_->parameters());
 
   // Which pipeline rank holds each parameter: a max-reduce of "mine or -1".
@@ -52,6 +63,12 @@ PipelineStrategy::PipelineStrategy(const TrainOptions& options,
   }
   grid_.pp->all_reduce(owner_.data(), owner_.size(), distributed::DataType::kInt32,
                        {.op = distributed::ReduceOp::kMax});
+  // The optimizer may group the parameters in another order (a GPT's decay
+  // groups): its index -> the model's, by tensor.
+  std::unordered_map<const TensorImpl*, int> owner_of;
+  for (size_t i = 0; i < all.size(); ++i) owner_of[all[i].second.unsafe_impl()] = owner_[i];
+  for (const optim::ParamGroup& g : opt_->param_groups())
+    for (const Tensor& p : g.params) opt_owner_.push_back(owner_of.at(p.unsafe_impl()));
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
@@ -87,7 +104,7 @@ void PipelineStrategy::sync_full_model(bool optimizer) {
   TensorDict own;
   for (const auto& [key, t] : opt_->state_dict()) {
     const int64_t i = optim::state_key_param_index(key);
-    if (i >= 0 && owner_.at(static_cast<size_t>(i)) == grid_.pp->rank()) own.insert(key, t);
+    if (i >= 0 && opt_owner_.at(static_cast<size_t>(i)) == grid_.pp->rank()) own.insert(key, t);
   }
   std::vector<TensorDict> parts = gather_tensor_dicts(*grid_.pp, own, 0);
   if (grid_.pp->rank() != 0) return;

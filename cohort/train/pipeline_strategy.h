@@ -1,5 +1,6 @@
 // PipelineStrategy: `cohort train --strategy pipeline`. The model (as an
-// nn::Sequential, workload.h) is cut into stages over a pipeline group of
+// nn::Sequential, workload.h; a GPT as its embedding, blocks, ln_f and tied
+// head, parallel/pipeline/gpt_pipeline.h) is cut into stages over a pipeline group of
 // `pipeline_stages` ranks (0: the whole world), each step's batch into
 // `micro_batches`, run by the schedule `pipeline_schedule`
 // (parallel/pipeline/). With more ranks than stages the world is
@@ -9,11 +10,13 @@
 //
 // Every rank builds the whole model from the seed (so a checkpoint of any
 // strategy loads on every rank) and trains only its stages' parameters: the
-// optimizer is over all of them, and the others never get a gradient, so it
-// skips them. sync_full_model broadcasts each stage's parameters from its
-// owner over the pipeline group, and gathers the optimizer's per-parameter
-// state on pipeline rank 0 for checkpoints. Gradient clipping takes the
-// norm over all stages.
+// optimizer is over all of them (in make_optimizer's groups), and the others
+// never get a gradient, so it skips them. A GPT's tied embedding/head weight
+// is stepped on the first and the last stage alike (their gradients summed
+// by the Pipeline). sync_full_model broadcasts each stage's parameters from
+// its owner over the pipeline group, and gathers the optimizer's
+// per-parameter state on pipeline rank 0 for checkpoints. Gradient clipping
+// takes the norm over all stages.
 // Thread safety: the training thread only.
 #pragma once
 
@@ -45,11 +48,14 @@ class PipelineStrategy final : public TrainStrategy {
  private:
   TrainOptions options_;
   std::shared_ptr<distributed::ProcessGroup> world_;
-  std::shared_ptr<nn::Sequential> full_;
+  nn::ModulePtr full_;  // the plain model (a Sequential, or a GPT)
   parallel::pipeline::PipelineGrid grid_;
   std::unique_ptr<parallel::pipeline::Pipeline> pipe_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::vector<int> owner_;  // pipeline rank holding each of full_'s parameters
+  // The pipeline rank holding each optimizer parameter (the optimizer's
+  // global index, group by group, as its state_dict keys count).
+  std::vector<int> opt_owner_;
 };
 
 }  // namespace cohort::train

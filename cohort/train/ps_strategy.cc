@@ -1,6 +1,8 @@
 #include "cohort/train/ps_strategy.h"
 
+#include <map>
 #include <string>
+#include <unordered_map>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
@@ -84,16 +86,14 @@ double PsStrategy::step(const data::Batch& batch, const std::function<void(doubl
 void PsStrategy::sync_full_model(bool optimizer) {
   model_->load_state_dict(client_->full_state_dict());
   if (!optimizer || trainer_group_->rank() != 0) return;
-  // Each server numbers its state by its shard's parameters; the checkpoint
-  // numbers it by the whole model's.
-  const parallel::ShardAssignment& a = client_->assignment();
+  const std::vector<std::vector<size_t>> orders = server_orders();
   std::vector<TensorDict> parts = client_->optimizer_state_dicts();
   TensorDict merged = full_opt_->state_dict();
   for (size_t s = 0; s < parts.size(); ++s) {
     for (const auto& [key, t] : parts[s]) {
       const int64_t local = optim::state_key_param_index(key);
       if (local < 0) continue;
-      const size_t global = a.params_of[s].at(static_cast<size_t>(local));
+      const size_t global = orders[s].at(static_cast<size_t>(local));
       const std::string rest = key.substr(key.find('.', 6));
       merged.insert_or_assign("state." + std::to_string(global) + rest, t);
     }
@@ -101,8 +101,49 @@ void PsStrategy::sync_full_model(bool optimizer) {
   full_opt_->load_state_dict(merged);
 }
 
+std::vector<std::vector<size_t>> PsStrategy::server_orders() const {
+  // Each server numbers its state by its own optimizer's parameters (its
+  // shard, grouped by make_optimizer: a GPT's decay groups reorder them);
+  // the checkpoint by full_opt_'s. Map through the tensors: the same rule
+  // over the same shard here gives the server's order.
+  const parallel::ShardAssignment& a = client_->assignment();
+  std::unordered_map<const TensorImpl*, size_t> full_index;
+  for (const optim::ParamGroup& g : full_opt_->param_groups())
+    for (const Tensor& p : g.params) full_index.emplace(p.unsafe_impl(), full_index.size());
+  std::vector<std::vector<size_t>> orders(a.params_of.size());
+  for (size_t s = 0; s < a.params_of.size(); ++s) {
+    std::vector<Tensor> shard;
+    for (size_t i : a.params_of[s]) shard.push_back(params_.at(i));
+    const auto probe = make_optimizer(options_, shard);
+    for (const optim::ParamGroup& g : probe->param_groups())
+      for (const Tensor& p : g.params) orders[s].push_back(full_index.at(p.unsafe_impl()));
+  }
+  return orders;
+}
+
 void PsStrategy::after_resume() {
-  if (trainer_group_->rank() == 0) client_->load_full_state_dict(model_->state_dict());
+  if (trainer_group_->rank() == 0) {
+    client_->load_full_state_dict(model_->state_dict());
+    // The checkpoint's optimizer state, each server's share renumbered in
+    // its order (the servers keep their own group options).
+    const std::vector<std::vector<size_t>> orders = server_orders();
+    std::map<size_t, std::vector<std::pair<std::string, Tensor>>> by_param;
+    for (const auto& [key, t] : full_opt_->state_dict()) {
+      const int64_t i = optim::state_key_param_index(key);
+      if (i >= 0) by_param[static_cast<size_t>(i)].push_back({key.substr(key.find('.', 6)), t});
+    }
+    std::vector<TensorDict> parts = client_->optimizer_state_dicts();
+    for (size_t s = 0; s < parts.size(); ++s) {
+      TensorDict d;
+      for (const auto& [key, t] : parts[s])
+        if (optim::state_key_param_index(key) < 0) d.insert(key, t);
+      for (size_t j = 0; j < orders[s].size(); ++j)
+        for (const auto& [rest, t] : by_param[orders[s][j]])
+          d.insert("state." + std::to_string(j) + rest, t);
+      parts[s] = std::move(d);
+    }
+    client_->load_optimizer_state_dicts(parts);
+  }
   trainer_group_->barrier({});
 }
 

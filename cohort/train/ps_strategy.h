@@ -14,10 +14,9 @@
 // trainers' subgroup; in ssp and async each trainer runs it alone, so that a
 // lost trainer breaks no collective. Trainer 0 reports and writes. A checkpoint holds the whole
 // model as a single-process run saves it (pulled from the servers) and the servers' optimizer state
-// mapped back to the model's parameter numbering; a resume pushes the weights to the servers (the
-// optimizer state a resume reads is not sent back to the servers: they restart it, a documented
-// gap). Ownership: the RPC agent, the server or client and the model. Thread safety: the training
-// thread only.
+// mapped back to the checkpoint's parameter numbering; a resume pushes the weights and each
+// server's share of the optimizer state to the servers. Ownership: the RPC agent, the server or
+// client and the model. Thread safety: the training thread only.
 #pragma once
 
 #include <memory>
@@ -55,6 +54,8 @@ class PsStrategy final : public TrainStrategy {
   std::string layout() const override;
 
  private:
+  // Per server: full_opt_'s index of each parameter of the server's optimizer, in its order.
+  std::vector<std::vector<size_t>> server_orders() const;
   TrainOptions options_;
   std::shared_ptr<distributed::ProcessGroup> world_;
   int servers_;

@@ -1,7 +1,9 @@
 // TensorStrategy: `cohort train --strategy tensor`, Megatron-style tensor
 // parallelism over the world group (parallel/tensor_parallel/): Net's
 // convolutions replicated, fc1 column-parallel and fc2 row-parallel; the
-// MLP's linear layers paired column/row. Every rank trains on the same
+// MLP's linear layers paired column/row; a GPT in Megatron's layout
+// (tensor_parallel_gpt.h: heads, MLP, vocabulary-parallel embedding and
+// cross-entropy). Every rank trains on the same
 // batch (there is no data parallelism: the sampler has one replica) and
 // computes the same loss; each rank's optimizer steps on its shards and on
 // its copy of the replicated parameters (whose gradients agree on every
@@ -39,7 +41,9 @@ class TensorStrategy final : public TrainStrategy {
   std::string layout() const override;
 
  private:
-  // The split dim of parameter i's state tensor `t`, or kReplicated.
+  // The layout of the optimizer's parameter opt_index (its global index).
+  const parallel::ParameterLayout& opt_layout(int64_t opt_index) const;
+  // The split dim of optimizer parameter `param`'s state tensor `t`, or kReplicated.
   int64_t state_split_dim(size_t param, const Tensor& t) const;
 
   TrainOptions options_;
@@ -49,6 +53,7 @@ class TensorStrategy final : public TrainStrategy {
   nn::ModulePtr split_;
   std::unique_ptr<optim::Optimizer> opt_;
   std::vector<parallel::ParameterLayout> layouts_;  // split_'s parameters, full_'s order
+  std::vector<size_t> opt_param_;                   // optimizer index -> layouts_ index
 };
 
 }  // namespace cohort::train

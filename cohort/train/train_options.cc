@@ -119,6 +119,10 @@ void TrainOptions::validate() const {
   COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
                "--strategy tensor splits the linear layers of net or mlp, not of toy");
   const bool lm = is_language_model();
+  COHORT_CHECK(!sequence_parallel || (lm && strategy == Strategy::kTensor),
+               "--sequence-parallel applies to --strategy tensor with --model gpt or gpt2, not "
+               "--strategy {} with --model {}",
+               strategy_name(strategy), model_name(model));
   const bool text_data = dataset == DatasetKind::kText || dataset == DatasetKind::kTokens;
   COHORT_CHECK(lm == text_data, "--model {} trains on {}, not --dataset {}", model_name(model),
                lm ? "--dataset text or tokens" : "fashion-mnist, mnist or synthetic",
@@ -145,9 +149,6 @@ void TrainOptions::validate() const {
                "--weight-decay applies to --optimizer adamw only, not {}",
                optimizer_name(optimizer));
   if (lm) gpt_config(*this).validate();
-  COHORT_CHECK(!lm || (strategy != Strategy::kPipeline && strategy != Strategy::kTensor),
-               "--strategy {} does not split a gpt yet (single, ddp, dp and ps train it)",
-               strategy_name(strategy));
   COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,
                "synthetic data set sizes must be >= 1, got {} and {}", synthetic_train_size,
                synthetic_test_size);

@@ -58,6 +58,9 @@ struct TrainOptions {
   std::string pipeline_schedule = "1f1b";
   int64_t micro_batches = 4;
   int pipeline_stages = 0;
+  // --strategy tensor with a GPT: Megatron's sequence parallelism (each rank
+  // keeps T/p positions between the tensor-parallel regions).
+  bool sequence_parallel = false;
   // --strategy ps: the first ps_servers ranks serve, the others train;
   // "sync", "ssp" or "async"; ssp's staleness bound (steps).
   int ps_servers = 1;

@@ -7,8 +7,9 @@
 //   dp        DataParallel replicas on threads in one process;
 //   pipeline  stages of the model on the ranks of a pipeline group (x data
 //             parallel replicas when the world has more ranks than stages);
-//   tensor    Net's fc1 column-parallel and fc2 row-parallel over the world
-//             group (every rank sees the same batch).
+//   tensor    Megatron-style tensor parallelism over the world group (Net's
+//             fc1/fc2, the MLP's linear pairs, a GPT's heads, MLPs and
+//             vocabulary); every rank sees the same batch.
 //
 // Every strategy keeps a whole model under the single-process names
 // (full_model()): what checkpoints save and resume into and what evaluation

@@ -182,6 +182,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--pipeline-stages", o.pipeline_stages,
                  "Pipeline stages (0: every rank; else data-parallel replicas = world / stages)")
       ->capture_default_str();
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "Megatron's sequence parallelism (--strategy tensor, --model gpt/gpt2): each rank "
+               "keeps T / ranks positions between the tensor-parallel regions");
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
       ->capture_default_str();
   app.add_option("--backend", o.backend,

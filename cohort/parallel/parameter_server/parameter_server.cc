@@ -376,6 +376,13 @@ TensorDict ParameterServer::optimizer_state_dict() const {
   return d;
 }
 
+void ParameterServer::load_optimizer_state_dict(const TensorDict& dict) {
+  std::lock_guard<std::mutex> lock(mu_);
+  COHORT_CHECK(optimizer_ != nullptr, "{}: load_optimizer_state_dict: the server has no optimizer",
+               options_.name);
+  optimizer_->load_state_dict(dict);
+}
+
 ParameterServerStats ParameterServer::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

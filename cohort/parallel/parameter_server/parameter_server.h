@@ -170,8 +170,11 @@ class ParameterServer {
   // extra names are ignored, so a full model's state can be passed).
   TensorDict state_dict() const;
   void load_state_dict(const TensorDict& dict);
-  // The shard optimizer's state dict (copies), parameter indices in shard order.
+  // The shard optimizer's state dict (copies), parameter indices in the
+  // shard optimizer's order; load_optimizer_state_dict takes one (a resume),
+  // failing as Optimizer::load_state_dict does.
   TensorDict optimizer_state_dict() const;
+  void load_optimizer_state_dict(const TensorDict& dict);
 
   ParameterServerStats stats() const;
   const std::vector<std::string>& param_names() const { return names_; }

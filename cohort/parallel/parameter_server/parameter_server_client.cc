@@ -1,5 +1,7 @@
 #include "cohort/parallel/parameter_server/parameter_server_client.h"
 
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "cohort/autograd/grad_mode.h"
@@ -150,10 +152,20 @@ TensorDict ParameterServerClient::full_state_dict() {
       r.expect_end();
     }
   }
-  // The model's own order and buffers, with the servers' weights for the parameters.
+  // The model's own order and buffers, with the servers' weights for the
+  // parameters, also under a second name of a tied parameter (a GPT's
+  // lm_head.weight is its transformer.wte.weight: the same data).
+  std::unordered_map<const void*, const std::string*> param_at;
+  for (const auto& [name, t] : params_) param_at.emplace(t.raw_data(), &name);
   TensorDict out;
   for (const auto& [name, t] : model_->state_dict()) {
     const Tensor* w = weights.find(name);
+    if (w == nullptr) {
+      auto it = param_at.find(t.raw_data());
+      if (it != param_at.end() && weights.find(*it->second) != nullptr &&
+          weights.find(*it->second)->sizes() == t.sizes())
+        w = weights.find(*it->second);
+    }
     out.insert(name, w != nullptr ? *w : t.detach().clone());
   }
   for (const auto& [name, t] : params_)
@@ -174,6 +186,19 @@ void ParameterServerClient::load_full_state_dict(const TensorDict& state) {
     msgs.push_back(w.finish());
   }
   call_all(ps_protocol::kLoad, std::move(msgs), "load_full_state_dict");
+}
+
+void ParameterServerClient::load_optimizer_state_dicts(const std::vector<TensorDict>& states) {
+  COHORT_CHECK(states.size() == servers_.size(),
+               "{}: load_optimizer_state_dicts: {} states for {} servers", who(), states.size(),
+               servers_.size());
+  std::vector<rpc::Message> msgs;
+  for (const TensorDict& d : states) {
+    TensorMessageWriter w;
+    w.add_dict(d);
+    msgs.push_back(w.finish());
+  }
+  call_all(ps_protocol::kLoadOptim, std::move(msgs), "load_optimizer_state_dicts");
 }
 
 std::vector<TensorDict> ParameterServerClient::optimizer_state_dicts() {

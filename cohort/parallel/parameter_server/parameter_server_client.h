@@ -82,8 +82,10 @@ class ParameterServerClient {
   TensorDict full_state_dict();
   void load_full_state_dict(const TensorDict& state);
   // The servers' optimizer states, one per server (parameter indices in
-  // each shard's order).
+  // each shard optimizer's order); load_optimizer_state_dicts sends one to
+  // each server (a resume).
   std::vector<TensorDict> optimizer_state_dicts();
+  void load_optimizer_state_dicts(const std::vector<TensorDict>& states);
   std::vector<ParameterServerStats> server_stats();
 
  private:

@@ -93,6 +93,13 @@ void ParameterServerService::register_handlers() {
     w.add_dict(server->optimizer_state_dict());
     return w.finish();
   });
+  agent_->register_function(p::kLoadOptim, [server](const rpc::CallContext&, rpc::Message m) {
+    TensorMessageReader r(m, "ps.load_optim request");
+    TensorDict d = r.next_dict();
+    r.expect_end();
+    server->load_optimizer_state_dict(d);
+    return rpc::Message();
+  });
   agent_->register_function(p::kStats, [server](const rpc::CallContext&, rpc::Message) {
     WireWriter w;
     ps_protocol::write_stats(w, server->stats());

@@ -25,6 +25,7 @@ inline constexpr const char* kFinish = "ps.finish";
 inline constexpr const char* kState = "ps.state";
 inline constexpr const char* kLoad = "ps.load";
 inline constexpr const char* kOptim = "ps.optim";
+inline constexpr const char* kLoadOptim = "ps.load_optim";
 inline constexpr const char* kStats = "ps.stats";
 inline constexpr const char* kAlive = "ps.alive";
 

@@ -1,9 +1,11 @@
 #include "cohort/parallel/pipeline/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 #include "cohort/autograd/engine.h"
 #include "cohort/autograd/grad_mode.h"
@@ -96,29 +98,104 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid,
   for (int c = 0; c < plan_.chunks; ++c)
     stages_.push_back(make_stage(*model, starts_, plan_.stage_of(rank_, c)));
   auto children = model->named_children();
+  if (!options_.layer_names.empty()) {
+    COHORT_CHECK(static_cast<int64_t>(options_.layer_names.size()) == n,
+                 "Pipeline (rank {}): {} layer names for a model of {} children", rank_,
+                 options_.layer_names.size(), n);
+    for (int64_t i = 0; i < n; ++i)
+      layer_names_[children[static_cast<size_t>(i)].first] =
+          options_.layer_names[static_cast<size_t>(i)];
+  }
   int stage = 0;
   for (int64_t i = 0; i < n; ++i) {
     while (i >= starts_[static_cast<size_t>(stage) + 1]) ++stage;
     const auto& [name, child] = children[static_cast<size_t>(i)];
     for (const auto& [key, t] : child->state_dict())
-      layout_.push_back({name + "." + key, t.sizes(), t.dtype(), plan_.rank_of_stage(stage)});
+      layout_.push_back(
+          {full_name(name + "." + key), t.sizes(), t.dtype(), plan_.rank_of_stage(stage)});
   }
+  setup_tied(options_.tied_parameters);
   if (grid_.dp) broadcast_from_replica_zero();
+}
+
+std::string Pipeline::full_name(const std::string& stage_key) const {
+  if (layer_names_.empty()) return stage_key;
+  const size_t dot = stage_key.find('.');
+  auto it = layer_names_.find(stage_key.substr(0, dot));
+  if (it == layer_names_.end()) return stage_key;
+  return dot == std::string::npos ? it->second : it->second + stage_key.substr(dot);
+}
+
+void Pipeline::setup_tied(const std::vector<std::vector<std::string>>& groups) {
+  const nn::NamedTensors mine = named_parameters();
+  for (size_t k = 0; k < groups.size(); ++k) {
+    std::vector<int> holders;
+    for (const std::string& name : groups[k]) {
+      auto it = std::find_if(layout_.begin(), layout_.end(),
+                             [&](const Entry& e) { return e.name == name; });
+      COHORT_CHECK(it != layout_.end(),
+                   "Pipeline (rank {}): tied parameter '{}' is not in the model's state (the "
+                   "first key is '{}')",
+                   rank_, name, layout_.empty() ? std::string() : layout_.front().name);
+      holders.push_back(it->rank);
+    }
+    std::sort(holders.begin(), holders.end());
+    holders.erase(std::unique(holders.begin(), holders.end()), holders.end());
+    // This rank's copy: every member held here must be the same tensor.
+    Tensor local;
+    for (const auto& [name, t] : mine) {
+      if (std::find(groups[k].begin(), groups[k].end(), name) == groups[k].end()) continue;
+      COHORT_CHECK(!local.defined() || local.unsafe_impl() == t.unsafe_impl(),
+                   "Pipeline (rank {}): tied parameters {} are held on this rank as different "
+                   "tensors; tie them in the model (one tensor)",
+                   rank_, fmt::join(groups[k], ", "));
+      local = t;
+    }
+    // Tied members that are buffers or parameters outside this rank's
+    // named_parameters (deduplicated away) need no copy of their own here.
+    if (holders.size() < 2) continue;
+    auto group =
+        grid_.pp->new_group(holders, {.name = fmt::format("{}/tied{}", grid_.pp->name(), k)});
+    if (group == nullptr) continue;
+    COHORT_CHECK(local.defined(), "Pipeline (rank {}): tied parameters {} hold no tensor here",
+                 rank_, fmt::join(groups[k], ", "));
+    NoGradGuard no_grad;
+    COHORT_CHECK(local.is_contiguous(), "Pipeline: tied parameter {} is not contiguous",
+                 groups[k].front());
+    group->broadcast(local, {.root = 0});
+    if (rank_ != holders.front()) tied_copies_.push_back(local.unsafe_impl());
+    tied_.push_back({std::move(group), local});
+  }
+}
+
+void Pipeline::sum_tied_gradients() {
+  for (Tied& t : tied_) {
+    if (!t.tensor.grad().defined()) t.tensor.set_grad(zeros_like(t.tensor));
+    Tensor g = t.tensor.grad();
+    if (g.is_contiguous()) {
+      t.group->all_reduce(g, {.op = distributed::ReduceOp::kSum});
+    } else {
+      Tensor c = g.contiguous();
+      t.group->all_reduce(c, {.op = distributed::ReduceOp::kSum});
+      g.copy_(c);
+    }
+  }
 }
 
 Pipeline::~Pipeline() = default;
 
 std::vector<Tensor> Pipeline::parameters() const {
   std::vector<Tensor> out;
-  for (const auto& s : stages_)
-    for (Tensor& t : s->parameters()) out.push_back(t);
+  for (auto& [name, t] : named_parameters()) out.push_back(t);
   return out;
 }
 
 nn::NamedTensors Pipeline::named_parameters() const {
   nn::NamedTensors out;
+  std::unordered_set<const TensorImpl*> seen;  // a tensor tied across this rank's stages once
   for (const auto& s : stages_)
-    for (auto& e : s->named_parameters()) out.push_back(std::move(e));
+    for (auto& [name, t] : s->named_parameters())
+      if (seen.insert(t.unsafe_impl()).second) out.push_back({full_name(name), t});
   return out;
 }
 
@@ -160,6 +237,7 @@ double Pipeline::step(const Tensor& input, const Tensor& target, const LossFn& l
   // The loss, from the last stage to every rank (and averaged over replicas).
   Tensor loss = Tensor::scalar(stats_loss_, kFloat64);
   try {
+    sum_tied_gradients();
     grid_.pp->broadcast(loss, {.root = plan_.ranks - 1});
     if (grid_.dp) {
       grid_.dp->all_reduce(loss, {.op = distributed::ReduceOp::kAvg});
@@ -426,7 +504,12 @@ void Pipeline::broadcast_from_replica_zero() {
 }
 
 double Pipeline::grad_norm() {
-  const double local = optim::grad_norm(parameters());
+  // A tied tensor's copies hold one gradient: only its first holder counts it.
+  std::vector<Tensor> counted;
+  for (Tensor& t : parameters())
+    if (std::find(tied_copies_.begin(), tied_copies_.end(), t.unsafe_impl()) == tied_copies_.end())
+      counted.push_back(t);
+  const double local = optim::grad_norm(counted);
   Tensor sq = Tensor::scalar(local * local, kFloat64);
   grid_.pp->all_reduce(sq, {.op = distributed::ReduceOp::kSum});
   return std::sqrt(sq.item<double>());
@@ -445,7 +528,8 @@ double Pipeline::clip_grad_norm(double max_norm) {
 
 TensorDict Pipeline::state_dict() const {
   TensorDict out;
-  for (const auto& s : stages_) out.merge(s->state_dict());
+  for (const auto& s : stages_)
+    for (const auto& [key, t] : s->state_dict()) out.insert_or_assign(full_name(key), t);
   return out;
 }
 
@@ -454,9 +538,9 @@ void Pipeline::load_state_dict(const TensorDict& dict) {
   std::string missing;
   for (size_t c = 0; c < stages_.size(); ++c) {
     for (const auto& [name, t] : stages_[c]->state_dict()) {
-      const Tensor* v = dict.find(name);
+      const Tensor* v = dict.find(full_name(name));
       if (v == nullptr)
-        missing += (missing.empty() ? "" : ", ") + name;
+        missing += (missing.empty() ? "" : ", ") + full_name(name);
       else
         parts[c].insert(name, *v);
     }

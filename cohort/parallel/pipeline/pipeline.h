@@ -57,6 +57,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cohort/core/tensor_dict.h"
@@ -79,6 +80,20 @@ struct PipelineOptions {
   std::vector<int64_t> cut_points = {};  // first child of stages 1..S-1; empty = balanced
   Tensor sample_input = {};              // one micro-batch, to measure each child's cost
   double bucket_cap_mb = 25.0;           // gradient all_reduce over replicas, per call
+  // The name under which each child's state appears in named_parameters()
+  // and the state dicts, one per child of the model (dots allowed): a
+  // pipeline form built from a plain model's children keeps the plain
+  // model's keys ("transformer.h.0" for a GPT block, gpt_pipeline.h).
+  // Empty: the children's own names.
+  std::vector<std::string> layer_names = {};
+  // Groups of parameter names (as named above) that are one tensor in the
+  // plain model but may live on several pipeline ranks, as a GPT's token
+  // embedding and its tied head: at construction the copies are set to the
+  // first holder's; after each step's backward their gradients are summed
+  // over the ranks holding them (an all_reduce over a group of those ranks,
+  // Megatron's embedding group), so every copy takes the same update;
+  // grad_norm counts the tensor once. Members on one rank must be one tensor.
+  std::vector<std::vector<std::string>> tied_parameters = {};
 };
 
 // Measures of the last step() on this rank (the benchmark's hooks).
@@ -111,9 +126,10 @@ class Pipeline {
   // last stage (rank p-1); an undefined Tensor on the other ranks.
   Tensor forward(const Tensor& input);
 
-  // This rank's parameters (all its stages), for the optimizer.
+  // This rank's parameters (all its stages, a tensor held twice listed
+  // once), for the optimizer.
   std::vector<Tensor> parameters() const;
-  nn::NamedTensors named_parameters() const;  // full model's names
+  nn::NamedTensors named_parameters() const;  // full model's names (layer_names)
   void zero_grad(bool set_to_none = false);
   void train(bool on = true);
   void eval() { train(false); }
@@ -161,6 +177,10 @@ class Pipeline {
   [[noreturn]] void fail(const std::exception& e, const Action& a, size_t index);
   void average_over_replicas();
   void broadcast_from_replica_zero();
+  void setup_tied(const std::vector<std::vector<std::string>>& groups);
+  void sum_tied_gradients();
+  // A stage's key ("3.weight") under the layer names ("transformer.h.0.weight").
+  std::string full_name(const std::string& stage_key) const;
 
   PipelineGrid grid_;
   PipelineOptions options_;
@@ -176,6 +196,14 @@ class Pipeline {
     int rank;
   };
   std::vector<Entry> layout_;
+  std::map<std::string, std::string> layer_names_;  // child name -> layer name, when renamed
+  // Tied parameters held here whose group spans several ranks.
+  struct Tied {
+    std::shared_ptr<distributed::ProcessGroup> group;  // the holders; rank 0 is the first
+    Tensor tensor;                                     // this rank's copy
+  };
+  std::vector<Tied> tied_;
+  std::vector<const TensorImpl*> tied_copies_;  // held here but counted by another rank
   StageChannel channel_;
   int64_t step_count_ = 0;
   std::map<int, SchedulePlan> forward_plans_;  // by micro-batch count

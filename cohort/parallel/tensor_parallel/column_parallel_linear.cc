@@ -22,10 +22,18 @@ ColumnParallelLinear::ColumnParallelLinear(Private, const nn::Linear& full,
                "ColumnParallelLinear (rank {} of group {}): out_features {} is not divisible by "
                "the tensor-parallel size {}",
                tp_->rank(), tp_->name(), out_features_, tp_->size());
+  COHORT_CHECK(options_.blocks >= 1 && out_features_ % (options_.blocks * tp_->size()) == 0 &&
+                   (options_.blocks == 1 || !options_.gather_output) &&
+                   !(options_.sequence_parallel && options_.gather_output),
+               "ColumnParallelLinear (rank {} of group {}): {} blocks of out_features {} over {} "
+               "ranks: out_features must be a multiple of blocks x ranks, and gather_output off "
+               "(also with sequence_parallel)",
+               tp_->rank(), tp_->name(), options_.blocks, out_features_, tp_->size());
   NoGradGuard no_grad;
-  register_parameter("weight", shard_along_dim(full.weight(), 0, tp_->rank(), tp_->size()));
+  const int64_t k = options_.blocks;
+  register_parameter("weight", shard_along_dim(full.weight(), 0, tp_->rank(), tp_->size(), k));
   if (options_.bias)
-    register_parameter("bias", shard_along_dim(full.bias(), 0, tp_->rank(), tp_->size()));
+    register_parameter("bias", shard_along_dim(full.bias(), 0, tp_->rank(), tp_->size(), k));
 }
 
 ColumnParallelLinear::ColumnParallelLinear(int64_t in_features, int64_t out_features,
@@ -56,7 +64,9 @@ Tensor ColumnParallelLinear::forward(const Tensor& x) {
   COHORT_CHECK(x.dim() >= 1 && x.size(-1) == in_features_,
                "{} (rank {}): input must be [..., {}], got {}", describe(), tp_->rank(),
                in_features_, shape_str(x.sizes()));
-  Tensor y = linear(copy_to_tensor_parallel_region(x, tp_), weight(), bias());
+  Tensor in = options_.sequence_parallel ? gather_from_sequence_parallel_region(x, tp_)
+                                         : copy_to_tensor_parallel_region(x, tp_);
+  Tensor y = linear(in, weight(), bias());
   return options_.gather_output ? gather_from_tensor_parallel_region(y, tp_) : y;
 }
 

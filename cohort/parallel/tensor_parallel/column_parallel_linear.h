@@ -38,6 +38,16 @@ namespace cohort::parallel {
 struct ColumnParallelOptions {
   bool bias = true;  // Generator constructor only; from_full follows the layer
   bool gather_output = true;
+  // The output features as `blocks` equal blocks, each split over the ranks
+  // (rank r holds rows piece r of every block, in block order): 3 for an
+  // attention projection packing q | k | v, so that each rank holds whole
+  // heads of all three. Needs out % (blocks * p) == 0 and gather_output off
+  // (the gathered columns would be rank-major, not the full layer's order).
+  int64_t blocks = 1;
+  // Sequence parallelism: the input is this rank's positions [B, T/p, in]
+  // and is all-gathered along T (its gradient reduce-scattered) instead of
+  // copied. Needs gather_output off.
+  bool sequence_parallel = false;
 };
 
 class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear>,
@@ -58,6 +68,7 @@ class ColumnParallelLinear : public nn::Cloneable<ColumnParallelLinear>,
   std::string extra_repr() const override;
 
   int64_t split_dim(std::string_view name) const override;
+  int64_t split_blocks(std::string_view name) const override { return options_.blocks; }
   const std::shared_ptr<distributed::ProcessGroup>& tensor_parallel_group() const override {
     return tp_;
   }

@@ -12,20 +12,38 @@ namespace cohort::parallel {
 
 namespace {
 
+struct Split {
+  int64_t dim = kReplicated;
+  int64_t blocks = 1;
+};
+
+// Every state key of a sharded parameter, under each name it is registered
+// (a tied head's weight too, which parameter_layouts lists once).
+void collect_sharded(const nn::Module& m, const std::string& prefix,
+                     const distributed::ProcessGroup& tp, const char* op,
+                     std::map<std::string, Split, std::less<>>& out) {
+  if (const auto* layer = dynamic_cast<const TensorParallelLayer*>(&m)) {
+    for (const auto& [name, t] : m.named_parameters(/*recurse=*/false)) {
+      const int64_t dim = layer->split_dim(name);
+      if (dim == kReplicated) continue;
+      COHORT_CHECK(layer->tensor_parallel_group().get() == &tp,
+                   "{} (rank {} of group {}): parameter '{}' is split over group {}, not over "
+                   "the group passed",
+                   op, tp.rank(), tp.name(), prefix + name, layer->tensor_parallel_group()->name());
+      out.emplace(prefix + name, Split{dim, layer->split_blocks(name)});
+    }
+  }
+  for (const auto& [name, child] : m.named_children())
+    collect_sharded(*child, prefix + name + ".", tp, op, out);
+}
+
 // Split dims of the model's sharded parameters by key, after checking that
 // each is split over tp (another group would gather the wrong pieces).
-std::map<std::string, int64_t, std::less<>> sharded_keys(const nn::Module& model,
-                                                         const distributed::ProcessGroup& tp,
-                                                         const char* op) {
-  std::map<std::string, int64_t, std::less<>> out;
-  for (const ParameterLayout& p : parameter_layouts(model)) {
-    if (p.split_dim == kReplicated) continue;
-    COHORT_CHECK(p.layer->tensor_parallel_group().get() == &tp,
-                 "{} (rank {} of group {}): parameter '{}' is split over group {}, not over the "
-                 "group passed",
-                 op, tp.rank(), tp.name(), p.name, p.layer->tensor_parallel_group()->name());
-    out.emplace(p.name, p.split_dim);
-  }
+std::map<std::string, Split, std::less<>> sharded_keys(const nn::Module& model,
+                                                       const distributed::ProcessGroup& tp,
+                                                       const char* op) {
+  std::map<std::string, Split, std::less<>> out;
+  collect_sharded(model, "", tp, op, out);
   return out;
 }
 
@@ -36,7 +54,9 @@ TensorDict full_state_dict(const nn::Module& model, distributed::ProcessGroup& t
   TensorDict out;
   for (const auto& [key, t] : model.state_dict()) {
     auto it = sharded.find(key);
-    out.insert(key, it == sharded.end() ? t.clone() : all_gather_along_dim(t, it->second, tp));
+    out.insert(key, it == sharded.end()
+                        ? t.clone()
+                        : all_gather_along_dim(t, it->second.dim, tp, it->second.blocks));
   }
   return out;
 }
@@ -55,16 +75,18 @@ void load_full_state_dict(nn::Module& model, const TensorDict& full,
     }
     auto it = sharded.find(key);
     Shape want = t.sizes();
-    if (it != sharded.end()) want[static_cast<size_t>(it->second)] *= tp.size();
+    if (it != sharded.end()) want[static_cast<size_t>(it->second.dim)] *= tp.size();
     COHORT_CHECK(f->sizes() == want,
                  "load_full_state_dict (rank {} of group {}): '{}' has shape {} in the dict, but "
                  "the full model's is {}{}",
                  tp.rank(), tp.name(), key, shape_str(f->sizes()), shape_str(want),
-                 it == sharded.end() ? ""
-                                     : fmt::format(" (split along dim {} into {} shards of {})",
-                                                   it->second, tp.size(), shape_str(t.sizes())));
-    local.insert(key,
-                 it == sharded.end() ? *f : shard_along_dim(*f, it->second, tp.rank(), tp.size()));
+                 it == sharded.end()
+                     ? ""
+                     : fmt::format(" (split along dim {} into {} shards of {})", it->second.dim,
+                                   tp.size(), shape_str(t.sizes())));
+    local.insert(key, it == sharded.end() ? *f
+                                          : shard_along_dim(*f, it->second.dim, tp.rank(),
+                                                            tp.size(), it->second.blocks));
   }
   for (const auto& [key, t] : full)
     if (!own.contains(key)) unexpected.push_back(key);

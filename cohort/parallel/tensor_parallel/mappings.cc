@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cohort/autograd/node.h"
+#include "cohort/autograd/ops.h"
 #include "cohort/base/error.h"
 
 namespace cohort::parallel {
@@ -37,8 +38,21 @@ Tensor own_last_dim_slice(const Tensor& x, const ProcessGroup& tp, const char* o
 
 }  // namespace
 
-Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
+Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp, int64_t blocks) {
   dim = wrap_dim(dim, x.dim(), "all_gather_along_dim");
+  if (blocks != 1) {
+    COHORT_CHECK(blocks > 1 && x.size(dim) % blocks == 0,
+                 "all_gather_along_dim (rank {}): size {} of dim {} is not {} equal blocks",
+                 tp.rank(), x.size(dim), dim, blocks);
+    // [.., p * (k blocks of s/k), ..] rank-major -> k blocks of [p pieces].
+    Tensor all = all_gather_along_dim(x, dim, tp);
+    const int64_t piece = x.size(dim) / blocks;
+    std::vector<Tensor> parts;
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t r = 0; r < tp.size(); ++r)
+        parts.push_back(all.narrow(dim, r * x.size(dim) + b * piece, piece));
+    return cat(parts, dim);
+  }
   const int64_t p = tp.size();
   Shape full = x.sizes();
   full[dim] *= p;
@@ -53,15 +67,67 @@ Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
   return flat.view({p, a, x.size(dim), b}).permute({1, 0, 2, 3}).contiguous().view(full);
 }
 
-Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts) {
+Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts, int64_t blocks) {
   dim = wrap_dim(dim, x.dim(), "shard_along_dim");
   COHORT_CHECK(parts > 0 && rank >= 0 && rank < parts,
                "shard_along_dim: rank {} out of range for {} parts", rank, parts);
   const int64_t n = x.size(dim);
+  if (blocks != 1) {
+    COHORT_CHECK(blocks > 1 && n % (blocks * parts) == 0,
+                 "shard_along_dim: size {} of dim {} is not {} blocks of {} equal parts", n, dim,
+                 blocks, parts);
+    const int64_t block = n / blocks, k = block / parts;
+    std::vector<Tensor> pieces;
+    for (int64_t b = 0; b < blocks; ++b) pieces.push_back(x.narrow(dim, b * block + rank * k, k));
+    return cat(pieces, dim).contiguous();
+  }
   COHORT_CHECK(n % parts == 0, "shard_along_dim: size {} of dim {} is not divisible by {} parts", n,
                dim, parts);
   const int64_t k = n / parts;
   return x.narrow(dim, rank * k, k).clone();
+}
+
+Tensor reduce_scatter_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) {
+  dim = wrap_dim(dim, x.dim(), "reduce_scatter_along_dim");
+  const int64_t p = tp.size(), n = x.size(dim);
+  COHORT_CHECK(n % p == 0,
+               "reduce_scatter_along_dim (rank {} of group {}): size {} of dim {} is not divisible "
+               "by the group size {}",
+               tp.rank(), tp.name(), n, dim, p);
+  if (p == 1) return x.clone();
+  // dim first, so that each rank's piece is one contiguous block.
+  Tensor in = x.transpose(0, dim).contiguous();
+  Shape s = in.sizes();
+  s[0] /= p;
+  Tensor out = Tensor::empty(s, x.dtype());
+  tp.reduce_scatter_tensor(out, in, {});
+  return out.transpose(0, dim).contiguous();
+}
+
+Tensor gather_from_sequence_parallel_region(const Tensor& x,
+                                            const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "gather_from_sequence_parallel_region");
+  COHORT_CHECK(x.dim() >= 2,
+               "gather_from_sequence_parallel_region (rank {}): needs [B, T, ...], got {}",
+               tp->rank(), shape_str(x.sizes()));
+  Tensor out = all_gather_along_dim(x, 1, *tp);
+  return autograd::record(out, "GatherFromSequenceParallelRegion", {x},
+                          [tp](const Tensor& g, const std::vector<bool>&) {
+                            return std::vector<Tensor>{reduce_scatter_along_dim(g, 1, *tp)};
+                          });
+}
+
+Tensor reduce_scatter_to_sequence_parallel_region(const Tensor& x,
+                                                  const std::shared_ptr<ProcessGroup>& tp) {
+  check_group(tp, "reduce_scatter_to_sequence_parallel_region");
+  COHORT_CHECK(x.dim() >= 2,
+               "reduce_scatter_to_sequence_parallel_region (rank {}): needs [B, T, ...], got {}",
+               tp->rank(), shape_str(x.sizes()));
+  Tensor out = reduce_scatter_along_dim(x, 1, *tp);
+  return autograd::record(out, "ReduceScatterToSequenceParallelRegion", {x},
+                          [tp](const Tensor& g, const std::vector<bool>&) {
+                            return std::vector<Tensor>{all_gather_along_dim(g, 1, *tp)};
+                          });
 }
 
 Tensor copy_to_tensor_parallel_region(const Tensor& x, const std::shared_ptr<ProcessGroup>& tp) {

@@ -42,13 +42,35 @@ Tensor gather_from_tensor_parallel_region(const Tensor& x,
 Tensor scatter_to_tensor_parallel_region(const Tensor& x,
                                          const std::shared_ptr<distributed::ProcessGroup>& tp);
 
+// Sequence parallelism (Megatron-LM's), along dim 1 of [B, T, ...] with T
+// divisible by p (InvalidArgument otherwise), rank r holding positions
+// [r T/p, (r+1) T/p):
+//   gather_from_sequence_parallel_region       forward: all-gather [B, T/p, ..] -> [B, T, ..]
+//                                              backward: reduce-scatter (sum)
+//   reduce_scatter_to_sequence_parallel_region forward: reduce-scatter (sum) of partial
+//                                              sums [B, T, ..] -> own [B, T/p, ..]
+//                                              backward: all-gather
+Tensor gather_from_sequence_parallel_region(const Tensor& x,
+                                            const std::shared_ptr<distributed::ProcessGroup>& tp);
+Tensor reduce_scatter_to_sequence_parallel_region(
+    const Tensor& x, const std::shared_ptr<distributed::ProcessGroup>& tp);
+
 // ---- the same movements without autograd (for state dicts and tests) ----
 
 // All ranks' x (same shape on every rank) concatenated along dim, in rank
-// order: [.., s_dim, ..] -> [.., p*s_dim, ..]. Blocking collective.
-Tensor all_gather_along_dim(const Tensor& x, int64_t dim, distributed::ProcessGroup& tp);
+// order: [.., s_dim, ..] -> [.., p*s_dim, ..]. Blocking collective. With
+// blocks = k, each x is k blocks along dim and the result is block 0 of
+// every rank in rank order, then block 1 of every rank, ... (the inverse of
+// shard_along_dim with the same blocks).
+Tensor all_gather_along_dim(const Tensor& x, int64_t dim, distributed::ProcessGroup& tp,
+                            int64_t blocks = 1);
+// The sum over the ranks of x (the same shape on every rank), this rank's
+// piece of it along dim: [.., s, ..] -> [.., s/p, ..]. Blocking collective.
+Tensor reduce_scatter_along_dim(const Tensor& x, int64_t dim, distributed::ProcessGroup& tp);
 // Rank `rank`'s part of x split into `parts` equal pieces along dim (a
-// contiguous copy); InvalidArgument when the size is not divisible.
-Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts);
+// contiguous copy); InvalidArgument when the size is not divisible. With
+// blocks = k: x is k equal blocks along dim (q | k | v), each cut into
+// `parts` pieces, and the result is piece `rank` of every block, in order.
+Tensor shard_along_dim(const Tensor& x, int64_t dim, int rank, int parts, int64_t blocks = 1);
 
 }  // namespace cohort::parallel

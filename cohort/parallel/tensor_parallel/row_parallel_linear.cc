@@ -57,7 +57,9 @@ Tensor RowParallelLinear::forward(const Tensor& x) {
                describe(), tp_->rank(), want, shape_str(x.sizes()));
   Tensor xr = options_.input_is_parallel ? x : scatter_to_tensor_parallel_region(x, tp_);
   // The bias joins after the reduction, so that it is added once, not p times.
-  Tensor y = reduce_from_tensor_parallel_region(linear(xr, weight()), tp_);
+  Tensor y = options_.sequence_parallel
+                 ? reduce_scatter_to_sequence_parallel_region(linear(xr, weight()), tp_)
+                 : reduce_from_tensor_parallel_region(linear(xr, weight()), tp_);
   return options_.bias ? add(y, bias()) : y;
 }
 

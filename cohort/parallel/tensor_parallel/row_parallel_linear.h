@@ -33,6 +33,11 @@ namespace cohort::parallel {
 struct RowParallelOptions {
   bool bias = true;  // Generator constructor only; from_full follows the layer
   bool input_is_parallel = true;
+  // Sequence parallelism: the partial products are reduce-scattered along T
+  // (dim 1 of [B, T, out]) instead of all-reduced, giving this rank's
+  // positions [B, T/p, out]; the bias is then added to them (its gradient is
+  // partial: TensorParallelGPT::reduce_sequence_parallel_gradients sums it).
+  bool sequence_parallel = false;
 };
 
 class RowParallelLinear : public nn::Cloneable<RowParallelLinear>, public TensorParallelLayer {

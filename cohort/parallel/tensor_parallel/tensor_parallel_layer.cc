@@ -12,7 +12,8 @@ void collect(const nn::Module& m, const std::string& prefix,
   const auto* layer = dynamic_cast<const TensorParallelLayer*>(&m);
   for (const auto& [name, t] : m.named_parameters(/*recurse=*/false)) {
     if (!seen.insert(t.unsafe_impl()).second) continue;
-    out.push_back({prefix + name, t, layer ? layer->split_dim(name) : kReplicated, layer});
+    out.push_back({prefix + name, t, layer ? layer->split_dim(name) : kReplicated,
+                   layer ? layer->split_blocks(name) : 1, layer});
   }
   for (const auto& [name, child] : m.named_children())
     collect(*child, prefix + name + ".", seen, out);

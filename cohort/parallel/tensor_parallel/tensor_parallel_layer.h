@@ -8,7 +8,11 @@
 //
 // A split parameter is cut into tensor_parallel_group().size() equal,
 // contiguous pieces along split_dim, rank r holding piece r, so that the
-// full tensor is the rank-order concatenation along that dim.
+// full tensor is the rank-order concatenation along that dim. A parameter of
+// split_blocks(name) = k > 1 blocks (an attention projection packing q | k |
+// v) is first cut into k equal blocks along split_dim, each block into the
+// ranks' pieces; rank r holds piece r of every block, in block order
+// (shard_along_dim / all_gather_along_dim with blocks = k, mappings.h).
 // Thread safety: const queries, safe from any thread.
 #pragma once
 
@@ -33,6 +37,9 @@ class TensorParallelLayer {
   // The dim along which own parameter `name` ("weight", "bias") is split, or
   // kReplicated when every rank holds all of it.
   virtual int64_t split_dim(std::string_view name) const = 0;
+  // The blocks along split_dim of own parameter `name` (see above); 1 unless
+  // the layer says otherwise.
+  virtual int64_t split_blocks(std::string_view name) const { return 1; }
   // The group the layer is split over (shared with the layer).
   virtual const std::shared_ptr<distributed::ProcessGroup>& tensor_parallel_group() const = 0;
 
@@ -47,6 +54,7 @@ struct ParameterLayout {
   std::string name;  // dotted, as in named_parameters() / state_dict()
   Tensor tensor;     // this rank's (the shard when split)
   int64_t split_dim = kReplicated;
+  int64_t split_blocks = 1;                    // see TensorParallelLayer::split_blocks
   const TensorParallelLayer* layer = nullptr;  // the owner when it is one, else null
 };
 
