@@ -35,6 +35,7 @@ constexpr const char* kLossCount = "epoch_loss_count";
 constexpr const char* kSamples = "epoch_samples";
 constexpr const char* kSeconds = "epoch_seconds";
 constexpr const char* kWorldSize = "world_size";
+constexpr const char* kBatchSize = "batch_size";  // per rank
 constexpr const char* kModel = "model";
 constexpr const char* kDataset = "dataset";
 
@@ -256,9 +257,15 @@ void Run::resume() {
     int64_t saved_world = static_cast<int64_t>(parse_double(resumed->extra, kWorldSize, replicas));
     if (saved_world != replicas && saved_world > 0 && !o_.is_language_model()) {
       // Same share of the epoch, counted in this job's per-replica positions.
-      // (A language model's position counts steps x B per rank whatever the
-      // world size, and stays.)
       s.position = std::min(sampler_->size(), s.position * saved_world / replicas);
+    }
+    const auto saved_batch =
+        static_cast<int64_t>(parse_double(resumed->extra, kBatchSize, double(o_.batch_size)));
+    if (o_.is_language_model() && saved_batch > 0 && saved_batch != o_.batch_size) {
+      // A language model's position is steps x B per rank (the window
+      // sampler's global step): the same steps in this job's B, so a run of
+      // R x B resumed as R' x B' with R B = R' B' draws the same windows.
+      s.position = s.position / saved_batch * o_.batch_size;
     }
     s.position = std::min(s.position, sampler_->size());
     loader_->load_state(s);
@@ -295,6 +302,7 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
   st.extra[kSeconds] = fmt::format("{:.17g}", carry ? epoch_seconds : 0.0);
   // The sampler's replicas: what a resumed run rescales its position by.
   st.extra[kWorldSize] = std::to_string(strategy_->data_replicas());
+  st.extra[kBatchSize] = std::to_string(o_.batch_size);
   st.extra[kModel] = std::string(model_name(o_.model));
   // What the model was trained on: `cohort predict` names classes by it.
   st.extra[kDataset] = std::string(dataset_name(o_.dataset));

@@ -90,6 +90,33 @@ TEST(TrainGpt, DdpOfTwoRanksMatchesOneProcessWithTheirGlobalBatch) {
   expect_close_checkpoints(step_dir(dir + "/one", 20), step_dir(dir + "/ddp", 20), 2e-4);
 }
 
+// A run of 1 x 8 windows per step stopped at step 5 and resumed as 2 ranks x
+// 4 ends where the uninterrupted run ends: the sampler's position is kept in
+// steps, and the ranks' slices of each step's draw are the 8 windows.
+TEST(TrainGpt, ResumedAsDdpWithTheSameGlobalBatchContinuesTheSameWindows) {
+  const std::string dir = make_temp_dir("gpt_resume");
+  const std::string corpus = write_corpus(dir);
+  Finished straight =
+      run_command(gpt_argv(corpus, {"--batch-size", "8", "--max-steps", "10", "--strategy",
+                                    "single", "--checkpoint-dir", dir + "/straight"}),
+                  kBaseline);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  Finished first =
+      run_command(gpt_argv(corpus, {"--batch-size", "8", "--max-steps", "5", "--strategy", "single",
+                                    "--checkpoint-dir", dir + "/first"}),
+                  kBaseline);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::vector<std::string> argv = {kCohort, "run", "--nproc-per-node", "2"};
+  for (const std::string& a :
+       gpt_argv(corpus, {"--batch-size", "4", "--max-steps", "10", "--checkpoint-dir",
+                         dir + "/second", "--resume", step_dir(dir + "/first", 5)}))
+    argv.push_back(a);
+  Finished second = run_command(argv, kBaseline);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("at step 5"), std::string::npos) << second.output;
+  expect_close_checkpoints(step_dir(dir + "/straight", 10), step_dir(dir + "/second", 10), 2e-4);
+}
+
 // A few hundred steps on the default corpus (Debian's fortunes) teach a small
 // model English's bytes: the sample is mostly letters and spaces, with spaces
 // at a word's rate. An untrained model samples all 256 bytes about evenly
