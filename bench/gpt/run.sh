@@ -18,8 +18,10 @@
 # 0.6 s in fp32), unless BF16=1.
 # DDP (DDP=1, the default, with the cohort CLI built): the reference size as
 # 2 ranks x 1 thread, 16 sequences each (`cohort run --nproc-per-node 2
-# bench_gpt --ddp --threads 1`), and 1 rank x 1 thread for the scaling
-# efficiency (1-rank ms/step / 2-rank ms/step, same sequences per rank).
+# bench_gpt --ddp --threads 1`) against PyTorch's DDP (gloo) of the same
+# shape (`torch_gpt.py --ddp 2 --threads 1`, mp.spawn; peak RSS of rank 0 on
+# both sides), and 1 rank x 1 thread for the scaling efficiency (1-rank
+# ms/step / 2-rank ms/step, same sequences per rank).
 # Usage: [ROUNDS=n] [THREADS=n] [CONFIGS="ref long gpt2"] [STEPS=n] [BF16=0|1] [DDP=0|1]
 #        bench/gpt/run.sh [build-dir]
 set -euo pipefail
@@ -82,6 +84,9 @@ for cfg in ${CONFIGS:-ref long gpt2}; do
         >"$tmp/$cfg.ddp2.$r.json"
       # shellcheck disable=SC2086
       "$bench" $a --steps "$s" --warmup 2 --threads 1 >"$tmp/$cfg.one1.$r.json"
+      # shellcheck disable=SC2086
+      OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
+        --warmup 2 --threads 1 --ddp 2 --precision fp32 >"$tmp/$cfg.torchddp2.$r.json"
     fi
   done
 done
@@ -114,12 +119,13 @@ for cfg in configs:
     if bf16:
         impls.append(("torchbf16", "torch bf16"))
     if ddp and cfg == "ref":
-        impls += [("ddp2", "cohort ddp 2x1"), ("one1", "cohort 1x1")]
+        impls += [("ddp2", "cohort ddp 2x1"), ("torchddp2", "torch ddp 2x1"),
+                  ("one1", "cohort 1x1")]
     for impl, name in impls:
         runs = load(cfg, impl)
         ms = statistics.median(r["ms_step"] for r in runs)
         rss = max(r["peak_rss_mib"] for r in runs)
-        gflop = runs[0].get("gflop_step", flop)
+        gflop = runs[0].get("gflop_step", flop * runs[0].get("ranks", 1))
         threads = runs[0].get("threads", 1) * runs[0].get("ranks", 1)
         res[impl] = (ms, rss)
         print(hdr.format(cfg, name, f"{ms:.1f}", f"{min(r['ms_min'] for r in runs):.1f}",
@@ -131,8 +137,9 @@ for cfg in configs:
     if bf16:
         line += f"; cohort/torch bf16 time {cm / res['torchbf16'][0]:.3f}"
     if "ddp2" in res:
-        line += (f"; DDP 2x1 step (2 x 16 sequences) / torch fp32 1x2 step (16) "
-                 f"{res['ddp2'][0] / tm:.3f}, DDP scaling (1x1 ms / 2x1 ms, 16 sequences per "
+        line += (f"; DDP 2x1 (16 sequences per rank): cohort/torch (gloo) time "
+                 f"{res['ddp2'][0] / res['torchddp2'][0]:.3f}, peak RSS "
+                 f"{res['ddp2'][1] / res['torchddp2'][1]:.3f}, DDP scaling (1x1 ms / 2x1 ms, 16 sequences per "
                  f"rank) {res['one1'][0] / res['ddp2'][0]:.3f}")
     print(line)
 if not bf16:

@@ -127,27 +127,51 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--ddp", type=int, default=0,
+                    help="N > 0: DistributedDataParallel (gloo) over N local processes of "
+                         "--threads threads, --batch sequences each (mp.spawn); rank 0 prints")
     args = ap.parse_args()
+    if args.ddp > 0:
+        import socket
+        import torch.multiprocessing as mp
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(run, args=(args, port), nprocs=args.ddp)
+    else:
+        run(0, args, 0)
+
+
+def run(rank, args, port):
+    ddp = args.ddp > 0
+    if ddp:
+        import torch.distributed as dist
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=args.ddp)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     T = args.seq or args.block_size
     model = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab)
     params = sum(p.numel() for p in model.parameters())
+    net = model
+    if ddp:
+        net = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95))
-    gen = torch.Generator().manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed + rank)
 
     def step():
         idx = torch.randint(0, args.vocab, (args.batch, T), generator=gen)
         tgt = torch.randint(0, args.vocab, (args.batch, T), generator=gen)
         if args.precision == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(idx, tgt)
+                loss = net(idx, tgt)
         else:
-            loss = model(idx, tgt)
+            loss = net(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -163,8 +187,11 @@ def main():
     times_sorted = sorted(times)
     n = len(times_sorted)
     med = times_sorted[n // 2] if n % 2 else 0.5 * (times_sorted[n // 2 - 1] + times_sorted[n // 2])
+    if rank != 0:
+        return
     print(json.dumps({
         "impl": "torch", "precision": args.precision, "threads": args.threads,
+        "ranks": max(1, args.ddp),
         "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
         "block_size": args.block_size, "vocab": args.vocab, "batch": args.batch, "seq": T,
         "params": params, "steps": args.steps, "ms_step": round(med, 2),
