@@ -1,0 +1,252 @@
+#include "cohort/core/native/linalg_bf16.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "cohort/base/config.h"
+#include "cohort/base/cpu.h"
+#include "cohort/base/isa.h"
+#include "cohort/base/parallel.h"
+#include "cohort/core/native/bf16_kernels.h"
+#include "cohort/core/native/linalg.h"
+
+namespace cohort::native {
+
+COHORT_ISA_DECLARE_TABLE(Bf16Kernels, kBf16Kernels)
+
+const Bf16Kernels* bf16_kernels() { return COHORT_ISA_TABLE(Bf16Kernels, nullptr, kBf16Kernels); }
+
+namespace detail {
+// linalg_bf16_onednn.cc (only in builds with oneDNN).
+void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc);
+std::string onednn_bf16_unsupported_reason();
+}  // namespace detail
+
+namespace {
+
+constexpr int64_t kConvertGrain = 1 << 16;
+
+std::string joined_features() {
+  std::string s;
+  for (const std::string& f : cpu_features().names()) s += (s.empty() ? "" : " ") + f;
+  return s.empty() ? std::string("none detected") : s;
+}
+
+// A 2-D operand as a GEMM sees it: data, leading dimension, transposed flag;
+// copies (contiguous) only when neither it nor its transpose is row-major.
+struct Operand {
+  Tensor keep;
+  bool trans = false;
+  int64_t ld = 0;
+};
+
+Operand as_operand(const Tensor& t) {
+  const int64_t r = t.sizes()[0], c = t.sizes()[1];
+  const int64_t s0 = t.strides()[0], s1 = t.strides()[1];
+  if ((s1 == 1 || c == 1) && (s0 >= std::max<int64_t>(c, 1) || r == 1))
+    return {t, false, std::max<int64_t>(r == 1 ? c : s0, 1)};
+  if ((s0 == 1 || r == 1) && (s1 >= std::max<int64_t>(r, 1) || c == 1))
+    return {t, true, std::max<int64_t>(c == 1 ? r : s1, 1)};
+  return {t.contiguous(), false, std::max<int64_t>(c, 1)};
+}
+
+// Converts x elementwise into a tensor of dtype `to` with x's shape, keeping a
+// transposed matrix transposed (no strided gather for the A^T / B^T operands
+// of a backward).
+template <typename From, typename To, typename Fn>
+Tensor convert(const Tensor& x, DType to, Fn fn) {
+  if (x.dim() >= 2 && !x.is_contiguous() && x.transpose(-1, -2).is_contiguous())
+    return convert<From, To>(x.transpose(-1, -2), to, fn).transpose(-1, -2);
+  Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(xc.sizes(), to);
+  const From* px = xc.data_ptr<From>();
+  To* py = y.data_ptr<To>();
+  parallel_for(0, xc.numel(), kConvertGrain,
+               [&](int64_t b, int64_t e) { fn(px + b, py + b, e - b); });
+  return y;
+}
+
+void check_bf16_operand(const Tensor& t, const char* op, const char* what) {
+  COHORT_CHECK(t.dtype() == kBFloat16, "{}: {} must be bfloat16, got {}", op, what,
+               dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+const char* bf16_path_name(Bf16Path path) {
+  return path == Bf16Path::kOnednn ? "onednn" : "emulated";
+}
+
+Bf16Path parse_bf16_path(std::string_view name) {
+  if (name == "emulated") return Bf16Path::kEmulated;
+  if (name == "onednn") return Bf16Path::kOnednn;
+  throw InvalidArgument(
+      fmt::format("bf16 path: unknown name \"{}\" (choices: emulated, onednn)", name));
+}
+
+std::string bf16_path_unsupported_reason(Bf16Path path) {
+  if (path == Bf16Path::kEmulated) return "";
+#if COHORT_HAVE_ONEDNN
+  const CpuFeatures& f = cpu_features();
+  if (!f.avx512_bf16 && !f.amx_bf16) return "the CPU has neither avx512_bf16 nor amx_bf16";
+  // Asked once: whether oneDNN creates a bf16 matmul does not change.
+  static const std::string reason = detail::onednn_bf16_unsupported_reason();
+  return reason;
+#else
+  return "this build has no oneDNN (COHORT_HAVE_ONEDNN is 0: libdnnl-dev was not found)";
+#endif
+}
+
+bool bf16_path_supported(Bf16Path path) { return bf16_path_unsupported_reason(path).empty(); }
+
+std::vector<Bf16Path> supported_bf16_paths() {
+  std::vector<Bf16Path> paths{Bf16Path::kEmulated};
+  if (bf16_path_supported(Bf16Path::kOnednn)) paths.push_back(Bf16Path::kOnednn);
+  return paths;
+}
+
+Bf16Path best_bf16_path() { return supported_bf16_paths().back(); }
+
+void check_bf16_path(Bf16Path path, std::string_view op) {
+  const std::string why = bf16_path_unsupported_reason(path);
+  if (why.empty()) return;
+  throw NotSupported(fmt::format("{}: bf16 path {} cannot run here: {}; this CPU ({}) has: {}", op,
+                                 bf16_path_name(path), why, cpu_features().model,
+                                 joined_features()));
+}
+
+void to_bf16(const float* x, BFloat16* y, int64_t n) {
+  if (const Bf16Kernels* k = bf16_kernels()) {
+    k->to_bf16(x, reinterpret_cast<uint16_t*>(y), n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = BFloat16(x[i]);
+}
+
+void bf16_to_float(const BFloat16* x, float* y, int64_t n) {
+  if (const Bf16Kernels* k = bf16_kernels()) {
+    k->to_float(reinterpret_cast<const uint16_t*>(x), y, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+}
+
+Tensor to_bf16(const Tensor& x) {
+  COHORT_CHECK(x.dtype() == kFloat32, "to_bf16: needs float32, got {}", dtype_name(x.dtype()));
+  return convert<float, BFloat16>(x, kBFloat16,
+                                  [](const float* a, BFloat16* b, int64_t n) { to_bf16(a, b, n); });
+}
+
+Tensor bf16_to_float(const Tensor& x) {
+  check_bf16_operand(x, "bf16_to_float", "input");
+  return convert<BFloat16, float>(
+      x, kFloat32, [](const BFloat16* a, float* b, int64_t n) { bf16_to_float(a, b, n); });
+}
+
+void gemm_bf16(Bf16Path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  check_bf16_path(path, "gemm_bf16");
+  if (path == Bf16Path::kOnednn) {
+#if COHORT_HAVE_ONEDNN
+    detail::onednn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+    return;
+  }
+  // Emulated: each operand as stored (rows x cols with its leading
+  // dimension) converted into a dense float32 copy, then the float32 GEMM.
+  auto widen = [](const BFloat16* p, int64_t rows, int64_t cols, int64_t ld) {
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    parallel_for(0, rows, std::max<int64_t>(1, kConvertGrain / std::max<int64_t>(cols, 1)),
+                 [&](int64_t r0, int64_t r1) {
+                   for (int64_t r = r0; r < r1; ++r)
+                     bf16_to_float(p + r * ld, out.data() + r * cols, cols);
+                 });
+    return out;
+  };
+  const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  std::vector<float> fa = widen(a, ar, ac, lda), fb = widen(b, br, bc, ldb);
+  gemm(ta, tb, m, n, k, alpha, fa.data(), std::max<int64_t>(ac, 1), fb.data(),
+       std::max<int64_t>(bc, 1), beta, c, ldc);
+}
+
+Tensor mm_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
+  check_bf16_operand(a, "mm_bf16", "a");
+  check_bf16_operand(b, "mm_bf16", "b");
+  COHORT_CHECK(a.dim() == 2 && b.dim() == 2 && a.sizes()[1] == b.sizes()[0],
+               "mm_bf16: shapes {} and {} cannot be multiplied", shape_str(a.sizes()),
+               shape_str(b.sizes()));
+  check_bf16_path(path, "mm_bf16");
+  if (path == Bf16Path::kEmulated) return mm(bf16_to_float(a), bf16_to_float(b));
+  const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
+  Tensor out = Tensor::empty({m, n}, kFloat32);
+  Operand oa = as_operand(a), ob = as_operand(b);
+  gemm_bf16(path, oa.trans, ob.trans, m, n, k, 1.0f, oa.keep.data_ptr<BFloat16>(), oa.ld,
+            ob.keep.data_ptr<BFloat16>(), ob.ld, 0.0f, out.data_ptr<float>(),
+            std::max<int64_t>(n, 1));
+  return out;
+}
+
+Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
+  check_bf16_operand(a, "matmul_bf16", "a");
+  check_bf16_operand(b, "matmul_bf16", "b");
+  check_bf16_path(path, "matmul_bf16");
+  if (path == Bf16Path::kEmulated || a.dim() < 2 || b.dim() < 2)
+    return matmul(bf16_to_float(a), bf16_to_float(b));
+  if (a.dim() == 2 && b.dim() == 2) return mm_bf16(a, b, path);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  COHORT_CHECK(b.size(-2) == k, "matmul_bf16: shapes {} and {} cannot be multiplied",
+               shape_str(a.sizes()), shape_str(b.sizes()));
+  Shape ab(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
+  Shape batch = broadcast_shapes(ab, bb, "matmul_bf16");
+  const int64_t nb = shape_numel(batch);
+  Shape ea = batch, eb = batch, os = batch;
+  ea.insert(ea.end(), {m, k});
+  eb.insert(eb.end(), {k, n});
+  os.insert(os.end(), {m, n});
+  Tensor a3 = a.expand(ea).reshape({nb, m, k}), b3 = b.expand(eb).reshape({nb, k, n});
+  Tensor out = Tensor::empty(os, kFloat32);
+  float* po = out.data_ptr<float>();
+  for (int64_t i = 0; i < nb; ++i) {
+    Operand oa = as_operand(a3.select(0, i)), ob = as_operand(b3.select(0, i));
+    gemm_bf16(path, oa.trans, ob.trans, m, n, k, 1.0f, oa.keep.data_ptr<BFloat16>(), oa.ld,
+              ob.keep.data_ptr<BFloat16>(), ob.ld, 0.0f, po + i * m * n, std::max<int64_t>(n, 1));
+  }
+  return out;
+}
+
+Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path) {
+  check_bf16_operand(x, "linear_bf16", "input");
+  check_bf16_operand(w, "linear_bf16", "weight");
+  COHORT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.sizes()[1],
+               "linear_bf16: input {} does not match weight {} (want [..., in] and [out, in])",
+               shape_str(x.sizes()), shape_str(w.sizes()));
+  if (b.defined())
+    COHORT_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == w.sizes()[0],
+                 "linear_bf16: bias must be float32 [{}], got {} {}", w.sizes()[0],
+                 dtype_name(b.dtype()), shape_str(b.sizes()));
+  check_bf16_path(path, "linear_bf16");
+  if (path == Bf16Path::kEmulated) return linear(bf16_to_float(x), bf16_to_float(w), b);
+  const int64_t in = w.sizes()[1], outf = w.sizes()[0];
+  Tensor x2 = x.reshape({-1, in});
+  const int64_t rows = x2.sizes()[0];
+  Shape os(x.sizes().begin(), x.sizes().end() - 1);
+  os.push_back(outf);
+  Tensor out = Tensor::empty(os, kFloat32);
+  float* po = out.data_ptr<float>();
+  float beta = 0.0f;
+  if (b.defined()) {
+    Tensor bc = b.contiguous();
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(po + r * outf, bc.data_ptr<float>(), outf * sizeof(float));
+    beta = 1.0f;
+  }
+  Operand ox = as_operand(x2), ow = as_operand(w);
+  gemm_bf16(path, ox.trans, !ow.trans, rows, outf, in, 1.0f, ox.keep.data_ptr<BFloat16>(), ox.ld,
+            ow.keep.data_ptr<BFloat16>(), ow.ld, beta, po, std::max<int64_t>(outf, 1));
+  return out;
+}
+
+}  // namespace cohort::native

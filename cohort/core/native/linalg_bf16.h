@@ -1,0 +1,70 @@
+// bfloat16 matrix products with float32 accumulation (not recorded by
+// autograd; cohort/autograd/precision.h decides when the ops use them), and
+// the float32 <-> bfloat16 conversions they run on.
+//
+// Operands are bfloat16 tensors (inputs already rounded to nearest even);
+// products are accumulated in float32 and the result is float32. Paths (the
+// bf16 column of the kernel tables, chosen per call, never process-wide):
+//  - kEmulated: converts the operands to float32 (exact) and runs the float32
+//    GEMM (native::gemm and its backend rule). A product of two bf16 values
+//    is exact in float32, so this is a bf16 x bf16 -> fp32 GEMM, only without
+//    the bf16 instructions' speed. Runs on every CPU.
+//  - kOnednn: oneDNN's bf16 matmul (its AVX512-BF16 or AMX-BF16 kernels, as
+//    the CPU has them); needs a build with oneDNN (COHORT_HAVE_ONEDNN) and a
+//    CPU with avx512_bf16 or amx_bf16. oneDNN 2.6 creates no bf16 matmul on a
+//    CPU without avx512_core (checked on an AVX2-only host: "unimplemented"),
+//    so elsewhere this path is reported unsupported rather than tried.
+// Shapes: mm_bf16 [M,K] x [K,N] -> [M,N]; matmul_bf16 as native::matmul
+// (batched, broadcast batch dims); linear_bf16 x [..., in], w [out, in],
+// b [out] float32 or undefined -> [..., out] float32.
+// Thread safety: reentrant; each call uses at most cohort::num_threads()
+// (oneDNN: its own OpenMP threads). Failure: wrong dtypes or shapes throw
+// InvalidArgument naming the op; a path this CPU or build cannot run throws
+// NotSupported naming the path and the CPU's features.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cohort/core/tensor.h"
+
+namespace cohort::native {
+
+enum class Bf16Path { kEmulated = 0, kOnednn = 1 };
+
+// "emulated", "onednn".
+const char* bf16_path_name(Bf16Path path);
+// Inverse of bf16_path_name; throws InvalidArgument naming the choices.
+Bf16Path parse_bf16_path(std::string_view name);
+// Empty when this CPU and build can run `path`, else why not.
+std::string bf16_path_unsupported_reason(Bf16Path path);
+bool bf16_path_supported(Bf16Path path);
+// Every path this CPU can run, kEmulated first.
+std::vector<Bf16Path> supported_bf16_paths();
+// The fastest supported path: kOnednn where supported, else kEmulated.
+Bf16Path best_bf16_path();
+// Throws NotSupported "<op>: bf16 path <name> ...: <why>; this CPU (<model>)
+// has <features>" when `path` cannot run here.
+void check_bf16_path(Bf16Path path, std::string_view op);
+
+// float32 -> bfloat16, rounding to nearest even (any layout; result
+// contiguous); bfloat16 -> float32 (exact). Vectorised on the avx2/avx512
+// kernel paths, BFloat16's own conversion on the baseline path.
+Tensor to_bf16(const Tensor& x);
+Tensor bf16_to_float(const Tensor& x);
+// The same on raw buffers (n elements each).
+void to_bf16(const float* x, BFloat16* y, int64_t n);
+void bf16_to_float(const BFloat16* x, float* y, int64_t n);
+
+// C[M,N] (float32) = alpha * op(A) op(B) + beta * C with A, B bfloat16;
+// row-major as native::gemm.
+void gemm_bf16(Bf16Path path, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               float alpha, const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
+               float beta, float* c, int64_t ldc);
+
+Tensor mm_bf16(const Tensor& a, const Tensor& b, Bf16Path path);
+Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path);
+Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path);
+
+}  // namespace cohort::native
