@@ -4,12 +4,44 @@
 
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/core/kernels/gelu.h"
+#include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/native/norm.h"
+#include "cohort/core/native/reduce.h"
 
 namespace cohort {
 
 using autograd::record;
+
+namespace {
+
+// linear_gelu under a bf16 policy: the GEMMs in bf16 with float32
+// accumulation, bias + GELU in float32; backward keeps x, w and the
+// pre-activation as bf16 (as autocast, whose linear output is bf16).
+Tensor linear_gelu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, native::Bf16Path path) {
+  Tensor x16 = native::to_bf16(x), w16 = native::to_bf16(w);
+  Tensor pre = native::linear_bf16(x16, w16, b, path);
+  Tensor out = kernels::gelu_tanh(pre);
+  if (!autograd::any_requires_grad({x, w, b})) return out;
+  Tensor pre16 = native::to_bf16(pre);
+  const bool has_b = b.defined();
+  return record(
+      out, "linear_gelu_bf16", {x, w, b},
+      [x16, w16, pre16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {
+        const int64_t in = w16.sizes()[1], outf = w16.sizes()[0];
+        Tensor dh =
+            kernels::gelu_tanh_backward(g, native::bf16_to_float(pre16)).reshape({-1, outf});
+        Tensor dh16 = native::to_bf16(dh);
+        Tensor dx, dw, db;
+        if (needs[0]) dx = native::mm_bf16(dh16, w16, path).reshape(x16.sizes());
+        if (needs[1]) dw = native::mm_bf16(dh16.transpose(0, 1), x16.reshape({-1, in}), path);
+        if (has_b && needs[2]) db = native::sum(dh, {0});
+        return std::vector<Tensor>{dx, dw, db};
+      });
+}
+
+}  // namespace
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "none") return gelu(x);
@@ -28,6 +60,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (current_precision().is_bf16() && x.dtype() == kFloat32 && w.dtype() == kFloat32 &&
+      (!b.defined() || b.dtype() == kFloat32))
+    return linear_gelu_bf16(x, w, b, current_precision().bf16_path);
   kernels::LinearGeluResult r = kernels::linear_gelu(x, w, b);
   if (!autograd::any_requires_grad({x, w, b})) return r.out;
   // pre is the op's own buffer (no caller holds it), so only x and w are

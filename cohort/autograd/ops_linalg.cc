@@ -1,14 +1,81 @@
-// matmul and linear.
+// matmul and linear, in float32 or (under a bf16 PrecisionPolicy,
+// autograd/precision.h) in bf16 with float32 accumulation.
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/core/native/linalg.h"
+#include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/native/reduce.h"
 
 namespace cohort {
 
 using autograd::record;
 
+namespace {
+
+// The bf16 forms: operands rounded once, the bf16 copies are what backward
+// keeps (x's float32 storage is not held by the graph); the incoming gradient
+// is rounded too, every product accumulates in float32, gradients are float32.
+Tensor recorded_matmul_bf16(const Tensor& a, const Tensor& b, native::Bf16Path path) {
+  Tensor a16 = native::to_bf16(a), b16 = native::to_bf16(b);
+  Tensor out = native::matmul_bf16(a16, b16, path);
+  if (!autograd::any_requires_grad({a, b})) return out;
+  return record(out, "matmul_bf16", {a, b},
+                [a16, b16, path](const Tensor& g, const std::vector<bool>& needs) {
+                  Tensor ga, gb;
+                  Tensor a2 = a16.dim() == 1 ? a16.unsqueeze(0) : a16;
+                  Tensor b2 = b16.dim() == 1 ? b16.unsqueeze(1) : b16;
+                  Tensor g2 = g;
+                  if (a16.dim() == 1 && b16.dim() == 1)
+                    g2 = g2.reshape({1, 1});
+                  else if (a16.dim() == 1)
+                    g2 = g2.unsqueeze(-2);
+                  else if (b16.dim() == 1)
+                    g2 = g2.unsqueeze(-1);
+                  Tensor g16 = native::to_bf16(g2);
+                  if (needs[0]) {
+                    Tensor t = native::matmul_bf16(g16, b2.transpose(-1, -2), path);
+                    ga = native::sum_to(t, a2.sizes()).reshape(a16.sizes());
+                  }
+                  if (needs[1]) {
+                    Tensor t = native::matmul_bf16(a2.transpose(-1, -2), g16, path);
+                    gb = native::sum_to(t, b2.sizes()).reshape(b16.sizes());
+                  }
+                  return std::vector<Tensor>{ga, gb};
+                });
+}
+
+Tensor recorded_linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b,
+                            native::Bf16Path path) {
+  Tensor x16 = native::to_bf16(x), w16 = native::to_bf16(w);
+  Tensor out = native::linear_bf16(x16, w16, b, path);
+  if (!autograd::any_requires_grad({x, w, b})) return out;
+  const bool has_b = b.defined();
+  return record(out, "linear_bf16", {x, w, b},
+                [x16, w16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {
+                  const int64_t in = w16.sizes()[1], outf = w16.sizes()[0];
+                  Tensor g2 = g.reshape({-1, outf});
+                  Tensor g16 = native::to_bf16(g2);
+                  Tensor gx, gw, gb;
+                  if (needs[0]) gx = native::mm_bf16(g16, w16, path).reshape(x16.sizes());
+                  if (needs[1])
+                    gw = native::mm_bf16(g16.transpose(0, 1), x16.reshape({-1, in}), path);
+                  if (has_b && needs[2]) gb = native::sum(g2, {0});
+                  return std::vector<Tensor>{gx, gw, gb};
+                });
+}
+
+bool bf16_operands(std::initializer_list<Tensor> ts) {
+  if (!current_precision().is_bf16()) return false;
+  for (const Tensor& t : ts)
+    if (t.defined() && t.dtype() != kFloat32) return false;
+  return true;
+}
+
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (bf16_operands({a, b})) return recorded_matmul_bf16(a, b, current_precision().bf16_path);
   Tensor out = native::matmul(a, b);
   if (!autograd::any_requires_grad({a, b})) return out;
   Tensor ad = a.detach(), bd = b.detach();
@@ -39,6 +106,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (bf16_operands({x, w, b})) return recorded_linear_bf16(x, w, b, current_precision().bf16_path);
   Tensor out = native::linear(x, w, b);
   if (!autograd::any_requires_grad({x, w, b})) return out;
   Tensor xd = x.detach(), wd = w.detach();

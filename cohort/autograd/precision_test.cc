@@ -1,0 +1,180 @@
+// The precision policy (precision.h): the scope restores and is per thread; a
+// path the CPU lacks is refused when the scope opens; matmul, linear and
+// linear_gelu under bf16 on every path this CPU runs: float32 results equal to
+// the product of the rounded inputs, close to float32 within bf16 tolerance,
+// float32 gradients computed in bf16; what the graph keeps is the bf16 copy,
+// not the float32 input; float64 (gradcheck) is never rounded.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "cohort/autograd/gradcheck.h"
+#include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
+#include "cohort/base/error.h"
+#include "cohort/core/native/linalg.h"
+#include "cohort/core/native/linalg_bf16.h"
+
+namespace cohort {
+namespace {
+
+using autograd::gradcheck;
+using In = const std::vector<Tensor>&;
+
+Tensor randn(const Shape& s, uint64_t seed, DType dt = kFloat32, bool grad = true) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> n(0, 1);
+  std::vector<double> v(shape_numel(s));
+  for (auto& x : v) x = n(g);
+  return Tensor::from_vector(v, s).to(dt).set_requires_grad(grad);
+}
+
+// float32 -> bf16 -> float32: the value a bf16 op multiplies.
+Tensor rounded(const Tensor& t) { return native::bf16_to_float(native::to_bf16(t.detach())); }
+
+TEST(PrecisionScope, RestoresOnExitAndNests) {
+  EXPECT_FALSE(current_precision().is_bf16());
+  {
+    PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+    EXPECT_TRUE(current_precision().is_bf16());
+    EXPECT_EQ(current_precision().bf16_path, native::Bf16Path::kEmulated);
+    {
+      PrecisionScope fp32(PrecisionPolicy::fp32());
+      EXPECT_FALSE(current_precision().is_bf16());
+    }
+    EXPECT_TRUE(current_precision().is_bf16());
+  }
+  EXPECT_FALSE(current_precision().is_bf16());
+  // Also when left by an exception.
+  try {
+    PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+    throw std::runtime_error("leave");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(current_precision().is_bf16());
+}
+
+TEST(PrecisionScope, IsThreadLocal) {
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  bool other_bf16 = true, other_after = false;
+  std::thread t([&] {
+    other_bf16 = current_precision().is_bf16();
+    PrecisionScope inner(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+    other_after = current_precision().is_bf16();
+  });
+  t.join();
+  EXPECT_FALSE(other_bf16);  // a new thread starts in float32
+  EXPECT_TRUE(other_after);
+  EXPECT_TRUE(current_precision().is_bf16());  // untouched by the other thread's scope
+  Tensor x = randn({3, 4}, 1), w = randn({5, 4}, 2);
+  Tensor on_thread;
+  std::thread u([&] { on_thread = linear(x, w); });
+  u.join();
+  EXPECT_TRUE(allclose(on_thread, native::linear(x.detach(), w.detach(), Tensor()), 0, 0));
+}
+
+TEST(PrecisionScope, RefusesAPathThisCpuLacks) {
+  const std::string why = native::bf16_path_unsupported_reason(native::Bf16Path::kOnednn);
+  if (why.empty()) {
+    EXPECT_NO_THROW(PrecisionScope s(PrecisionPolicy::bf16(native::Bf16Path::kOnednn)));
+    return;
+  }
+  try {
+    PrecisionScope s(PrecisionPolicy::bf16(native::Bf16Path::kOnednn));
+    FAIL() << "opened a scope on a bf16 path this CPU lacks";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("onednn"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(current_precision().is_bf16());
+  EXPECT_EQ(parse_precision("bf16"), ComputePrecision::kBFloat16);
+  EXPECT_EQ(parse_precision("fp32"), ComputePrecision::kFloat32);
+  EXPECT_THROW(parse_precision("fp16"), InvalidArgument);
+}
+
+// loss = sum(f(inputs) * r): the gradient reaching f's output is r.
+struct OpRun {
+  Tensor out;
+  std::vector<Tensor> grads;
+};
+template <typename F>
+OpRun run(F f, std::vector<Tensor> inputs, const Tensor& r) {
+  for (Tensor& t : inputs) t = t.detach().set_requires_grad(true);
+  OpRun res;
+  res.out = f(inputs);
+  sum(res.out * r).backward();
+  for (const Tensor& t : inputs) res.grads.push_back(t.grad());
+  return res;
+}
+
+TEST(Bf16Ops, LinearMatmulAndLinearGeluOnEveryPath) {
+  Tensor x = randn({2, 6, 40}, 1), w = randn({24, 40}, 2), b = randn({24}, 3);
+  Tensor r = randn({2, 6, 24}, 4, kFloat32, false);
+  Tensor p = randn({3, 5, 40}, 5), q = randn({40, 7}, 6);
+  Tensor rq = randn({3, 5, 7}, 7, kFloat32, false);
+  auto lin = [](In v) { return linear(v[0], v[1], v[2]); };
+  auto lg = [](In v) { return linear_gelu(v[0], v[1], v[2]); };
+  auto mm = [](In v) { return matmul(v[0], v[1]); };
+  const OpRun lin32 = run(lin, {x, w, b}, r), lg32 = run(lg, {x, w, b}, r),
+              mm32 = run(mm, {p, q}, rq);
+  for (native::Bf16Path path : native::supported_bf16_paths()) {
+    SCOPED_TRACE(native::bf16_path_name(path));
+    PrecisionScope bf16(PrecisionPolicy::bf16(path));
+    const OpRun l16 = run(lin, {x, w, b}, r), g16 = run(lg, {x, w, b}, r),
+                m16 = run(mm, {p, q}, rq);
+    // Forward: float32 out, the product of the rounded inputs.
+    ASSERT_EQ(l16.out.dtype(), kFloat32);
+    Tensor want = native::linear(rounded(x), rounded(w), b.detach());
+    EXPECT_TRUE(allclose(l16.out, want, 1e-5, 1e-5));
+    EXPECT_TRUE(allclose(l16.out, lin32.out, 2e-2, 5e-2));
+    EXPECT_TRUE(allclose(g16.out, lg32.out, 2e-2, 5e-2));
+    EXPECT_TRUE(allclose(m16.out, native::matmul(rounded(p), rounded(q)), 1e-5, 1e-5));
+    EXPECT_TRUE(allclose(m16.out, mm32.out, 2e-2, 5e-2));
+    // Backward: float32 gradients from bf16 products (the gradient rounded too).
+    Tensor r2 = rounded(r).reshape({12, 24});
+    Tensor gx = native::mm(r2, rounded(w)).reshape({2, 6, 40});
+    Tensor gw = native::mm(r2.transpose(0, 1), rounded(x).reshape({12, 40}));
+    ASSERT_EQ(l16.grads[1].dtype(), kFloat32);
+    EXPECT_TRUE(allclose(l16.grads[0], gx, 1e-5, 1e-5));
+    EXPECT_TRUE(allclose(l16.grads[1], gw, 1e-5, 1e-4));
+    EXPECT_TRUE(allclose(l16.grads[2], lin32.grads[2], 1e-5, 1e-5));  // bias: float32 sum
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(allclose(l16.grads[i], lin32.grads[i], 2e-2, 1e-1)) << i;
+      EXPECT_TRUE(allclose(g16.grads[i], lg32.grads[i], 2e-2, 1e-1)) << i;
+    }
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_TRUE(allclose(m16.grads[i], mm32.grads[i], 2e-2, 1e-1)) << i;
+  }
+}
+
+TEST(Bf16Ops, TheGraphKeepsTheBf16CopyNotTheFloat32Input) {
+  Tensor x = randn({8, 16}, 1), w = randn({4, 16}, 2);
+  const long before = x.storage().use_count();
+  Tensor y32 = linear(x, w);
+  EXPECT_GT(x.storage().use_count(), before);  // float32: backward holds x itself
+  y32 = Tensor();
+  EXPECT_EQ(x.storage().use_count(), before);
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  Tensor y16 = linear(x, w), z16 = linear_gelu(x, w), m16 = matmul(x, w.transpose(0, 1));
+  EXPECT_EQ(x.storage().use_count(), before);  // bf16: only the rounded copy
+  sum(y16 + z16 + m16).backward();
+  EXPECT_EQ(x.grad().dtype(), kFloat32);
+  EXPECT_EQ(w.grad().dtype(), kFloat32);
+}
+
+TEST(Bf16Ops, Float64IsNeverRoundedSoGradcheckPasses) {
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  Tensor x = randn({2, 3, 5}, 1, kFloat64), w = randn({4, 5}, 2, kFloat64),
+         b = randn({4}, 3, kFloat64), q = randn({5, 3}, 4, kFloat64);
+  for (auto f : {+[](In v) { return linear(v[0], v[1], v[2]); },
+                 +[](In v) { return linear_gelu(v[0], v[1], v[2]); }}) {
+    auto res = gradcheck(f, {x, w, b});
+    EXPECT_TRUE(res.ok) << res.message;
+  }
+  auto res = gradcheck([](In v) { return matmul(v[0], v[1]); }, {x, q});
+  EXPECT_TRUE(res.ok) << res.message;
+}
+
+}  // namespace
+}  // namespace cohort
