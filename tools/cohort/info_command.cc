@@ -1,4 +1,4 @@
-// `cohort info`: version, CPU and kernel path, BLAS, thread count, optional backends.
+// `cohort info`: version, CPU and kernel path, bf16 path, BLAS, thread count, optional backends.
 #include <cblas.h>
 
 #include <cstdio>
@@ -7,6 +7,7 @@
 #include "cohort/base/config.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
+#include "cohort/core/native/linalg_bf16.h"
 #include "tools/cohort/command.h"
 
 extern "C" char* openblas_get_config(void);
@@ -26,6 +27,12 @@ int run_info() {
   std::printf("kernel paths: %s (this CPU); in use: %s%s\n", paths.c_str(),
               kernel_path_name(kernel_path()),
               kernel_path() == best_kernel_path() ? "" : " (forced)");
+  // The bf16 path --precision bf16 uses, and why the faster one is not.
+  const native::Bf16Path bf16 = native::best_bf16_path();
+  const std::string no_onednn = native::bf16_path_unsupported_reason(native::Bf16Path::kOnednn);
+  std::printf(
+      "bf16 path: %s%s%s\n", native::bf16_path_name(bf16),
+      no_onednn.empty() ? "" : " (onednn: ", no_onednn.empty() ? "" : (no_onednn + ")").c_str());
   std::printf("blas: OpenBLAS (%s)\n", openblas_get_config());
   std::printf("threads: %d\n", num_threads());
   std::printf("backends: native%s%s\n", COHORT_HAVE_MPI ? ", mpi" : "",
