@@ -7,7 +7,9 @@
 
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/core/kernels/attention.h"
+#include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort {
 
@@ -82,11 +84,48 @@ kernels::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const 
   return s;
 }
 
+// Under a bf16 PrecisionPolicy (precision.h): q, k, v and the incoming
+// gradient rounded to bf16, the float32 kernels run on the rounded values
+// (the products exact, scores, softmax statistics (log-sum-exp) and
+// accumulation in float32: the emulated bf16 path, on every policy path);
+// backward keeps bf16 copies of q, k, v and the output, the float32 lse.
+Tensor attention_bf16(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                      const kernels::AttentionShape& s) {
+  Tensor q16 = native::to_bf16(q_in), k16 = native::to_bf16(k_in), v16 = native::to_bf16(v_in);
+  Tensor qf = native::bf16_to_float(q16), kf = native::bf16_to_float(k16);
+  Tensor vf = native::bf16_to_float(v16);
+  Tensor y = Tensor::empty(q_in.sizes());
+  Tensor hq, hk, hv, yh;
+  Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
+  kernels::attention_forward(s, head_rows<const float>(qf, hq), head_rows<const float>(kf, hk),
+                             head_rows<const float>(vf, hv), head_rows<float>(y, yh),
+                             lse.data_ptr<float>());
+  if (!autograd::any_requires_grad({q_in, k_in, v_in})) return y;
+  Tensor y16 = native::to_bf16(y);
+  return record(y, "scaled_dot_product_attention_bf16", {q_in, k_in, v_in},
+                [=](const Tensor& g_in, const std::vector<bool>&) {
+                  Tensor qd = native::bf16_to_float(q16), kd = native::bf16_to_float(k16);
+                  Tensor vd = native::bf16_to_float(v16), yd = native::bf16_to_float(y16);
+                  Tensor g = native::bf16_to_float(native::to_bf16(g_in));
+                  Tensor gq = Tensor::empty(qd.sizes()), gk = Tensor::empty(kd.sizes());
+                  Tensor gv = Tensor::empty(vd.sizes());
+                  Tensor hold[6];
+                  kernels::attention_backward(
+                      s, head_rows<const float>(qd, hold[0]), head_rows<const float>(kd, hold[1]),
+                      head_rows<const float>(vd, hold[2]), head_rows<const float>(yd, hold[3]),
+                      lse.data_ptr<float>(), head_rows<const float>(g, hold[4]),
+                      head_rows<float>(gq, hold[5]), head_rows<float>(gk, hold[5]),
+                      head_rows<float>(gv, hold[5]));
+                  return std::vector<Tensor>{gq, gk, gv};
+                });
+}
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     bool is_causal, std::optional<double> scale) {
   const kernels::AttentionShape s = attention_shape(q_in, k_in, v_in, is_causal, scale);
+  if (current_precision().is_bf16()) return attention_bf16(q_in, k_in, v_in, s);
   Tensor y = Tensor::empty(q_in.sizes());
   Tensor hq, hk, hv;
   const auto q = head_rows<const float>(q_in, hq);

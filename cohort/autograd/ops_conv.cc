@@ -1,8 +1,15 @@
 // conv2d and max_pool2d over the raw kernels in cohort/core/kernels.
+// Under a bf16 PrecisionPolicy (precision.h) conv2d rounds input, weight and
+// the incoming gradient to bf16 and runs the float32 kernels on the rounded
+// values (products exact, float32 accumulation: the emulated bf16 path, on
+// every policy path, as there is no bf16 convolution kernel yet); backward
+// keeps the bf16 copies.
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/core/kernels/conv2d.h"
 #include "cohort/core/kernels/pool2d.h"
+#include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort {
 
@@ -45,6 +52,14 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
   kernels::Conv2dGeometry geo = conv_geometry(x_in, w_in, b_in, stride, padding, op);
   Tensor x = x_in.contiguous(), w = w_in.contiguous();
   Tensor b = b_in.defined() ? b_in.contiguous() : Tensor();
+  const bool bf16 = current_precision().is_bf16();
+  Tensor x16, w16;  // bf16: the rounded operands, what backward keeps
+  if (bf16) {
+    x16 = native::to_bf16(x);
+    w16 = native::to_bf16(w);
+    x = native::bf16_to_float(x16);
+    w = native::bf16_to_float(w16);
+  }
   Tensor y = Tensor::empty({geo.batch, geo.out_channels, geo.out_h(), geo.out_w()});
   const float* pb = b.defined() ? b.data_ptr<float>() : nullptr;
   if (fuse_relu)
@@ -53,26 +68,29 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
   else
     kernels::conv2d_forward(geo, x.data_ptr<float>(), w.data_ptr<float>(), pb, y.data_ptr<float>());
   if (!autograd::any_requires_grad({x_in, w_in, b_in})) return y;
-  Tensor xd = x.detach(), wd = w.detach(), yd = fuse_relu ? y.detach() : Tensor();
+  Tensor xk = bf16 ? Tensor() : x.detach(), wk = bf16 ? Tensor() : w.detach();
+  Tensor yd = fuse_relu ? y.detach() : Tensor();
   bool has_b = b.defined();
-  return record(y, op, {x_in, w_in, b_in},
-                [=](const Tensor& g_in, const std::vector<bool>& needs) {
-                  // One call computes every needed gradient; with the fused ReLU the mask
-                  // y > 0 is applied to dy inside the kernel (no separate pass).
-                  Tensor g = g_in.contiguous();
-                  Tensor gx, gw, gb;
-                  if (needs[0]) gx = Tensor::empty(xd.sizes());
-                  if (needs[1]) gw = Tensor::empty(wd.sizes());
-                  if (has_b && needs[2]) gb = Tensor::empty({geo.out_channels});
-                  kernels::conv2d_backward(geo, xd.data_ptr<float>(), wd.data_ptr<float>(),
-                                           g.data_ptr<float>(),
-                                           fuse_relu ? yd.data_ptr<float>() : nullptr,
-                                           gx.defined() ? gx.data_ptr<float>() : nullptr,
-                                           gw.defined() ? gw.data_ptr<float>() : nullptr,
-                                           gb.defined() ? gb.data_ptr<float>() : nullptr);
-                  return std::vector<Tensor>{gx, gw, gb};
-                },
-                {xd, wd, yd});
+  return record(
+      y, op, {x_in, w_in, b_in},
+      [=](const Tensor& g_in, const std::vector<bool>& needs) {
+        // One call computes every needed gradient; with the fused ReLU the mask
+        // y > 0 is applied to dy inside the kernel (no separate pass).
+        Tensor xd = bf16 ? native::bf16_to_float(x16) : xk;
+        Tensor wd = bf16 ? native::bf16_to_float(w16) : wk;
+        Tensor g = bf16 ? native::bf16_to_float(native::to_bf16(g_in)) : g_in.contiguous();
+        Tensor gx, gw, gb;
+        if (needs[0]) gx = Tensor::empty(xd.sizes());
+        if (needs[1]) gw = Tensor::empty(wd.sizes());
+        if (has_b && needs[2]) gb = Tensor::empty({geo.out_channels});
+        kernels::conv2d_backward(geo, xd.data_ptr<float>(), wd.data_ptr<float>(),
+                                 g.data_ptr<float>(), fuse_relu ? yd.data_ptr<float>() : nullptr,
+                                 gx.defined() ? gx.data_ptr<float>() : nullptr,
+                                 gw.defined() ? gw.data_ptr<float>() : nullptr,
+                                 gb.defined() ? gb.data_ptr<float>() : nullptr);
+        return std::vector<Tensor>{gx, gw, gb};
+      },
+      {xk, wk, yd});
 }
 
 }  // namespace

@@ -176,5 +176,45 @@ TEST(Bf16Ops, Float64IsNeverRoundedSoGradcheckPasses) {
   EXPECT_TRUE(res.ok) << res.message;
 }
 
+// conv2d (and its fused ReLU) and attention under bf16: the float32 op on the
+// rounded inputs, and gradients from the rounded gradient, within float32
+// accumulation of it; close to float32 within bf16 tolerance.
+TEST(Bf16Ops, Conv2dAndAttentionRoundTheirOperands) {
+  Tensor x = randn({2, 3, 8, 8}, 1), w = randn({4, 3, 3, 3}, 2), b = randn({4}, 3);
+  Tensor rc = randn({2, 4, 8, 8}, 4, kFloat32, false);
+  Tensor q = randn({2, 2, 6, 8}, 5), k = randn({2, 2, 6, 8}, 6), v = randn({2, 2, 6, 8}, 7);
+  Tensor ra = randn({2, 2, 6, 8}, 8, kFloat32, false);
+  auto conv = [](In a) { return conv2d(a[0], a[1], a[2], {1, 1}, {1, 1}); };
+  auto conv_relu = [](In a) { return conv2d_relu(a[0], a[1], a[2], {1, 1}, {1, 1}); };
+  auto attn = [](In a) { return scaled_dot_product_attention(a[0], a[1], a[2], true); };
+  const OpRun c32 = run(conv, {x, w, b}, rc), cr32 = run(conv_relu, {x, w, b}, rc);
+  const OpRun a32 = run(attn, {q, k, v}, ra);
+  // The float32 ops on rounded inputs with a rounded incoming gradient.
+  const OpRun cwant = run(conv, {rounded(x), rounded(w), b}, rounded(rc));
+  const OpRun awant = run(attn, {rounded(q), rounded(k), rounded(v)}, rounded(ra));
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  const OpRun c16 = run(conv, {x, w, b}, rc), cr16 = run(conv_relu, {x, w, b}, rc);
+  const OpRun a16 = run(attn, {q, k, v}, ra);
+  EXPECT_TRUE(allclose(c16.out, cwant.out, 0, 0));
+  EXPECT_TRUE(allclose(a16.out, awant.out, 0, 0));
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(allclose(c16.grads[i], cwant.grads[i], 0, 0)) << i;
+    EXPECT_TRUE(allclose(c16.grads[i], c32.grads[i], 2e-2, 1e-1)) << i;
+    EXPECT_TRUE(allclose(cr16.grads[i], cr32.grads[i], 2e-2, 1e-1)) << i;
+    // Attention's backward reads the output kept in bf16: close, not equal.
+    EXPECT_TRUE(allclose(a16.grads[i], awant.grads[i], 1e-2, 2e-2)) << i;
+    EXPECT_TRUE(allclose(a16.grads[i], a32.grads[i], 2e-2, 5e-2)) << i;
+  }
+  EXPECT_TRUE(allclose(c16.out, c32.out, 2e-2, 5e-2));
+  EXPECT_TRUE(allclose(cr16.out, cr32.out, 2e-2, 5e-2));
+  EXPECT_TRUE(allclose(a16.out, a32.out, 2e-2, 2e-2));
+  // What the graph keeps is the bf16 copy, not the float32 input.
+  Tensor xs = x.detach().set_requires_grad(true);
+  const long before = xs.storage().use_count();
+  Tensor y = conv(std::vector<Tensor>{xs, w, b});
+  Tensor z = attn(std::vector<Tensor>{q, xs.reshape({2, 2, 6, 16}).narrow(3, 0, 8), v});
+  EXPECT_EQ(xs.storage().use_count(), before);
+}
+
 }  // namespace
 }  // namespace cohort
