@@ -27,9 +27,13 @@ struct GradBucket {
 };
 
 // A started reduction: wait for `work`, then call `finish` (may be empty).
+// bytes: the size of the tensor the hook handed to the collective, i.e. what
+// this rank puts on the wire for the bucket (times the algorithm's factor,
+// 2 (n - 1) / n for a ring); the reducer sums it (Reducer::reduced_bytes).
 struct BucketReduction {
   distributed::Work work;
   std::function<void()> finish;
+  size_t bytes = 0;
 };
 
 using CommHook = std::function<BucketReduction(distributed::ProcessGroup& pg, GradBucket& bucket)>;
@@ -42,5 +46,9 @@ CommHook allreduce_hook();
 // round after each step), converted back into the float32 bucket and divided
 // by the world size. Costs precision: about 3 significant digits.
 CommHook bf16_compress_hook();
+
+// The hook for gradients reduced in `dtype`: float32 -> allreduce_hook(),
+// bfloat16 -> bf16_compress_hook(); other dtypes throw InvalidArgument.
+CommHook grad_reduce_hook(DType dtype);
 
 }  // namespace cohort::parallel

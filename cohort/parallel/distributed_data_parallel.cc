@@ -38,7 +38,7 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   }
   if (ro.bucket_cap_bytes == 0) ro.bucket_cap_bytes = 1;
   ro.find_unused_parameters = options_.find_unused_parameters;
-  ro.comm_hook = options_.comm_hook;
+  ro.comm_hook = options_.comm_hook ? options_.comm_hook : grad_reduce_hook(options_.reduce_dtype);
   ro.tracer = options_.tracer;
   reducer_ = std::make_unique<Reducer>(module_->named_parameters(), pg_, std::move(ro));
 }

@@ -61,7 +61,11 @@ struct DistributedDataParallelOptions {
   // not reach as ready (their gradient is not averaged in; see reducer.h).
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // broadcast buffers from rank 0 every forward
-  CommHook comm_hook = {};        // empty: all_reduce average (allreduce_hook())
+  // The dtype gradients are all-reduced in when comm_hook is empty: float32
+  // (allreduce_hook(), the default, as Megatron) or bfloat16 (half the bytes
+  // on the wire: bf16_compress_hook()).
+  DType reduce_dtype = DType::kFloat32;
+  CommHook comm_hook = {};  // empty: grad_reduce_hook(reduce_dtype)
   // Records each bucket's reduction (see ReducerOptions::tracer); must
   // outlive the DistributedDataParallel.
   Tracer* tracer = nullptr;

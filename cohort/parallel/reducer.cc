@@ -242,6 +242,7 @@ void Reducer::launch_ready_buckets() {
     GradBucket view{i, buckets_[i].buffer, i + 1 == buckets_.size()};
     if (options_.tracer != nullptr) buckets_[i].launched = Tracer::Clock::now();
     buckets_[i].reduction = options_.comm_hook(*pg_, view);
+    reduced_bytes_ += buckets_[i].reduction.bytes;
   }
   if (next_launch_ == buckets_.size()) finalize();
 }
@@ -293,8 +294,8 @@ void Reducer::trace_bucket(size_t i) {
   options_.tracer->span(
       "comm", fmt::format("{} bucket {}", w.op(), i), "comm", start, end,
       fmt::format(
-          "\"bucket\":{},\"bytes\":{},\"params\":{},\"queued_us\":{}", i, b.buffer.nbytes(),
-          b.params.size(),
+          "\"bucket\":{},\"bytes\":{},\"wire_bytes\":{},\"params\":{},\"queued_us\":{}", i,
+          b.buffer.nbytes(), b.reduction.bytes, b.params.size(),
           std::chrono::duration_cast<std::chrono::microseconds>(start - b.launched).count()));
 }
 

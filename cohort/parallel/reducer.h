@@ -90,6 +90,8 @@ class Reducer {
   const Tensor& bucket_buffer(size_t i) const { return buckets_[i].buffer; }
   // Number of synchronised backward passes finished so far.
   int64_t num_reductions() const { return num_reductions_; }
+  // Bytes the comm hooks handed to the collectives so far (BucketReduction::bytes).
+  size_t reduced_bytes() const { return reduced_bytes_; }
 
  private:
   struct Param {
@@ -131,6 +133,7 @@ class Reducer {
   std::vector<size_t> unused_;
   size_t next_launch_ = 0;
   int64_t num_reductions_ = 0;
+  size_t reduced_bytes_ = 0;
 };
 
 }  // namespace cohort::parallel

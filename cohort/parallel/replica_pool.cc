@@ -30,6 +30,7 @@ ReplicaPool::~ReplicaPool() {
 void ReplicaPool::run_task(int index) {
   try {
     ThreadBudgetGuard budget(budgets_[static_cast<size_t>(index)]);
+    PrecisionScope precision(precision_);
     bool prev = GradMode::is_enabled();
     GradMode::set_enabled(grad_mode_);
     int prev_replica = t_current_replica;
@@ -75,6 +76,7 @@ void ReplicaPool::run(int n, const std::function<void(int)>& fn) {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     grad_mode_ = GradMode::is_enabled();
+    precision_ = current_precision();
     active_ = n - 1;
     remaining_ = n - 1;
     if (n > 1) ++generation_;

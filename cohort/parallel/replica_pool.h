@@ -3,8 +3,9 @@
 // calling thread and fn(1..n-1) on the pool's threads, returns when all are
 // done and rethrows the first exception (by replica index). Each task runs
 // with the intra-op thread budget given for its replica (ThreadBudgetGuard)
-// and with the caller's grad mode, so replicas share the cores instead of
-// oversubscribing them.
+// and with the caller's grad mode and precision policy (autograd/precision.h),
+// so replicas share the cores instead of oversubscribing them and compute as
+// the caller would.
 //
 // The waits have no deadline: they wait for computation that this process is
 // doing itself, which always ends (a task that throws ends too).
@@ -19,6 +20,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "cohort/autograd/precision.h"
 
 namespace cohort::parallel {
 
@@ -51,6 +54,7 @@ class ReplicaPool {
   int active_ = 0;     // tasks handed to workers in this generation
   int remaining_ = 0;  // of those, not finished
   bool grad_mode_ = true;
+  PrecisionPolicy precision_;  // the caller's, for every task
   bool stop_ = false;
   const std::function<void(int)>* fn_ = nullptr;
   std::vector<std::exception_ptr> errors_;

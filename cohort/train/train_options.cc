@@ -77,7 +77,18 @@ std::string TrainOptions::effective_data_dir() const {
                                         : data::FashionMnist::kDefaultRoot;
 }
 
+PrecisionPolicy TrainOptions::precision_policy() const {
+  if (precision == ComputePrecision::kFloat32) return PrecisionPolicy::fp32();
+  return PrecisionPolicy::bf16(bf16_path.value_or(native::best_bf16_path()));
+}
+
 void TrainOptions::validate() const {
+  if (precision == ComputePrecision::kBFloat16 && bf16_path)
+    native::check_bf16_path(*bf16_path, "--bf16-path");
+  COHORT_CHECK(grad_reduce == ComputePrecision::kFloat32 || strategy == Strategy::kAuto ||
+                   strategy == Strategy::kDdp,
+               "--grad-reduce bf16 applies to DDP (--strategy ddp or auto), not --strategy {}",
+               strategy_name(strategy));
   COHORT_CHECK(epochs >= 1, "--epochs must be >= 1, got {}", epochs);
   COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);
   double l = effective_lr();

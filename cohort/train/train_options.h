@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "cohort/autograd/precision.h"
+
 namespace cohort::train {
 
 // kGpt: the GPT-2-family transformer (nn/models/gpt.h) at the reference size
@@ -92,6 +94,18 @@ struct TrainOptions {
   // Validation batches evaluated at each epoch's end (0: the whole split).
   int64_t eval_batches = 20;
   std::optional<double> weight_decay;  // AdamW; default 0.1 for gpt (2-D weights only), else 0.01
+
+  // ---- precision (autograd/precision.h) ----
+  // kBFloat16: matmul, linear, conv2d and attention compute in bf16 with
+  // float32 accumulation during training steps; parameters, gradients and
+  // optimizer state stay float32 (master weights); evaluation runs in float32.
+  ComputePrecision precision = ComputePrecision::kFloat32;
+  std::optional<native::Bf16Path> bf16_path;  // unset: the best this CPU runs
+  // DDP's gradients on the wire: float32 (default, as Megatron) or bf16 (half
+  // the bytes; parallel/comm_hooks.h's bf16_compress_hook).
+  ComputePrecision grad_reduce = ComputePrecision::kFloat32;
+  // The policy a training step runs under.
+  PrecisionPolicy precision_policy() const;
 
   bool is_language_model() const { return model == ModelKind::kGpt || model == ModelKind::kGpt2; }
   // The effective learning rate and momentum.

@@ -134,6 +134,7 @@ class Run {
                    double local_samples_run);
 
   const TrainOptions& o_;
+  const PrecisionPolicy precision_ = o_.precision_policy();  // each training step's
   TrainObserver* observer_;
   TrainResult& result_;
   RunInfo& info_;
@@ -377,6 +378,7 @@ void Run::run_epoch(int64_t epoch) {
     double l = 0;
     {
       TraceSpan span(tracer_.get(), "main", "step", "compute");
+      PrecisionScope precision(precision_);  // forward and backward; the update is float32 anyway
       l = strategy_->step(b, check);
     }
     ++step_;

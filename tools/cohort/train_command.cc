@@ -28,6 +28,7 @@ struct TrainArgs {
   std::string strategy = "auto";
   double lr = 0;
   double momentum = 0;
+  std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32";
   train::TrainOptions options;
 };
 
@@ -56,6 +57,9 @@ int run_train(CLI::App* app, TrainArgs* args) {
     o.strategy = train::parse_strategy(args->strategy);
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
+    o.precision = parse_precision(args->precision);
+    if (args->bf16_path != "auto") o.bf16_path = native::parse_bf16_path(args->bf16_path);
+    o.grad_reduce = parse_precision(args->grad_reduce);
     if (app->count("--resume") > 0 && o.resume.empty()) o.resume = "auto";
     // The environment is read here, at the edge (docs/design.md rule 11).
     const char* transport = std::getenv("COHORT_TRANSPORT");
@@ -185,6 +189,20 @@ std::function<int()> setup(CLI::App& app) {
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "Megatron's sequence parallelism (--strategy tensor, --model gpt/gpt2): each rank "
                "keeps T / ranks positions between the tensor-parallel regions");
+  app.add_option("--precision", args->precision,
+                 "Compute precision: fp32, or bf16 (matmul, linear, conv2d and attention in bf16 "
+                 "with fp32 accumulation; fp32 master weights, gradients and optimizer state)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--bf16-path", args->bf16_path,
+                 "bf16 kernels (--precision bf16): auto (the best this CPU runs; `cohort info`), "
+                 "emulated (fp32 GEMM on bf16 values, every CPU) or onednn (AVX512-BF16/AMX)")
+      ->check(CLI::IsMember({"auto", "emulated", "onednn"}))
+      ->capture_default_str();
+  app.add_option("--grad-reduce", args->grad_reduce,
+                 "DDP gradients on the wire: fp32, or bf16 (half the bytes, about 3 digits)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
       ->capture_default_str();
   app.add_option("--backend", o.backend,

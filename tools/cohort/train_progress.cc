@@ -50,6 +50,10 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
     default:
       how = fmt::format("1 process, {} threads", info.threads);
   }
+  if (options_.precision == ComputePrecision::kBFloat16)
+    how += fmt::format(", bf16 compute ({})",
+                       native::bf16_path_name(options_.precision_policy().bf16_path));
+  if (options_.grad_reduce == ComputePrecision::kBFloat16) how += ", bf16 gradient reduction";
   tokens_per_example_ = info.tokens_per_example;
   if (tokens_per_example_ > 0) {
     std::fprintf(
