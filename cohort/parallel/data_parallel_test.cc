@@ -177,6 +177,21 @@ TEST(DataParallel, NoGraphUnderNoGrad) {
   expect_close(out, model->forward(x), "no-grad output");
 }
 
+// The replicas compute under the caller's precision policy: each chunk's
+// output equals the unwrapped model's under the same bf16 policy, and differs
+// from its float32 output by far more than float32 rounding.
+TEST(DataParallel, ReplicasInheritThePrecisionPolicy) {
+  Generator gen(6);
+  auto model = std::make_shared<nn::ToyModel>(gen);
+  DataParallel dp(model, 2);
+  Tensor x = randn({8, 10}, gen);
+  Tensor fp32 = model->forward(x);
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  Tensor out = dp.forward(x), want = model->forward(x);
+  EXPECT_TRUE(allclose(out, want, 1e-6, 1e-6));
+  EXPECT_FALSE(allclose(out.narrow(0, 4, 4), fp32.narrow(0, 4, 4), 1e-5, 1e-5));
+}
+
 TEST(DataParallel, BuffersComeFromReplicaZero) {
   Generator gen(9);
   auto model = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{

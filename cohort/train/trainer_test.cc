@@ -184,6 +184,40 @@ TEST(Trainer, DataParallelMatchesSingleProcessTraining) {
   for (const auto& [name, t] : x) EXPECT_TRUE(allclose(t, y.at(name), 1e-4, 1e-5)) << name;
 }
 
+// --precision bf16: float32 parameters (master weights) that follow the
+// float32 run within bf16 tolerance but not bit for bit; DataParallel's
+// replica threads compute under the same policy (they match one process).
+TEST(Trainer, Bf16PrecisionKeepsFloat32MasterWeights) {
+  TrainOptions o = small_net();
+  o.max_steps = 3;
+  TrainOptions h = o;
+  h.precision = ComputePrecision::kBFloat16;
+  h.bf16_path = native::Bf16Path::kEmulated;
+  TrainOptions d = h;
+  d.strategy = Strategy::kDp;
+  d.replicas = 2;
+  d.threads = 2;
+  o.checkpoint_dir = temp_dir("fp32");
+  h.checkpoint_dir = temp_dir("bf16");
+  d.checkpoint_dir = temp_dir("bf16dp");
+  TrainResult a = Trainer(o).run(), b = Trainer(h).run(), c = Trainer(d).run();
+  auto x = checkpoint::load_safetensors(a.last_checkpoint + "/model.safetensors").tensors;
+  auto y = checkpoint::load_safetensors(b.last_checkpoint + "/model.safetensors").tensors;
+  auto z = checkpoint::load_safetensors(c.last_checkpoint + "/model.safetensors").tensors;
+  bool all_equal = true;
+  for (const auto& [name, t] : x) {
+    EXPECT_EQ(y.at(name).dtype(), kFloat32) << name;
+    EXPECT_TRUE(allclose(y.at(name), t, 1e-2, 1e-3)) << name;
+    all_equal = all_equal && equal(y.at(name), t);
+    EXPECT_TRUE(allclose(z.at(name), y.at(name), 1e-4, 1e-5)) << name;
+  }
+  EXPECT_FALSE(all_equal) << "bf16 training gave the float32 run's bits: policy not applied?";
+  TrainOptions bad = small_net();
+  bad.strategy = Strategy::kDp;
+  bad.grad_reduce = ComputePrecision::kBFloat16;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
+}
+
 TEST(Evaluate, CountsCorrectPredictions) {
   TrainOptions o = small_net();
   Splits s = make_splits(o);

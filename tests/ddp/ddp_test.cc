@@ -305,5 +305,44 @@ TEST(DDP, Bf16HookIsCloseToFloat32) {
       2);
 }
 
+// --grad-reduce bf16 (reduce_dtype): the hooks hand the collectives half the
+// bytes of float32's (the whole model's gradients, one step), and the
+// gradients stay within bf16 rounding of float32's.
+TEST(DDP, Bf16GradReduceHalvesTheBytesReduced) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto [x, y] = batch_of(0);
+        Tensor xl = x.narrow(0, rank * 32, 32), yl = y.narrow(0, rank * 32, 32);
+        auto fp32 = make_net(0);
+        auto bf16 = make_net(0);
+        DistributedDataParallel a(fp32, pg, {.bucket_cap_mb = 0.05});
+        DistributedDataParallel b(bf16, pg,
+                                  {.bucket_cap_mb = 0.05, .reduce_dtype = DType::kBFloat16});
+        nll_loss(a.forward(xl), yl).backward();
+        nll_loss(b.forward(xl), yl).backward();
+        size_t grad_bytes = 0;
+        for (const Tensor& p : fp32->parameters()) grad_bytes += p.nbytes();
+        const size_t full = a.reducer().reduced_bytes(), half = b.reducer().reduced_bytes();
+        if (a.reducer().num_buckets() < 2 || full != grad_bytes || half * 2 != full)
+          throw Error(
+              fmt::format("rank {}: {} buckets reduced {} bytes in float32 and {} in bf16 "
+                          "for {} bytes of gradients",
+                          rank, a.reducer().num_buckets(), full, half, grad_bytes));
+        auto pa = fp32->named_parameters();
+        auto pb = bf16->named_parameters();
+        for (size_t i = 0; i < pa.size(); ++i) {
+          Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
+          double scale = 0;
+          for (float v : ga.to_vector<float>()) scale = std::max(scale, double(std::fabs(v)));
+          if (!allclose(gb, ga, 2e-2, 2e-2 * scale))
+            throw Error("bf16-reduced gradient of " + pa[i].first + " is not close to float32's");
+        }
+        distributed::destroy_process_group(pg);
+      },
+      2);
+  EXPECT_THROW(grad_reduce_hook(DType::kFloat64), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace cohort::parallel
