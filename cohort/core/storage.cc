@@ -1,5 +1,6 @@
 #include "cohort/core/storage.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -77,14 +78,20 @@ size_t round_capacity(size_t nbytes) {
 
 }  // namespace
 
+namespace {
+std::atomic<size_t> g_live_bytes{0};  // a statistic only (Storage::live_bytes)
+}  // namespace
+
 Storage::Storage(size_t nbytes) : nbytes_(nbytes), capacity_(round_capacity(nbytes)) {
   // The padding lets vector kernels read whole 64-byte lines at the tail.
   if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled())
     data_ = BlockCache::instance().take(capacity_);
   if (!data_) data_ = raw_alloc(capacity_);
+  g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);  // after a throwing allocation
 }
 
 Storage::~Storage() {
+  g_live_bytes.fetch_sub(nbytes_, std::memory_order_relaxed);
   if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled() &&
       BlockCache::instance().give(data_, capacity_))
     return;
@@ -92,6 +99,8 @@ Storage::~Storage() {
 }
 
 size_t Storage::cached_bytes() { return BlockCache::instance().cached(); }
+
+size_t Storage::live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
 
 void Storage::release_cache() { BlockCache::instance().release(); }
 

@@ -44,6 +44,9 @@ class Storage {
 
   // Bytes currently parked in the cache (for tests and memory reports).
   static size_t cached_bytes();
+  // Bytes (nbytes) of all Storages alive now, e.g. what an autograd graph
+  // holds between forward and backward (memory reports, tests).
+  static size_t live_bytes();
   // Returns every cached block to the system.
   static void release_cache();
 

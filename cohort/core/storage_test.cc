@@ -32,5 +32,14 @@ TEST(Storage, LargeBlocksAreRecycled) {
   Storage::release_cache();
 }
 
+TEST(Storage, LiveBytesCountsStoragesAliveNow) {
+  const size_t before = Storage::live_bytes();
+  {
+    Storage small(1000), large(Storage::kCacheMinBytes * 2);
+    EXPECT_EQ(Storage::live_bytes() - before, 1000 + Storage::kCacheMinBytes * 2);
+  }
+  EXPECT_EQ(Storage::live_bytes(), before);  // cached blocks are not live
+}
+
 }  // namespace
 }  // namespace cohort
