@@ -17,9 +17,17 @@
 // prints the JSON line (its ms/step, its peak RSS; FLOPs and MFU over all
 // ranks against the peak of P x --threads cores).
 //
+// --precision bf16: each step's forward and backward under the bf16
+// PrecisionPolicy (autograd/precision.h; --bf16-path emulated|onednn, default
+// the best this CPU runs), AdamW on the float32 master weights; --grad-reduce
+// bf16: DDP reduces the gradients in bf16. "graph_mib" is what the autograd
+// graph holds between forward and backward (Storage::live_bytes after the
+// last timed forward minus before it: saved activations, bf16 copies, loss).
+//
 // Usage: bench_gpt [--preset ref|gpt2] [--n-layer L] [--n-head H] [--n-embd C]
 //                  [--block-size T] [--vocab V] [--batch B] [--seq T]
 //                  [--steps N] [--warmup N] [--threads N] [--seed S] [--ddp]
+//                  [--precision fp32|bf16] [--bf16-path P] [--grad-reduce fp32|bf16]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -31,6 +39,7 @@
 
 #include "bench/kernels/core_peak.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "cohort/distributed/process_group.h"
@@ -52,7 +61,8 @@ double median(std::vector<double> v) {
   std::fprintf(stderr,
                "bench_gpt: %s\nusage: bench_gpt [--preset ref|gpt2] [--n-layer L] [--n-head H] "
                "[--n-embd C] [--block-size T] [--vocab V] [--batch B] [--seq T] [--steps N] "
-               "[--warmup N] [--threads N] [--seed S] [--ddp]\n",
+               "[--warmup N] [--threads N] [--seed S] [--ddp] [--precision fp32|bf16] "
+               "[--bf16-path emulated|onednn] [--grad-reduce fp32|bf16]\n",
                why);
   std::exit(2);
 }
@@ -65,6 +75,8 @@ int main(int argc, char** argv) {
   int steps = 10, warmup = 2, threads = 2;
   uint64_t seed = 1337;
   bool ddp = false;
+  ComputePrecision precision = ComputePrecision::kFloat32, grad_reduce = ComputePrecision::kFloat32;
+  native::Bf16Path bf16_path = native::best_bf16_path();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ddp") {
@@ -101,6 +113,12 @@ int main(int argc, char** argv) {
       warmup = static_cast<int>(n);
     } else if (a == "--threads") {
       threads = static_cast<int>(n);
+    } else if (a == "--precision") {
+      precision = parse_precision(v);
+    } else if (a == "--bf16-path") {
+      bf16_path = native::parse_bf16_path(v);
+    } else if (a == "--grad-reduce") {
+      grad_reduce = parse_precision(v);
     } else if (a == "--seed") {
       seed = static_cast<uint64_t>(n);
     } else {
@@ -119,7 +137,12 @@ int main(int argc, char** argv) {
   Generator gen(seed);  // the same initial weights on every rank
   auto model = std::make_shared<nn::GPT>(config, gen);
   std::unique_ptr<parallel::DistributedDataParallel> wrapped;
-  if (pg) wrapped = std::make_unique<parallel::DistributedDataParallel>(model, pg);
+  parallel::DistributedDataParallelOptions ddp_options;
+  if (grad_reduce == ComputePrecision::kBFloat16) ddp_options.reduce_dtype = DType::kBFloat16;
+  if (pg) wrapped = std::make_unique<parallel::DistributedDataParallel>(model, pg, ddp_options);
+  const PrecisionPolicy policy = precision == ComputePrecision::kBFloat16
+                                     ? PrecisionPolicy::bf16(bf16_path)
+                                     : PrecisionPolicy::fp32();
   const nn::WeightDecayGroups groups = nn::weight_decay_groups(*model);
   optim::AdamW opt(groups.decay, {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1});
   opt.add_param_group(groups.no_decay, {{"weight_decay", 0.0}});
@@ -127,12 +150,16 @@ int main(int argc, char** argv) {
   const int64_t params_no_pos = params - config.block_size * config.n_embd;
 
   Generator data(seed + 1 + static_cast<uint64_t>(rank));  // each rank its own batches
+  size_t graph_bytes = 0;
   auto step = [&] {
     Tensor idx = randint(0, config.vocab_size, {batch, seq}, data);
     Tensor tgt = randint(0, config.vocab_size, {batch, seq}, data);
+    PrecisionScope scope(policy);
+    const size_t before = Storage::live_bytes();
     Tensor loss = wrapped ? cross_entropy(wrapped->forward(idx).reshape({-1, config.vocab_size}),
                                           tgt.reshape({-1}))
                           : model->forward(idx, tgt);
+    graph_bytes = Storage::live_bytes() - before;
     opt.zero_grad(true);
     loss.backward();
     opt.step();
@@ -164,14 +191,18 @@ int main(int argc, char** argv) {
   }
   if (rank != 0) return 0;
   std::printf(
-      "{\"impl\": \"cohort\", \"precision\": \"fp32\", \"ranks\": %d, \"threads\": %d, "
+      "{\"impl\": \"cohort\", \"precision\": \"%s\", \"bf16_path\": \"%s\", "
+      "\"grad_reduce\": \"%s\", \"graph_mib\": %.1f, \"ranks\": %d, \"threads\": %d, "
       "\"n_layer\": %lld, "
       "\"n_head\": %lld, \"n_embd\": %lld, \"block_size\": %lld, \"vocab\": %lld, \"batch\": %lld, "
       "\"seq\": %lld, \"params\": %lld, \"steps\": %d, \"ms_step\": %.2f, \"ms_min\": %.2f, "
       "\"ms_max\": %.2f, \"loss_last\": %.4f, \"peak_rss_mib\": %.1f, \"gflop_step\": %.3f, "
       "\"peak_gflops\": %.1f, \"peak_gflops_core\": %.1f, \"mfu\": %.4f, \"cpu\": \"%s\", "
       "\"kernel_path\": \"%s\"}\n",
-      world, threads, (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
+      precision_name(precision),
+      precision == ComputePrecision::kBFloat16 ? native::bf16_path_name(bf16_path) : "-",
+      precision_name(grad_reduce), graph_bytes / 1048576.0, world, threads,
+      (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
       (long long)config.block_size, (long long)config.vocab_size, (long long)batch, (long long)seq,
       (long long)params, steps, med, *std::min_element(ms.begin(), ms.end()),
       *std::max_element(ms.begin(), ms.end()), last, ru.ru_maxrss / 1024.0, flops * 1e-9,

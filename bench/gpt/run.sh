@@ -3,7 +3,8 @@
 #   ref   the reference size: 4 layers, 4 heads, width 256, T 128, vocab 256, batch 16
 #   long  the same model with block 1024, batch 2
 #   gpt2  GPT-2 124M's shape (12/12/768, vocab 50304) on B 4, T 64 (llm.c's CPU trainer)
-# each as cohort fp32 (bench_gpt), PyTorch fp32 and PyTorch bf16 autocast
+# each as cohort fp32 and cohort bf16 (bench_gpt --precision bf16, the best bf16
+# path this CPU runs: `cohort info`), PyTorch fp32 and PyTorch bf16 autocast
 # (torch_gpt.py), 1 process x THREADS threads (default 2), alternating in
 # ROUNDS rounds (default 3); each figure is the median over rounds of each
 # run's median ms/step. PyTorch runs with OPENBLAS_NUM_THREADS=1, its fastest
@@ -71,6 +72,9 @@ for cfg in ${CONFIGS:-ref long gpt2}; do
     # shellcheck disable=SC2086
     "$bench" $a --steps "$s" --warmup 2 --threads "$threads" >"$tmp/$cfg.cohort.$r.json"
     # shellcheck disable=SC2086
+    "$bench" $a --steps "$s" --warmup 2 --threads "$threads" --precision bf16 \
+      >"$tmp/$cfg.cohortbf16.$r.json"
+    # shellcheck disable=SC2086
     OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
       --warmup 2 --threads "$threads" --precision fp32 >"$tmp/$cfg.torch.$r.json"
     if [[ $BF16 == 1 ]]; then
@@ -109,13 +113,13 @@ def load(cfg, impl):
         lines = [l[l.index("{"):] for l in open(f"{tmp}/{cfg}.{impl}.{r}.json") if '{"impl"' in l]
         runs.append(json.loads(lines[-1]))
     return runs
-hdr = "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}"
-print(hdr.format("config", "impl", "ms/step", "min", "max", "GFLOP", "MFU", "RSS MiB"))
+hdr = "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}"
+print(hdr.format("config", "impl", "ms/step", "min", "max", "GFLOP", "MFU", "RSS MiB", "graph MiB"))
 for cfg in configs:
     c = load(cfg, "cohort")
     flop = c[0]["gflop_step"]
     res = {}
-    impls = [("cohort", "cohort fp32"), ("torch", "torch fp32")]
+    impls = [("cohort", "cohort fp32"), ("cohortbf16", "cohort bf16"), ("torch", "torch fp32")]
     if bf16:
         impls.append(("torchbf16", "torch bf16"))
     if ddp and cfg == "ref":
@@ -131,11 +135,14 @@ for cfg in configs:
         print(hdr.format(cfg, name, f"{ms:.1f}", f"{min(r['ms_min'] for r in runs):.1f}",
                          f"{max(r['ms_max'] for r in runs):.1f}", f"{gflop:.2f}",
                          f"{gflop / (ms * 1e-3) / (peak * threads / peaks[0]['threads']) * 100:.1f}%",
-                         f"{rss:.0f}"))
+                         f"{rss:.0f}", f"{runs[0]['graph_mib']:.0f}" if "graph_mib" in runs[0] else "-"))
     (cm, cr), (tm, tr) = res["cohort"], res["torch"]
     line = f"{cfg}: cohort/torch fp32 time {cm / tm:.3f}, peak RSS {cr / tr:.3f}"
+    b16 = load(cfg, "cohortbf16")[0]
+    line += (f"; cohort bf16 ({b16['bf16_path']})/fp32 time {res['cohortbf16'][0] / cm:.3f}, "
+             f"graph memory {b16['graph_mib'] / load(cfg, 'cohort')[0]['graph_mib']:.3f}")
     if bf16:
-        line += f"; cohort/torch bf16 time {cm / res['torchbf16'][0]:.3f}"
+        line += f"; cohort bf16/torch bf16 time {res['cohortbf16'][0] / res['torchbf16'][0]:.3f}"
     if "ddp2" in res:
         line += (f"; DDP 2x1 (16 sequences per rank): cohort/torch (gloo) time "
                  f"{res['ddp2'][0] / res['torchddp2'][0]:.3f}, peak RSS "
