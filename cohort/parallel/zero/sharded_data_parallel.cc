@@ -28,6 +28,28 @@ UnitPolicy no_unit_policy() {
   return [](const std::string&, const nn::Module&) { return false; };
 }
 
+double zero_model_state_bytes(int stage, int64_t psi, int world) {
+  const double p = static_cast<double>(psi), n = world;
+  switch (stage) {
+    case 0:
+      return 16 * p;
+    case 1:
+      return 8 * p + 8 * p / n;
+    case 2:
+      return 4 * p + 12 * p / n;
+    case 3:
+      return 16 * p / n;
+  }
+  throw InvalidArgument(
+      fmt::format("zero_model_state_bytes: stage must be 0 (DDP) to 3, got {}", stage));
+}
+
+double zero_traffic_bytes(int stage, int64_t psi) {
+  COHORT_CHECK(stage >= 0 && stage <= 3, "zero_traffic_bytes: stage must be 0 (DDP) to 3, got {}",
+               stage);
+  return (stage == 3 ? 3.0 : 2.0) * 4.0 * static_cast<double>(psi);
+}
+
 namespace {
 
 // Gives the whole pages inside t's bytes back to the OS; they read as zeros

@@ -109,6 +109,14 @@ struct ZeroTrafficStats {
   uint64_t total() const { return reduce_scatter_bytes + all_gather_bytes + all_reduce_bytes; }
 };
 
+// The ZeRO paper's per-rank model state for fp32 AdamW, in bytes, for psi
+// parameter elements over `world` ranks: stage 0 (DDP) 16 psi, stage 1
+// 8 psi + 8 psi / N, stage 2 4 psi + 12 psi / N, stage 3 16 psi / N.
+double zero_model_state_bytes(int stage, int64_t psi, int world);
+// Bytes a rank passes to the group per step (fp32): 2 psi elements for DDP
+// and stages 1, 2 (all_reduce = reduce_scatter + all_gather), 3 psi for stage 3.
+double zero_traffic_bytes(int stage, int64_t psi);
+
 class ShardedDataParallel : public nn::Module {
  public:
   // Collective over pg (every rank constructs with the same model and options).
