@@ -158,8 +158,14 @@ std::function<int()> setup(CLI::App& app) {
          "--strategy", args->strategy,
          "auto (DDP under cohort run, mpirun or srun, else single), single, ddp, dp, pipeline "
          "(layers in stages over the ranks), tensor (fc layers split over the ranks), ps "
-         "(a parameter server)")
-      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"}))
+         "(a parameter server), zero (ZeRO: optimizer state, gradients, parameters sharded "
+         "over the ranks by --zero-stage)")
+      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor", "ps", "zero"}))
+      ->capture_default_str();
+  app.add_option("--zero-stage", o.zero_stage,
+                 "--strategy zero: 1 shards the optimizer state, 2 also the gradients, 3 also "
+                 "the parameters (FSDP)")
+      ->check(CLI::IsMember({1, 2, 3}))
       ->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers,
                  "Parameter servers (--strategy ps): the first S ranks serve, the others train")

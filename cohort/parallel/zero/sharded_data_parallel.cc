@@ -557,6 +557,53 @@ void ShardedDataParallel::summon_full_params() {
   for (size_t ui = 0; ui < units_.size(); ++ui) ensure_gathered(ui);
 }
 
+void ShardedDataParallel::load_full_params() {
+  if (options_.stage != 3) return;
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    if (u.ag_work.defined()) u.ag_work.wait();
+    u.ag_work = distributed::Work();
+    u.ag_recv = Tensor();
+    u.layout.pack_segment(unit_tensors(u), rank_, u.shard.raw_data(), dtype_size(u.shard.dtype()));
+    u.gathered = true;  // the full parameters are current
+  }
+}
+
+const ShardedDataParallel::Param& ShardedDataParallel::param_of_shard(const Tensor& shard) const {
+  for (const Param& p : params_)
+    if (p.piece.defined() && p.piece.is_same(shard)) return p;
+  throw InvalidArgument(
+      fmt::format("ShardedDataParallel: a {} {} tensor is not one of shard_parameters()",
+                  dtype_name(shard.dtype()), shape_str(shard.sizes())));
+}
+
+Tensor ShardedDataParallel::gather_chunk(const Tensor& shard, const Tensor& chunk) {
+  const Param& p = param_of_shard(shard);
+  const FlatLayout& l = units_[p.unit].layout;
+  COHORT_CHECK(chunk.numel() == shard.numel(),
+               "ShardedDataParallel::gather_chunk: '{}': the chunk has {} elements, the shard {}",
+               p.name, chunk.numel(), shard.numel());
+  const int64_t c = l.chunk(p.slot);
+  Tensor send = Tensor::zeros({c}, chunk.dtype());
+  if (chunk.numel() > 0) send.narrow(0, 0, chunk.numel()).copy_(chunk.reshape({-1}));
+  Tensor recv = Tensor::empty({c * world_}, chunk.dtype());
+  pg_->all_gather(send.raw_data(), recv.raw_data(), static_cast<size_t>(c),
+                  distributed::to_data_type(chunk.dtype()));
+  traffic_.all_gather_bytes += recv.nbytes();
+  return recv.narrow(0, 0, p.tensor.numel()).reshape(p.tensor.sizes()).clone();
+}
+
+Tensor ShardedDataParallel::chunk_of(const Tensor& shard, const Tensor& full) const {
+  const Param& p = param_of_shard(shard);
+  const FlatLayout& l = units_[p.unit].layout;
+  COHORT_CHECK(full.numel() == p.tensor.numel(),
+               "ShardedDataParallel::chunk_of: '{}' has {} elements, the tensor given {}", p.name,
+               p.tensor.numel(), full.numel());
+  const int64_t n = l.local_numel(p.slot, rank_);
+  if (n == 0) return Tensor::zeros({0}, full.dtype());
+  return full.reshape({-1}).narrow(0, rank_ * l.chunk(p.slot), n).clone();
+}
+
 // ---- after the optimizer ----
 
 void ShardedDataParallel::after_step() {

@@ -146,6 +146,20 @@ class ShardedDataParallel : public nn::Module {
   // parameters; they stay until the next forward frees them. Other stages: no-op.
   void summon_full_params();
 
+  // Stage 3: after the module's full parameters were overwritten (a
+  // checkpoint loaded into module()), takes this rank's segments from them.
+  // Other stages: no-op (the full parameters are the ones trained).
+  void load_full_params();
+  // Collective: `chunk` -- a tensor shaped like the shard `shard` (this
+  // rank's chunk of one parameter, e.g. an optimizer's moment of it) --
+  // gathered from every rank into the full parameter's shape.
+  Tensor gather_chunk(const Tensor& shard, const Tensor& chunk);
+  // This rank's chunk of `full`, a tensor shaped like the parameter whose
+  // shard is `shard` (a copy, 1-d). No communication.
+  Tensor chunk_of(const Tensor& shard, const Tensor& full) const;
+  // Elements of the parameter whose shard is `shard`.
+  int64_t full_numel_of(const Tensor& shard) const { return param_of_shard(shard).tensor.numel(); }
+
   // Global sum over ranks of `value` (all_reduce; counted in the traffic).
   double all_reduce_sum(double value);
   double all_reduce_max(double value);
@@ -222,6 +236,7 @@ class ShardedDataParallel : public nn::Module {
   void prefetch_after(size_t u, int step);
   void note_gathered();
   std::vector<Tensor> unit_tensors(const Unit& u) const;
+  const Param& param_of_shard(const Tensor& shard) const;
 
   nn::ModulePtr module_;
   std::shared_ptr<distributed::ProcessGroup> pg_;

@@ -53,6 +53,43 @@ double ShardedOptimizer::clip_grad_norm(double max_norm, double norm_type) {
   return total;
 }
 
+namespace {
+
+// The optimizer's parameters in state_dict numbering (groups in order).
+std::vector<Tensor> numbered_params(const optim::Optimizer& opt) {
+  std::vector<Tensor> out;
+  for (const optim::ParamGroup& g : opt.param_groups())
+    out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+}  // namespace
+
+TensorDict ShardedOptimizer::full_state_dict() {
+  // Every rank holds the same keys in the same order (every shard has a
+  // gradient, so the optimizers create the same state), so the gathers line up.
+  const std::vector<Tensor> params = numbered_params(*optimizer_);
+  TensorDict full;
+  for (const auto& [key, t] : optimizer_->state_dict()) {
+    const int64_t i = optim::state_key_param_index(key);
+    const bool chunked = i >= 0 && t.dim() == 1 && t.sizes() == params[i].sizes();
+    full.insert(key, chunked ? model_.gather_chunk(params[i], t) : t.clone());
+  }
+  return full;
+}
+
+void ShardedOptimizer::load_full_state_dict(const TensorDict& full) {
+  const std::vector<Tensor> params = numbered_params(*optimizer_);
+  TensorDict mine;
+  for (const auto& [key, t] : full) {
+    const int64_t i = optim::state_key_param_index(key);
+    const bool chunked = i >= 0 && i < static_cast<int64_t>(params.size()) && t.dim() > 0 &&
+                         t.numel() == model_.full_numel_of(params[i]);
+    mine.insert(key, chunked ? model_.chunk_of(params[i], t) : t.clone());
+  }
+  optimizer_->load_state_dict(mine);
+}
+
 size_t optimizer_state_bytes(const optim::Optimizer& optimizer) {
   size_t bytes = 0;
   for (const auto& [key, t] : optimizer.state_dict())

@@ -41,6 +41,15 @@ class ShardedOptimizer {
   // them by max_norm / (norm + 1e-6) when that is < 1. Returns the norm.
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
 
+  // Collective: the optimizer's state_dict with each per-parameter state
+  // tensor shaped like its shard gathered into the full parameter's shape
+  // (scalars such as Adam's step kept): what an unsharded optimizer over the
+  // model's trainable parameters, same order and groups, would hold.
+  TensorDict full_state_dict();
+  // The reverse: loads this rank's chunks of such a full state dict. No
+  // communication.
+  void load_full_state_dict(const TensorDict& full);
+
   optim::Optimizer& optimizer() { return *optimizer_; }
   ShardedDataParallel& model() { return model_; }
   // Bytes of the optimizer's per-parameter state on this rank (moments,
