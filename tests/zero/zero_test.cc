@@ -444,5 +444,31 @@ TEST(Zero, GradientsAreReduceScatteredWhileBackwardRuns) {
       2);
 }
 
+TEST(FlatLayout, PacksRankMajorPaddedChunksAndBack) {
+  // {5, 2} over 2 ranks: c = {3, 1}, S = 4;
+  // buffer [t0[0..3) t1[0] | t0[3..5) pad t1[1]].
+  FlatLayout l({5, 2}, 2);
+  EXPECT_EQ(l.shard_numel(), 4);
+  EXPECT_EQ(l.total_numel(), 8);
+  EXPECT_EQ(l.local_numel(0, 1), 2);
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5}), b = Tensor::from_vector<float>({6, 7});
+  std::vector<float> flat(8, -1);
+  l.pack({a, b}, flat.data(), sizeof(float));
+  EXPECT_EQ(flat, (std::vector<float>{1, 2, 3, 6, 4, 5, 0, 7}));
+  Tensor a2 = Tensor::zeros({5}), b2 = Tensor::zeros({2});
+  l.unpack(flat.data(), {a2, b2}, sizeof(float));
+  EXPECT_TRUE(equal(a, a2));
+  EXPECT_TRUE(equal(b, b2));
+  EXPECT_EQ(l.piece_of_tensor(a, 0, 1).to_vector<float>(), (std::vector<float>{4, 5}));
+  // One shard: plain concatenation, views into the buffer (DDP's buckets).
+  FlatLayout one({5, 2}, 1);
+  Tensor buf = Tensor::arange(0.0, 7.0, 1.0);
+  EXPECT_EQ(one.view(buf, 1, {2, 1}).to_vector<float>(), (std::vector<float>{5, 6}));
+  // A tensor smaller than the world: ranks past its elements hold nothing.
+  FlatLayout tiny({1}, 4);
+  EXPECT_EQ(tiny.local_numel(0, 0), 1);
+  EXPECT_EQ(tiny.local_numel(0, 3), 0);
+}
+
 }  // namespace
 }  // namespace cohort::parallel
