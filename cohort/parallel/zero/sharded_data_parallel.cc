@@ -350,6 +350,7 @@ void ShardedDataParallel::reset_iteration() {
   any_ready_ = false;
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;
+  next_finish_ = 0;
   for (Unit& u : units_) {
     u.pending = u.trainable;
     u.rs_send = Tensor();
@@ -381,8 +382,12 @@ void ShardedDataParallel::on_grad_ready(size_t index) {
 }
 
 void ShardedDataParallel::launch_ready_units() {
-  while (next_launch_ < reduce_order_.size() && units_[reduce_order_[next_launch_]].pending == 0)
+  while (next_launch_ < reduce_order_.size() && units_[reduce_order_[next_launch_]].pending == 0) {
+    // At most two reductions in flight: their buffers (a unit's gradients
+    // in rank-major order) are the memory that ZeRO saves elsewhere.
+    while (next_launch_ - next_finish_ >= kMaxReductionsInFlight) finish_reduction();
     launch_reduce_scatter(units_[reduce_order_[next_launch_++]]);
+  }
   if (next_launch_ == reduce_order_.size()) finalize_backward();
 }
 
@@ -406,39 +411,43 @@ void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
   traffic_.reduce_scatter_bytes += u.rs_send.nbytes();
 }
 
-void ShardedDataParallel::finalize_backward() {
-  for (size_t n = 0; n < reduce_order_.size(); ++n) {
-    Unit& u = units_[reduce_order_[n]];
-    try {
-      u.rs_work.wait();
-    } catch (...) {
-      for (size_t m = n + 1; m < reduce_order_.size(); ++m) {
-        try {
-          units_[reduce_order_[m]].rs_work.wait();
-        } catch (...) {
-        }
+void ShardedDataParallel::finish_reduction() {
+  const size_t n = next_finish_;
+  Unit& u = units_[reduce_order_[n]];
+  try {
+    u.rs_work.wait();
+  } catch (...) {
+    // Let the other launched ops end before their buffers go.
+    for (size_t m = n + 1; m < next_launch_; ++m) {
+      try {
+        units_[reduce_order_[m]].rs_work.wait();
+      } catch (...) {
       }
-      std::exception_ptr e = distributed::detail::with_context(
-          std::current_exception(),
-          fmt::format("ShardedDataParallel: reduce_scatter of the gradients of unit '{}' ({} of "
-                      "{})",
-                      u.name, n, reduce_order_.size()));
-      reset_iteration();
-      std::rethrow_exception(e);
     }
-    if (options_.stage == 1) {
-      // This rank's averaged chunk goes back into the full gradients.
-      std::vector<Tensor> grads;
-      for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-      u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(u.rs_recv.dtype()));
-      u.full_grad.storage()->bump_version();
-    } else {
-      u.grad_shard.add_(u.rs_recv);
-    }
-    u.rs_send = Tensor();
-    u.rs_recv = Tensor();
-    u.rs_work = distributed::Work();
+    std::exception_ptr e = distributed::detail::with_context(
+        std::current_exception(),
+        fmt::format("ShardedDataParallel: reduce_scatter of the gradients of unit '{}' ({} of {})",
+                    u.name, n, reduce_order_.size()));
+    reset_iteration();
+    std::rethrow_exception(e);
   }
+  if (options_.stage == 1) {
+    // This rank's averaged chunk goes back into the full gradients.
+    std::vector<Tensor> grads;
+    for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
+    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(u.rs_recv.dtype()));
+    u.full_grad.storage()->bump_version();
+  } else {
+    u.grad_shard.add_(u.rs_recv);
+  }
+  u.rs_send = Tensor();
+  u.rs_recv = Tensor();
+  u.rs_work = distributed::Work();
+  ++next_finish_;
+}
+
+void ShardedDataParallel::finalize_backward() {
+  while (next_finish_ < reduce_order_.size()) finish_reduction();
   if (options_.stage == 3) {
     for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
   }
@@ -611,36 +620,49 @@ void ShardedDataParallel::after_step() {
     for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
     return;
   }
-  std::vector<Tensor> sends(units_.size()), recvs(units_.size());
-  std::vector<distributed::Work> works(units_.size());
+  // One all_gather per unit, at most two in flight (each holds a unit's
+  // parameters in rank-major order until unpacked).
+  struct InFlight {
+    size_t unit;
+    Tensor send, recv;
+    distributed::Work work;
+  };
+  std::vector<InFlight> flight;
   std::exception_ptr error;
-  for (size_t ui = 0; ui < units_.size(); ++ui) {
-    Unit& u = units_[ui];
-    if (u.trainable == 0) continue;
-    const DType dtype = params_[u.params.front()].tensor.dtype();
-    sends[ui] = Tensor::empty({u.layout.shard_numel()}, dtype);
-    u.layout.pack_segment(unit_tensors(u), rank_, sends[ui].raw_data(), dtype_size(dtype));
-    recvs[ui] = Tensor::empty({u.layout.total_numel()}, dtype);
-    works[ui] = pg_->all_gather(sends[ui].raw_data(), recvs[ui].raw_data(),
-                                static_cast<size_t>(u.layout.shard_numel()),
-                                distributed::to_data_type(dtype), {}, distributed::async_op);
-    traffic_.all_gather_bytes += recvs[ui].nbytes();
-  }
-  for (size_t ui = 0; ui < units_.size(); ++ui) {
-    if (!works[ui].defined()) continue;
+  auto finish_oldest = [&] {
+    InFlight f = std::move(flight.front());
+    flight.erase(flight.begin());
     try {
-      works[ui].wait();
+      f.work.wait();
       if (!error)
-        units_[ui].layout.unpack(recvs[ui].raw_data(), unit_tensors(units_[ui]),
-                                 dtype_size(recvs[ui].dtype()));
+        units_[f.unit].layout.unpack(f.recv.raw_data(), unit_tensors(units_[f.unit]),
+                                     dtype_size(f.recv.dtype()));
     } catch (...) {
       if (!error)
         error = distributed::detail::with_context(
             std::current_exception(),
             fmt::format("ShardedDataParallel: all_gather of the updated parameters of unit '{}'",
-                        units_[ui].name));
+                        units_[f.unit].name));
     }
+  };
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    if (u.trainable == 0) continue;
+    if (flight.size() >= 2) finish_oldest();
+    if (error) break;
+    const DType dtype = params_[u.params.front()].tensor.dtype();
+    InFlight f{ui,
+               Tensor::empty({u.layout.shard_numel()}, dtype),
+               Tensor::empty({u.layout.total_numel()}, dtype),
+               {}};
+    u.layout.pack_segment(unit_tensors(u), rank_, f.send.raw_data(), dtype_size(dtype));
+    f.work = pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
+                             static_cast<size_t>(u.layout.shard_numel()),
+                             distributed::to_data_type(dtype), {}, distributed::async_op);
+    traffic_.all_gather_bytes += f.recv.nbytes();
+    flight.push_back(std::move(f));
   }
+  while (!flight.empty()) finish_oldest();
   if (error) std::rethrow_exception(error);
 }
 

@@ -29,8 +29,10 @@
 //
 // Overlap: a unit's reduce_scatter starts from the grad-ready hook of its
 // last gradient, while backward goes on; units are launched in a fixed order
-// (reverse unit order, root last) and the last launch waits for all, so when
-// backward() returns the shard gradients are final (as DDP's reducer).
+// (reverse unit order, root last), at most two in flight (launching a third
+// first waits for the oldest: their buffers are a unit's gradients each),
+// and the last launch waits for all, so when backward() returns the shard
+// gradients are final (as DDP's reducer).
 // Stage 3: before a unit's forward its all_gather is waited for and the next
 // unit's (in the previous forward's order) is issued; in backward the unit's
 // parameters are gathered again when the gradient of its output arrives and
@@ -222,6 +224,7 @@ class ShardedDataParallel : public nn::Module {
   void on_grad_ready(size_t param_index);
   void launch_ready_units();
   void launch_reduce_scatter(Unit& u);
+  void finish_reduction();  // waits for and applies reduce_order_[next_finish_]
   void finalize_backward();
   void reset_iteration();
   void restore_grad_view(Param& p);
@@ -254,6 +257,8 @@ class ShardedDataParallel : public nn::Module {
   bool any_ready_ = false;
   std::vector<bool> ready_;
   size_t next_launch_ = 0;
+  size_t next_finish_ = 0;
+  static constexpr size_t kMaxReductionsInFlight = 2;
   int64_t num_reductions_ = 0;
   // Stage 3: the order units ran in the last forward, and this one's.
   std::vector<size_t> forward_order_, this_forward_;
