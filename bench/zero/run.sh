@@ -10,6 +10,7 @@ shift $(( $# > 2 ? 2 : $# )) || true
 for round in $(seq "$rounds"); do
   for n in 1 2 4; do
     for mode in ddp zero1 zero2 zero3; do
+      echo "# round $round, N=$n, $mode: compilers running: $(pgrep -c cc1plus || true), load: $(cut -d' ' -f1 /proc/loadavg)"
       "$build/tools/cohort/cohort" run --nproc-per-node "$n" "$build/bench/zero/bench_zero" \
         --mode "$mode" "$@"
     done

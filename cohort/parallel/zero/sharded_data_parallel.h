@@ -56,7 +56,10 @@
 // parameters; a parameter that got no gradient keeps its unit from being
 // reduced and the next forward throws naming it; group failures (PeerLost,
 // TimeoutError, mismatches) propagate out of backward() or step().
-// Ownership: shares the module and the group. Not copyable.
+// Ownership: shares the module and the group. Not copyable. Under stage 3
+// the module's parameters are views of the wrapper's per-unit storage; call
+// summon_full_params() before destroying the wrapper when the module is used
+// afterwards (a freed unit reads as zeros).
 // Thread safety: one training thread.
 #pragma once
 
