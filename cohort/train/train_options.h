@@ -68,7 +68,10 @@ struct TrainOptions {
   int64_t ps_staleness = 3;
   // --strategy zero: ZeRO stage 1 (optimizer state sharded), 2 (+ gradients)
   // or 3 (+ parameters, FSDP); see cohort/parallel/zero/sharded_data_parallel.h.
+  // 0: auto, the lowest-traffic stage whose model state fits in
+  // zero_memory_per_rank bytes (parallel::choose_zero_stage).
   int zero_stage = 2;
+  double zero_memory_per_rank = 0;
   // The parameter server's RPC over TCP even between ranks on one host (what
   // ranks on different hosts use anyway); the CLI sets it from
   // COHORT_TRANSPORT=tcp, the switch the process groups follow.

@@ -26,6 +26,11 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
   for (const Tensor& p : model_->parameters())
     if (p.requires_grad()) trainable.push_back(p);
   full_opt_ = make_optimizer(options_, trainable);
+  if (options_.zero_stage == 0) {
+    options_.zero_stage = parallel::choose_zero_stage(model_->num_parameters(), world_->size(),
+                                                      options_.zero_memory_per_rank, &why_);
+    why_ = "auto: " + why_;
+  }
   zero_ = std::make_shared<parallel::ShardedDataParallel>(
       model_, world_,
       parallel::ZeroOptions{.stage = options_.zero_stage,
@@ -89,7 +94,8 @@ void ZeroStrategy::after_resume() {
 int ZeroStrategy::threads() const { return num_threads(); }
 
 std::string ZeroStrategy::layout() const {
-  return fmt::format("ZeRO stage {}, {} units", zero_->stage(), zero_->num_units());
+  return fmt::format("ZeRO stage {}, {} units{}", zero_->stage(), zero_->num_units(),
+                     why_.empty() ? "" : " (" + why_ + ")");
 }
 
 }  // namespace cohort::train

@@ -7,12 +7,15 @@
 // optimizer state into full_optimizer(), an unsharded optimizer of the same
 // kind and groups; after_resume hands a loaded checkpoint back to the
 // shards, so a checkpoint of any strategy and world size resumes here.
+// --zero-stage auto picks the stage from --memory-per-rank
+// (parallel::choose_zero_stage) and says why in layout().
 // Units: a GPT's Blocks, the MLP's layers; under stage 3 the other models
 // are one unit (their forwards call layers directly, without forward hooks).
 // Thread safety: the training thread only.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "cohort/parallel/zero/sharded_optimizer.h"
 #include "cohort/train/train_strategy.h"
@@ -41,6 +44,7 @@ class ZeroStrategy final : public TrainStrategy {
   std::unique_ptr<optim::Optimizer> full_opt_;
   std::shared_ptr<parallel::ShardedDataParallel> zero_;
   std::unique_ptr<parallel::ShardedOptimizer> opt_;
+  std::string why_;  // how --zero-stage auto chose
 };
 
 }  // namespace cohort::train

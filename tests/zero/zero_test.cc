@@ -472,5 +472,21 @@ TEST(FlatLayout, PacksRankMajorPaddedChunksAndBack) {
   EXPECT_EQ(tiny.local_numel(0, 3), 0);
 }
 
+TEST(ZeroAuto, PicksTheLowestTrafficStageThatFitsOrNamesTheWorldSize) {
+  const int64_t psi = 1000000;  // 16 MB of model state under DDP
+  std::string why;
+  EXPECT_EQ(choose_zero_stage(psi, 4, 11e6, &why), 1);  // stage 1: 8 + 2 = 10 MB
+  EXPECT_NE(why.find("stage 1"), std::string::npos) << why;
+  EXPECT_EQ(choose_zero_stage(psi, 4, 8e6, &why), 2);  // stage 2: 4 + 3 = 7 MB
+  EXPECT_EQ(choose_zero_stage(psi, 4, 5e6, &why), 3);  // stage 3: 4 MB
+  EXPECT_NE(why.find("stage 2 would need 7.0 MB"), std::string::npos) << why;
+  try {
+    choose_zero_stage(psi, 4, 3e6);
+    FAIL() << "3 MB per rank cannot hold 16 MB over 4 ranks";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("from 6 ranks on"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace cohort::parallel

@@ -122,6 +122,13 @@ double zero_model_state_bytes(int stage, int64_t psi, int world);
 // and stages 1, 2 (all_reduce = reduce_scatter + all_gather), 3 psi for stage 3.
 double zero_traffic_bytes(int stage, int64_t psi);
 
+// The stage a memory budget allows: the lowest-traffic stage (1, then 2,
+// then 3) whose model state (the formulas above, fp32 AdamW) fits in
+// `bytes_per_rank` for psi parameters over `world` ranks; `why` (optional)
+// says which and why. Throws InvalidArgument when not even stage 3 fits,
+// naming the smallest world size at which it would.
+int choose_zero_stage(int64_t psi, int world, double bytes_per_rank, std::string* why = nullptr);
+
 class ShardedDataParallel : public nn::Module {
  public:
   // Collective over pg (every rank constructs with the same model and options).
