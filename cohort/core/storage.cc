@@ -84,7 +84,18 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes), capacity_(round_capacity(nbyt
   if (!data_) data_ = raw_alloc(capacity_);
 }
 
+Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
+    : data_(data),
+      nbytes_(nbytes),
+      capacity_(nbytes),
+      borrowed_(true),
+      deleter_(std::move(deleter)) {}
+
 Storage::~Storage() {
+  if (borrowed_) {
+    if (deleter_) deleter_(data_);
+    return;
+  }
   if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled() &&
       BlockCache::instance().give(data_, capacity_))
     return;
