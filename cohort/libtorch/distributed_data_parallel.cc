@@ -211,6 +211,11 @@ void DistributedDataParallel::Impl::restore_view(Param& p) {
   if (!options.gradient_as_bucket_view) return;
   if (g.defined() && g.is_same(p.view)) return;
   at::NoGradGuard no_grad;
+  if (g.defined() && g.data_ptr() == p.view.data_ptr() && g.sizes() == p.view.sizes() &&
+      g.is_contiguous()) {
+    g = p.view;  // Module::zero_grad's grad.detach(): the same memory, a new tensor
+    return;
+  }
   if (g.defined()) {
     p.view.copy_(g);
   } else {

@@ -79,7 +79,7 @@ struct DistributedDataParallelOptions {
   // MiB per bucket (PyTorch's bucket_cap_mb). Unset: an eighth of the
   // model's gradient bytes within [1, 25] MiB, as cohort's own DDP
   // (cohort::parallel::auto_bucket_cap_bytes).
-  std::optional<double> bucket_cap_mb;
+  std::optional<double> bucket_cap_mb = std::nullopt;
   // Walk the autograd graph after each forward and treat parameters it does
   // not reach as ready.
   bool find_unused_parameters = false;

@@ -82,7 +82,7 @@ void check_params(const std::vector<torch::Tensor>& got, const std::vector<torch
     worst = std::max(worst, (got[i] - want[i]).abs().max().item<double>());
   std::printf("rank %d: %s: max |diff| to one-process training %.3g\n", rank, what.c_str(), worst);
   for (size_t i = 0; i < got.size(); ++i) {
-    if (!torch::allclose(got[i], want[i], 1e-3, 1e-4)) {
+    if (!torch::allclose(got[i], want[i], 1e-4, 1e-5)) {
       throw Error(
           fmt::format("rank {}: {}: parameter {} differs from one-process training (max "
                       "|diff| {})",
@@ -188,6 +188,15 @@ TEST(LibTorchDDP, BucketsFollowReverseRegistrationOrderAndHoldTheGradients) {
           throw Error("zero_grad moved fc2.bias's gradient out of its bucket");
         if (ddp.bucket_buffer(0).abs().sum().item<double>() != 0.0)
           throw Error("zero_grad did not zero the bucket");
+        // Module::zero_grad (grad = grad.detach(); zero_()) too, from the next forward on.
+        torch::nll_loss(ddp.forward(x.narrow(0, rank * 32, 32)), y.narrow(0, rank * 32, 32))
+            .backward();
+        model->zero_grad();
+        torch::nll_loss(ddp.forward(x.narrow(0, rank * 32, 32)), y.narrow(0, rank * 32, 32))
+            .backward();
+        if (named["fc2.bias"].grad().data_ptr() != ddp.bucket_buffer(0).data_ptr() ||
+            ddp.bucket_buffer(0).abs().sum().item<double>() == 0.0)
+          throw Error("after Module::zero_grad the gradients are not in their buckets");
         auto g = pg.group();
         distributed::destroy_process_group(g);
       },
