@@ -59,8 +59,12 @@ function(cohort_install_layers)
 
   # cohort::cohort: every layer. (The target is not called `cohort`: that is
   # the CLI.)
+  # The LibTorch adapter is not in it: linking cohort::cohort never pulls in
+  # LibTorch (link cohort::libtorch for that).
+  set(umbrella_targets ${targets})
+  list(REMOVE_ITEM umbrella_targets cohort_libtorch)
   add_library(cohort_umbrella INTERFACE)
-  target_link_libraries(cohort_umbrella INTERFACE ${targets})
+  target_link_libraries(cohort_umbrella INTERFACE ${umbrella_targets})
   set_target_properties(cohort_umbrella PROPERTIES EXPORT_NAME cohort)
   add_library(cohort::cohort ALIAS cohort_umbrella)
 
@@ -94,7 +98,9 @@ function(cohort_install_layers)
   # order), and what they link as pkg-config modules.
   set(libs)
   foreach(layer ${layers})
-    list(PREPEND libs "-lcohort_${layer}")
+    if(NOT layer STREQUAL "libtorch")  # LibTorch has no .pc file: CMake only
+      list(PREPEND libs "-lcohort_${layer}")
+    endif()
   endforeach()
   list(JOIN libs " " COHORT_PC_LIBS)
   set(COHORT_PC_REQUIRES "openblas fmt zlib nlohmann_json")

@@ -2,7 +2,7 @@
 # Installs the Debian packages cohort needs. Idempotent: does nothing when all
 # are present. Uses sudo when not root.
 #   scripts/install_deps.sh          build + run (main job)
-#   scripts/install_deps.sh --tests  also the test peers (PyTorch, OpenMPI runtime)
+#   scripts/install_deps.sh --tests  also the test peers (PyTorch, LibTorch, OpenMPI runtime)
 # Data: dataset-fashion-mnist (the image workloads) and fortunes (2.6 MB of
 # plain English text in /usr/share/games/fortunes: the default corpus of
 # `cohort train --model gpt --dataset text`, cohort/data/default_corpus.h).
@@ -13,6 +13,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
       libgtest-dev libgmock-dev libbenchmark-dev
       libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes)
 if [[ "${1:-}" == "--tests" ]]; then
+  # libtorch-dev, libgloo-dev: the LibTorch adapter (cohort/libtorch/) and its tests.
+  pkgs+=(libtorch-dev libgloo-dev)
   pkgs+=(python3 python3-torch python3-numpy clang-format qemu-user librsvg2-bin slurmctld slurmd slurm-client munge)
 fi
 

@@ -177,6 +177,10 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // Inverted dropout: in training, zeroes each element with probability p and
 // scales the rest by 1/(1-p), drawing from `gen`; identity when !training or p == 0.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+// torch.nn.functional.dropout2d: zeroes whole channels. x [N, C, H, W] (or
+// [C, H, W]); in training each (n, c) plane is kept with probability 1 - p
+// and scaled by 1 / (1 - p); identity otherwise.
+Tensor dropout2d(const Tensor& x, double p, bool training, Generator& gen);
 // Normalises over the trailing normalized_shape dims; weight/bias of that
 // shape or undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
@@ -214,6 +218,8 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(),
 // stride defaults to the kernel size (pass {0, 0}).
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
                   std::array<int64_t, 2> stride = {0, 0}, std::array<int64_t, 2> padding = {0, 0});
+// Square kernel, stride and padding (torch::max_pool2d(x, 2)); stride 0 = kernel.
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t padding = 0);
 
 // ---- attention (float32) ----
 // PyTorch's F.scaled_dot_product_attention without attn_mask and dropout:

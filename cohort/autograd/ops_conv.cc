@@ -105,6 +105,10 @@ Tensor conv2d_relu(const Tensor& x, const Tensor& w, const Tensor& b, std::array
   return conv_impl(x, w, b, stride, padding, true);
 }
 
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return max_pool2d(x, {kernel, kernel}, {stride, stride}, {padding, padding});
+}
+
 Tensor max_pool2d(const Tensor& x_in, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding) {
   COHORT_CHECK(x_in.dim() == 4, "max_pool2d: input must be 4-D [N, C, H, W], got {}",

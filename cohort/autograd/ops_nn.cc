@@ -5,6 +5,7 @@
 #include "cohort/core/native/elementwise.h"
 #include "cohort/core/native/index.h"
 #include "cohort/core/native/norm.h"
+#include "cohort/core/random.h"
 
 namespace cohort {
 
@@ -18,6 +19,23 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   return record(r.out, "dropout", {x}, [mask](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{native::binary(native::BinaryOp::kMul, g, mask)};
   });
+}
+
+Tensor dropout2d(const Tensor& x, double p, bool training, Generator& gen) {
+  COHORT_CHECK(p >= 0 && p <= 1, "dropout2d: p must be in [0, 1], got {}", p);
+  COHORT_CHECK(x.dim() == 3 || x.dim() == 4,
+               "dropout2d: input must be [N, C, H, W] or [C, H, W], got {}", shape_str(x.sizes()));
+  COHORT_CHECK(is_floating(x.dtype()), "dropout2d: needs a floating tensor, got {}",
+               dtype_name(x.dtype()));
+  if (!training || p == 0.0) return x;
+  // One draw per channel plane, broadcast over H and W by mul (which records
+  // the backward: the same mask times the incoming gradient).
+  Shape plane = x.sizes();
+  plane[plane.size() - 1] = plane[plane.size() - 2] = 1;
+  Tensor keep =
+      p == 1.0 ? Tensor::zeros(plane, x.dtype()) : bernoulli(plane, 1.0 - p, gen, x.dtype());
+  if (p < 1.0) keep.mul_(1.0 / (1.0 - p));
+  return mul(x, keep);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,

@@ -22,6 +22,19 @@ constexpr DType kInt64 = DType::kInt64;
 constexpr DType kUInt8 = DType::kUInt8;
 constexpr DType kBFloat16 = DType::kBFloat16;
 constexpr DType kFloat16 = DType::kFloat16;
+// LibTorch's spellings of the same dtypes (torch::kF32, torch::kLong, ...).
+constexpr DType kFloat = DType::kFloat32;
+constexpr DType kF32 = DType::kFloat32;
+constexpr DType kDouble = DType::kFloat64;
+constexpr DType kF64 = DType::kFloat64;
+constexpr DType kInt = DType::kInt32;
+constexpr DType kI32 = DType::kInt32;
+constexpr DType kLong = DType::kInt64;
+constexpr DType kI64 = DType::kInt64;
+constexpr DType kByte = DType::kUInt8;
+constexpr DType kU8 = DType::kUInt8;
+constexpr DType kHalf = DType::kFloat16;
+constexpr DType kF16 = DType::kFloat16;
 
 // Bytes per element.
 size_t dtype_size(DType t);

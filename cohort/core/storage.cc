@@ -90,8 +90,21 @@ Storage::Storage(size_t nbytes) : nbytes_(nbytes), capacity_(round_capacity(nbyt
   g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);  // after a throwing allocation
 }
 
+Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
+    : data_(data),
+      nbytes_(nbytes),
+      capacity_(nbytes),
+      borrowed_(true),
+      deleter_(std::move(deleter)) {
+  g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);
+}
+
 Storage::~Storage() {
   g_live_bytes.fetch_sub(nbytes_, std::memory_order_relaxed);
+  if (borrowed_) {
+    if (deleter_) deleter_(data_);
+    return;
+  }
   if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled() &&
       BlockCache::instance().give(data_, capacity_))
     return;

@@ -9,6 +9,9 @@
 // faults and munmap). The cache holds at most kCacheMaxBytes; set
 // COHORT_STORAGE_CACHE=0 to disable it. It is the one piece of process-wide
 // mutable state in core, like malloc's own; it is locked.
+// A Storage can also borrow memory it did not allocate (Tensor::from_blob):
+// it never frees it, and calls the caller's deleter, if any, when the last
+// tensor sharing it goes away.
 // Thread safety: a Storage is immutable after construction; writes to the
 // bytes are the caller's to synchronise. The cache is thread safe.
 #pragma once
@@ -16,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace cohort {
@@ -28,12 +32,16 @@ class Storage {
 
   // Allocates nbytes (0 allowed). Throws std::bad_alloc when memory runs out.
   explicit Storage(size_t nbytes);
+  // Borrows nbytes at `data` (not copied, not freed here); `deleter`, when
+  // given, is called once with `data` from the destructor.
+  Storage(void* data, size_t nbytes, std::function<void(void*)> deleter);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  bool borrowed() const { return borrowed_; }
 
   // Version counter shared by every view of this storage: the in-place
   // members of Tensor (copy_, fill_, add_, ..., and the random fills) bump
@@ -54,6 +62,8 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   size_t capacity_ = 0;  // bytes actually allocated (rounded up)
+  bool borrowed_ = false;
+  std::function<void(void*)> deleter_;  // borrowed memory only
   mutable std::atomic<uint64_t> version_{0};
 };
 

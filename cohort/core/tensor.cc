@@ -105,6 +105,36 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype) {
   return t;
 }
 
+Tensor Tensor::from_blob(void* data, const Shape& sizes, DType dtype,
+                         std::function<void(void*)> deleter) {
+  for (int64_t d : sizes)
+    COHORT_CHECK(d >= 0, "from_blob: sizes {} has a negative size", shape_str(sizes));
+  return from_blob(data, sizes, contiguous_strides(sizes), dtype, std::move(deleter));
+}
+
+Tensor Tensor::from_blob(void* data, const Shape& sizes, const Shape& strides, DType dtype,
+                         std::function<void(void*)> deleter) {
+  COHORT_CHECK(sizes.size() == strides.size(), "from_blob: sizes {} and strides {} differ in rank",
+               shape_str(sizes), shape_str(strides));
+  int64_t span = 1;  // elements from data to one past the last one viewed
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    COHORT_CHECK(sizes[i] >= 0, "from_blob: sizes {} has a negative size", shape_str(sizes));
+    COHORT_CHECK(strides[i] >= 0, "from_blob: strides {} has a negative stride",
+                 shape_str(strides));
+    if (sizes[i] == 0) span = 0;
+  }
+  if (span != 0)
+    for (size_t i = 0; i < sizes.size(); ++i) span += (sizes[i] - 1) * strides[i];
+  COHORT_CHECK(data != nullptr || span == 0, "from_blob: data is null for a tensor of sizes {}",
+               shape_str(sizes));
+  COHORT_CHECK(reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0,
+               "from_blob: data {} is not aligned to {} bytes, the size of {}", fmt::ptr(data),
+               dtype_size(dtype), dtype_name(dtype));
+  auto storage = std::make_shared<Storage>(data, static_cast<size_t>(span) * dtype_size(dtype),
+                                           std::move(deleter));
+  return from_storage(std::move(storage), sizes, strides, 0, dtype);
+}
+
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& sizes,
                             const Shape& strides, int64_t offset, DType dtype) {
   COHORT_CHECK(sizes.size() == strides.size(),

@@ -85,6 +85,17 @@ class Tensor {
   // [0, end) and [start, end) step `step`, like torch.arange.
   static Tensor arange(int64_t end, DType dtype = DType::kInt64);
   static Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::kFloat32);
+  // LibTorch's torch::from_blob: a tensor over memory cohort did not allocate,
+  // neither copied nor freed. Lifetime: the memory must stay valid while any
+  // tensor sharing it lives (views, the handles autograd saves for backward,
+  // and DataLoader batches all share it); `deleter`, when given, is called
+  // once with `data` when the last of them goes away. Strides default to
+  // contiguous. Throws InvalidArgument for a null `data` with elements, a
+  // negative size, or `data` not aligned to the dtype's size.
+  static Tensor from_blob(void* data, const Shape& sizes, DType dtype = DType::kFloat32,
+                          std::function<void(void*)> deleter = {});
+  static Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, DType dtype,
+                          std::function<void(void*)> deleter = {});
   // A view of an existing storage (used by views and by DDP's flat buckets).
   static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& sizes,
                              const Shape& strides, int64_t offset, DType dtype);
@@ -145,6 +156,53 @@ class Tensor {
   Tensor expand(const Shape& sizes) const;          // -1 keeps a size
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // ---- math, LibTorch's member spellings (x.relu(), x.sum(1), x.argmax(1)) ----
+  // Each is the free function of the same name in cohort/autograd/ops.h,
+  // recorded by autograd; they are defined in the cohort_autograd library
+  // (tensor_methods.cc), so a program that calls them links it.
+  Tensor add(const Tensor& other) const;
+  Tensor add(double value) const;
+  Tensor sub(const Tensor& other) const;
+  Tensor sub(double value) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor mul(double value) const;
+  Tensor div(const Tensor& other) const;
+  Tensor div(double value) const;
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor pow(double exponent) const;
+  Tensor clamp(double min, double max) const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor sum() const;  // 0-d
+  Tensor sum(int64_t dim, bool keepdim = false) const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;  // 0-d
+  Tensor mean(int64_t dim, bool keepdim = false) const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor max() const;                                      // 0-d
+  Tensor min() const;                                      // 0-d
+  Tensor argmax(int64_t dim, bool keepdim = false) const;  // int64, not differentiable
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  // Comparisons give uint8 0/1 (not differentiable), broadcasting.
+  Tensor eq(const Tensor& other) const;
+  Tensor eq(double value) const;
+  Tensor ne(const Tensor& other) const;
+  Tensor lt(const Tensor& other) const;
+  Tensor lt(double value) const;
+  Tensor le(const Tensor& other) const;
+  Tensor gt(const Tensor& other) const;
+  Tensor gt(double value) const;
+  Tensor ge(const Tensor& other) const;
+  // this = (this == other) in this tensor's dtype (LibTorch's eq_), in place.
+  Tensor& eq_(const Tensor& other);
 
   // ---- in-place math for optimizers and accumulation (not recorded) ----
   Tensor& add_(const Tensor& other, double alpha = 1.0);  // this += alpha * other (broadcast)

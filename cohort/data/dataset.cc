@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "cohort/data/transforms.h"
+
 namespace cohort::data {
 
 void check_index(const char* op, int64_t index, int64_t size) {
@@ -22,7 +24,7 @@ Tensor stack_rows(const std::vector<Tensor>& rows, const char* what) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Tensor& r = rows[i];
     COHORT_CHECK(r.sizes() == first.sizes() && r.dtype() == first.dtype(),
-                 "Dataset::get_batch: {} {} has shape {} {}, the first has {} {}", what, i,
+                 "Stack (Dataset::get_batch): {} {} has shape {} {}, the first has {} {}", what, i,
                  shape_str(r.sizes()), dtype_name(r.dtype()), shape_str(first.sizes()),
                  dtype_name(first.dtype()));
     Tensor c = r.contiguous();
@@ -35,16 +37,27 @@ Tensor stack_rows(const std::vector<Tensor>& rows, const char* what) {
 
 Batch Dataset::get_batch(std::span<const int64_t> indices) const {
   COHORT_CHECK(!indices.empty(), "Dataset::get_batch: empty index list");
+  std::vector<Example> examples;
+  examples.reserve(indices.size());
+  for (int64_t i : indices) examples.push_back(get(i));
+  return transforms::Stack()(examples);
+}
+
+namespace transforms {
+
+Batch Stack::operator()(std::span<const Example> examples) const {
+  COHORT_CHECK(!examples.empty(), "Stack: no examples to stack");
   std::vector<Tensor> inputs, targets;
-  inputs.reserve(indices.size());
-  targets.reserve(indices.size());
-  for (int64_t i : indices) {
-    Example e = get(i);
-    inputs.push_back(std::move(e.input));
-    targets.push_back(std::move(e.target));
+  inputs.reserve(examples.size());
+  targets.reserve(examples.size());
+  for (const Example& e : examples) {
+    inputs.push_back(e.input);
+    targets.push_back(e.target);
   }
   return Batch{stack_rows(inputs, "input"), stack_rows(targets, "target")};
 }
+
+}  // namespace transforms
 
 Tensor gather_rows(const Tensor& source, std::span<const int64_t> indices, const char* op) {
   COHORT_CHECK(source.dim() >= 1, "{}: source must have a batch dim, got shape {}", op,

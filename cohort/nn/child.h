@@ -38,6 +38,10 @@ class Module;
 
 namespace detail {
 
+// m.forward(args...) between m's forward hooks (defined in module.h).
+template <typename M, typename... Args>
+decltype(auto) call_forward(M& m, Args&&... args);
+
 // The untyped part of Child<M>.
 class ChildSlot {
  public:
@@ -96,10 +100,10 @@ class Child : public detail::ChildSlot {
   M& operator*() const { return *get(); }
   std::shared_ptr<M> ptr() const { return std::static_pointer_cast<M>(module_); }
   // Forward through the child with any arguments its forward overloads take,
-  // as `fc1(x)` or `gpt(idx, targets)` in LibTorch.
+  // as `fc1(x)` or `gpt(idx, targets)` in LibTorch (running its forward hooks).
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) const {
-    return get()->forward(std::forward<Args>(args)...);
+    return detail::call_forward(*get(), std::forward<Args>(args)...);
   }
 
  private:

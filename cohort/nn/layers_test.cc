@@ -47,7 +47,7 @@ TEST(Linear, ShapesInitAndErrors) {
 
 TEST(Conv2d, ShapesInitAndErrors) {
   Generator gen(2);
-  Conv2d conv(3, 8, 3, gen, {.stride = {2, 2}, .padding = {1, 1}});
+  Conv2d conv(3, 8, 3, gen, Conv2dOptions().stride(2).padding(1));
   EXPECT_EQ(conv(rand({2, 3, 9, 9}, gen)).sizes(), (Shape{2, 8, 5, 5}));
   double bound = 1.0 / std::sqrt(27.0);
   EXPECT_LE(max_abs(conv.weight()), bound);
@@ -58,7 +58,7 @@ TEST(Conv2d, ShapesInitAndErrors) {
   expect_error([&] { conv(rand({1, 4, 9, 9}, gen)); }, {"Conv2d", "[1, 4, 9, 9]"});
   Conv2d big(1, 1, 5, gen);
   expect_error([&] { big(rand({1, 1, 3, 3}, gen)); }, {"smaller than the kernel"});
-  Conv2d nob(1, 2, {3, 2}, gen, {.bias = false});
+  Conv2d nob(1, 2, {3, 2}, gen, Conv2dOptions().bias(false));
   EXPECT_EQ(nob.weight().sizes(), (Shape{2, 1, 3, 2}));
   EXPECT_FALSE(nob.bias().defined());
 }

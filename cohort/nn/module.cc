@@ -290,6 +290,7 @@ ModulePtr Module::copy_tree(bool deep, CopyMemo& memo) const {
     memo.tensors.emplace(t.unsafe_impl(), c);
     t = c;
   };
+  copy->forward_hooks_.clear();
   for (auto& [name, t] : copy->params_) copy_tensor(t, true);
   for (auto& [name, t] : copy->buffers_) copy_tensor(t, false);
   for (auto& [name, c] : copy->children_) c = c->copy_tree(deep, memo);
@@ -306,6 +307,35 @@ ModulePtr Module::copy_tree(bool deep, CopyMemo& memo) const {
   }
   copy->on_copy(deep);
   return copy;
+}
+
+uint64_t Module::register_forward_pre_hook(ForwardPreHook hook) {
+  COHORT_CHECK(static_cast<bool>(hook), "{}: register_forward_pre_hook: empty hook", describe());
+  forward_hooks_.push_back({next_hook_id_, std::move(hook), {}});
+  return next_hook_id_++;
+}
+
+uint64_t Module::register_forward_hook(ForwardHook hook) {
+  COHORT_CHECK(static_cast<bool>(hook), "{}: register_forward_hook: empty hook", describe());
+  forward_hooks_.push_back({next_hook_id_, {}, std::move(hook)});
+  return next_hook_id_++;
+}
+
+void Module::remove_forward_hook(uint64_t id) {
+  std::erase_if(forward_hooks_, [id](const ForwardHookEntry& e) { return e.id == id; });
+}
+
+void Module::run_forward_pre_hooks() {
+  // A copy: a hook may remove itself.
+  std::vector<ForwardHookEntry> hooks = forward_hooks_;
+  for (const ForwardHookEntry& e : hooks)
+    if (e.pre) e.pre(*this);
+}
+
+void Module::run_forward_hooks(Tensor& output) {
+  std::vector<ForwardHookEntry> hooks = forward_hooks_;
+  for (const ForwardHookEntry& e : hooks)
+    if (e.post) e.post(*this, output);
 }
 
 ModulePtr Module::clone() const {

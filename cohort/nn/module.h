@@ -81,7 +81,8 @@ class Module {
   // One-input forward. The base throws NotSupported (ModuleList and losses
   // have no one-input forward, like PyTorch's).
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // forward between the forward hooks (see below).
+  Tensor operator()(const Tensor& input);
 
   // ---- parameters, buffers, children (pre-order: own entries first, then
   // each child's subtree in registration order; a tensor registered twice is
@@ -115,6 +116,28 @@ class Module {
   // (PyTorch 1.13's default; keeps gradient tensors that DDP points into its
   // buckets), or drops them when set_to_none.
   void zero_grad(bool set_to_none = false);
+
+  // ---- forward hooks (torch.nn.Module.register_forward_pre_hook and
+  // register_forward_hook) ----
+  // Run by the call operators -- module(x), a Child's fc1_(x), Cloneable's
+  // gpt(idx, targets) and Sequential's loop -- not by a direct forward()
+  // call: pre hooks before forward, post hooks after it with the output,
+  // which they may replace (to attach a backward hook to it). Forwards that
+  // return something other than a Tensor run no hooks. What strategies
+  // acting around a submodule's forward use (ZeRO stage 3 gathers the
+  // submodule's parameters before it and frees them after). Hooks are not
+  // copied by clone()/replicate(). A hook's exception propagates out of the
+  // call. Registration must not race with a forward.
+  using ForwardPreHook = std::function<void(Module&)>;
+  using ForwardHook = std::function<void(Module&, Tensor& output)>;
+  // Return an id for remove_forward_hook.
+  uint64_t register_forward_pre_hook(ForwardPreHook hook);
+  uint64_t register_forward_hook(ForwardHook hook);
+  // Removes the hook with that id (either kind); unknown ids are ignored.
+  void remove_forward_hook(uint64_t id);
+  bool has_forward_hooks() const { return !forward_hooks_.empty(); }
+  void run_forward_pre_hooks();
+  void run_forward_hooks(Tensor& output);
 
   // ---- state ----
   // Per module in pre-order: its parameters, then its buffers, names dotted.
@@ -193,7 +216,33 @@ class Module {
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, ModulePtr>> children_;
+  struct ForwardHookEntry {
+    uint64_t id = 0;
+    ForwardPreHook pre;  // set for a pre hook
+    ForwardHook post;    // set for a post hook
+  };
+  std::vector<ForwardHookEntry> forward_hooks_;
+  uint64_t next_hook_id_ = 1;
 };
+
+namespace detail {
+// m.forward(args...) between m's forward hooks (Tensor results only).
+template <typename M, typename... Args>
+decltype(auto) call_forward(M& m, Args&&... args) {
+  using R = decltype(m.forward(std::forward<Args>(args)...));
+  if constexpr (std::is_same_v<std::decay_t<R>, Tensor>) {
+    if (m.has_forward_hooks()) {
+      m.run_forward_pre_hooks();
+      Tensor out = m.forward(std::forward<Args>(args)...);
+      m.run_forward_hooks(out);
+      return R(out);
+    }
+  }
+  return m.forward(std::forward<Args>(args)...);
+}
+}  // namespace detail
+
+inline Tensor Module::operator()(const Tensor& input) { return detail::call_forward(*this, input); }
 
 // CRTP base giving a module its copy_shell(): derive `class Foo : public
 // Cloneable<Foo>` and call Cloneable<Foo>("Foo") from the constructor.
@@ -205,7 +254,7 @@ class Cloneable : public Module {
  public:
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) {
-    return static_cast<Derived&>(*this).forward(std::forward<Args>(args)...);
+    return detail::call_forward(static_cast<Derived&>(*this), std::forward<Args>(args)...);
   }
 
  protected:

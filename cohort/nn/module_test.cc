@@ -273,5 +273,31 @@ TEST(Module, Repr) {
       << r;
 }
 
+TEST(Module, ForwardHooksRunAroundCallOperatorsOnly) {
+  Generator gen(1);
+  auto seq = std::make_shared<Sequential>();
+  seq->push_back(std::make_shared<Linear>(3, 2, gen));
+  seq->push_back(std::make_shared<ReLU>());
+  Module& lin = *seq->children()[0];
+  std::vector<std::string> log;
+  uint64_t pre =
+      lin.register_forward_pre_hook([&](Module& m) { log.push_back("pre " + m.type_name()); });
+  lin.register_forward_hook([&](Module& m, Tensor& out) {
+    log.push_back("post " + m.type_name());
+    out = mul(out, 0.0);  // a hook may replace the output
+  });
+  Tensor x = Tensor::ones({1, 3});
+  Tensor y = (*seq)(x);  // Sequential calls its children through the hooks
+  EXPECT_EQ(log, (std::vector<std::string>{"pre Linear", "post Linear"}));
+  EXPECT_EQ(sum(y).item<double>(), 0.0);
+  lin.forward(x);  // a direct forward runs no hooks
+  EXPECT_EQ(log.size(), 2u);
+  lin.remove_forward_hook(pre);
+  lin(x);
+  EXPECT_EQ(log, (std::vector<std::string>{"pre Linear", "post Linear", "post Linear"}));
+  auto copy = seq->clone();  // hooks are not copied
+  EXPECT_FALSE(copy->children()[0]->has_forward_hooks());
+}
+
 }  // namespace
 }  // namespace cohort::nn

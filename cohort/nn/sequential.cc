@@ -28,7 +28,7 @@ ModulePtr Sequential::operator[](size_t i) const {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (size_t i = 0; i < num_children(); ++i) y = child<Module>(i).forward(y);
+  for (size_t i = 0; i < num_children(); ++i) y = detail::call_forward(child<Module>(i), y);
   return y;
 }
 

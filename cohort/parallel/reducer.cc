@@ -6,6 +6,7 @@
 
 #include "cohort/autograd/node.h"
 #include "cohort/base/log.h"
+#include "cohort/parallel/flat_layout.h"
 
 namespace cohort::parallel {
 
@@ -72,22 +73,16 @@ void Reducer::build_buckets(size_t cap_bytes) {
             [](const auto& a, const auto& b) { return a.front() > b.front(); });
   for (auto& members : closed) {
     Bucket b;
-    int64_t numel = 0;
-    for (size_t k : members) numel += params_[k].tensor.numel();
+    std::vector<int64_t> numels;
+    for (size_t k : members) numels.push_back(params_[k].tensor.numel());
+    // The unsharded form of ZeRO's flat layout: plain concatenation.
+    FlatLayout layout(std::move(numels), 1);
     DType dtype = params_[members.front()].tensor.dtype();
-    b.buffer = Tensor::zeros({numel}, dtype);
-    int64_t offset = 0;
-    for (size_t k : members) {
-      Param& p = params_[k];
+    b.buffer = Tensor::zeros({layout.total_numel()}, dtype);
+    for (size_t j = 0; j < members.size(); ++j) {
+      Param& p = params_[members[j]];
       p.bucket = buckets_.size();
-      Shape strides(p.tensor.sizes().size());
-      int64_t s = 1;
-      for (size_t d = strides.size(); d-- > 0;) {
-        strides[d] = s;
-        s *= p.tensor.sizes()[d];
-      }
-      p.view = Tensor::from_storage(b.buffer.storage(), p.tensor.sizes(), strides, offset, dtype);
-      offset += p.tensor.numel();
+      p.view = layout.view(b.buffer, j, p.tensor.sizes());
     }
     b.params = std::move(members);
     buckets_.push_back(std::move(b));

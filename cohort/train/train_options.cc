@@ -46,7 +46,7 @@ constexpr std::pair<std::string_view, OptimizerKind> kOptimizers[] = {
 constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
     {"auto", Strategy::kAuto}, {"single", Strategy::kSingle},     {"ddp", Strategy::kDdp},
     {"dp", Strategy::kDp},     {"pipeline", Strategy::kPipeline}, {"tensor", Strategy::kTensor},
-    {"ps", Strategy::kPs}};
+    {"ps", Strategy::kPs},     {"zero", Strategy::kZero}};
 constexpr std::string_view kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 }  // namespace
@@ -127,6 +127,12 @@ void TrainOptions::validate() const {
   COHORT_CHECK(ps_mode == "sync" || ps_mode == "ssp" || ps_mode == "async",
                "--ps-mode must be one of sync, ssp, async, got '{}'", ps_mode);
   COHORT_CHECK(ps_staleness >= 0, "--ps-staleness must be >= 0, got {}", ps_staleness);
+  COHORT_CHECK(zero_stage >= 0 && zero_stage <= 3,
+               "--zero-stage must be 1, 2, 3 or auto (0), got {}", zero_stage);
+  COHORT_CHECK(zero_stage != 0 || zero_memory_per_rank > 0,
+               "--zero-stage auto needs --memory-per-rank BYTES (the model state each rank may "
+               "keep), got {}",
+               zero_memory_per_rank);
   COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
                "--strategy tensor splits the linear layers of net or mlp, not of toy");
   const bool lm = is_language_model();

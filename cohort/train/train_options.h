@@ -25,7 +25,7 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW };
 // (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or a Slurm step's SLURM_NTASKS > 1, i.e.
 // under `cohort run`, mpirun or srun), else one process.
 // kPipeline / kTensor: model parallelism; kPs: a parameter server (train_strategy.h).
-enum class Strategy { kAuto, kSingle, kDdp, kDp, kPipeline, kTensor, kPs };
+enum class Strategy { kAuto, kSingle, kDdp, kDp, kPipeline, kTensor, kPs, kZero };
 
 struct TrainOptions {
   ModelKind model = ModelKind::kNet;
@@ -68,6 +68,12 @@ struct TrainOptions {
   int ps_servers = 1;
   std::string ps_mode = "sync";
   int64_t ps_staleness = 3;
+  // --strategy zero: ZeRO stage 1 (optimizer state sharded), 2 (+ gradients)
+  // or 3 (+ parameters, FSDP); see cohort/parallel/zero/sharded_data_parallel.h.
+  // 0: auto, the lowest-traffic stage whose model state fits in
+  // zero_memory_per_rank bytes (parallel::choose_zero_stage).
+  int zero_stage = 2;
+  double zero_memory_per_rank = 0;
   // The parameter server's RPC over TCP even between ranks on one host (what
   // ranks on different hosts use anyway); the CLI sets it from
   // COHORT_TRANSPORT=tcp, the switch the process groups follow.
@@ -118,8 +124,8 @@ struct TrainOptions {
 
 // Name <-> enum ("net", "toy", "mlp", "gpt", "gpt2"; "fashion-mnist", "mnist", "synthetic", "text",
 // "tokens"; "sgd",
-// "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"). Parsing throws
-// InvalidArgument listing the accepted names.
+// "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor", "ps", "zero"). Parsing
+// throws InvalidArgument listing the accepted names.
 ModelKind parse_model(std::string_view name);
 DatasetKind parse_dataset(std::string_view name);
 OptimizerKind parse_optimizer(std::string_view name);

@@ -5,6 +5,7 @@
 #include "cohort/train/ps_strategy.h"
 #include "cohort/train/replicated_strategy.h"
 #include "cohort/train/tensor_strategy.h"
+#include "cohort/train/zero_strategy.h"
 
 namespace cohort::train {
 
@@ -27,6 +28,9 @@ std::unique_ptr<TrainStrategy> make_strategy(const TrainOptions& options, Strate
       break;
     case Strategy::kTensor:
       s = std::make_unique<TensorStrategy>(options, std::move(world), gen);
+      break;
+    case Strategy::kZero:
+      s = std::make_unique<ZeroStrategy>(options, std::move(world), gen);
       break;
     default:
       break;

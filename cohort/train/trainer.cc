@@ -88,7 +88,7 @@ std::string resolve_backend(const std::string& requested) {
 
 bool is_distributed(Strategy strategy) {
   return strategy == Strategy::kDdp || strategy == Strategy::kPipeline ||
-         strategy == Strategy::kTensor || strategy == Strategy::kPs;
+         strategy == Strategy::kTensor || strategy == Strategy::kPs || strategy == Strategy::kZero;
 }
 
 Strategy resolve_strategy(Strategy requested) {

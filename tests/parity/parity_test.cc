@@ -305,7 +305,7 @@ TEST_P(Parity, Layers) {
     check("ce.glogits", logits.grad());
   }
   {
-    nn::Conv2d conv(3, 4, 3, gen, {.stride = {2, 2}, .padding = {1, 1}});
+    nn::Conv2d conv(3, 4, 3, gen, nn::Conv2dOptions().stride(2).padding(1));
     TensorDict sd;
     sd.insert("weight", in.at("conv.weight"));
     sd.insert("bias", in.at("conv.bias"));

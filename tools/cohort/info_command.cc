@@ -37,6 +37,8 @@ int run_info() {
   std::printf("threads: %d\n", num_threads());
   std::printf("backends: native%s%s\n", COHORT_HAVE_MPI ? ", mpi" : "",
               COHORT_HAVE_NCCL ? ", nccl" : "");
+  std::printf("adapters: %s\n", COHORT_HAVE_LIBTORCH ? "libtorch (cohort_libtorch)"
+                                                     : "none (built without LibTorch)");
   return 0;
 }
 

@@ -26,6 +26,7 @@ struct TrainArgs {
   double weight_decay = 0;
   double bucket_cap_mb = 0;
   std::string strategy = "auto";
+  std::string zero_stage = "2";
   double lr = 0;
   double momentum = 0;
   std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32";
@@ -55,6 +56,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
     if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
     o.strategy = train::parse_strategy(args->strategy);
+    o.zero_stage = args->zero_stage == "auto" ? 0 : std::stoi(args->zero_stage);
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
     o.precision = parse_precision(args->precision);
@@ -162,9 +164,19 @@ std::function<int()> setup(CLI::App& app) {
          "--strategy", args->strategy,
          "auto (DDP under cohort run, mpirun or srun, else single), single, ddp, dp, pipeline "
          "(layers in stages over the ranks), tensor (fc layers split over the ranks), ps "
-         "(a parameter server)")
-      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor", "ps"}))
+         "(a parameter server), zero (ZeRO: optimizer state, gradients, parameters sharded "
+         "over the ranks by --zero-stage)")
+      ->check(CLI::IsMember({"auto", "single", "ddp", "dp", "pipeline", "tensor", "ps", "zero"}))
       ->capture_default_str();
+  app.add_option("--zero-stage", args->zero_stage,
+                 "--strategy zero: 1 shards the optimizer state, 2 also the gradients, 3 also "
+                 "the parameters (FSDP); auto: the lowest-traffic stage whose model state fits "
+                 "in --memory-per-rank")
+      ->check(CLI::IsMember({"1", "2", "3", "auto"}))
+      ->capture_default_str();
+  app.add_option("--memory-per-rank", o.zero_memory_per_rank,
+                 "--zero-stage auto: bytes of model state (parameters, gradients, AdamW state) "
+                 "each rank may keep, e.g. 2e9");
   app.add_option("--ps-servers", o.ps_servers,
                  "Parameter servers (--strategy ps): the first S ranks serve, the others train")
       ->capture_default_str();

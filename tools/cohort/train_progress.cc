@@ -45,6 +45,7 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
     case train::Strategy::kPipeline:
     case train::Strategy::kTensor:
     case train::Strategy::kPs:
+    case train::Strategy::kZero:
       how = fmt::format("{}, {} ranks x {} threads", info.layout, info.world_size, info.threads);
       break;
     default:

@@ -1,0 +1,523 @@
+// DistributedDataParallel for torch::nn::Module: model check and broadcast at
+// construction, then the reducer (buckets, accumulator post hooks, launch in
+// bucket order, finalize in the last hook), following
+// cohort/parallel/reducer.cc on LibTorch's tensors and autograd graph.
+#include "cohort/libtorch/distributed_data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "cohort/base/error.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+
+namespace cohort::libtorch {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string describe_tensor(const std::string& name, const at::Tensor& t) {
+  std::ostringstream s;
+  s << name << " " << c10::toString(t.scalar_type()) << " " << t.sizes();
+  return s.str();
+}
+
+// Collective: every rank's description of its model, as rank 0's list of
+// lines against each other rank's; throws on every rank at the first
+// difference.
+void verify_same_model(const ProcessGroup& pg, const torch::nn::Module& module) {
+  std::vector<std::string> lines;
+  for (const auto& p : module.named_parameters())
+    lines.push_back(describe_tensor(p.key(), p.value()));
+  for (const auto& b : module.named_buffers())
+    lines.push_back("buffer " + describe_tensor(b.key(), b.value()));
+  std::string mine;
+  for (const auto& l : lines) mine += l + "\n";
+  const auto n = static_cast<size_t>(pg.size());
+  // Lengths first, then the texts padded to the longest.
+  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+  at::Tensor lens = at::empty({static_cast<int64_t>(n)}, at::kLong);
+  pg.all_gather_into_tensor(lens, len);
+  const int64_t longest = lens.max().item<int64_t>();
+  at::Tensor text = at::zeros({longest}, at::kByte);
+  if (!mine.empty()) std::memcpy(text.data_ptr(), mine.data(), mine.size());
+  at::Tensor texts = at::empty({static_cast<int64_t>(n) * longest}, at::kByte);
+  pg.all_gather_into_tensor(texts, text);
+  auto text_of = [&](size_t r) {
+    const auto* p = static_cast<const char*>(texts.data_ptr()) + r * static_cast<size_t>(longest);
+    return std::string(p, static_cast<size_t>(lens[static_cast<int64_t>(r)].item<int64_t>()));
+  };
+  auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::istringstream in(s);
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  const std::vector<std::string> ref = split(text_of(0));
+  for (size_t r = 1; r < n; ++r) {
+    const std::vector<std::string> other = split(text_of(r));
+    if (other == ref) continue;
+    size_t i = 0;
+    while (i < ref.size() && i < other.size() && ref[i] == other[i]) ++i;
+    auto at_i = [&](const std::vector<std::string>& v) {
+      return i < v.size()
+                 ? "'" + v[i] + "'"
+                 : std::string("nothing (") + std::to_string(v.size()) + " parameters and buffers)";
+    };
+    throw InvalidArgument(fmt::format(
+        "DistributedDataParallel (rank {}): the ranks wrap different models: entry {} is {} on "
+        "rank 0 and {} on rank {}; every rank must construct the same model (names, dtypes, "
+        "shapes)",
+        pg.rank(), i, at_i(ref), at_i(other), r));
+  }
+}
+
+// Collective: rank 0's values of `tensors` on every rank, one broadcast per dtype.
+void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors) {
+  at::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const at::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  for (auto& [dtype, list] : by_dtype) {
+    std::vector<at::Tensor> flat_parts;
+    for (const at::Tensor& t : list) flat_parts.push_back(t.reshape({-1}));
+    at::Tensor flat = at::cat(flat_parts);
+    pg.broadcast(flat, {.root = 0});
+    int64_t off = 0;
+    for (const at::Tensor& t : list) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  }
+}
+
+}  // namespace
+
+struct DistributedDataParallel::Impl {
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    at::Tensor view;  // the bucket slice, shaped like the parameter
+    size_t bucket = 0;
+    std::shared_ptr<torch::autograd::Node> accumulator;
+    uintptr_t hook_key = 0;
+  };
+  struct Bucket {
+    at::Tensor buffer;
+    std::vector<size_t> params;
+    size_t pending = 0;
+    distributed::Work work;
+    Clock::time_point launched;
+  };
+
+  // Calls on_grad_ready(index) after the accumulator put the gradient in .grad.
+  struct ReadyHook : torch::autograd::FunctionPostHook {
+    ReadyHook(Impl* impl, size_t index) : impl(impl), index(index) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      impl->on_grad_ready(index);
+      return outputs;
+    }
+    Impl* impl;
+    size_t index;
+  };
+
+  ProcessGroup pg;
+  DistributedDataParallelOptions options;
+  std::vector<Param> params;
+  std::vector<Bucket> buckets;
+  std::mutex mu;
+  bool armed = false;
+  bool any_ready = false;
+  bool unused_marked = false;
+  std::vector<bool> ready;
+  std::vector<size_t> unused;
+  size_t next_launch = 0;
+  int64_t num_reductions = 0;
+  ReductionTrace trace, last_trace;
+
+  void build_buckets(size_t cap_bytes);
+  at::Tensor& grad_of(Param& p) { return p.tensor.mutable_grad(); }
+  void restore_view(Param& p);
+  void begin_iteration();
+  void reset_iteration();
+  void prepare_for_backward(const std::vector<at::Tensor>& outputs);
+  void on_grad_ready(size_t index);
+  void mark_ready(size_t index);
+  void launch_ready_buckets();
+  void finalize();
+  std::string describe_unready() const;
+};
+
+void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
+  struct Open {
+    std::vector<size_t> params;
+    size_t bytes = 0;
+  };
+  std::map<c10::ScalarType, Open> open;
+  std::vector<std::vector<size_t>> closed;
+  for (size_t k = params.size(); k-- > 0;) {
+    const at::Tensor& t = params[k].tensor;
+    Open& o = open[t.scalar_type()];
+    const size_t bytes = t.nbytes();
+    if (!o.params.empty() && o.bytes + bytes > cap_bytes) {
+      closed.push_back(std::move(o.params));
+      o = Open{};
+    }
+    o.params.push_back(k);
+    o.bytes += bytes;
+  }
+  for (auto& [dtype, o] : open)
+    if (!o.params.empty()) closed.push_back(std::move(o.params));
+  // Reduction order: by the first (latest-registered) parameter of each bucket.
+  std::sort(closed.begin(), closed.end(),
+            [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  for (auto& members : closed) {
+    Bucket b;
+    int64_t numel = 0;
+    for (size_t k : members) numel += params[k].tensor.numel();
+    b.buffer = at::zeros({numel}, params[members.front()].tensor.options().requires_grad(false));
+    const size_t elem = b.buffer.element_size();
+    int64_t offset = 0;
+    for (size_t k : members) {
+      Param& p = params[k];
+      p.bucket = buckets.size();
+      // Not an autograd view (narrow() would be one, and Optimizer::zero_grad's
+      // detach_() refuses views): a tensor over the bucket's memory that keeps
+      // the bucket alive.
+      at::Tensor keep = b.buffer;
+      p.view = at::from_blob(
+          static_cast<std::byte*>(b.buffer.data_ptr()) + static_cast<size_t>(offset) * elem,
+          p.tensor.sizes(), [keep](void*) mutable { keep.reset(); }, b.buffer.options());
+      offset += p.tensor.numel();
+    }
+    b.params = std::move(members);
+    buckets.push_back(std::move(b));
+  }
+}
+
+void DistributedDataParallel::Impl::restore_view(Param& p) {
+  at::Tensor& g = grad_of(p);
+  if (!options.gradient_as_bucket_view) return;
+  if (g.defined() && g.is_same(p.view)) return;
+  at::NoGradGuard no_grad;
+  if (g.defined() && g.data_ptr() == p.view.data_ptr() && g.sizes() == p.view.sizes() &&
+      g.is_contiguous()) {
+    g = p.view;  // Module::zero_grad's grad.detach(): the same memory, a new tensor
+    return;
+  }
+  if (g.defined()) {
+    p.view.copy_(g);
+  } else {
+    p.view.zero_();
+  }
+  g = p.view;
+}
+
+std::string DistributedDataParallel::Impl::describe_unready() const {
+  std::string names;
+  size_t count = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (ready[i]) continue;
+    if (count < 8) names += (count ? ", " : "") + ("'" + params[i].name + "'");
+    ++count;
+  }
+  if (count > 8) names += fmt::format(" and {} more", count - 8);
+  return fmt::format("{} parameter(s) received no gradient: {}", count, names);
+}
+
+void DistributedDataParallel::Impl::reset_iteration() {
+  armed = false;
+  any_ready = false;
+  unused_marked = false;
+  std::fill(ready.begin(), ready.end(), false);
+  unused.clear();
+  next_launch = 0;
+  for (Bucket& b : buckets) {
+    b.pending = b.params.size();
+    b.work = distributed::Work();
+  }
+  trace = ReductionTrace{};
+}
+
+void DistributedDataParallel::Impl::begin_iteration() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (armed && any_ready) {
+    std::string unready = describe_unready();
+    reset_iteration();
+    throw InvalidArgument(fmt::format(
+        "DistributedDataParallel (rank {}): the previous iteration's gradient reduction did not "
+        "finish: {}. Construct DDP with find_unused_parameters = true when parts of the model "
+        "take no part in some iterations, and make every output of forward take part in the loss",
+        pg.rank(), unready));
+  }
+  reset_iteration();
+  for (Param& p : params) restore_view(p);
+}
+
+void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(mu);
+  reset_iteration();
+  armed = true;
+  if (!options.find_unused_parameters) return;
+  // Walk the graph from the outputs; parameters whose accumulator is not
+  // reached get no gradient in this backward.
+  std::unordered_map<const torch::autograd::Node*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].accumulator.get()] = i;
+  std::vector<bool> used(params.size(), false);
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<torch::autograd::Node*> seen;
+  auto visit = [&](torch::autograd::Node* n) {
+    if (n != nullptr && seen.insert(n).second) stack.push_back(n);
+  };
+  for (const at::Tensor& out : outputs) {
+    if (!out.defined()) continue;
+    if (out.grad_fn()) {
+      visit(out.grad_fn().get());
+    } else if (out.requires_grad()) {
+      visit(torch::autograd::impl::try_get_grad_accumulator(out).get());
+    }
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* n = stack.back();
+    stack.pop_back();
+    auto it = index.find(n);
+    if (it != index.end()) used[it->second] = true;
+    for (const torch::autograd::Edge& e : n->next_edges()) visit(e.function.get());
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!used[i]) unused.push_back(i);
+}
+
+void DistributedDataParallel::Impl::on_grad_ready(size_t index) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (!armed) return;  // no_sync, or no forward through DDP
+  try {
+    const auto now = Clock::now();
+    if (!any_ready) trace.first_gradient = now;
+    trace.last_gradient = now;
+    any_ready = true;
+    if (!unused_marked) {
+      // Marked at the first hook, not in forward, so that a forward without a
+      // backward launches nothing.
+      unused_marked = true;
+      for (size_t u : unused) mark_ready(u);
+    }
+    mark_ready(index);
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+}
+
+void DistributedDataParallel::Impl::mark_ready(size_t index) {
+  Param& p = params[index];
+  if (ready[index]) {
+    throw InvalidArgument(fmt::format(
+        "DistributedDataParallel (rank {}): parameter '{}' got its gradient twice in one "
+        "iteration (backward ran twice through one forward, or a parameter is shared with "
+        "find_unused_parameters marking it unused)",
+        pg.rank(), p.name));
+  }
+  ready[index] = true;
+  if (options.gradient_as_bucket_view) {
+    restore_view(p);
+  } else {
+    at::NoGradGuard no_grad;
+    const at::Tensor& g = grad_of(p);
+    if (g.defined()) {
+      p.view.copy_(g);
+    } else {
+      p.view.zero_();
+    }
+  }
+  Bucket& b = buckets[p.bucket];
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void DistributedDataParallel::Impl::launch_ready_buckets() {
+  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+    Bucket& b = buckets[next_launch++];
+    b.launched = Clock::now();
+    auto dt = to_data_type(b.buffer.scalar_type(), "DistributedDataParallel", "bucket");
+    b.work = pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), dt,
+                            {.op = ReduceOp::kAvg}, async_op);
+  }
+  if (next_launch == buckets.size()) finalize();
+}
+
+void DistributedDataParallel::Impl::finalize() {
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    Bucket& b = buckets[i];
+    try {
+      b.work.wait();
+    } catch (...) {
+      // Let the other launched ops end before reporting (their buffers are ours).
+      for (size_t j = i + 1; j < buckets.size(); ++j) {
+        try {
+          buckets[j].work.wait();
+        } catch (...) {
+        }
+      }
+      std::exception_ptr e = distributed::detail::with_context(
+          std::current_exception(),
+          fmt::format("DistributedDataParallel: gradient reduction of bucket {} of {}", i,
+                      buckets.size()));
+      reset_iteration();
+      std::rethrow_exception(e);
+    }
+    trace.buckets.push_back(
+        BucketTrace{i, b.buffer.nbytes(), b.launched, b.work.started_at(), b.work.finished_at()});
+  }
+  if (!options.gradient_as_bucket_view) {
+    at::NoGradGuard no_grad;
+    for (Param& p : params) {
+      at::Tensor& g = grad_of(p);
+      if (g.defined()) {
+        g.copy_(p.view);
+      } else {
+        g = p.view.clone();
+      }
+    }
+  }
+  trace.reduced = Clock::now();
+  last_trace = trace;
+  armed = false;
+  any_ready = false;
+  ++num_reductions;
+}
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 ProcessGroup pg,
+                                                 DistributedDataParallelOptions options,
+                                                 ForwardFn forward)
+    : module_(std::move(module)), pg_(std::move(pg)), forward_(std::move(forward)) {
+  COHORT_CHECK(module_ != nullptr, "DistributedDataParallel: module is null");
+  COHORT_CHECK(pg_.defined(), "DistributedDataParallel: process group is undefined");
+  impl_ = std::make_unique<Impl>();
+  Impl& im = *impl_;
+  im.pg = pg_;
+  im.options = options;
+  size_t grad_bytes = 0;
+  std::vector<at::Tensor> state;
+  for (const auto& item : module_->named_parameters()) {
+    const at::Tensor& t = item.value();
+    const std::string& name = item.key();
+    COHORT_CHECK(t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous(),
+                 "DistributedDataParallel: parameter '{}' must be a dense contiguous CPU tensor "
+                 "(device {}, contiguous {})",
+                 name, t.device().str(), t.is_contiguous());
+    to_data_type(t.scalar_type(), "DistributedDataParallel", name);
+    state.push_back(t);
+    if (!t.requires_grad()) continue;
+    COHORT_CHECK(t.is_leaf(), "DistributedDataParallel: parameter '{}' is not a leaf", name);
+    im.params.push_back(Impl::Param{name, t, at::Tensor(), 0, nullptr, 0});
+    grad_bytes += t.nbytes();
+  }
+  for (const auto& item : module_->named_buffers()) {
+    to_data_type(item.value().scalar_type(), "DistributedDataParallel", item.key());
+    state.push_back(item.value());
+  }
+  verify_same_model(pg_, *module_);
+  broadcast_coalesced(pg_, state);
+
+  size_t cap = options.bucket_cap_mb ? static_cast<size_t>(*options.bucket_cap_mb * 1024.0 * 1024.0)
+                                     : parallel::auto_bucket_cap_bytes(grad_bytes);
+  COHORT_CHECK(cap > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
+               options.bucket_cap_mb.value_or(0.0));
+  im.build_buckets(cap);
+  im.ready.assign(im.params.size(), false);
+  for (size_t i = 0; i < im.params.size(); ++i) {
+    Impl::Param& p = im.params[i];
+    if (options.gradient_as_bucket_view) {
+      // Keep whatever gradient the parameter already has.
+      im.restore_view(p);
+    }
+    p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
+    COHORT_CHECK(p.accumulator != nullptr,
+                 "DistributedDataParallel: parameter '{}' has no gradient accumulator", p.name);
+    p.hook_key = p.accumulator->add_post_hook(std::make_unique<Impl::ReadyHook>(&im, i));
+  }
+  im.reset_iteration();
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  if (!impl_) return;
+  for (Impl::Param& p : impl_->params)
+    if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
+  // A reduction left half-way (an exception during backward): let the
+  // launched ops end before their buffers go away.
+  for (Impl::Bucket& b : impl_->buckets) {
+    if (!b.work.defined()) continue;
+    try {
+      b.work.wait();
+    } catch (const std::exception&) {
+      // Already reported to whoever ran backward.
+    }
+  }
+}
+
+void DistributedDataParallel::before_forward() {
+  impl_->begin_iteration();
+  if (impl_->options.broadcast_buffers && pg_.size() > 1) {
+    std::vector<at::Tensor> buffers = module_->buffers();
+    if (!buffers.empty()) broadcast_coalesced(pg_, buffers);
+  }
+}
+
+void DistributedDataParallel::after_forward(const std::vector<at::Tensor>& outputs) {
+  if (require_sync_ && torch::autograd::GradMode::is_enabled()) {
+    impl_->prepare_for_backward(outputs);
+  } else {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->armed = false;
+  }
+}
+
+at::Tensor DistributedDataParallel::forward(const at::Tensor& input) {
+  if (!forward_) {
+    throw NotSupported(
+        "DistributedDataParallel::forward: the wrapped module has no forward(torch::Tensor); "
+        "call ddp.forward_with([&] { return model->forward(...); }) instead");
+  }
+  return forward_with([&] { return forward_(input); });
+}
+
+size_t DistributedDataParallel::num_buckets() const { return impl_->buckets.size(); }
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : impl_->buckets) {
+    out.emplace_back();
+    for (size_t k : b.params) out.back().push_back(impl_->params[k].name);
+  }
+  return out;
+}
+
+const at::Tensor& DistributedDataParallel::bucket_buffer(size_t i) const {
+  COHORT_CHECK(i < impl_->buckets.size(), "DistributedDataParallel::bucket_buffer: bucket {} of {}",
+               i, impl_->buckets.size());
+  return impl_->buckets[i].buffer;
+}
+
+distributed::Work DistributedDataParallel::bucket_work(size_t i) const {
+  COHORT_CHECK(i < impl_->buckets.size(), "DistributedDataParallel::bucket_work: bucket {} of {}",
+               i, impl_->buckets.size());
+  return impl_->buckets[i].work;
+}
+
+int64_t DistributedDataParallel::num_reductions() const { return impl_->num_reductions; }
+
+ReductionTrace DistributedDataParallel::last_trace() const { return impl_->last_trace; }
+
+}  // namespace cohort::libtorch

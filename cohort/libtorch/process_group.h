@@ -1,0 +1,269 @@
+// cohort's collectives on LibTorch tensors: every op of
+// cohort::distributed::ProcessGroup, blocking and async, taking torch::Tensor
+// (at::Tensor) where cohort's own overloads take cohort::Tensor, with the same
+// names and options (PyTorch's c10d names). Part of the optional LibTorch
+// adapter (cohort/libtorch/, target cohort_libtorch, built when CMake finds
+// LibTorch; docs/libtorch.md).
+//
+//   auto pg = cohort::libtorch::init_process_group("native", "env://");  // cohort run
+//   torch::Tensor t = torch::ones({4});
+//   pg.all_reduce(t, {.op = cohort::distributed::ReduceOp::kAvg});   // blocks
+//   auto w = pg.all_reduce(t, {}, cohort::libtorch::async_op);        // returns at once
+//   w.wait();
+//
+// Zero copy: a contiguous CPU tensor's own memory (data_ptr()) is what the op
+// reads and writes; the list forms (all_gather, gather, scatter,
+// reduce_scatter, all_to_all over std::vector<at::Tensor>) pack into or
+// unpack from one flat buffer, as cohort's own do. dtypes: Float, Double,
+// Half, BFloat16, Int, Long and Byte (cohort's seven collective types; Half
+// and BFloat16 reduce in float32).
+//
+// Argument errors are thrown by the call itself as cohort::InvalidArgument
+// naming the op, the argument and what would be right: an undefined,
+// non-CPU (CUDA, ...), sparse or non-contiguous tensor, an unsupported dtype,
+// a list with other than size() tensors, a tensor whose dtype or element
+// count differs from what the op needs. Failures of the op itself (a lost
+// peer, a timeout, a mismatch between ranks) are those of the underlying
+// group: thrown by a blocking call or by Work::wait(), with cohort's types
+// (PeerLost, TimeoutError, ...) and the op, group, rank and sequence number
+// in the message.
+//
+// Ownership and lifetime: ProcessGroup is a handle sharing one
+// cohort::distributed::ProcessGroup (group() gives it, for cohort's own
+// tensors or DDP). An async Work keeps its tensors alive; the last copy of a
+// Work that is dropped before its op completed waits for it (bounded by the
+// op's timeout) so that the op never writes into freed memory. Do not touch
+// the tensors' data until the op completed. The list forms fill their outputs
+// in wait() (the blocking call: before it returns).
+// Thread safety: as cohort's ProcessGroup (any thread; ops run in the order
+// the calls entered). A Work is used from one thread at a time.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cohort/distributed/process_group.h"
+
+namespace cohort::libtorch {
+
+using distributed::AllGatherOptions;
+using distributed::AllReduceOptions;
+using distributed::AllToAllOptions;
+using distributed::async_op;
+using distributed::AsyncOp;
+using distributed::BarrierOptions;
+using distributed::BroadcastOptions;
+using distributed::DataType;
+using distributed::Duration;
+using distributed::GatherOptions;
+using distributed::kUseDefaultTimeout;
+using distributed::NewGroupOptions;
+using distributed::RecvOptions;
+using distributed::ReduceOp;
+using distributed::ReduceOptions;
+using distributed::ReduceScatterOptions;
+using distributed::ScatterOptions;
+using distributed::SendOptions;
+
+// LibTorch's scalar type as cohort's collective type. Throws InvalidArgument
+// ("<op>: argument '<arg>' has dtype Char; ... take Float, Double, ...") for
+// the types cohort's collectives lack (Bool, Char, Short, complex, ...).
+DataType to_data_type(c10::ScalarType type, std::string_view op = "to_data_type",
+                      std::string_view arg = "dtype");
+
+// The handle of one async op on torch tensors (see the header for lifetime).
+class Work {
+ public:
+  Work() = default;  // undefined: every method but defined() throws
+  bool defined() const { return state_ != nullptr; }
+  // Blocks until the op completed, rethrows its error, then fills the outputs
+  // of a list form. timeout: as distributed::Work::wait.
+  void wait(Duration timeout = kUseDefaultTimeout) const;
+  bool is_completed() const;
+  bool is_success() const;
+  std::exception_ptr exception() const;
+  // The underlying op (sequence number, start and end times for traces).
+  const distributed::Work& work() const;
+
+  struct State;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  const State& state() const;
+  std::shared_ptr<State> state_;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup() = default;
+  // Shares `group` (may be null: an undefined handle, e.g. new_group's result
+  // on ranks outside the subgroup).
+  ProcessGroup(std::shared_ptr<distributed::ProcessGroup> group)  // NOLINT: implicit by design
+      : pg_(std::move(group)) {}
+
+  bool defined() const { return pg_ != nullptr; }
+  explicit operator bool() const { return defined(); }
+  int rank() const { return get().rank(); }
+  int size() const { return get().size(); }
+  const std::shared_ptr<distributed::ProcessGroup>& group() const { return pg_; }
+  distributed::ProcessGroup* operator->() const { return &get(); }
+
+  // A subgroup (collective over this group; undefined on ranks outside it).
+  ProcessGroup new_group(std::vector<int> ranks, NewGroupOptions options = {}) const {
+    return ProcessGroup(get().new_group(std::move(ranks), std::move(options)));
+  }
+  void destroy() const { get().destroy(); }
+
+  void all_reduce(const at::Tensor& tensor, const AllReduceOptions& opts = {}) const {
+    all_reduce_impl(tensor, opts, false);
+  }
+  [[nodiscard]] Work all_reduce(const at::Tensor& tensor, const AllReduceOptions& opts,
+                                AsyncOp) const {
+    return all_reduce_impl(tensor, opts, true);
+  }
+  void broadcast(const at::Tensor& tensor, const BroadcastOptions& opts = {}) const {
+    broadcast_impl(tensor, opts, false);
+  }
+  [[nodiscard]] Work broadcast(const at::Tensor& tensor, const BroadcastOptions& opts,
+                               AsyncOp) const {
+    return broadcast_impl(tensor, opts, true);
+  }
+  void reduce(const at::Tensor& tensor, const ReduceOptions& opts = {}) const {
+    reduce_impl(tensor, opts, false);
+  }
+  [[nodiscard]] Work reduce(const at::Tensor& tensor, const ReduceOptions& opts, AsyncOp) const {
+    return reduce_impl(tensor, opts, true);
+  }
+  // outputs: size() tensors with input's dtype and numel.
+  void all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
+                  const AllGatherOptions& opts = {}) const {
+    all_gather_impl(outputs, input, opts, false);
+  }
+  [[nodiscard]] Work all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
+                                const AllGatherOptions& opts, AsyncOp) const {
+    return all_gather_impl(outputs, input, opts, true);
+  }
+  // output: size() * input.numel() elements.
+  void all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input,
+                              const AllGatherOptions& opts = {}) const {
+    all_gather_into_tensor_impl(output, input, opts, false);
+  }
+  [[nodiscard]] Work all_gather_into_tensor(const at::Tensor& output, const at::Tensor& input,
+                                            const AllGatherOptions& opts, AsyncOp) const {
+    return all_gather_into_tensor_impl(output, input, opts, true);
+  }
+  // outputs: size() tensors on the root, empty elsewhere.
+  void gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
+              const GatherOptions& opts = {}) const {
+    gather_impl(outputs, input, opts, false);
+  }
+  [[nodiscard]] Work gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
+                            const GatherOptions& opts, AsyncOp) const {
+    return gather_impl(outputs, input, opts, true);
+  }
+  // inputs: size() tensors on the root, empty elsewhere.
+  void scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+               const ScatterOptions& opts = {}) const {
+    scatter_impl(output, inputs, opts, false);
+  }
+  [[nodiscard]] Work scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                             const ScatterOptions& opts, AsyncOp) const {
+    return scatter_impl(output, inputs, opts, true);
+  }
+  // inputs: size() tensors with output's dtype and numel.
+  void reduce_scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                      const ReduceScatterOptions& opts = {}) const {
+    reduce_scatter_impl(output, inputs, opts, false);
+  }
+  [[nodiscard]] Work reduce_scatter(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                                    const ReduceScatterOptions& opts, AsyncOp) const {
+    return reduce_scatter_impl(output, inputs, opts, true);
+  }
+  // input: size() * output.numel() elements.
+  void reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input,
+                             const ReduceScatterOptions& opts = {}) const {
+    reduce_scatter_tensor_impl(output, input, opts, false);
+  }
+  [[nodiscard]] Work reduce_scatter_tensor(const at::Tensor& output, const at::Tensor& input,
+                                           const ReduceScatterOptions& opts, AsyncOp) const {
+    return reduce_scatter_tensor_impl(output, input, opts, true);
+  }
+  // outputs[j] <- rank j's inputs[rank()]; size() tensors each, one dtype and numel.
+  void all_to_all(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                  const AllToAllOptions& opts = {}) const {
+    all_to_all_impl(outputs, inputs, opts, false);
+  }
+  [[nodiscard]] Work all_to_all(const std::vector<at::Tensor>& outputs,
+                                const std::vector<at::Tensor>& inputs, const AllToAllOptions& opts,
+                                AsyncOp) const {
+    return all_to_all_impl(outputs, inputs, opts, true);
+  }
+  // Equal splits: output and input hold size() * k elements.
+  void all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                         const AllToAllOptions& opts = {}) const {
+    all_to_all_single_impl(output, input, opts, false);
+  }
+  [[nodiscard]] Work all_to_all_single(const at::Tensor& output, const at::Tensor& input,
+                                       const AllToAllOptions& opts, AsyncOp) const {
+    return all_to_all_single_impl(output, input, opts, true);
+  }
+  void barrier(const BarrierOptions& opts = {}) const { get().barrier(opts); }
+  [[nodiscard]] Work barrier(const BarrierOptions& opts, AsyncOp) const;
+  void send(const at::Tensor& tensor, int dst, const SendOptions& opts = {}) const {
+    send_impl(tensor, dst, opts, false);
+  }
+  [[nodiscard]] Work send(const at::Tensor& tensor, int dst, const SendOptions& opts,
+                          AsyncOp) const {
+    return send_impl(tensor, dst, opts, true);
+  }
+  void recv(const at::Tensor& tensor, int src, const RecvOptions& opts = {}) const {
+    recv_impl(tensor, src, opts, false);
+  }
+  [[nodiscard]] Work recv(const at::Tensor& tensor, int src, const RecvOptions& opts,
+                          AsyncOp) const {
+    return recv_impl(tensor, src, opts, true);
+  }
+
+ private:
+  distributed::ProcessGroup& get() const;
+  Work all_reduce_impl(const at::Tensor& t, const AllReduceOptions& o, bool async) const;
+  Work broadcast_impl(const at::Tensor& t, const BroadcastOptions& o, bool async) const;
+  Work reduce_impl(const at::Tensor& t, const ReduceOptions& o, bool async) const;
+  Work all_gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
+                       const AllGatherOptions& o, bool async) const;
+  Work all_gather_into_tensor_impl(const at::Tensor& output, const at::Tensor& input,
+                                   const AllGatherOptions& o, bool async) const;
+  Work gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
+                   const GatherOptions& o, bool async) const;
+  Work scatter_impl(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                    const ScatterOptions& o, bool async) const;
+  Work reduce_scatter_impl(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
+                           const ReduceScatterOptions& o, bool async) const;
+  Work reduce_scatter_tensor_impl(const at::Tensor& output, const at::Tensor& input,
+                                  const ReduceScatterOptions& o, bool async) const;
+  Work all_to_all_impl(const std::vector<at::Tensor>& outputs,
+                       const std::vector<at::Tensor>& inputs, const AllToAllOptions& o,
+                       bool async) const;
+  Work all_to_all_single_impl(const at::Tensor& output, const at::Tensor& input,
+                              const AllToAllOptions& o, bool async) const;
+  Work send_impl(const at::Tensor& t, int dst, const SendOptions& o, bool async) const;
+  Work recv_impl(const at::Tensor& t, int src, const RecvOptions& o, bool async) const;
+
+  std::shared_ptr<distributed::ProcessGroup> pg_;
+};
+
+// Joins the job as cohort::distributed::init_process_group does (the same
+// env:// bootstrap that `cohort run`, mpirun and Slurm set up; tcp://,
+// file://) and returns the world group as a LibTorch-facing handle.
+ProcessGroup init_process_group(std::string_view backend = "native",
+                                const std::string& init_method = "env://", int world_size = -1,
+                                int rank = -1,
+                                Duration timeout = distributed::kDefaultGroupTimeout);
+
+}  // namespace cohort::libtorch

@@ -1,0 +1,78 @@
+// ZeroRedundancyOptimizer for LibTorch: ZeRO stages 1 and 2 for any
+// torch::optim::Optimizer (PyTorch's Python ZeroRedundancyOptimizer, which
+// LibTorch lacks). Each rank owns a shard of the parameters and keeps the
+// optimizer state (momentum, Adam's moments) of its shard only, so optimizer
+// memory falls to about 1/size() per rank.
+//
+//   Stage 1, after DDP (gradients already averaged everywhere):
+//     DistributedDataParallel ddp(model, pg);
+//     ZeroRedundancyOptimizer opt(model->parameters(), pg, [](std::vector<at::Tensor> p) {
+//       return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(1e-3));
+//     });
+//     ... ddp.forward / backward ...; opt.step();
+//   Stage 2, without DDP (gradients from a plain backward):
+//     ZeroRedundancyOptimizer opt(model->parameters(), pg, make_adam, {.stage = 2});
+//     ... model->forward / backward ...; opt.step();
+//
+// step(): stage 2 first averages each parameter's gradient onto its owner
+// only (reduce with ReduceOp::kAvg, one per parameter, all issued before the
+// first wait) and releases the gradients of parameters this rank does not own
+// (.grad undefined: their memory is freed); stage 1 takes the gradients as
+// they are (DDP averaged them). Then the owner's optimizer updates its shard
+// and every shard is broadcast from its owner, so all ranks end the step with
+// the same parameters. Same result as the full optimizer on every rank, to
+// rounding of the average.
+//
+// Sharding: parameters sorted by size (largest first, registration order
+// among equals) go each to the rank with the fewest elements so far (the
+// lowest rank among equals); every rank computes the same assignment.
+// Stage 2's reductions run after backward, not overlapped with it (cohort's
+// DDP would have to reduce into owners' buckets for that). Collective: every
+// rank calls the constructor and step() in the same order; failures are the
+// group's (PeerLost, TimeoutError). Not thread safe.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cohort/libtorch/process_group.h"
+
+namespace cohort::libtorch {
+
+struct ZeroRedundancyOptimizerOptions {
+  int stage = 1;  // 1: shard optimizer state; 2: also gradients (reduced to owners in step())
+};
+
+class ZeroRedundancyOptimizer {
+ public:
+  using Factory =
+      std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor> params)>;
+
+  // params: the model's parameters, the same list on every rank. make_optimizer
+  // builds the optimizer of this rank's shard (may get an empty list).
+  ZeroRedundancyOptimizer(std::vector<at::Tensor> params, ProcessGroup pg, Factory make_optimizer,
+                          ZeroRedundancyOptimizerOptions options = {});
+
+  void step();
+  // Zeroes (set_to_none: releases) every parameter's gradient, owned or not.
+  void zero_grad(bool set_to_none = false);
+
+  // The rank that owns parameter i (index into the constructor's list).
+  int owner(size_t i) const { return owner_[i]; }
+  // This rank's optimizer, over its shard.
+  torch::optim::Optimizer& local_optimizer() { return *local_; }
+  const std::vector<at::Tensor>& parameters() const { return params_; }
+
+ private:
+  std::vector<at::Tensor> params_;
+  ProcessGroup pg_;
+  ZeroRedundancyOptimizerOptions options_;
+  std::vector<int> owner_;
+  std::vector<std::vector<size_t>> shards_;  // per rank: parameter indices, in order
+  std::unique_ptr<torch::optim::Optimizer> local_;
+};
+
+}  // namespace cohort::libtorch

@@ -1,0 +1,544 @@
+#include "cohort/parallel/zero/sharded_data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "cohort/autograd/grad_mode.h"
+#include "cohort/autograd/node.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+
+namespace cohort::parallel {
+
+ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
+                                         std::shared_ptr<distributed::ProcessGroup> pg,
+                                         ZeroOptions options)
+    : nn::Module("ShardedDataParallel"),
+      module_(std::move(module)),
+      pg_(std::move(pg)),
+      options_(std::move(options)) {
+  COHORT_CHECK(module_ != nullptr, "ShardedDataParallel: module is null");
+  COHORT_CHECK(pg_ != nullptr, "ShardedDataParallel: process group is null");
+  COHORT_CHECK(options_.stage >= 1 && options_.stage <= 3,
+               "ShardedDataParallel: stage must be 1, 2 or 3, got {}", options_.stage);
+  if (!options_.unit_policy) options_.unit_policy = child_unit_policy();
+  rank_ = pg_->rank();
+  world_ = pg_->size();
+  register_module("module", module_);
+  verify_same_model(*pg_, *module_, "ShardedDataParallel");
+  broadcast_module_state(*pg_, *module_, 0);
+  build_units();
+  install_hooks();
+}
+
+ShardedDataParallel::~ShardedDataParallel() {
+  for (Param& p : params_) p.hook.remove();
+  for (Unit& u : units_) {
+    if (u.module != nullptr)
+      for (uint64_t id : u.hook_ids) u.module->remove_forward_hook(id);
+    for (distributed::Work* w : {&u.rs_work, &u.ag_work}) {
+      if (!w->defined()) continue;
+      try {
+        w->wait();
+      } catch (const std::exception&) {
+        // Already reported to whoever ran backward.
+      }
+    }
+  }
+}
+
+nn::ModulePtr ShardedDataParallel::copy_shell() const {
+  throw NotSupported(
+      "ShardedDataParallel: clone()/replicate() of the ZeRO wrapper are not supported; clone "
+      "module() (after summon_full_params() under stage 3) instead");
+}
+
+void ShardedDataParallel::build_units() {
+  // Units: submodules the policy picks, outermost first (pre-order), none
+  // inside another.
+  std::vector<std::pair<std::string, nn::Module*>> chosen;
+  for (auto& [path, m] : module_->named_modules()) {
+    if (path.empty()) continue;
+    bool inside = false;
+    for (const auto& c : chosen)
+      if (path.size() > c.first.size() && path.compare(0, c.first.size() + 1, c.first + ".") == 0)
+        inside = true;
+    if (!inside && options_.unit_policy(path, *m)) chosen.emplace_back(path, m);
+  }
+  std::unordered_map<const TensorImpl*, size_t> owner;
+  for (size_t c = 0; c < chosen.size(); ++c)
+    for (const Tensor& t : chosen[c].second->parameters()) owner.emplace(t.unsafe_impl(), c);
+  std::vector<Unit> units(chosen.size() + 1);
+  for (size_t c = 0; c < chosen.size(); ++c) {
+    units[c].name = chosen[c].first;
+    units[c].module = chosen[c].second;
+  }
+  for (auto& [name, t] : module_->named_parameters()) {
+    auto it = owner.find(t.unsafe_impl());
+    const size_t u = it == owner.end() ? chosen.size() : it->second;
+    COHORT_CHECK(t.is_contiguous(), "ShardedDataParallel: parameter '{}' is not contiguous", name);
+    Param p;
+    p.name = name;
+    p.tensor = t;
+    p.unit = u;
+    units[u].params.push_back(params_.size());
+    params_.push_back(std::move(p));
+  }
+  // Drop units without parameters; renumber.
+  for (Unit& u : units) {
+    if (u.params.empty()) continue;
+    for (size_t k : u.params) params_[k].unit = units_.size();
+    units_.push_back(std::move(u));
+  }
+  const DType dtype = params_.empty() ? kFloat32 : params_.front().tensor.dtype();
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    std::vector<int64_t> numels;
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      Param& p = params_[u.params[j]];
+      COHORT_CHECK(p.tensor.dtype() == dtype,
+                   "ShardedDataParallel: parameters must share one dtype; '{}' is {}, '{}' {}",
+                   p.name, dtype_name(p.tensor.dtype()), params_.front().name, dtype_name(dtype));
+      p.slot = j;
+      numels.push_back(p.tensor.numel());
+      if (p.tensor.requires_grad()) {
+        ++u.trainable;
+      } else {
+        u.has_frozen = true;
+      }
+    }
+    u.layout = FlatLayout(std::move(numels), world_);
+    if (options_.stage == 3) setup_stage3(u);
+    if (options_.stage == 1) {
+      // Full gradients in one natural-layout buffer, each .grad a view of it
+      // (the reducer's bucket form of the layout).
+      std::vector<int64_t> n;
+      for (size_t k : u.params) n.push_back(params_[k].tensor.numel());
+      FlatLayout natural(std::move(n), 1);
+      u.full_grad = Tensor::zeros({natural.total_numel()}, dtype);
+      for (size_t j = 0; j < u.params.size(); ++j) {
+        Param& p = params_[u.params[j]];
+        if (!p.tensor.requires_grad()) continue;
+        p.grad_view = natural.view(u.full_grad, j, p.tensor.sizes());
+        restore_grad_view(p);
+      }
+    } else {
+      u.grad_shard = Tensor::zeros({u.layout.shard_numel()}, dtype);
+    }
+    for (size_t k : u.params) {
+      Param& p = params_[k];
+      if (!p.tensor.requires_grad()) continue;
+      p.piece = options_.stage == 3 ? u.layout.piece_of_segment(u.shard, p.slot, rank_)
+                                    : u.layout.piece_of_tensor(p.tensor, p.slot, rank_);
+      p.piece.set_requires_grad(true);
+      p.piece.set_grad(options_.stage == 1
+                           ? u.layout.piece_of_tensor(p.tensor.grad(), p.slot, rank_)
+                           : u.layout.piece_of_segment(u.grad_shard, p.slot, rank_));
+    }
+    if (u.trainable > 0 && u.module != nullptr) reduce_order_.insert(reduce_order_.begin(), ui);
+  }
+  // The root unit (parameters outside every unit) is reduced last: its
+  // embedding-like first layers get their gradients at the end of backward.
+  if (!units_.empty() && units_.back().module == nullptr && units_.back().trainable > 0)
+    reduce_order_.push_back(units_.size() - 1);
+  ready_.assign(params_.size(), false);
+}
+
+void ShardedDataParallel::setup_stage3(Unit& u) {
+  // The parameters move into one natural-layout storage per unit that can be
+  // emptied and refilled; this rank keeps its segment in `shard`.
+  std::vector<int64_t> n;
+  for (size_t k : u.params) n.push_back(params_[k].tensor.numel());
+  FlatLayout natural(std::move(n), 1);
+  const DType dtype = params_[u.params.front()].tensor.dtype();
+  u.full = Tensor::empty({natural.total_numel()}, dtype);
+  u.shard = Tensor::zeros({u.layout.shard_numel()}, dtype);
+  std::vector<Tensor> tensors;
+  for (size_t j = 0; j < u.params.size(); ++j) {
+    Param& p = params_[u.params[j]];
+    Tensor v = natural.view(u.full, j, p.tensor.sizes());
+    v.copy_(p.tensor.detach());
+    TensorImpl* impl = p.tensor.unsafe_impl();
+    impl->storage = u.full.storage();
+    impl->offset = v.storage_offset();
+    impl->strides = v.strides();
+    tensors.push_back(p.tensor);
+  }
+  u.layout.pack_segment(tensors, rank_, u.shard.raw_data(), dtype_size(dtype));
+  u.gathered = true;
+  free_unit(static_cast<size_t>(&u - units_.data()));
+}
+
+void ShardedDataParallel::install_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = params_[i];
+    if (!p.tensor.requires_grad()) continue;
+    p.hook = p.tensor.register_grad_ready_hook([this, i](Tensor&) { on_grad_ready(i); });
+  }
+  if (options_.stage != 3) return;
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    if (u.module == nullptr) continue;
+    u.hook_ids.push_back(
+        u.module->register_forward_pre_hook([this, ui](nn::Module&) { on_unit_pre_forward(ui); }));
+    u.hook_ids.push_back(u.module->register_forward_hook(
+        [this, ui](nn::Module&, Tensor& out) { on_unit_post_forward(ui, out); }));
+  }
+}
+
+std::vector<Tensor> ShardedDataParallel::unit_tensors(const Unit& u) const {
+  std::vector<Tensor> out;
+  out.reserve(u.params.size());
+  for (size_t k : u.params) out.push_back(params_[k].tensor);
+  return out;
+}
+
+// ---- forward ----
+
+Tensor ShardedDataParallel::forward(const Tensor& input) {
+  return forward_with([&](nn::Module& m) { return m.forward(input); });
+}
+
+Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)>& fn) {
+  begin_iteration();
+  sync_buffers();
+  const bool grad = GradMode::is_enabled();
+  if (options_.stage == 3) {
+    in_forward_ = true;
+    this_forward_.clear();
+    for (Unit& u : units_) u.forward_position = -1;
+    if (!units_.empty() && units_.back().module == nullptr) ensure_gathered(units_.size() - 1);
+    if (options_.prefetch && !forward_order_.empty()) issue_gather(forward_order_.front());
+  }
+  Tensor out;
+  try {
+    out = fn(*module_);
+  } catch (...) {
+    in_forward_ = false;
+    throw;
+  }
+  if (options_.stage == 3) {
+    in_forward_ = false;
+    forward_order_ = this_forward_;
+    for (const Unit& u : units_) {
+      if (u.module != nullptr && u.forward_position < 0) {
+        throw InvalidArgument(fmt::format(
+            "ShardedDataParallel (rank {}): unit '{}' ({}) did not run through its forward hooks "
+            "in this forward: its parameters were not gathered. Call it as module(x) (a Child's "
+            "call operator, Sequential), or pick units whose forward is called so "
+            "(ZeroOptions::unit_policy); a unit the forward does not use cannot be a unit",
+            rank_, u.name, u.module->type_name()));
+      }
+    }
+    if (!grad) {
+      for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
+    }
+  }
+  armed_ = grad;
+  return out;
+}
+
+void ShardedDataParallel::sync_buffers() {
+  if (!options_.broadcast_buffers || world_ == 1) return;
+  for (Tensor& b : module_->buffers()) {
+    if (b.is_contiguous()) {
+      pg_->broadcast(b, {.root = 0});
+    } else {
+      Tensor c = b.contiguous();
+      pg_->broadcast(c, {.root = 0});
+      b.copy_(c);
+    }
+  }
+}
+
+std::string ShardedDataParallel::describe_unready() const {
+  std::string names;
+  size_t count = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i] || !params_[i].tensor.requires_grad()) continue;
+    if (count < 8) names += (count ? ", " : "") + ("'" + params_[i].name + "'");
+    ++count;
+  }
+  if (count > 8) names += fmt::format(" and {} more", count - 8);
+  return fmt::format("{} parameter(s) received no gradient: {}", count, names);
+}
+
+void ShardedDataParallel::begin_iteration() {
+  if (armed_ && any_ready_) {
+    std::string unready = describe_unready();
+    reset_iteration();
+    throw InvalidArgument(fmt::format(
+        "ShardedDataParallel (rank {}): the previous iteration's gradient reduction did not "
+        "finish: {}. Every trainable parameter must take part in the loss",
+        rank_, unready));
+  }
+  reset_iteration();
+  if (options_.stage == 1)
+    for (Param& p : params_)
+      if (p.grad_view.defined()) restore_grad_view(p);
+}
+
+void ShardedDataParallel::restore_grad_view(Param& p) {
+  // Keeps .grad the view into the unit's gradient buffer when something
+  // replaced it (zero_grad(set_to_none), set_grad).
+  Tensor g = p.tensor.grad();
+  if (g.defined() && g.is_same(p.grad_view)) return;
+  if (g.defined()) {
+    p.grad_view.copy_(g);
+  } else {
+    p.grad_view.zero_();
+  }
+  p.tensor.set_grad(p.grad_view);
+}
+
+void ShardedDataParallel::reset_iteration() {
+  armed_ = false;
+  any_ready_ = false;
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  next_finish_ = 0;
+  for (Unit& u : units_) {
+    u.pending = u.trainable;
+    u.rs_send = Tensor();
+    u.rs_recv = Tensor();
+    u.rs_work = distributed::Work();
+  }
+}
+
+// ---- backward ----
+
+void ShardedDataParallel::on_grad_ready(size_t index) {
+  if (!armed_) return;
+  try {
+    any_ready_ = true;
+    Param& p = params_[index];
+    if (ready_[index]) {
+      throw InvalidArgument(fmt::format(
+          "ShardedDataParallel (rank {}): parameter '{}' got its gradient twice in one iteration "
+          "(backward ran twice through one forward)",
+          rank_, p.name));
+    }
+    ready_[index] = true;
+    if (options_.stage == 1) restore_grad_view(p);
+    if (--units_[p.unit].pending == 0) launch_ready_units();
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+}
+
+void ShardedDataParallel::launch_ready_units() {
+  while (next_launch_ < reduce_order_.size() && units_[reduce_order_[next_launch_]].pending == 0) {
+    // At most two reductions in flight: their buffers (a unit's gradients
+    // in rank-major order) are the memory that ZeRO saves elsewhere.
+    while (next_launch_ - next_finish_ >= kMaxReductionsInFlight) finish_reduction();
+    launch_reduce_scatter(units_[reduce_order_[next_launch_++]]);
+  }
+  if (next_launch_ == reduce_order_.size()) finalize_backward();
+}
+
+void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
+  const DType dtype = params_[u.params.front()].tensor.dtype();
+  const size_t es = dtype_size(dtype);
+  std::vector<Tensor> grads;
+  for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
+  u.rs_send = Tensor::empty({u.layout.total_numel()}, dtype);
+  u.layout.pack(grads, u.rs_send.raw_data(), es);
+  if (options_.stage >= 2) {
+    // The full gradients are not kept.
+    for (size_t k : u.params)
+      if (params_[k].tensor.requires_grad()) params_[k].tensor.set_grad(Tensor());
+  }
+  if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
+  u.rs_recv = Tensor::empty({u.layout.shard_numel()}, dtype);
+  u.rs_work = pg_->reduce_scatter(
+      u.rs_send.raw_data(), u.rs_recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
+      distributed::to_data_type(dtype), {.op = distributed::ReduceOp::kAvg}, distributed::async_op);
+  traffic_.reduce_scatter_bytes += u.rs_send.nbytes();
+}
+
+void ShardedDataParallel::finish_reduction() {
+  const size_t n = next_finish_;
+  Unit& u = units_[reduce_order_[n]];
+  try {
+    u.rs_work.wait();
+  } catch (...) {
+    // Let the other launched ops end before their buffers go.
+    for (size_t m = n + 1; m < next_launch_; ++m) {
+      try {
+        units_[reduce_order_[m]].rs_work.wait();
+      } catch (...) {
+      }
+    }
+    std::exception_ptr e = distributed::detail::with_context(
+        std::current_exception(),
+        fmt::format("ShardedDataParallel: reduce_scatter of the gradients of unit '{}' ({} of {})",
+                    u.name, n, reduce_order_.size()));
+    reset_iteration();
+    std::rethrow_exception(e);
+  }
+  if (options_.stage == 1) {
+    // This rank's averaged chunk goes back into the full gradients.
+    std::vector<Tensor> grads;
+    for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
+    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(u.rs_recv.dtype()));
+    u.full_grad.storage()->bump_version();
+  } else {
+    u.grad_shard.add_(u.rs_recv);
+  }
+  u.rs_send = Tensor();
+  u.rs_recv = Tensor();
+  u.rs_work = distributed::Work();
+  ++next_finish_;
+}
+
+void ShardedDataParallel::finalize_backward() {
+  while (next_finish_ < reduce_order_.size()) finish_reduction();
+  if (options_.stage == 3) {
+    for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
+  }
+  armed_ = false;
+  any_ready_ = false;
+  ++num_reductions_;
+}
+
+// ---- after the optimizer ----
+
+void ShardedDataParallel::after_step() {
+  if (options_.stage == 3) {
+    for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
+    return;
+  }
+  // One all_gather per unit, at most two in flight (each holds a unit's
+  // parameters in rank-major order until unpacked).
+  struct InFlight {
+    size_t unit;
+    Tensor send, recv;
+    distributed::Work work;
+  };
+  std::vector<InFlight> flight;
+  std::exception_ptr error;
+  auto finish_oldest = [&] {
+    InFlight f = std::move(flight.front());
+    flight.erase(flight.begin());
+    try {
+      f.work.wait();
+      if (!error)
+        units_[f.unit].layout.unpack(f.recv.raw_data(), unit_tensors(units_[f.unit]),
+                                     dtype_size(f.recv.dtype()));
+    } catch (...) {
+      if (!error)
+        error = distributed::detail::with_context(
+            std::current_exception(),
+            fmt::format("ShardedDataParallel: all_gather of the updated parameters of unit '{}'",
+                        units_[f.unit].name));
+    }
+  };
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    if (u.trainable == 0) continue;
+    if (flight.size() >= 2) finish_oldest();
+    if (error) break;
+    const DType dtype = params_[u.params.front()].tensor.dtype();
+    InFlight f{ui,
+               Tensor::empty({u.layout.shard_numel()}, dtype),
+               Tensor::empty({u.layout.total_numel()}, dtype),
+               {}};
+    u.layout.pack_segment(unit_tensors(u), rank_, f.send.raw_data(), dtype_size(dtype));
+    f.work = pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
+                             static_cast<size_t>(u.layout.shard_numel()),
+                             distributed::to_data_type(dtype), {}, distributed::async_op);
+    traffic_.all_gather_bytes += f.recv.nbytes();
+    flight.push_back(std::move(f));
+  }
+  while (!flight.empty()) finish_oldest();
+  if (error) std::rethrow_exception(error);
+}
+
+void ShardedDataParallel::zero_grad_shards() {
+  for (Unit& u : units_) {
+    if (u.full_grad.defined()) u.full_grad.zero_();
+    if (u.grad_shard.defined()) u.grad_shard.zero_();
+  }
+  if (options_.stage >= 2)
+    for (Param& p : params_)
+      if (p.tensor.requires_grad() && p.tensor.grad().defined()) p.tensor.set_grad(Tensor());
+}
+
+double ShardedDataParallel::all_reduce_sum(double value) {
+  Tensor t = Tensor::from_vector<double>({value});
+  pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});
+  traffic_.all_reduce_bytes += 2 * t.nbytes();
+  return t.item<double>();
+}
+
+double ShardedDataParallel::all_reduce_max(double value) {
+  Tensor t = Tensor::from_vector<double>({value});
+  pg_->all_reduce(t, {.op = distributed::ReduceOp::kMax});
+  traffic_.all_reduce_bytes += 2 * t.nbytes();
+  return t.item<double>();
+}
+
+// ---- queries ----
+
+std::vector<Tensor> ShardedDataParallel::shard_parameters() const {
+  std::vector<Tensor> out;
+  for (const Param& p : params_)
+    if (p.piece.defined()) out.push_back(p.piece);
+  return out;
+}
+
+Tensor ShardedDataParallel::shard_of(const Tensor& param) const {
+  for (const Param& p : params_) {
+    if (!p.tensor.is_same(param)) continue;
+    COHORT_CHECK(p.piece.defined(),
+                 "ShardedDataParallel::shard_of: parameter '{}' is frozen (requires_grad false): "
+                 "it has no shard to optimise",
+                 p.name);
+    return p.piece;
+  }
+  throw InvalidArgument(
+      fmt::format("ShardedDataParallel::shard_of: {} is not a parameter of the wrapped {}",
+                  fmt::format("{} {}", dtype_name((param).dtype()), shape_str((param).sizes())),
+                  module_->type_name()));
+}
+
+bool ShardedDataParallel::is_shard(const Tensor& t) const {
+  for (const Param& p : params_)
+    if (p.piece.defined() && p.piece.is_same(t)) return true;
+  return false;
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>>
+ShardedDataParallel::unit_parameter_names() const {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (const Unit& u : units_) {
+    out.emplace_back(u.name, std::vector<std::string>{});
+    for (size_t k : u.params) out.back().second.push_back(params_[k].name);
+  }
+  return out;
+}
+
+int64_t ShardedDataParallel::num_parameter_elements() const {
+  int64_t n = 0;
+  for (const Param& p : params_) n += p.tensor.numel();
+  return n;
+}
+
+ZeroMemoryStats ShardedDataParallel::memory_stats() const {
+  ZeroMemoryStats s = mem_;
+  s.parameter_bytes = 0;
+  s.gradient_bytes = 0;
+  for (const Unit& u : units_) {
+    if (options_.stage == 3) {
+      s.parameter_bytes += u.shard.nbytes();
+    } else {
+      for (size_t k : u.params) s.parameter_bytes += params_[k].tensor.nbytes();
+    }
+    if (u.full_grad.defined()) s.gradient_bytes += u.full_grad.nbytes();
+    if (u.grad_shard.defined()) s.gradient_bytes += u.grad_shard.nbytes();
+  }
+  return s;
+}
+
+}  // namespace cohort::parallel

@@ -1,0 +1,278 @@
+// ShardedDataParallel: ZeRO stages 1, 2 and 3 (stage 3 is PyTorch's FSDP).
+// Data parallel like DistributedDataParallel, but the model state that DDP
+// keeps whole on every rank is split over the N ranks:
+//   stage 1: the optimizer state (each rank updates 1/N of every tensor);
+//   stage 2: + the gradients (each rank keeps only its averaged 1/N);
+//   stage 3: + the parameters (gathered for a unit's forward and again for
+//            its backward, freed after use).
+//
+//   auto model = std::make_shared<GPT>(cfg, gen);
+//   ShardedDataParallel zero(model, pg, {.stage = 3, .unit_policy =
+//   module_type_policy({"Block"})}); ShardedOptimizer opt(zero,
+//   std::make_unique<optim::AdamW>(zero.shard_parameters(), o)); for (...) {
+//     opt.zero_grad();
+//     zero.forward_with([&](nn::Module& m) { return gpt_loss(m, x, y); }).backward();
+//     opt.clip_grad_norm(1.0);   // global norm over the shards
+//     opt.step();                // updates this rank's shards; stages 1, 2: all_gather
+//   }
+//
+// Units: the model is cut into units (ZeroOptions::unit_policy picks
+// submodules; the parameters outside every unit form the root unit). Each
+// unit has one flat layout (flat_layout.h, shared with DDP's buckets): every
+// tensor padded to a multiple of N and laid out rank-major, so that the
+// gradients of a unit are one reduce_scatter (average) into this rank's
+// segment and its parameters one all_gather of the segments. This rank owns
+// chunk `rank` of every tensor: shard_parameters() are those chunks, 1-d
+// tensors (empty when a tensor has fewer than rank + 1 chunks' worth of
+// elements), leaves whose .grad is the averaged gradient of that chunk after
+// backward. Build any optimizer over them (param groups: shard_of(param)).
+//
+// Overlap: a unit's reduce_scatter starts from the grad-ready hook of its
+// last gradient, while backward goes on; units are launched in a fixed order
+// (reverse unit order, root last), at most two in flight (launching a third
+// first waits for the oldest: their buffers are a unit's gradients each),
+// and the last launch waits for all, so when backward() returns the shard
+// gradients are final (as DDP's reducer).
+// Stage 3: before a unit's forward its all_gather is waited for and the next
+// unit's (in the previous forward's order) is issued; in backward the unit's
+// parameters are gathered again when the gradient of its output arrives and
+// the unit before it is prefetched; at most two units are gathered at a time
+// beside the root unit. Freed parameters keep their storage (the autograd
+// graph holds views of it) but its pages go back to the OS (madvise), so the
+// resident memory is that of the gathered units. A unit with frozen
+// parameters is freed only at the end of backward (its frozen weights may be
+// read after its last gradient is ready). Stage 3 needs the units' forwards
+// to be called through the call operators (module(x), a Child's fc1_(x),
+// Sequential), which run the forward hooks (nn/module.h); a unit entered by a
+// direct forward() call is named in an InvalidArgument after forward.
+//
+// Collectives are issued in the same order on every rank (the backward
+// engine runs a plain graph in a deterministic order, autograd/engine.h); a
+// rank that issues something else is reported by the group as a mismatch
+// naming both ops (the flight recorder), never a hang.
+//
+// Failure: as DDP -- construction verifies every rank wraps the same model
+// (InvalidArgument naming the first difference) and broadcasts rank 0's
+// parameters; a parameter that got no gradient keeps its unit from being
+// reduced and the next forward throws naming it; group failures (PeerLost,
+// TimeoutError, mismatches) propagate out of backward() or step().
+// Ownership: shares the module and the group. Not copyable. Under stage 3
+// the module's parameters are views of the wrapper's per-unit storage; call
+// summon_full_params() before destroying the wrapper when the module is used
+// afterwards (a freed unit reads as zeros).
+// Thread safety: one training thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/distributed/process_group.h"
+#include "cohort/nn/module.h"
+#include "cohort/parallel/flat_layout.h"
+
+namespace cohort::parallel {
+
+// Whether the submodule at `path` (dotted, as named_modules()) is a unit.
+using UnitPolicy = std::function<bool(const std::string& path, const nn::Module& module)>;
+// Every direct child of the model is a unit (the default).
+UnitPolicy child_unit_policy();
+// Submodules whose type_name() is one of `types` (e.g. {"Block"} for the GPT).
+UnitPolicy module_type_policy(std::vector<std::string> types);
+// No units: the whole model is the root unit.
+UnitPolicy no_unit_policy();
+
+struct ZeroOptions {
+  int stage = 3;  // 1, 2 or 3
+  // Stage 3: free a unit's parameters after its forward (gather them again
+  // in backward). false: keep them until its gradients are reduced (stage
+  // 2's parameter traffic, more memory).
+  bool reshard_after_forward = true;
+  // Stage 3: issue the next unit's all_gather before the current one computes.
+  bool prefetch = true;
+  UnitPolicy unit_policy = {};    // empty: child_unit_policy()
+  bool broadcast_buffers = true;  // buffers from rank 0 at every forward, as DDP
+};
+
+// What this rank holds and moves, measured from the buffers themselves.
+struct ZeroMemoryStats {
+  size_t parameter_bytes = 0;    // persistent: full parameters (1, 2) or shards (3)
+  size_t gradient_bytes = 0;     // persistent: full gradients (1) or shards (2, 3)
+  size_t gather_bytes_peak = 0;  // stage 3: most bytes of gathered units at once
+  int gathered_units_peak = 0;   // stage 3: most non-root units gathered at once
+};
+
+struct ZeroTrafficStats {
+  // Elements x bytes passed to the group: a reduce_scatter counts its input
+  // (N segments), an all_gather its output (N segments), an all_reduce twice
+  // its buffer (a reduce_scatter plus an all_gather).
+  uint64_t reduce_scatter_bytes = 0;
+  uint64_t all_gather_bytes = 0;
+  uint64_t all_reduce_bytes = 0;
+  uint64_t total() const { return reduce_scatter_bytes + all_gather_bytes + all_reduce_bytes; }
+};
+
+// The ZeRO paper's per-rank model state for fp32 AdamW, in bytes, for psi
+// parameter elements over `world` ranks: stage 0 (DDP) 16 psi, stage 1
+// 8 psi + 8 psi / N, stage 2 4 psi + 12 psi / N, stage 3 16 psi / N.
+double zero_model_state_bytes(int stage, int64_t psi, int world);
+// Bytes a rank passes to the group per step (fp32): 2 psi elements for DDP
+// and stages 1, 2 (all_reduce = reduce_scatter + all_gather), 3 psi for stage 3.
+double zero_traffic_bytes(int stage, int64_t psi);
+
+// The stage a memory budget allows: the lowest-traffic stage (1, then 2,
+// then 3) whose model state (the formulas above, fp32 AdamW) fits in
+// `bytes_per_rank` for psi parameters over `world` ranks; `why` (optional)
+// says which and why. Throws InvalidArgument when not even stage 3 fits,
+// naming the smallest world size at which it would.
+int choose_zero_stage(int64_t psi, int world, double bytes_per_rank, std::string* why = nullptr);
+
+class ShardedDataParallel : public nn::Module {
+ public:
+  // Collective over pg (every rank constructs with the same model and options).
+  ShardedDataParallel(nn::ModulePtr module, std::shared_ptr<distributed::ProcessGroup> pg,
+                      ZeroOptions options = {});
+  ~ShardedDataParallel() override;
+  ShardedDataParallel(const ShardedDataParallel&) = delete;
+
+  Tensor forward(const Tensor& input) override;
+  // The same around any call of the module: fn(module()) returns the output
+  // the loss is computed from (or the loss).
+  Tensor forward_with(const std::function<Tensor(nn::Module&)>& fn);
+
+  // This rank's chunk of every trainable parameter, in named_parameters()
+  // order (see the header comment); what the optimizer updates.
+  std::vector<Tensor> shard_parameters() const;
+  // The chunk of one of the module's parameters; InvalidArgument otherwise.
+  Tensor shard_of(const Tensor& param) const;
+  bool is_shard(const Tensor& t) const;
+
+  // Zeroes the gradients this rank keeps (shards, and stage 1's full ones).
+  void zero_grad_shards();
+  // After the optimizer updated the shards: stages 1, 2 all_gather the
+  // parameters (collective); stage 3 frees what is still gathered.
+  void after_step();
+  // Stage 3: gathers every unit (collective), e.g. to read or save the full
+  // parameters; they stay until the next forward frees them. Other stages: no-op.
+  void summon_full_params();
+
+  // Stage 3: after the module's full parameters were overwritten (a
+  // checkpoint loaded into module()), takes this rank's segments from them.
+  // Other stages: no-op (the full parameters are the ones trained).
+  void load_full_params();
+  // Collective: `chunk` -- a tensor shaped like the shard `shard` (this
+  // rank's chunk of one parameter, e.g. an optimizer's moment of it) --
+  // gathered from every rank into the full parameter's shape.
+  Tensor gather_chunk(const Tensor& shard, const Tensor& chunk);
+  // This rank's chunk of `full`, a tensor shaped like the parameter whose
+  // shard is `shard` (a copy, 1-d). No communication.
+  Tensor chunk_of(const Tensor& shard, const Tensor& full) const;
+  // Elements of the parameter whose shard is `shard`.
+  int64_t full_numel_of(const Tensor& shard) const { return param_of_shard(shard).tensor.numel(); }
+
+  // Global sum over ranks of `value` (all_reduce; counted in the traffic).
+  double all_reduce_sum(double value);
+  double all_reduce_max(double value);
+
+  int stage() const { return options_.stage; }
+  size_t num_units() const { return units_.size(); }
+  // Unit names ("" for the root unit) and their parameter names, in unit order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> unit_parameter_names() const;
+  const FlatLayout& unit_layout(size_t u) const { return units_[u].layout; }
+  nn::Module& module() const { return *module_; }
+  const nn::ModulePtr& module_ptr() const { return module_; }
+  distributed::ProcessGroup& process_group() const { return *pg_; }
+  ZeroMemoryStats memory_stats() const;
+  const ZeroTrafficStats& traffic() const { return traffic_; }
+  // Number of parameter elements (trainable and frozen), unpadded: Psi.
+  int64_t num_parameter_elements() const;
+  int64_t num_reductions() const { return num_reductions_; }
+
+ protected:
+  nn::ModulePtr copy_shell() const override;
+
+ private:
+  struct Param {
+    std::string name;
+    Tensor tensor;     // the module's parameter (stage 3: a view of its unit's `full`)
+    Tensor piece;      // this rank's chunk (trainable parameters only)
+    Tensor grad_view;  // stage 1: the .grad view into the unit's full_grad
+    size_t unit = 0;
+    size_t slot = 0;  // index in the unit's layout
+    GradHookHandle hook;
+  };
+  struct Unit {
+    std::string name;
+    nn::Module* module = nullptr;  // null for the root
+    std::vector<size_t> params;    // into params_, layout order
+    FlatLayout layout;
+    size_t trainable = 0;
+    bool has_frozen = false;
+    Tensor full;        // stage 3: natural-layout storage of the parameters
+    Tensor shard;       // stage 3: this rank's segment of the parameters
+    Tensor grad_shard;  // stages 2, 3: this rank's averaged gradient segment
+    Tensor full_grad;   // stage 1: natural-layout gradients (.grad views)
+    // Per iteration.
+    size_t pending = 0;
+    Tensor rs_send, rs_recv;
+    distributed::Work rs_work;
+    // Stage 3 gather state.
+    bool gathered = false;
+    Tensor ag_recv;
+    distributed::Work ag_work;
+    int forward_position = -1;
+    std::vector<uint64_t> hook_ids;
+  };
+
+  void build_units();
+  void setup_stage3(Unit& u);
+  void install_hooks();
+  void begin_iteration();
+  void sync_buffers();
+  void on_grad_ready(size_t param_index);
+  void launch_ready_units();
+  void launch_reduce_scatter(Unit& u);
+  void finish_reduction();  // waits for and applies reduce_order_[next_finish_]
+  void finalize_backward();
+  void reset_iteration();
+  void restore_grad_view(Param& p);
+  std::string describe_unready() const;
+  // Stage 3.
+  void issue_gather(size_t u);
+  void ensure_gathered(size_t u);
+  void free_unit(size_t u);
+  void on_unit_pre_forward(size_t u);
+  void on_unit_post_forward(size_t u, Tensor& out);
+  void on_unit_pre_backward(size_t u);
+  void prefetch_after(size_t u, int step);
+  void note_gathered();
+  std::vector<Tensor> unit_tensors(const Unit& u) const;
+  const Param& param_of_shard(const Tensor& shard) const;
+
+  nn::ModulePtr module_;
+  std::shared_ptr<distributed::ProcessGroup> pg_;
+  ZeroOptions options_;
+  int rank_ = 0;
+  int world_ = 1;
+  std::vector<Param> params_;
+  std::vector<Unit> units_;  // child units in module order, then the root
+  std::vector<size_t> reduce_order_;
+  ZeroTrafficStats traffic_;
+  ZeroMemoryStats mem_;
+
+  // Per iteration.
+  bool armed_ = false;
+  bool any_ready_ = false;
+  std::vector<bool> ready_;
+  size_t next_launch_ = 0;
+  size_t next_finish_ = 0;
+  static constexpr size_t kMaxReductionsInFlight = 2;
+  int64_t num_reductions_ = 0;
+  // Stage 3: the order units ran in the last forward, and this one's.
+  std::vector<size_t> forward_order_, this_forward_;
+  bool in_forward_ = false;
+};
+
+}  // namespace cohort::parallel

@@ -1,0 +1,101 @@
+#include "cohort/train/zero_strategy.h"
+
+#include "cohort/base/parallel.h"
+#include "cohort/optim/adam.h"
+#include "cohort/optim/sgd.h"
+
+namespace cohort::train {
+
+namespace {
+
+parallel::UnitPolicy unit_policy(ModelKind model, int stage) {
+  if (model == ModelKind::kGpt || model == ModelKind::kGpt2)
+    return parallel::module_type_policy({"Block"});
+  if (model == ModelKind::kMlp || stage < 3) return parallel::child_unit_policy();
+  return parallel::no_unit_policy();
+}
+
+}  // namespace
+
+ZeroStrategy::ZeroStrategy(const TrainOptions& options,
+                           std::shared_ptr<distributed::ProcessGroup> world, Generator& gen)
+    : TrainStrategy(world), options_(options), world_(std::move(world)) {
+  COHORT_CHECK(world_ != nullptr, "cohort train --strategy zero: needs a process group");
+  model_ = make_model(options_, gen);
+  std::vector<Tensor> trainable;
+  for (const Tensor& p : model_->parameters())
+    if (p.requires_grad()) trainable.push_back(p);
+  full_opt_ = make_optimizer(options_, trainable);
+  if (options_.zero_stage == 0) {
+    options_.zero_stage = parallel::choose_zero_stage(model_->num_parameters(), world_->size(),
+                                                      options_.zero_memory_per_rank, &why_);
+    why_ = "auto: " + why_;
+  }
+  zero_ = std::make_shared<parallel::ShardedDataParallel>(
+      model_, world_,
+      parallel::ZeroOptions{.stage = options_.zero_stage,
+                            .unit_policy = unit_policy(options_.model, options_.zero_stage)});
+  // The same kind and groups as the full optimizer, over the shards (the
+  // groups are chosen from the full tensors' shapes, which shards lack).
+  auto shards_of = [&](const std::vector<Tensor>& ps) {
+    std::vector<Tensor> out;
+    for (const Tensor& p : ps) out.push_back(zero_->shard_of(p));
+    return out;
+  };
+  const auto& groups = full_opt_->param_groups();
+  std::unique_ptr<optim::Optimizer> opt;
+  std::vector<Tensor> first = shards_of(groups[0].params);
+  switch (options_.optimizer) {
+    case OptimizerKind::kSgd:
+      opt = std::make_unique<optim::SGD>(first, optim::SGDOptions{});
+      break;
+    case OptimizerKind::kAdam:
+      opt = std::make_unique<optim::Adam>(first, optim::AdamOptions{});
+      break;
+    case OptimizerKind::kAdamW:
+      opt = std::make_unique<optim::AdamW>(first, optim::AdamWOptions{});
+      break;
+  }
+  for (const auto& [name, value] : groups[0].options) opt->param_group(0).set_option(name, value);
+  for (size_t g = 1; g < groups.size(); ++g)
+    opt->add_param_group(shards_of(groups[g].params), groups[g].options);
+  opt_ = std::make_unique<parallel::ShardedOptimizer>(*zero_, std::move(opt));
+}
+
+double ZeroStrategy::step(const data::Batch& batch, const std::function<void(double)>& check) {
+  opt_->zero_grad();
+  Tensor loss;
+  {
+    TraceSpan span(tracer(), "main", "forward", "compute");
+    loss = compute_loss(options_.model, zero_->forward(batch.input), batch.target);
+  }
+  const double l = loss.item<double>();
+  check(l);
+  {
+    TraceSpan span(tracer(), "main", "backward", "compute");
+    loss.backward();
+  }
+  TraceSpan span(tracer(), "main", "optimizer", "compute");
+  if (const double clip = clip_max_norm(options_.model); clip > 0) opt_->clip_grad_norm(clip);
+  opt_->step();
+  return l;
+}
+
+void ZeroStrategy::sync_full_model(bool optimizer) {
+  zero_->summon_full_params();
+  if (optimizer) full_opt_->load_state_dict(opt_->full_state_dict());
+}
+
+void ZeroStrategy::after_resume() {
+  zero_->load_full_params();
+  opt_->load_full_state_dict(full_opt_->state_dict());
+}
+
+int ZeroStrategy::threads() const { return num_threads(); }
+
+std::string ZeroStrategy::layout() const {
+  return fmt::format("ZeRO stage {}, {} units{}", zero_->stage(), zero_->num_units(),
+                     why_.empty() ? "" : " (" + why_ + ")");
+}
+
+}  // namespace cohort::train

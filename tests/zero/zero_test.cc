@@ -1,0 +1,492 @@
+// ZeRO (ShardedDataParallel + ShardedOptimizer) with real processes
+// (cohort::spawn). Each rank trains W ranks x batch B/W with one stage and
+// checks, after 20 steps, that its full parameters equal both one process
+// training on the whole batch B and DDP on the same split (float32
+// tolerance): Net with SGD + momentum, the MLP with AdamW, a tiny GPT with
+// AdamW in two param groups and gradient clipping, and a small model whose
+// tensors are smaller than the world size (empty chunks, a rank whose whole
+// segment of a unit is empty) with frozen parameters and Adam. Then the
+// byte accounting against the ZeRO formulas, and a rank that issues a
+// collective out of order (a named mismatch, not a hang).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cohort/base/cpu.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/launch/spawn.h"
+#include "cohort/nn/models/gpt.h"
+#include "cohort/nn/models/sequential_models.h"
+#include "cohort/nn/nn.h"
+#include "cohort/optim/adam.h"
+#include "cohort/optim/clip_grad.h"
+#include "cohort/optim/sgd.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/zero/sharded_optimizer.h"
+
+namespace cohort::parallel {
+namespace {
+
+using namespace std::chrono_literals;
+
+enum class Model { kNet, kMlp, kGpt, kOdd };
+
+// Tensors smaller than 4 (empty chunks at 4 ranks), a frozen tensor in the
+// root unit and a frozen bias inside unit "a".
+class Odd : public nn::Cloneable<Odd> {
+ public:
+  explicit Odd(Generator& gen) : Cloneable("Odd") {
+    a_ = register_module("a", std::make_shared<nn::Linear>(6, 5, gen));
+    b_ = register_module("b", std::make_shared<nn::Linear>(5, 1, gen));  // 5 + 1 elements
+    frozen_ = register_parameter("frozen", rand({5}, gen), false);
+    scale_ = register_parameter("scale", Tensor::ones({1}));
+    a_->bias().set_requires_grad(false);
+  }
+  Tensor forward(const Tensor& x) override {
+    return mul(b_(mul(relu(a_(x)), param(frozen_))), param(scale_));
+  }
+
+ private:
+  nn::Child<nn::Linear> a_, b_;
+  size_t frozen_ = 0, scale_ = 0;
+};
+
+nn::GPTConfig tiny_gpt() {
+  nn::GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.block_size = 8;
+  c.vocab_size = 16;
+  return c;
+}
+
+// Rank 0's model; other ranks start elsewhere and must be overwritten.
+nn::ModulePtr make_model(Model m, int rank) {
+  Generator gen(rank == 0 ? 42 : 4242 + static_cast<uint64_t>(rank));
+  switch (m) {
+    case Model::kNet:
+      return std::make_shared<nn::Net>(gen);
+    case Model::kMlp:
+      return nn::make_mlp(gen, {.in_features = 20, .width = 32, .hidden_layers = 2, .classes = 5});
+    case Model::kGpt:
+      return std::make_shared<nn::GPT>(tiny_gpt(), gen);
+    case Model::kOdd:
+      return std::make_shared<Odd>(gen);
+  }
+  return nullptr;
+}
+
+constexpr int64_t kBatch = 16;
+
+struct Batch {
+  Tensor x, y;
+};
+
+Batch batch_of(Model m, int step) {
+  Generator gen(1000 + static_cast<uint64_t>(step));
+  switch (m) {
+    case Model::kNet:
+      return {rand({kBatch, 1, 28, 28}, gen), randint(0, 10, {kBatch}, gen)};
+    case Model::kMlp:
+      return {rand({kBatch, 20}, gen), randint(0, 5, {kBatch}, gen)};
+    case Model::kGpt:
+      return {randint(0, 16, {kBatch, 8}, gen), randint(0, 16, {kBatch, 8}, gen)};
+    case Model::kOdd:
+      return {rand({kBatch, 6}, gen), rand({kBatch, 1}, gen)};
+  }
+  return {};
+}
+
+Batch slice(const Batch& b, int rank, int world) {
+  const int64_t n = kBatch / world;
+  return {b.x.narrow(0, rank * n, n), b.y.narrow(0, rank * n, n)};
+}
+
+Tensor loss_of(Model m, nn::Module& model, const Batch& b) {
+  switch (m) {
+    case Model::kNet:
+    case Model::kMlp:
+      return nll_loss(model(b.x), b.y);
+    case Model::kGpt:
+      return static_cast<nn::GPT&>(model).forward(b.x, b.y);
+    case Model::kOdd:
+      return mse_loss(model(b.x), b.y);
+  }
+  return {};
+}
+
+// The optimizer of each model over `params` (full tensors or their shards,
+// mapped by `map`), with GPT's two weight-decay groups.
+std::unique_ptr<optim::Optimizer> make_opt(Model m, const nn::Module& model,
+                                           const std::function<Tensor(const Tensor&)>& map) {
+  std::vector<Tensor> all;
+  for (const Tensor& p : model.parameters())
+    if (p.requires_grad()) all.push_back(map(p));
+  switch (m) {
+    case Model::kNet:
+      return std::make_unique<optim::SGD>(all, optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    case Model::kMlp:
+      return std::make_unique<optim::AdamW>(all, optim::AdamWOptions{.lr = 1e-3});
+    case Model::kGpt: {
+      nn::WeightDecayGroups g = nn::weight_decay_groups(model);
+      std::vector<Tensor> decay, no_decay;
+      for (const Tensor& p : g.decay) decay.push_back(map(p));
+      for (const Tensor& p : g.no_decay) no_decay.push_back(map(p));
+      optim::AdamWOptions o{.lr = 3e-3, .weight_decay = 0.1};
+      auto opt = std::make_unique<optim::AdamW>(decay, o);
+      o.weight_decay = 0;
+      opt->add_param_group(no_decay, o);
+      return opt;
+    }
+    case Model::kOdd:
+      return std::make_unique<optim::Adam>(all, optim::AdamOptions{.lr = 1e-2});
+  }
+  return nullptr;
+}
+
+constexpr double kClip = 0.5;  // the GPT runs clip at this global norm
+
+nn::NamedTensors snapshot(const nn::Module& m) {
+  nn::NamedTensors out;
+  for (const auto& [name, t] : m.named_parameters()) out.emplace_back(name, t.clone());
+  return out;
+}
+
+nn::NamedTensors train_reference(Model m, int steps) {
+  auto model = make_model(m, 0);
+  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    loss_of(m, *model, batch_of(m, s)).backward();
+    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
+    opt->step();
+  }
+  return snapshot(*model);
+}
+
+nn::NamedTensors train_ddp(Model m, int steps,
+                           const std::shared_ptr<distributed::ProcessGroup>& pg) {
+  auto model = make_model(m, pg->rank());
+  DistributedDataParallel ddp(model, pg);
+  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    Batch b = slice(batch_of(m, s), pg->rank(), pg->size());
+    ddp.forward_with([&](nn::Module& mod) { return loss_of(m, mod, b); }).backward();
+    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
+    opt->step();
+  }
+  return snapshot(*model);
+}
+
+UnitPolicy policy_of(Model m, int stage) {
+  if (m == Model::kGpt) return module_type_policy({"Block"});
+  // Net calls its layers' forward_relu directly (no forward hooks): under
+  // stage 3 it is one unit.
+  if (m == Model::kNet && stage == 3) return no_unit_policy();
+  return child_unit_policy();
+}
+
+nn::NamedTensors train_zero(Model m, int stage, int steps,
+                            const std::shared_ptr<distributed::ProcessGroup>& pg,
+                            bool reshard_after_forward = true) {
+  auto model = make_model(m, pg->rank());
+  ShardedDataParallel zero(model, pg,
+                           {.stage = stage,
+                            .reshard_after_forward = reshard_after_forward,
+                            .unit_policy = policy_of(m, stage)});
+  ShardedOptimizer opt(zero,
+                       make_opt(m, *model, [&](const Tensor& t) { return zero.shard_of(t); }));
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    Batch b = slice(batch_of(m, s), pg->rank(), pg->size());
+    zero.forward_with([&](nn::Module& mod) { return loss_of(m, mod, b); }).backward();
+    if (m == Model::kGpt) opt.clip_grad_norm(kClip);
+    opt.step();
+  }
+  if (zero.num_reductions() != steps)
+    throw Error(fmt::format("{} reductions for {} steps", zero.num_reductions(), steps));
+  zero.summon_full_params();
+  return snapshot(*model);
+}
+
+void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want,
+                  const std::string& what) {
+  COHORT_ASSERT(got.size() == want.size(), "parameter count");
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (allclose(got[i].second, want[i].second, 1e-3, 1e-4)) continue;
+    std::vector<float> a = got[i].second.to_vector<float>();
+    std::vector<float> b = want[i].second.to_vector<float>();
+    double worst = 0;
+    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
+    throw Error(fmt::format("{}: parameter {} differs (max |diff| {})", what, got[i].first, worst));
+  }
+}
+
+std::shared_ptr<distributed::ProcessGroup> join() {
+  return distributed::init_process_group("native", "env://", -1, -1, 60s);
+}
+
+void run_equivalence(Model m, int stage, int steps = 20, bool reshard = true) {
+  // (Every rank checks against DDP; rank 0 also against one process.)
+  KernelPathGuard exact_kernels(KernelPath::kBaseline);
+  auto pg = join();
+  auto zero = train_zero(m, stage, steps, pg, reshard);
+  auto ddp = train_ddp(m, steps, pg);
+  std::string what = fmt::format("rank {} of {}, stage {}", pg->rank(), pg->size(), stage);
+  check_params(zero, ddp, what + " vs DDP");
+  if (pg->rank() == 0) check_params(zero, train_reference(m, steps), what + " vs one process");
+  distributed::destroy_process_group(pg);
+}
+
+#define ZERO_EQ_TEST(Name, model, world, steps)                                                   \
+  TEST(Zero, Name) {                                                                              \
+    for (int stage : {1, 2, 3}) spawn([&](int) { run_equivalence(model, stage, steps); }, world); \
+  }
+
+ZERO_EQ_TEST(NetMatchesDdpAndOneProcessTwoRanks, Model::kNet, 2, 20)
+ZERO_EQ_TEST(NetMatchesDdpAndOneProcessFourRanks, Model::kNet, 4, 10)
+ZERO_EQ_TEST(MlpMatchesDdpAndOneProcessTwoRanks, Model::kMlp, 2, 20)
+ZERO_EQ_TEST(MlpMatchesDdpAndOneProcessFourRanks, Model::kMlp, 4, 20)
+ZERO_EQ_TEST(GptWithGroupsAndClippingMatchesTwoRanks, Model::kGpt, 2, 20)
+ZERO_EQ_TEST(GptWithGroupsAndClippingMatchesFourRanks, Model::kGpt, 4, 20)
+ZERO_EQ_TEST(EmptyChunksAndFrozenParametersMatchFourRanks, Model::kOdd, 4, 20)
+
+TEST(Zero, Stage3KeepingParametersAfterForwardMatches) {
+  spawn([](int) { run_equivalence(Model::kGpt, 3, 10, /*reshard=*/false); }, 2);
+}
+
+TEST(Zero, ShardsAreRankMajorChunksWithEmptyOnes) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto model = make_model(Model::kOdd, rank);
+        ShardedDataParallel zero(model, pg, {.stage = 2});
+        // Units a, b, then the root (frozen, scale).
+        auto units = zero.unit_parameter_names();
+        if (units.size() != 3 || units[1].first != "b" || units[2].first != "")
+          throw Error("unexpected units");
+        const FlatLayout& b = zero.unit_layout(1);  // b.weight 5, b.bias 1 over 4 ranks
+        if (b.chunk(0) != 2 || b.chunk(1) != 1 || b.shard_numel() != 3)
+          throw Error("unexpected layout of unit b");
+        const int64_t want_local[4] = {3, 2, 1, 0};  // rank 3's segment is all padding
+        if (b.local_numel(0, rank) + b.local_numel(1, rank) != want_local[rank])
+          throw Error("unexpected chunk sizes");
+        auto named = [&](const std::string& n) {
+          for (const auto& [name, t] : model->named_parameters())
+            if (name == n) return t;
+          throw Error("no parameter " + n);
+        };
+        if (zero.shard_of(named("b.weight")).numel() != b.local_numel(0, rank))
+          throw Error("shard_of(b.weight) has the wrong size");
+        bool threw = false;
+        try {
+          zero.shard_of(named("a.bias"));  // frozen
+        } catch (const InvalidArgument& e) {
+          threw = std::string(e.what()).find("frozen") != std::string::npos;
+        }
+        if (!threw) throw Error("shard_of a frozen parameter did not say so");
+        distributed::destroy_process_group(pg);
+      },
+      4);
+}
+
+TEST(Zero, OptimizerOverFullParametersIsRefused) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto model = make_model(Model::kMlp, rank);
+        ShardedDataParallel zero(model, pg, {.stage = 1});
+        try {
+          ShardedOptimizer opt(
+              zero, std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{}));
+        } catch (const InvalidArgument& e) {
+          if (std::string(e.what()).find("shard_parameters") != std::string::npos) return;
+        }
+        throw Error("an optimizer over the full parameters was accepted");
+      },
+      2);
+}
+
+TEST(Zero, UnitEnteredWithoutHooksIsNamed) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto model = make_model(Model::kNet, rank);  // Net calls conv1->forward_relu directly
+        ShardedDataParallel zero(model, pg, {.stage = 3});
+        Batch b = slice(batch_of(Model::kNet, 0), rank, 2);
+        try {
+          zero.forward(b.x);
+        } catch (const InvalidArgument& e) {
+          if (std::string(e.what()).find("'conv1'") != std::string::npos) return;
+          throw;
+        }
+        throw Error("a unit run without its hooks went unnoticed");
+      },
+      2);
+}
+
+TEST(Zero, CollectiveOutOfOrderOnOneRankIsAMismatchNotAHang) {
+  try {
+    spawn(
+        [](int rank) {
+          auto pg = join();
+          auto model = make_model(Model::kMlp, rank);
+          ShardedDataParallel zero(model, pg, {.stage = 2});
+          Batch b = slice(batch_of(Model::kMlp, 0), rank, 2);
+          Tensor loss = loss_of(Model::kMlp, zero, b);
+          // Rank 1 issues an all_reduce where rank 0 reduce-scatters gradients.
+          if (rank == 1) pg->all_reduce(Tensor::ones({3}));
+          loss.backward();
+          distributed::destroy_process_group(pg);
+        },
+        2);
+  } catch (const SpawnError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("mismatch"), std::string::npos) << what;
+    EXPECT_NE(what.find("reduce_scatter"), std::string::npos) << what;
+    return;
+  }
+  FAIL() << "the out-of-order collective was not reported";
+}
+
+// Per-rank model-state bytes and bytes passed to the group per step, measured
+// from the buffers and the calls, against the ZeRO formulas for fp32 AdamW
+// (within 10 %), on an MLP whose tensors all divide by 2 and 4.
+void run_accounting(int rank) {
+  auto pg = join();
+  const int world = pg->size();
+  const nn::MlpOptions mlp{.in_features = 64, .width = 64, .hidden_layers = 2, .classes = 8};
+  Generator data(7);
+  Tensor x = rand({8, 64}, data), y = randint(0, 8, {8}, data);
+  for (int stage = 0; stage <= 3; ++stage) {
+    Generator gen(42);
+    auto model = nn::make_mlp(gen, mlp);
+    const int64_t psi = model->num_parameters();
+    double state = 0, traffic = 0, gather = 0;
+    if (stage == 0) {
+      DistributedDataParallel ddp(model, pg);
+      optim::AdamW opt(model->parameters(), {});
+      for (int s = 0; s < 2; ++s) {
+        opt.zero_grad();
+        nll_loss(ddp(x), y).backward();
+        opt.step();
+      }
+      size_t buckets = 0;
+      for (size_t b = 0; b < ddp.reducer().num_buckets(); ++b)
+        buckets += ddp.reducer().bucket_buffer(b).nbytes();
+      size_t params = 0;
+      for (const Tensor& p : model->parameters()) params += p.nbytes();
+      state = static_cast<double>(params + buckets + optimizer_state_bytes(opt));
+      traffic = 2.0 * static_cast<double>(buckets);  // one all_reduce of every bucket
+    } else {
+      ShardedDataParallel zero(model, pg, {.stage = stage});
+      ShardedOptimizer opt(
+          zero, std::make_unique<optim::AdamW>(zero.shard_parameters(), optim::AdamWOptions{}));
+      uint64_t before = 0;
+      for (int s = 0; s < 2; ++s) {
+        before = zero.traffic().total();
+        opt.zero_grad();
+        nll_loss(zero(x), y).backward();
+        opt.step();
+      }
+      ZeroMemoryStats m = zero.memory_stats();
+      state = static_cast<double>(m.parameter_bytes + m.gradient_bytes + opt.state_bytes());
+      traffic = static_cast<double>(zero.traffic().total() - before);
+      gather = static_cast<double>(m.gather_bytes_peak);
+      if (stage == 3 && m.gathered_units_peak != 2)
+        throw Error(
+            fmt::format("stage 3 had {} units gathered at once, want 2 (one computing, "
+                        "the next prefetched)",
+                        m.gathered_units_peak));
+    }
+    const double want_state = zero_model_state_bytes(stage, psi, world);
+    const double want_traffic = zero_traffic_bytes(stage, psi);
+    if (rank == 0) {
+      std::printf(
+          "N=%d stage %d: model state %.0f B (formula %.0f, %.3fx), gather peak %.0f B, "
+          "traffic %.0f B/step (formula %.0f, %.3fx)\n",
+          world, stage, state, want_state, state / want_state, gather, traffic, want_traffic,
+          traffic / want_traffic);
+    }
+    if (std::fabs(state / want_state - 1) > 0.1 || std::fabs(traffic / want_traffic - 1) > 0.1)
+      throw Error(fmt::format("rank {}, N={}, stage {}: state {} B vs {} B, traffic {} B vs {} B",
+                              rank, world, stage, state, want_state, traffic, want_traffic));
+  }
+  distributed::destroy_process_group(pg);
+}
+
+TEST(Zero, ModelStateAndTrafficBytesMatchTheFormulas) {
+  spawn(run_accounting, 2);
+  spawn(run_accounting, 4);
+}
+
+TEST(Zero, GradientsAreReduceScatteredWhileBackwardRuns) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        auto model = make_model(Model::kMlp, rank);
+        ShardedDataParallel zero(model, pg, {.stage = 2});
+        // When the first layer's weight -- the last gradient backward
+        // computes -- is ready, the later layers' units were already launched.
+        uint64_t at_first_layer = 0;
+        Tensor w0 = model->named_parameters().front().second;
+        GradHookHandle h = w0.register_grad_ready_hook(
+            [&](Tensor&) { at_first_layer = zero.traffic().reduce_scatter_bytes; });
+        Batch b = slice(batch_of(Model::kMlp, 0), rank, 2);
+        nll_loss(zero(b.x), b.y).backward();
+        const uint64_t total = zero.traffic().reduce_scatter_bytes;
+        if (!(at_first_layer > 0 && at_first_layer < total))
+          throw Error(fmt::format("{} of {} reduce_scatter bytes issued before the last gradient",
+                                  at_first_layer, total));
+        h.remove();
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
+TEST(FlatLayout, PacksRankMajorPaddedChunksAndBack) {
+  // {5, 2} over 2 ranks: c = {3, 1}, S = 4;
+  // buffer [t0[0..3) t1[0] | t0[3..5) pad t1[1]].
+  FlatLayout l({5, 2}, 2);
+  EXPECT_EQ(l.shard_numel(), 4);
+  EXPECT_EQ(l.total_numel(), 8);
+  EXPECT_EQ(l.local_numel(0, 1), 2);
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5}), b = Tensor::from_vector<float>({6, 7});
+  std::vector<float> flat(8, -1);
+  l.pack({a, b}, flat.data(), sizeof(float));
+  EXPECT_EQ(flat, (std::vector<float>{1, 2, 3, 6, 4, 5, 0, 7}));
+  Tensor a2 = Tensor::zeros({5}), b2 = Tensor::zeros({2});
+  l.unpack(flat.data(), {a2, b2}, sizeof(float));
+  EXPECT_TRUE(equal(a, a2));
+  EXPECT_TRUE(equal(b, b2));
+  EXPECT_EQ(l.piece_of_tensor(a, 0, 1).to_vector<float>(), (std::vector<float>{4, 5}));
+  // One shard: plain concatenation, views into the buffer (DDP's buckets).
+  FlatLayout one({5, 2}, 1);
+  Tensor buf = Tensor::arange(0.0, 7.0, 1.0);
+  EXPECT_EQ(one.view(buf, 1, {2, 1}).to_vector<float>(), (std::vector<float>{5, 6}));
+  // A tensor smaller than the world: ranks past its elements hold nothing.
+  FlatLayout tiny({1}, 4);
+  EXPECT_EQ(tiny.local_numel(0, 0), 1);
+  EXPECT_EQ(tiny.local_numel(0, 3), 0);
+}
+
+TEST(ZeroAuto, PicksTheLowestTrafficStageThatFitsOrNamesTheWorldSize) {
+  const int64_t psi = 1000000;  // 16 MB of model state under DDP
+  std::string why;
+  EXPECT_EQ(choose_zero_stage(psi, 4, 11e6, &why), 1);  // stage 1: 8 + 2 = 10 MB
+  EXPECT_NE(why.find("stage 1"), std::string::npos) << why;
+  EXPECT_EQ(choose_zero_stage(psi, 4, 8e6, &why), 2);  // stage 2: 4 + 3 = 7 MB
+  EXPECT_EQ(choose_zero_stage(psi, 4, 5e6, &why), 3);  // stage 3: 4 MB
+  EXPECT_NE(why.find("stage 2 would need 7.0 MB"), std::string::npos) << why;
+  try {
+    choose_zero_stage(psi, 4, 3e6);
+    FAIL() << "3 MB per rank cannot hold 16 MB over 4 ranks";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("from 6 ranks on"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cohort::parallel
