@@ -38,6 +38,13 @@ set(dev_depends "libopenblas-dev, zlib1g-dev, libfmt-dev, nlohmann-json3-dev")
 if(COHORT_HAVE_MPI)
   string(APPEND dev_depends ", libopenmpi-dev")
 endif()
+if(COHORT_HAVE_ONEDNN)
+  string(APPEND dev_depends ", libdnnl-dev")  # libcohort_core.a's bf16 path links libdnnl
+endif()
+if(COHORT_HAVE_LIBTORCH)
+  # libcohort_libtorch.a, the optional adapter: programs that use it link LibTorch.
+  set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "libtorch-dev, libgloo-dev")
+endif()
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${dev_depends}")
 set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "g++ (>= 4:12), cmake (>= 3.25), pkg-config")
 
