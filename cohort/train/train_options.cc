@@ -89,6 +89,11 @@ void TrainOptions::validate() const {
                    strategy == Strategy::kDdp,
                "--grad-reduce bf16 applies to DDP (--strategy ddp or auto), not --strategy {}",
                strategy_name(strategy));
+  COHORT_CHECK(!bf16_weights || strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
+                   strategy == Strategy::kDdp || strategy == Strategy::kDp,
+               "--bf16-weights applies to the strategies that hold the whole model on every "
+               "worker (single, ddp, dp or auto), not --strategy {}",
+               strategy_name(strategy));
   COHORT_CHECK(epochs >= 1, "--epochs must be >= 1, got {}", epochs);
   COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);
   double l = effective_lr();

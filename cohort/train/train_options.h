@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "cohort/autograd/precision.h"
+#include "cohort/optim/bf16_weights.h"
 
 namespace cohort::train {
 
@@ -110,6 +111,11 @@ struct TrainOptions {
   // DDP's gradients on the wire: float32 (default, as Megatron) or bf16 (half
   // the bytes; parallel/comm_hooks.h's bf16_compress_hook).
   ComputePrecision grad_reduce = ComputePrecision::kFloat32;
+  // --bf16-weights: every parameter rounded to bf16 after each step (and
+  // before the first), nearest or stochastic (optim/bf16_weights.h): the
+  // numerics of bf16 weights instead of float32 master weights. Replicated
+  // strategies only (single, ddp, dp), where every rank rounds the same values.
+  std::optional<optim::WeightRounding> bf16_weights;
   // The policy a training step runs under.
   PrecisionPolicy precision_policy() const;
 

@@ -126,6 +126,8 @@ class Run {
   void set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot);
   // One epoch, or its rest after a resume; ends it with the evaluation.
   void run_epoch(int64_t epoch);
+  // --bf16-weights: rounds the parameters to bf16 (optim/bf16_weights.h).
+  void round_weights();
   void save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry);
   void end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete);
   bool is_main() const { return strategy_->is_main_rank(); }
@@ -357,8 +359,15 @@ void Run::write_step_metrics(int64_t epoch, double loss, Clock::time_point t0) {
   metrics_.append(rec);
 }
 
+void Run::round_weights() {
+  if (!o_.bf16_weights) return;
+  optim::round_weights_to_bf16(strategy_->full_model().parameters(), *o_.bf16_weights, o_.seed,
+                               step_);
+}
+
 void Run::run_epoch(int64_t epoch) {
   loader_->set_epoch(epoch);
+  round_weights();  // the initial (or resumed) weights; exact when they are bf16 already
   int64_t step_in_epoch = (sampler_->position() + o_.batch_size - 1) / o_.batch_size;
   if (sampler_->epoch() != epoch) step_in_epoch = 0;
   const auto t0 = Clock::now();
@@ -380,6 +389,7 @@ void Run::run_epoch(int64_t epoch) {
       TraceSpan span(tracer_.get(), "main", "step", "compute");
       PrecisionScope precision(precision_);  // forward and backward; the update is float32 anyway
       l = strategy_->step(b, check);
+      round_weights();
     }
     ++step_;
     ++step_in_epoch;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -215,6 +216,49 @@ TEST(Trainer, Bf16PrecisionKeepsFloat32MasterWeights) {
   TrainOptions bad = small_net();
   bad.strategy = Strategy::kDp;
   bad.grad_reduce = ComputePrecision::kBFloat16;
+  EXPECT_THROW(bad.validate(), InvalidArgument);
+}
+
+// --bf16-weights: after training every parameter holds a bf16 value (the
+// initial weights are rounded too); DataParallel's replicas train the master
+// as one process does; nearest and stochastic rounding give different runs;
+// strategies that shard the model refuse the option.
+TEST(Trainer, Bf16WeightsLeaveBf16ValuesOnEveryStrategyThatHoldsTheModel) {
+  TrainOptions o = small_net();
+  o.max_steps = 3;
+  o.bf16_weights = optim::WeightRounding::kStochastic;
+  TrainOptions d = o;
+  d.strategy = Strategy::kDp;
+  d.replicas = 2;
+  d.threads = 2;
+  TrainOptions n = o;
+  n.bf16_weights = optim::WeightRounding::kNearest;
+  o.checkpoint_dir = temp_dir("bf16w");
+  d.checkpoint_dir = temp_dir("bf16wdp");
+  n.checkpoint_dir = temp_dir("bf16wn");
+  TrainResult a = Trainer(o).run(), b = Trainer(d).run(), c = Trainer(n).run();
+  auto x = checkpoint::load_safetensors(a.last_checkpoint + "/model.safetensors").tensors;
+  auto y = checkpoint::load_safetensors(b.last_checkpoint + "/model.safetensors").tensors;
+  auto z = checkpoint::load_safetensors(c.last_checkpoint + "/model.safetensors").tensors;
+  bool nearest_equal = true;
+  for (const auto& [name, t] : x) {
+    for (const Tensor& w : {t, y.at(name), z.at(name)}) {
+      ASSERT_EQ(w.dtype(), kFloat32) << name;
+      for (float v : w.to_vector<float>()) {
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        ASSERT_EQ(u & 0xffffu, 0u) << name << " holds " << v << ", not a bf16 value";
+      }
+    }
+    // DataParallel sums the replicas' gradients in another order: a value
+    // close to a rounding boundary may land one bf16 step away.
+    EXPECT_TRUE(allclose(y.at(name), t, 1e-2, 1e-3)) << name;
+    nearest_equal = nearest_equal && equal(z.at(name), t);
+  }
+  EXPECT_FALSE(nearest_equal) << "stochastic rounding gave nearest rounding's bits";
+  TrainOptions bad = small_net();
+  bad.strategy = Strategy::kPipeline;
+  bad.bf16_weights = optim::WeightRounding::kNearest;
   EXPECT_THROW(bad.validate(), InvalidArgument);
 }
 

@@ -29,7 +29,7 @@ struct TrainArgs {
   std::string zero_stage = "2";
   double lr = 0;
   double momentum = 0;
-  std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32";
+  std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32", bf16_weights;
   train::TrainOptions options;
 };
 
@@ -62,6 +62,9 @@ int run_train(CLI::App* app, TrainArgs* args) {
     o.precision = parse_precision(args->precision);
     if (args->bf16_path != "auto") o.bf16_path = native::parse_bf16_path(args->bf16_path);
     o.grad_reduce = parse_precision(args->grad_reduce);
+    if (!args->bf16_weights.empty())
+      o.bf16_weights = args->bf16_weights == "nearest" ? optim::WeightRounding::kNearest
+                                                       : optim::WeightRounding::kStochastic;
     if (app->count("--resume") > 0 && o.resume.empty()) o.resume = "auto";
     // The environment is read here, at the edge (docs/design.md rule 11).
     const char* transport = std::getenv("COHORT_TRANSPORT");
@@ -215,6 +218,10 @@ std::function<int()> setup(CLI::App& app) {
                  "DDP gradients on the wire: fp32, or bf16 (half the bytes, about 3 digits)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  app.add_option("--bf16-weights", args->bf16_weights,
+                 "Round every parameter to bf16 after each step, nearest or stochastic (the "
+                 "numerics of bf16 weights; default: fp32 master weights)")
+      ->check(CLI::IsMember({"nearest", "stochastic"}));
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
       ->capture_default_str();
   app.add_option("--backend", o.backend,
