@@ -8,6 +8,7 @@
 #include "cohort/base/parallel.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
+#include "cohort/core/native/gemm_operand.h"
 
 namespace cohort::native {
 namespace {
@@ -88,25 +89,6 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   blas_split<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// A 2-D operand as BLAS sees it: pointer, leading dim, transposed flag.
-// Copies only when neither the matrix nor its transpose is row-contiguous.
-struct BlasOperand {
-  Tensor keep;
-  bool trans = false;
-  int64_t ld = 0;
-};
-
-BlasOperand as_blas(const Tensor& t) {
-  const int64_t r = t.sizes()[0], c = t.sizes()[1];
-  const int64_t s0 = t.strides()[0], s1 = t.strides()[1];
-  if ((s1 == 1 || c == 1) && (s0 >= std::max<int64_t>(c, 1) || r == 1))
-    return {t, false, std::max<int64_t>(r == 1 ? c : s0, 1)};
-  if ((s0 == 1 || r == 1) && (s1 >= std::max<int64_t>(r, 1) || c == 1))
-    return {t, true, std::max<int64_t>(c == 1 ? r : s1, 1)};
-  Tensor cc = t.contiguous();
-  return {cc, false, std::max<int64_t>(c, 1)};
-}
-
 }  // namespace
 
 const char* gemm_backend_name(GemmBackend backend) {
@@ -156,7 +138,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
                dtype_name(b.dtype()));
   const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
   Tensor out = Tensor::empty({m, n}, a.dtype());
-  BlasOperand oa = as_blas(a), ob = as_blas(b);
+  GemmOperand oa = as_gemm_operand(a), ob = as_gemm_operand(b);
   dispatch_floating(a.dtype(), "mm", [&](auto tag) {
     using T = decltype(tag);
     gemm_impl<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
@@ -196,7 +178,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     // One product on this thread alone (float32 through the backend rule for
     // one thread).
     auto one = [&](int64_t i) {
-      BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
+      GemmOperand oa = as_gemm_operand(a3.select(0, i)), ob = as_gemm_operand(b3.select(0, i));
       const T* pa = oa.keep.template data_ptr<T>();
       const T* pb = ob.keep.template data_ptr<T>();
       T* pc = po + i * m * n;
@@ -217,7 +199,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     const int64_t threads = num_threads();
     if (nb == 1 || (nb < threads && m * n * k >= kSplitMacs * 4)) {
       for (int64_t i = 0; i < nb; ++i) {
-        BlasOperand oa = as_blas(a3.select(0, i)), ob = as_blas(b3.select(0, i));
+        GemmOperand oa = as_gemm_operand(a3.select(0, i)), ob = as_gemm_operand(b3.select(0, i));
         gemm_impl<T>(oa.trans, ob.trans, m, n, k, T(1), oa.keep.template data_ptr<T>(), oa.ld,
                      ob.keep.template data_ptr<T>(), ob.ld, T(0), po + i * m * n,
                      std::max<int64_t>(n, 1));
@@ -248,7 +230,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Shape os(x.sizes().begin(), x.sizes().end() - 1);
   os.push_back(outf);
   Tensor out = Tensor::empty(os, x.dtype());
-  BlasOperand ox = as_blas(x2), ow = as_blas(w);
+  GemmOperand ox = as_gemm_operand(x2), ow = as_gemm_operand(w);
   dispatch_floating(x.dtype(), "linear", [&](auto tag) {
     using T = decltype(tag);
     T* po = out.data_ptr<T>();

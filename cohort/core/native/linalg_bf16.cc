@@ -8,6 +8,7 @@
 #include "cohort/base/isa.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/native/bf16_kernels.h"
+#include "cohort/core/native/gemm_operand.h"
 #include "cohort/core/native/linalg.h"
 
 namespace cohort::native {
@@ -32,24 +33,6 @@ std::string joined_features() {
   std::string s;
   for (const std::string& f : cpu_features().names()) s += (s.empty() ? "" : " ") + f;
   return s.empty() ? std::string("none detected") : s;
-}
-
-// A 2-D operand as a GEMM sees it: data, leading dimension, transposed flag;
-// copies (contiguous) only when neither it nor its transpose is row-major.
-struct Operand {
-  Tensor keep;
-  bool trans = false;
-  int64_t ld = 0;
-};
-
-Operand as_operand(const Tensor& t) {
-  const int64_t r = t.sizes()[0], c = t.sizes()[1];
-  const int64_t s0 = t.strides()[0], s1 = t.strides()[1];
-  if ((s1 == 1 || c == 1) && (s0 >= std::max<int64_t>(c, 1) || r == 1))
-    return {t, false, std::max<int64_t>(r == 1 ? c : s0, 1)};
-  if ((s0 == 1 || r == 1) && (s1 >= std::max<int64_t>(r, 1) || c == 1))
-    return {t, true, std::max<int64_t>(c == 1 ? r : s1, 1)};
-  return {t.contiguous(), false, std::max<int64_t>(c, 1)};
 }
 
 // Converts x elementwise into a tensor of dtype `to` with x's shape, keeping a
@@ -182,7 +165,7 @@ Tensor mm_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
   if (path == Bf16Path::kEmulated) return mm(bf16_to_float(a), bf16_to_float(b));
   const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
   Tensor out = Tensor::empty({m, n}, kFloat32);
-  Operand oa = as_operand(a), ob = as_operand(b);
+  GemmOperand oa = as_gemm_operand(a), ob = as_gemm_operand(b);
   gemm_bf16(path, oa.trans, ob.trans, m, n, k, 1.0f, oa.keep.data_ptr<BFloat16>(), oa.ld,
             ob.keep.data_ptr<BFloat16>(), ob.ld, 0.0f, out.data_ptr<float>(),
             std::max<int64_t>(n, 1));
@@ -210,7 +193,7 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
   Tensor out = Tensor::empty(os, kFloat32);
   float* po = out.data_ptr<float>();
   for (int64_t i = 0; i < nb; ++i) {
-    Operand oa = as_operand(a3.select(0, i)), ob = as_operand(b3.select(0, i));
+    GemmOperand oa = as_gemm_operand(a3.select(0, i)), ob = as_gemm_operand(b3.select(0, i));
     gemm_bf16(path, oa.trans, ob.trans, m, n, k, 1.0f, oa.keep.data_ptr<BFloat16>(), oa.ld,
               ob.keep.data_ptr<BFloat16>(), ob.ld, 0.0f, po + i * m * n, std::max<int64_t>(n, 1));
   }
@@ -243,7 +226,7 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
       std::memcpy(po + r * outf, bc.data_ptr<float>(), outf * sizeof(float));
     beta = 1.0f;
   }
-  Operand ox = as_operand(x2), ow = as_operand(w);
+  GemmOperand ox = as_gemm_operand(x2), ow = as_gemm_operand(w);
   gemm_bf16(path, ox.trans, !ow.trans, rows, outf, in, 1.0f, ox.keep.data_ptr<BFloat16>(), ox.ld,
             ow.keep.data_ptr<BFloat16>(), ow.ld, beta, po, std::max<int64_t>(outf, 1));
   return out;
