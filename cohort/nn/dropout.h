@@ -17,40 +17,37 @@
 
 namespace cohort::nn {
 
-class Dropout : public Cloneable<Dropout> {
+// What both share: p, the module's own generator and how copies treat it.
+template <typename Derived>
+class DropoutBase : public Cloneable<Derived> {
  public:
-  Dropout(double p, Generator& gen);
-
-  Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override { return fmt::format("p={}", p_); }
-
   double p() const { return p_; }
   Generator& generator() const { return *gen_; }
 
  protected:
-  void on_copy(bool deep) override;
+  DropoutBase(const char* name, double p, Generator& gen)
+      : Cloneable<Derived>(name), p_(p), gen_(std::make_shared<Generator>(gen.next_u64())) {
+    COHORT_CHECK(p >= 0.0 && p <= 1.0, "{}: p must be in [0, 1], got {}", name, p);
+  }
+  void on_copy(bool deep) override {
+    if (deep) gen_ = std::make_shared<Generator>(*gen_);
+  }
 
- private:
   double p_;
   std::shared_ptr<Generator> gen_;
 };
 
-class Dropout2d : public Cloneable<Dropout2d> {
+class Dropout : public DropoutBase<Dropout> {
  public:
-  Dropout2d(double p, Generator& gen);
-
+  Dropout(double p, Generator& gen) : DropoutBase("Dropout", p, gen) {}
   Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override { return fmt::format("p={}", p_); }
+};
 
-  double p() const { return p_; }
-  Generator& generator() const { return *gen_; }
-
- protected:
-  void on_copy(bool deep) override;
-
- private:
-  double p_;
-  std::shared_ptr<Generator> gen_;
+class Dropout2d : public DropoutBase<Dropout2d> {
+ public:
+  Dropout2d(double p, Generator& gen) : DropoutBase("Dropout2d", p, gen) {}
+  Tensor forward(const Tensor& x) override;
 };
 
 }  // namespace cohort::nn
