@@ -19,98 +19,18 @@ sets it): PyTorch's own intra-op threads plus OpenBLAS's pool oversubscribe the 
 """
 import argparse
 import json
-import math
 import os
 import resource
 import sys
 import time
 
 import torch
-import torch.nn as nn
-from torch.nn import functional as F
 
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
-        super().__init__()
-        assert n_embd % n_head == 0, f"n_embd {n_embd} is not a multiple of n_head {n_head}"
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.n_head = n_head
-        self.n_embd = n_embd
-        self.register_buffer(
-            "bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self, n_embd):
-        super().__init__()
-        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
-        self.c_proj = nn.Linear(4 * n_embd, n_embd)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self, n_embd, n_head, block_size):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(n_embd)
-        self.attn = CausalSelfAttention(n_embd, n_head, block_size)
-        self.ln_2 = nn.LayerNorm(n_embd)
-        self.mlp = MLP(n_embd)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, n_layer, n_head, n_embd, block_size, vocab_size):
-        super().__init__()
-        self.block_size = block_size
-        self.wte = nn.Embedding(vocab_size, n_embd)
-        self.wpe = nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList([Block(n_embd, n_head, block_size) for _ in range(n_layer)])
-        self.ln_f = nn.LayerNorm(n_embd)
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.wte.weight = self.lm_head.weight  # tied
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
-
-    @staticmethod
-    def _init_weights(m):
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
-
-    def forward(self, idx, targets):
-        B, T = idx.size()
-        assert T <= self.block_size, f"sequence length {T} exceeds block_size {self.block_size}"
-        pos = torch.arange(0, T, dtype=torch.long)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
+# The model is the parity test's (tests/parity/torch_gpt_model.py), so the benchmark times the
+# model whose numbers were checked against cohort's.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "parity"))
+from torch_gpt_model import GPT, init_weights  # noqa: E402
 
 
 def main():
@@ -152,7 +72,9 @@ def run(rank, args, port):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     T = args.seq or args.block_size
-    model = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab)
+    model = GPT({"n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
+                 "block_size": args.block_size, "vocab_size": args.vocab})
+    init_weights(model, args.n_layer)
     params = sum(p.numel() for p in model.parameters())
     net = model
     if ddp:
@@ -169,9 +91,9 @@ def run(rank, args, port):
         tgt = torch.randint(0, args.vocab, (args.batch, T), generator=gen)
         if args.precision == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = net(idx, tgt)
+                _, loss = net(idx, tgt)
         else:
-            loss = net(idx, tgt)
+            _, loss = net(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

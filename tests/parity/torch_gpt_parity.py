@@ -18,92 +18,18 @@ DIR/gpt_torch_out.safetensors with:
                                                       c), with both masks, then
   mha.self_out, mha.self_gx                           self-attention without
                                                       masks or weights
-The model is nanoGPT's (model.py) with its manual attention path: the
-causal mask by masked_fill, softmax, GELU with approximate="tanh", no dropout,
-lm_head tied to wte.
+The model is nanoGPT's (torch_gpt_model.py).
 """
 import json
-import math
 import os
 import sys
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_parity import read, write  # noqa: E402  (the safetensors reader/writer)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.c_attn = nn.Linear(cfg["n_embd"], 3 * cfg["n_embd"])
-        self.c_proj = nn.Linear(cfg["n_embd"], cfg["n_embd"])
-        self.n_head = cfg["n_head"]
-        self.n_embd = cfg["n_embd"]
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        mask = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
-        att = att.masked_fill(mask == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.c_fc = nn.Linear(cfg["n_embd"], 4 * cfg["n_embd"])
-        self.c_proj = nn.Linear(4 * cfg["n_embd"], cfg["n_embd"])
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg["n_embd"])
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg["n_embd"])
-        self.mlp = MLP(cfg)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(cfg["vocab_size"], cfg["n_embd"]),
-            wpe=nn.Embedding(cfg["block_size"], cfg["n_embd"]),
-            h=nn.ModuleList([Block(cfg) for _ in range(cfg["n_layer"])]),
-            ln_f=nn.LayerNorm(cfg["n_embd"]),
-        ))
-        self.lm_head = nn.Linear(cfg["n_embd"], cfg["vocab_size"], bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # nanoGPT's weight tying
-
-    def forward(self, idx, targets=None):
-        t = idx.size(1)
-        pos = torch.arange(0, t, dtype=torch.long)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        if targets is None:
-            return logits
-        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
-                                       ignore_index=-1)
+from torch_gpt_model import GPT  # noqa: E402
 
 
 def make_model(cfg, init):
