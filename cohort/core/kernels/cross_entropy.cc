@@ -7,30 +7,15 @@
 #include "cohort/base/parallel.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/kernels/transformer_rows.h"
+#include "cohort/core/native/class_rows.h"
 
 namespace cohort::kernels {
 namespace {
 
-struct CeShape {
-  Tensor logits;  // [N, C] contiguous
-  Tensor target;  // [N] int64 contiguous
-  int64_t n, c;
-};
-
-CeShape check_ce(const Tensor& logits, const Tensor& target, int64_t ignore_index, const char* op) {
-  COHORT_CHECK(logits.dim() == 1 || logits.dim() == 2,
-               "{}: logits must be [N, C] or [C], got {} (the [N, C, d...] form is not supported: "
-               "move C last and flatten to [N*d, C])",
-               op, shape_str(logits.sizes()));
-  Tensor l2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
-  Tensor t1 = target.dim() == 0 ? target.reshape({1}) : target;
-  COHORT_CHECK(t1.dim() == 1 && t1.sizes()[0] == l2.sizes()[0],
-               "{}: target {} does not match logits {} (need [N] with N = {})", op,
-               shape_str(target.sizes()), shape_str(logits.sizes()), l2.sizes()[0]);
-  COHORT_CHECK(
-      t1.dtype() == DType::kInt64 || t1.dtype() == DType::kInt32 || t1.dtype() == DType::kUInt8,
-      "{}: target must hold integer class indices, got {}", op, dtype_name(t1.dtype()));
-  CeShape s{l2.contiguous(), t1.to(DType::kInt64).contiguous(), l2.sizes()[0], l2.sizes()[1]};
+// The [N, C] rows, their targets, and every target in range (or ignored).
+native::ClassRows check_ce(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                           const char* op) {
+  native::ClassRows s = native::class_rows(logits, target, op, "logits");
   const int64_t* t = s.target.data_ptr<int64_t>();
   for (int64_t i = 0; i < s.n; ++i)
     COHORT_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < s.c),
@@ -61,7 +46,7 @@ T log_sum_exp(const T* x, int64_t c) {
 
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                                  int64_t ignore_index) {
-  CeShape s = check_ce(logits, target, ignore_index, "cross_entropy");
+  native::ClassRows s = check_ce(logits, target, ignore_index, "cross_entropy");
   const int64_t* t = s.target.data_ptr<int64_t>();
   CrossEntropyResult r;
   r.lse = Tensor::empty({s.n}, logits.dtype());
@@ -69,7 +54,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, Red
     using T = decltype(tag);
     if (s.c == 0)
       COHORT_CHECK(s.n == 0, "cross_entropy: logits {} have no classes", shape_str(logits.sizes()));
-    const T* x = s.logits.data_ptr<T>();
+    const T* x = s.scores.data_ptr<T>();
     T* lse = r.lse.data_ptr<T>();
     Tensor per = Tensor::empty({s.n}, logits.dtype());
     T* p = per.data_ptr<T>();
@@ -107,7 +92,7 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, Red
 
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse_in, Reduction reduction, int64_t ignore_index) {
-  CeShape s = check_ce(logits, target, ignore_index, "cross_entropy_backward");
+  native::ClassRows s = check_ce(logits, target, ignore_index, "cross_entropy_backward");
   const int64_t* t = s.target.data_ptr<int64_t>();
   Tensor dx = Tensor::empty({s.n, s.c}, logits.dtype());
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
@@ -115,7 +100,7 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
     Tensor gc = grad.to(logits.dtype()).contiguous(), lc = lse_in.contiguous();
     const T* g = gc.data_ptr<T>();
     const T* lse = lc.data_ptr<T>();
-    const T* x = s.logits.data_ptr<T>();
+    const T* x = s.scores.data_ptr<T>();
     T* d = dx.data_ptr<T>();
     int64_t count = 0;
     for (int64_t i = 0; i < s.n; ++i) count += t[i] != ignore_index;

@@ -3,39 +3,18 @@
 #include <limits>
 
 #include "cohort/core/dispatch.h"
+#include "cohort/core/native/class_rows.h"
 
 namespace cohort::native {
-namespace {
-
-struct NllShape {
-  Tensor input;   // [N, C]
-  Tensor target;  // [N] int64
-  int64_t n, c;
-};
-
-NllShape check_nll(const Tensor& input, const Tensor& target, const char* op) {
-  COHORT_CHECK(input.dim() == 1 || input.dim() == 2, "{}: input must be [N, C] or [C], got {}", op,
-               shape_str(input.sizes()));
-  Tensor in2 = input.dim() == 1 ? input.unsqueeze(0) : input;
-  Tensor t1 = target.dim() == 0 ? target.reshape({1}) : target;
-  COHORT_CHECK(t1.dim() == 1 && t1.sizes()[0] == in2.sizes()[0],
-               "{}: target {} does not match input {} (need [N] with N = {})", op,
-               shape_str(target.sizes()), shape_str(input.sizes()), in2.sizes()[0]);
-  COHORT_CHECK(
-      t1.dtype() == DType::kInt64 || t1.dtype() == DType::kInt32 || t1.dtype() == DType::kUInt8,
-      "{}: target must hold integer class indices, got {}", op, dtype_name(t1.dtype()));
-  return {in2.contiguous(), t1.to(DType::kInt64).contiguous(), in2.sizes()[0], in2.sizes()[1]};
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
                 int64_t ignore_index) {
-  NllShape s = check_nll(input, target, "nll_loss");
+  ClassRows s = class_rows(input, target, "nll_loss", "input");
   const int64_t* t = s.target.data_ptr<int64_t>();
   return dispatch_floating(input.dtype(), "nll_loss", [&](auto tag) {
     using T = decltype(tag);
-    const T* x = s.input.data_ptr<T>();
+    const T* x = s.scores.data_ptr<T>();
     Tensor per = Tensor::empty({s.n}, input.dtype());
     T* p = per.data_ptr<T>();
     double total = 0;
@@ -67,7 +46,7 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
 
 Tensor nll_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                          Reduction reduction, int64_t ignore_index) {
-  NllShape s = check_nll(input, target, "nll_loss_backward");
+  ClassRows s = class_rows(input, target, "nll_loss_backward", "input");
   const int64_t* t = s.target.data_ptr<int64_t>();
   Tensor dx = Tensor::zeros({s.n, s.c}, input.dtype());
   dispatch_floating(input.dtype(), "nll_loss_backward", [&](auto tag) {
