@@ -86,8 +86,9 @@ void TrainOptions::validate() const {
   if (precision == ComputePrecision::kBFloat16 && bf16_path)
     native::check_bf16_path(*bf16_path, "--bf16-path");
   COHORT_CHECK(grad_reduce == ComputePrecision::kFloat32 || strategy == Strategy::kAuto ||
-                   strategy == Strategy::kDdp,
-               "--grad-reduce bf16 applies to DDP (--strategy ddp or auto), not --strategy {}",
+                   strategy == Strategy::kDdp || strategy == Strategy::kZero,
+               "--grad-reduce bf16 applies to DDP (--strategy ddp or auto) and ZeRO (--strategy "
+               "zero), not --strategy {}",
                strategy_name(strategy));
   COHORT_CHECK(epochs >= 1, "--epochs must be >= 1, got {}", epochs);
   COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);

@@ -107,8 +107,9 @@ struct TrainOptions {
   // optimizer state stay float32 (master weights); evaluation runs in float32.
   ComputePrecision precision = ComputePrecision::kFloat32;
   std::optional<native::Bf16Path> bf16_path;  // unset: the best this CPU runs
-  // DDP's gradients on the wire: float32 (default, as Megatron) or bf16 (half
-  // the bytes; parallel/comm_hooks.h's bf16_compress_hook).
+  // DDP's and ZeRO's gradients on the wire: float32 (default, as Megatron)
+  // or bf16 (half the bytes; parallel/comm_hooks.h's bf16_compress_hook,
+  // ZeroOptions::reduce_dtype).
   ComputePrecision grad_reduce = ComputePrecision::kFloat32;
   // The policy a training step runs under.
   PrecisionPolicy precision_policy() const;

@@ -34,7 +34,10 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
   zero_ = std::make_shared<parallel::ShardedDataParallel>(
       model_, world_,
       parallel::ZeroOptions{.stage = options_.zero_stage,
-                            .unit_policy = unit_policy(options_.model, options_.zero_stage)});
+                            .unit_policy = unit_policy(options_.model, options_.zero_stage),
+                            .reduce_dtype = options_.grad_reduce == ComputePrecision::kBFloat16
+                                                ? DType::kBFloat16
+                                                : DType::kFloat32});
   // The same kind and groups as the full optimizer, over the shards (the
   // groups are chosen from the full tensors' shapes, which shards lack).
   auto shards_of = [&](const std::vector<Tensor>& ps) {

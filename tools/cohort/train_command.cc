@@ -212,7 +212,8 @@ std::function<int()> setup(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "emulated", "onednn"}))
       ->capture_default_str();
   app.add_option("--grad-reduce", args->grad_reduce,
-                 "DDP gradients on the wire: fp32, or bf16 (half the bytes, about 3 digits)")
+                 "DDP and ZeRO gradients on the wire: fp32, or bf16 (half the bytes, about 3 "
+                 "digits)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")

@@ -22,6 +22,17 @@ ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
   COHORT_CHECK(options_.stage >= 1 && options_.stage <= 3,
                "ShardedDataParallel: stage must be 1, 2 or 3, got {}", options_.stage);
   if (!options_.unit_policy) options_.unit_policy = child_unit_policy();
+  COHORT_CHECK(
+      options_.reduce_dtype == DType::kFloat32 || options_.reduce_dtype == DType::kBFloat16,
+      "ShardedDataParallel: reduce_dtype must be float32 or bfloat16, got {}",
+      dtype_name(options_.reduce_dtype));
+  if (options_.reduce_dtype == DType::kBFloat16) {
+    for (const auto& [name, p] : module_->named_parameters())
+      COHORT_CHECK(p.dtype() == DType::kFloat32,
+                   "ShardedDataParallel: reduce_dtype bfloat16 reduces float32 gradients; "
+                   "parameter '{}' is {}",
+                   name, dtype_name(p.dtype()));
+  }
   rank_ = pg_->rank();
   world_ = pg_->size();
   register_module("module", module_);
@@ -344,16 +355,22 @@ void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
   for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
   u.rs_send = Tensor::empty({u.layout.total_numel()}, dtype);
   u.layout.pack(grads, u.rs_send.raw_data(), es);
+  // bf16 on the wire: summed there, averaged once widened (finish_reduction).
+  const bool narrow = options_.reduce_dtype != dtype;
+  if (narrow) u.rs_send = u.rs_send.to(options_.reduce_dtype);
   if (options_.stage >= 2) {
     // The full gradients are not kept.
     for (size_t k : u.params)
       if (params_[k].tensor.requires_grad()) params_[k].tensor.set_grad(Tensor());
   }
   if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
-  u.rs_recv = Tensor::empty({u.layout.shard_numel()}, dtype);
+  const DType wire = u.rs_send.dtype();
+  u.rs_recv = Tensor::empty({u.layout.shard_numel()}, wire);
   u.rs_work = pg_->reduce_scatter(
       u.rs_send.raw_data(), u.rs_recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
-      distributed::to_data_type(dtype), {.op = distributed::ReduceOp::kAvg}, distributed::async_op);
+      distributed::to_data_type(wire),
+      {.op = narrow ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
+      distributed::async_op);
   traffic_.reduce_scatter_bytes += u.rs_send.nbytes();
 }
 
@@ -377,11 +394,17 @@ void ShardedDataParallel::finish_reduction() {
     reset_iteration();
     std::rethrow_exception(e);
   }
+  const DType dtype = params_[u.params.front()].tensor.dtype();
+  if (u.rs_recv.dtype() != dtype) {
+    // A bf16 sum: widened, then averaged in float32.
+    u.rs_recv = u.rs_recv.to(dtype);
+    u.rs_recv.mul_(1.0 / static_cast<double>(pg_->size()));
+  }
   if (options_.stage == 1) {
     // This rank's averaged chunk goes back into the full gradients.
     std::vector<Tensor> grads;
     for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(u.rs_recv.dtype()));
+    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(dtype));
     u.full_grad.storage()->bump_version();
   } else {
     u.grad_shard.add_(u.rs_recv);

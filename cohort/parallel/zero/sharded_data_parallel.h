@@ -94,6 +94,14 @@ struct ZeroOptions {
   bool prefetch = true;
   UnitPolicy unit_policy = {};    // empty: child_unit_policy()
   bool broadcast_buffers = true;  // buffers from rank 0 at every forward, as DDP
+  // The dtype gradients are reduce-scattered in (DDP's reduce_dtype):
+  // float32 (the default, as Megatron) or bfloat16: a unit's flat float32
+  // gradient is rounded to bf16, reduce-scattered as a sum (the collectives
+  // add in float32 and round after each step) and this rank's segment
+  // widened back to float32 and divided by the world size -- half the
+  // reduce_scatter bytes, about 3 significant digits. Parameters, gradient
+  // shards, optimizer state and the parameters' all_gathers stay float32.
+  DType reduce_dtype = DType::kFloat32;
 };
 
 // What this rank holds and moves, measured from the buffers themselves.
