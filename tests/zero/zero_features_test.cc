@@ -2,11 +2,14 @@
 // processes (cohort::spawn): gradients reduce-scattered in bf16
 // (ZeroOptions::reduce_dtype) -- half the reduce_scatter bytes, measured by
 // the wrapper's traffic accounting, and a loss that stays within bf16
-// rounding of the float32 run over 20 steps on the MLP and a tiny GPT.
+// rounding of the float32 run over 20 steps on the MLP and a tiny GPT; and
+// gradient accumulation under no_sync(), equal to one process on the whole
+// batch and to DDP's no_sync at every stage.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "cohort/base/cpu.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/launch/spawn.h"
 #include "cohort/nn/models/gpt.h"
@@ -193,6 +196,126 @@ TEST(ZeroBf16, OnlyFloat32AndBf16AreReduceDtypes) {
         throw Error("reduce_dtype float64 was accepted");
       },
       2);
+}
+
+// ---- no_sync: gradient accumulation ----
+
+// Each step: kMicro micro-batches of this rank's share, the first kMicro - 1
+// under no_sync, each loss scaled by 1 / kMicro, so that the accumulated sum
+// is the gradient of the whole share's mean loss.
+constexpr int kMicro = 4;
+
+// `check` runs after each no_sync backward. (ZeRO and DDP alike.)
+template <typename Wrapper>
+void accumulate_step(Model m, Wrapper& w, const Batch& share,
+                     const std::function<void()>& check = {}) {
+  for (int k = 0; k < kMicro; ++k) {
+    Batch mb = slice(share, k, kMicro);
+    auto run = [&] {
+      Tensor loss = w.forward_with([&](nn::Module& mod) { return loss_of(m, mod, mb); });
+      mul(loss, Tensor::scalar(1.0f / kMicro)).backward();
+    };
+    if (k + 1 < kMicro) {
+      auto guard = w.no_sync();
+      run();
+      if (check) check();
+    } else {
+      run();
+    }
+  }
+}
+
+nn::NamedTensors train_reference(Model m, int steps) {
+  auto model = make_model(m, 0);
+  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    loss_of(m, *model, batch_of(m, s)).backward();
+    opt->step();
+  }
+  return snapshot(*model);
+}
+
+nn::NamedTensors train_ddp_no_sync(Model m, int steps,
+                                   const std::shared_ptr<distributed::ProcessGroup>& pg) {
+  auto model = make_model(m, pg->rank());
+  DistributedDataParallel ddp(model, pg);
+  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    accumulate_step(m, ddp, slice(batch_of(m, s), pg->rank(), pg->size()));
+    opt->step();
+  }
+  return snapshot(*model);
+}
+
+void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want,
+                  const std::string& what) {
+  COHORT_ASSERT(got.size() == want.size(), "parameter count");
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (allclose(got[i].second, want[i].second, 1e-3, 1e-4)) continue;
+    std::vector<float> a = got[i].second.to_vector<float>();
+    std::vector<float> b = want[i].second.to_vector<float>();
+    double worst = 0;
+    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
+    throw Error(fmt::format("{}: parameter {} differs (max |diff| {})", what, got[i].first, worst));
+  }
+}
+
+void run_no_sync(Model m) {
+  KernelPathGuard exact_kernels(KernelPath::kBaseline);
+  auto pg = join();
+  constexpr int kSteps = 10;
+  const nn::NamedTensors ddp = train_ddp_no_sync(m, kSteps, pg);
+  const nn::NamedTensors one = pg->rank() == 0 ? train_reference(m, kSteps) : nn::NamedTensors{};
+  for (int stage : {1, 2, 3}) {
+    const std::string what =
+        fmt::format("{}, stage {}, rank {}", m == Model::kMlp ? "MLP" : "GPT", stage, pg->rank());
+    auto model = make_model(m, pg->rank());
+    ShardedDataParallel zero(model, pg, {.stage = stage, .unit_policy = policy_of(m)});
+    ShardedOptimizer opt(zero,
+                         make_opt(m, *model, [&](const Tensor& t) { return zero.shard_of(t); }));
+    int64_t trainable_bytes = 0;
+    for (const Tensor& p : model->parameters()) trainable_bytes += p.nbytes();
+    for (int s = 0; s < kSteps; ++s) {
+      opt.zero_grad();
+      const uint64_t rs_before = zero.traffic().reduce_scatter_bytes;
+      accumulate_step(m, zero, slice(batch_of(m, s), pg->rank(), pg->size()), [&] {
+        // Nothing reduced yet; stages 2 and 3 hold the full gradients.
+        ZeroMemoryStats ms = zero.memory_stats();
+        const int64_t want = stage == 1 ? 0 : trainable_bytes;
+        if (zero.traffic().reduce_scatter_bytes != rs_before ||
+            static_cast<int64_t>(ms.no_sync_gradient_bytes) != want)
+          throw Error(
+              fmt::format("{}: after a no_sync backward {} reduce_scatter bytes, {} B "
+                          "of full gradients (want 0 and {})",
+                          what, zero.traffic().reduce_scatter_bytes - rs_before,
+                          ms.no_sync_gradient_bytes, want));
+      });
+      if (zero.memory_stats().no_sync_gradient_bytes != 0)
+        throw Error(what + ": the full gradients outlived the synchronised backward");
+      opt.step();
+    }
+    if (zero.num_reductions() != kSteps)
+      throw Error(
+          fmt::format("{}: {} reductions for {} steps", what, zero.num_reductions(), kSteps));
+    if (stage == 3 && zero.memory_stats().gathered_units_peak > 2)
+      throw Error(fmt::format("{}: {} units gathered at once under no_sync", what,
+                              zero.memory_stats().gathered_units_peak));
+    zero.summon_full_params();
+    const nn::NamedTensors got = snapshot(*model);
+    check_params(got, ddp, what + " vs DDP's no_sync");
+    if (pg->rank() == 0) check_params(got, one, what + " vs one process on the whole batch");
+  }
+  distributed::destroy_process_group(pg);
+}
+
+TEST(ZeroNoSync, MlpAccumulatedMicroBatchesEqualOneBatchAndDdp) {
+  spawn([](int) { run_no_sync(Model::kMlp); }, 2);
+}
+
+TEST(ZeroNoSync, GptAccumulatedMicroBatchesEqualOneBatchAndDdp) {
+  spawn([](int) { run_no_sync(Model::kGpt); }, 2);
 }
 
 }  // namespace

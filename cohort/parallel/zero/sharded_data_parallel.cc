@@ -246,6 +246,7 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
     }
   }
   armed_ = grad;
+  sync_ = require_sync_;
   return out;
 }
 
@@ -308,6 +309,7 @@ void ShardedDataParallel::reset_iteration() {
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;
   next_finish_ = 0;
+  accumulated_units_ = 0;
   for (Unit& u : units_) {
     u.pending = u.trainable;
     u.rs_send = Tensor();
@@ -331,7 +333,13 @@ void ShardedDataParallel::on_grad_ready(size_t index) {
     }
     ready_[index] = true;
     if (options_.stage == 1) restore_grad_view(p);
-    if (--units_[p.unit].pending == 0) launch_ready_units();
+    if (--units_[p.unit].pending == 0) {
+      if (sync_) {
+        launch_ready_units();
+      } else {
+        on_unit_accumulated(p.unit);
+      }
+    }
   } catch (...) {
     reset_iteration();
     throw;
@@ -346,6 +354,17 @@ void ShardedDataParallel::launch_ready_units() {
     launch_reduce_scatter(units_[reduce_order_[next_launch_++]]);
   }
   if (next_launch_ == reduce_order_.size()) finalize_backward();
+}
+
+void ShardedDataParallel::on_unit_accumulated(size_t ui) {
+  // no_sync: the unit's full gradients stay in .grad (accumulated by
+  // autograd); under stage 3 its parameters go as after a reduction.
+  if (options_.stage == 3 && !units_[ui].has_frozen) free_unit(ui);
+  if (++accumulated_units_ < reduce_order_.size()) return;
+  if (options_.stage == 3)
+    for (size_t u = 0; u < units_.size(); ++u) free_unit(u);
+  armed_ = false;
+  any_ready_ = false;
 }
 
 void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
@@ -560,7 +579,14 @@ ZeroMemoryStats ShardedDataParallel::memory_stats() const {
     }
     if (u.full_grad.defined()) s.gradient_bytes += u.full_grad.nbytes();
     if (u.grad_shard.defined()) s.gradient_bytes += u.grad_shard.nbytes();
+    if (options_.stage >= 2) {
+      for (size_t k : u.params) {
+        const Tensor& t = params_[k].tensor;
+        if (t.requires_grad() && t.grad().defined()) s.no_sync_gradient_bytes += t.grad().nbytes();
+      }
+    }
   }
+  s.gradient_bytes += s.no_sync_gradient_bytes;
   return s;
 }
 

@@ -110,6 +110,9 @@ struct ZeroMemoryStats {
   size_t gradient_bytes = 0;     // persistent: full gradients (1) or shards (2, 3)
   size_t gather_bytes_peak = 0;  // stage 3: most bytes of gathered units at once
   int gathered_units_peak = 0;   // stage 3: most non-root units gathered at once
+  // Stages 2, 3: full gradients held now, accumulated under no_sync() and
+  // not yet reduced (included in gradient_bytes); 0 otherwise.
+  size_t no_sync_gradient_bytes = 0;
 };
 
 struct ZeroTrafficStats {
@@ -149,6 +152,33 @@ class ShardedDataParallel : public nn::Module {
   // The same around any call of the module: fn(module()) returns the output
   // the loss is computed from (or the loss).
   Tensor forward_with(const std::function<Tensor(nn::Module&)>& fn);
+
+  // RAII, PyTorch FSDP's no_sync(): forwards run while it lives do not
+  // reduce gradients on backward; each parameter's full (unsharded) gradient
+  // accumulates locally in its .grad, and the first synchronised backward
+  // after it reduce-scatters the accumulated sum (gradient accumulation with
+  // one reduce_scatter per step instead of one per micro-batch). The cost in
+  // memory: stages 2 and 3 keep the full gradients (4 bytes per fp32
+  // parameter, as DDP) from the first no_sync backward until that reduction
+  // (ZeroMemoryStats::no_sync_gradient_bytes); stage 1 accumulates in the
+  // full gradients it keeps anyway. Stage 3 still gathers each unit for its
+  // forward and backward and frees it after. Use the same pattern on every
+  // rank (the reductions must line up).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(ShardedDataParallel& z) : z_(z), prev_(z.require_sync_) {
+      z_.require_sync_ = false;
+    }
+    ~NoSyncGuard() { z_.require_sync_ = prev_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    ShardedDataParallel& z_;
+    bool prev_;
+  };
+  // auto guard = zero.no_sync();  ... forward/backward ...  (guard ends)
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
   // This rank's chunk of every trainable parameter, in named_parameters()
   // order (see the header comment); what the optimizer updates.
@@ -241,6 +271,7 @@ class ShardedDataParallel : public nn::Module {
   void sync_buffers();
   void on_grad_ready(size_t param_index);
   void launch_ready_units();
+  void on_unit_accumulated(size_t u);  // no_sync: a unit's gradients are all ready
   void launch_reduce_scatter(Unit& u);
   void finish_reduction();  // waits for and applies reduce_order_[next_finish_]
   void finalize_backward();
@@ -273,6 +304,9 @@ class ShardedDataParallel : public nn::Module {
   // Per iteration.
   bool armed_ = false;
   bool any_ready_ = false;
+  bool require_sync_ = true;  // false inside no_sync()
+  bool sync_ = true;          // this iteration's backward reduces (forward outside no_sync)
+  size_t accumulated_units_ = 0;
   std::vector<bool> ready_;
   size_t next_launch_ = 0;
   size_t next_finish_ = 0;
