@@ -74,6 +74,10 @@ struct TrainOptions {
   // zero_memory_per_rank bytes (parallel::choose_zero_stage).
   int zero_stage = 2;
   double zero_memory_per_rank = 0;
+  // --strategy zero: HSDP, sharded over groups of this many consecutive ranks
+  // (a node's under `cohort run`) and replicated across them
+  // (ZeroOptions::hybrid_shard_size). 0: the world size (plain ZeRO).
+  int zero_shard_size = 0;
   // The parameter server's RPC over TCP even between ranks on one host (what
   // ranks on different hosts use anyway); the CLI sets it from
   // COHORT_TRANSPORT=tcp, the switch the process groups follow.

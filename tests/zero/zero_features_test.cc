@@ -16,6 +16,7 @@
 #include "cohort/nn/models/sequential_models.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/adam.h"
+#include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
 
@@ -87,6 +88,8 @@ std::unique_ptr<optim::Optimizer> make_opt(Model m, const nn::Module& model,
   return opt;
 }
 
+constexpr double kClip = 0.5;  // the GPT runs clip at this global norm
+
 UnitPolicy policy_of(Model m) {
   return m == Model::kGpt ? module_type_policy({"Block"}) : child_unit_policy();
 }
@@ -122,6 +125,7 @@ Run train_zero(Model m, ZeroOptions o, int steps,
     Tensor loss = zero.forward_with([&](nn::Module& mod) { return loss_of(m, mod, b); });
     run.losses.push_back(loss.item<double>());
     loss.backward();
+    if (m == Model::kGpt) opt.clip_grad_norm(kClip);
     opt.step();
   }
   zero.summon_full_params();
@@ -231,6 +235,7 @@ nn::NamedTensors train_reference(Model m, int steps) {
   for (int s = 0; s < steps; ++s) {
     opt->zero_grad();
     loss_of(m, *model, batch_of(m, s)).backward();
+    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
     opt->step();
   }
   return snapshot(*model);
@@ -244,6 +249,7 @@ nn::NamedTensors train_ddp_no_sync(Model m, int steps,
   for (int s = 0; s < steps; ++s) {
     opt->zero_grad();
     accumulate_step(m, ddp, slice(batch_of(m, s), pg->rank(), pg->size()));
+    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
     opt->step();
   }
   return snapshot(*model);
@@ -294,6 +300,7 @@ void run_no_sync(Model m) {
       });
       if (zero.memory_stats().no_sync_gradient_bytes != 0)
         throw Error(what + ": the full gradients outlived the synchronised backward");
+      if (m == Model::kGpt) opt.clip_grad_norm(kClip);
       opt.step();
     }
     if (zero.num_reductions() != kSteps)
@@ -316,6 +323,138 @@ TEST(ZeroNoSync, MlpAccumulatedMicroBatchesEqualOneBatchAndDdp) {
 
 TEST(ZeroNoSync, GptAccumulatedMicroBatchesEqualOneBatchAndDdp) {
   spawn([](int) { run_no_sync(Model::kGpt); }, 2);
+}
+
+// ---- HSDP: shard within groups of S ranks, replicate across them ----
+
+nn::NamedTensors train_ddp(Model m, int steps,
+                           const std::shared_ptr<distributed::ProcessGroup>& pg) {
+  auto model = make_model(m, pg->rank());
+  DistributedDataParallel ddp(model, pg);
+  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
+  for (int s = 0; s < steps; ++s) {
+    opt->zero_grad();
+    Batch b = slice(batch_of(m, s), pg->rank(), pg->size());
+    ddp.forward_with([&](nn::Module& mod) { return loss_of(m, mod, b); }).backward();
+    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
+    opt->step();
+  }
+  return snapshot(*model);
+}
+
+void run_hybrid(Model m) {
+  KernelPathGuard exact_kernels(KernelPath::kBaseline);
+  auto pg = join();
+  constexpr int kSteps = 20, kShard = 2;
+  const nn::NamedTensors ddp = train_ddp(m, kSteps, pg);
+  const nn::NamedTensors one = pg->rank() == 0 ? train_reference(m, kSteps) : nn::NamedTensors{};
+  for (int stage : {1, 2, 3}) {
+    const std::string what =
+        fmt::format("{}, HSDP {} x {}, stage {}, rank {}", m == Model::kMlp ? "MLP" : "GPT",
+                    pg->size() / kShard, kShard, stage, pg->rank());
+    Run run = train_zero(m, {.stage = stage, .hybrid_shard_size = kShard}, kSteps, pg);
+    check_params(run.params, ddp, what + " vs DDP");
+    if (pg->rank() == 0) check_params(run.params, one, what + " vs one process");
+  }
+  distributed::destroy_process_group(pg);
+}
+
+TEST(ZeroHybrid, MlpShardedInPairsOfFourRanksMatchesDdpAndOneProcess) {
+  spawn([](int) { run_hybrid(Model::kMlp); }, 4);
+}
+
+TEST(ZeroHybrid, GptWithClippingShardedInPairsOfFourRanksMatchesDdpAndOneProcess) {
+  spawn([](int) { run_hybrid(Model::kGpt); }, 4);
+}
+
+// The groups, and per-rank model state and bytes per step against the
+// formulas with N = S (zero_model_state_bytes) and hybrid_traffic_bytes, on
+// an MLP whose tensors divide by 2 (no padding); bf16 halves both the
+// reduce_scatter and the replicas' all_reduce.
+void run_hybrid_accounting(int rank) {
+  auto pg = join();
+  constexpr int kShard = 2;
+  const int replicas = pg->size() / kShard;
+  const nn::MlpOptions mlp{.in_features = 64, .width = 64, .hidden_layers = 2, .classes = 8};
+  Generator data(7);
+  Tensor x = rand({8, 64}, data), y = randint(0, 8, {8}, data);
+  for (int stage = 1; stage <= 3; ++stage) {
+    ZeroTrafficStats step_bytes[2];
+    for (DType wire : {DType::kFloat32, DType::kBFloat16}) {
+      Generator gen(42);
+      auto model = nn::make_mlp(gen, mlp);
+      const int64_t psi = model->num_parameters();
+      ShardedDataParallel zero(model, pg,
+                               {.stage = stage, .reduce_dtype = wire, .hybrid_shard_size = kShard});
+      if (zero.shard_group().size() != kShard || zero.shard_group().rank() != rank % kShard ||
+          zero.replicate_group() == nullptr || zero.replicate_group()->size() != replicas ||
+          zero.replicate_group()->rank() != rank / kShard)
+        throw Error(fmt::format("rank {}: shard group rank {} of {}, replicate group {}", rank,
+                                zero.shard_group().rank(), zero.shard_group().size(),
+                                zero.replicate_group() ? zero.replicate_group()->rank() : -1));
+      ShardedOptimizer opt(
+          zero, std::make_unique<optim::AdamW>(zero.shard_parameters(), optim::AdamWOptions{}));
+      ZeroTrafficStats before;
+      for (int s = 0; s < 2; ++s) {
+        before = zero.traffic();
+        opt.zero_grad();
+        nll_loss(zero(x), y).backward();
+        opt.step();
+      }
+      ZeroTrafficStats& d = step_bytes[wire == DType::kBFloat16];
+      d.reduce_scatter_bytes = zero.traffic().reduce_scatter_bytes - before.reduce_scatter_bytes;
+      d.all_gather_bytes = zero.traffic().all_gather_bytes - before.all_gather_bytes;
+      d.all_reduce_bytes = zero.traffic().all_reduce_bytes - before.all_reduce_bytes;
+      if (wire == DType::kBFloat16) continue;
+      ZeroMemoryStats ms = zero.memory_stats();
+      const double state =
+          static_cast<double>(ms.parameter_bytes + ms.gradient_bytes + opt.state_bytes());
+      const double want_state = zero_model_state_bytes(stage, psi, kShard);
+      const double traffic = static_cast<double>(d.total());
+      const double want_traffic = hybrid_traffic_bytes(stage, psi, kShard, replicas);
+      if (rank == 0)
+        std::printf(
+            "N=%d as %d x %d, stage %d: model state %.0f B (formula %.0f, %.3fx), traffic %.0f "
+            "B/step (formula %.0f, %.3fx; replicas' all_reduce %.0f B)\n",
+            pg->size(), replicas, kShard, stage, state, want_state, state / want_state, traffic,
+            want_traffic, traffic / want_traffic, double(d.all_reduce_bytes));
+      if (std::fabs(state / want_state - 1) > 0.1 || std::fabs(traffic / want_traffic - 1) > 0.1)
+        throw Error(fmt::format("rank {}, stage {}: state {} B vs {} B, traffic {} B vs {} B", rank,
+                                stage, state, want_state, traffic, want_traffic));
+    }
+    const ZeroTrafficStats &f = step_bytes[0], &h = step_bytes[1];
+    if (h.reduce_scatter_bytes * 2 != f.reduce_scatter_bytes ||
+        h.all_reduce_bytes * 2 != f.all_reduce_bytes || f.all_reduce_bytes == 0 ||
+        h.all_gather_bytes != f.all_gather_bytes)
+      throw Error(fmt::format(
+          "rank {}, stage {}: bf16 moved reduce_scatter {} / all_reduce {} / all_gather {} B, "
+          "float32 {} / {} / {} B",
+          rank, stage, h.reduce_scatter_bytes, h.all_reduce_bytes, h.all_gather_bytes,
+          f.reduce_scatter_bytes, f.all_reduce_bytes, f.all_gather_bytes));
+  }
+  distributed::destroy_process_group(pg);
+}
+
+TEST(ZeroHybrid, ModelStateAndTrafficBytesMatchTheFormulasFourRanks) {
+  spawn(run_hybrid_accounting, 4);
+}
+
+TEST(ZeroHybrid, ShardSizeThatDoesNotDivideTheWorldIsRefused) {
+  spawn(
+      [](int rank) {
+        auto pg = join();
+        try {
+          ShardedDataParallel zero(make_model(Model::kMlp, rank), pg,
+                                   {.stage = 2, .hybrid_shard_size = 3});
+        } catch (const InvalidArgument& e) {
+          if (std::string(e.what()).find("hybrid_shard_size 3 does not divide the group of 4") !=
+              std::string::npos)
+            return;
+          throw;
+        }
+        throw Error("hybrid_shard_size 3 over 4 ranks was accepted");
+      },
+      4);
 }
 
 }  // namespace

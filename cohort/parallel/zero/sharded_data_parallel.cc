@@ -33,11 +33,15 @@ ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
                    "parameter '{}' is {}",
                    name, dtype_name(p.dtype()));
   }
-  rank_ = pg_->rank();
-  world_ = pg_->size();
   register_module("module", module_);
   verify_same_model(*pg_, *module_, "ShardedDataParallel");
   broadcast_module_state(*pg_, *module_, 0);
+  HybridShardGroups groups = make_hybrid_shard_groups(
+      pg_, options_.hybrid_shard_size == 0 ? pg_->size() : options_.hybrid_shard_size);
+  shard_pg_ = std::move(groups.shard);
+  replicate_pg_ = std::move(groups.replicate);
+  rank_ = shard_pg_->rank();
+  world_ = shard_pg_->size();
   build_units();
   install_hooks();
 }
@@ -238,7 +242,7 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
             "in this forward: its parameters were not gathered. Call it as module(x) (a Child's "
             "call operator, Sequential), or pick units whose forward is called so "
             "(ZeroOptions::unit_policy); a unit the forward does not use cannot be a unit",
-            rank_, u.name, u.module->type_name()));
+            pg_->rank(), u.name, u.module->type_name()));
       }
     }
     if (!grad) {
@@ -251,7 +255,7 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
 }
 
 void ShardedDataParallel::sync_buffers() {
-  if (!options_.broadcast_buffers || world_ == 1) return;
+  if (!options_.broadcast_buffers || pg_->size() == 1) return;
   for (Tensor& b : module_->buffers()) {
     if (b.is_contiguous()) {
       pg_->broadcast(b, {.root = 0});
@@ -282,7 +286,7 @@ void ShardedDataParallel::begin_iteration() {
     throw InvalidArgument(fmt::format(
         "ShardedDataParallel (rank {}): the previous iteration's gradient reduction did not "
         "finish: {}. Every trainable parameter must take part in the loss",
-        rank_, unready));
+        pg_->rank(), unready));
   }
   reset_iteration();
   if (options_.stage == 1)
@@ -329,7 +333,7 @@ void ShardedDataParallel::on_grad_ready(size_t index) {
       throw InvalidArgument(fmt::format(
           "ShardedDataParallel (rank {}): parameter '{}' got its gradient twice in one iteration "
           "(backward ran twice through one forward)",
-          rank_, p.name));
+          pg_->rank(), p.name));
     }
     ready_[index] = true;
     if (options_.stage == 1) restore_grad_view(p);
@@ -385,7 +389,7 @@ void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
   if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
   const DType wire = u.rs_send.dtype();
   u.rs_recv = Tensor::empty({u.layout.shard_numel()}, wire);
-  u.rs_work = pg_->reduce_scatter(
+  u.rs_work = shard_pg_->reduce_scatter(
       u.rs_send.raw_data(), u.rs_recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
       distributed::to_data_type(wire),
       {.op = narrow ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
@@ -398,6 +402,13 @@ void ShardedDataParallel::finish_reduction() {
   Unit& u = units_[reduce_order_[n]];
   try {
     u.rs_work.wait();
+    if (replicate_pg_ != nullptr) {
+      // HSDP: the replicas' segments, summed (bf16) or averaged (float32).
+      const bool sum = u.rs_recv.dtype() != params_[u.params.front()].tensor.dtype();
+      replicate_pg_->all_reduce(
+          u.rs_recv, {.op = sum ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg});
+      traffic_.all_reduce_bytes += 2 * u.rs_recv.nbytes();
+    }
   } catch (...) {
     // Let the other launched ops end before their buffers go.
     for (size_t m = n + 1; m < next_launch_; ++m) {
@@ -408,8 +419,10 @@ void ShardedDataParallel::finish_reduction() {
     }
     std::exception_ptr e = distributed::detail::with_context(
         std::current_exception(),
-        fmt::format("ShardedDataParallel: reduce_scatter of the gradients of unit '{}' ({} of {})",
-                    u.name, n, reduce_order_.size()));
+        fmt::format(
+            "ShardedDataParallel: reduce_scatter{} of the gradients of unit '{}' ({} of {})",
+            replicate_pg_ != nullptr ? " (and the replicas' all_reduce)" : "", u.name, n,
+            reduce_order_.size()));
     reset_iteration();
     std::rethrow_exception(e);
   }
@@ -487,9 +500,9 @@ void ShardedDataParallel::after_step() {
                Tensor::empty({u.layout.total_numel()}, dtype),
                {}};
     u.layout.pack_segment(unit_tensors(u), rank_, f.send.raw_data(), dtype_size(dtype));
-    f.work = pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
-                             static_cast<size_t>(u.layout.shard_numel()),
-                             distributed::to_data_type(dtype), {}, distributed::async_op);
+    f.work = shard_pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
+                                   static_cast<size_t>(u.layout.shard_numel()),
+                                   distributed::to_data_type(dtype), {}, distributed::async_op);
     traffic_.all_gather_bytes += f.recv.nbytes();
     flight.push_back(std::move(f));
   }
@@ -509,14 +522,14 @@ void ShardedDataParallel::zero_grad_shards() {
 
 double ShardedDataParallel::all_reduce_sum(double value) {
   Tensor t = Tensor::from_vector<double>({value});
-  pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});
+  shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});
   traffic_.all_reduce_bytes += 2 * t.nbytes();
   return t.item<double>();
 }
 
 double ShardedDataParallel::all_reduce_max(double value) {
   Tensor t = Tensor::from_vector<double>({value});
-  pg_->all_reduce(t, {.op = distributed::ReduceOp::kMax});
+  shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kMax});
   traffic_.all_reduce_bytes += 2 * t.nbytes();
   return t.item<double>();
 }

@@ -46,6 +46,11 @@
 // Sequential), which run the forward hooks (nn/module.h); a unit entered by a
 // direct forward() call is named in an InvalidArgument after forward.
 //
+// Options beyond the stages: gradients reduce-scattered in bf16
+// (ZeroOptions::reduce_dtype), gradient accumulation without a reduction per
+// micro-batch (no_sync()), and HSDP -- sharded within groups of
+// hybrid_shard_size ranks, replicated across them (make_hybrid_shard_groups).
+//
 // Collectives are issued in the same order on every rank (the backward
 // engine runs a plain graph in a deterministic order, autograd/engine.h); a
 // rank that issues something else is reported by the group as a mismatch
@@ -102,7 +107,26 @@ struct ZeroOptions {
   // reduce_scatter bytes, about 3 significant digits. Parameters, gradient
   // shards, optimizer state and the parameters' all_gathers stay float32.
   DType reduce_dtype = DType::kFloat32;
+  // HSDP (FSDP's HYBRID_SHARD): shard over groups of this many consecutive
+  // ranks (a node's under `cohort run`) and replicate across them. 0 or the
+  // group's size: plain ZeRO over the whole group. See make_hybrid_shard_groups.
+  int hybrid_shard_size = 0;
 };
+
+// The 2-D grid of hybrid sharding over `pg`'s N ranks for shard size S (S
+// divides N): the shard group of rank r holds ranks [r / S * S, r / S * S + S)
+// (group rank r % S), the replicate group the ranks with the same r % S
+// (group rank r / S). A unit's gradients are reduce-scattered in the shard
+// group and this rank's segment all-reduced in the replicate group; its
+// parameters are all-gathered in the shard group. S = N: the shard group is
+// `pg` and replicate is null. Collective over pg (every rank creates every
+// group, new_group's contract); InvalidArgument when S does not divide N.
+struct HybridShardGroups {
+  std::shared_ptr<distributed::ProcessGroup> shard;
+  std::shared_ptr<distributed::ProcessGroup> replicate;  // null when S = N
+};
+HybridShardGroups make_hybrid_shard_groups(const std::shared_ptr<distributed::ProcessGroup>& pg,
+                                           int shard_size);
 
 // What this rank holds and moves, measured from the buffers themselves.
 struct ZeroMemoryStats {
@@ -132,6 +156,13 @@ double zero_model_state_bytes(int stage, int64_t psi, int world);
 // Bytes a rank passes to the group per step (fp32): 2 psi elements for DDP
 // and stages 1, 2 (all_reduce = reduce_scatter + all_gather), 3 psi for stage 3.
 double zero_traffic_bytes(int stage, int64_t psi);
+// The same under HSDP, `replicas` groups of `shard_size` ranks: the stage's
+// traffic within the shard group plus the replicate group's all_reduce of
+// this rank's gradient segment (psi / shard_size elements, counted twice as
+// any all_reduce): 2 psi + 2 psi / S elements for stages 1, 2, 3 psi + 2 psi
+// / S for stage 3; zero_traffic_bytes when replicas = 1. Model state: the
+// zero_model_state_bytes formulas with N = S.
+double hybrid_traffic_bytes(int stage, int64_t psi, int shard_size, int replicas);
 
 // The stage a memory budget allows: the lowest-traffic stage (1, then 2,
 // then 3) whose model state (the formulas above, fp32 AdamW) fits in
@@ -210,7 +241,9 @@ class ShardedDataParallel : public nn::Module {
   // Elements of the parameter whose shard is `shard`.
   int64_t full_numel_of(const Tensor& shard) const { return param_of_shard(shard).tensor.numel(); }
 
-  // Global sum over ranks of `value` (all_reduce; counted in the traffic).
+  // Sum over the shard group of `value` (all_reduce; counted in the
+  // traffic): over every rank unless HSDP, where the shard group covers each
+  // parameter chunk once (what clip_grad_norm needs).
   double all_reduce_sum(double value);
   double all_reduce_max(double value);
 
@@ -222,6 +255,12 @@ class ShardedDataParallel : public nn::Module {
   nn::Module& module() const { return *module_; }
   const nn::ModulePtr& module_ptr() const { return module_; }
   distributed::ProcessGroup& process_group() const { return *pg_; }
+  // The group the parameters are sharded over (process_group() unless HSDP)
+  // and the replicate group (null unless HSDP); see make_hybrid_shard_groups.
+  distributed::ProcessGroup& shard_group() const { return *shard_pg_; }
+  const std::shared_ptr<distributed::ProcessGroup>& replicate_group() const {
+    return replicate_pg_;
+  }
   ZeroMemoryStats memory_stats() const;
   const ZeroTrafficStats& traffic() const { return traffic_; }
   // Number of parameter elements (trainable and frozen), unpadded: Psi.
@@ -292,9 +331,11 @@ class ShardedDataParallel : public nn::Module {
 
   nn::ModulePtr module_;
   std::shared_ptr<distributed::ProcessGroup> pg_;
+  std::shared_ptr<distributed::ProcessGroup> shard_pg_;      // pg_ unless HSDP
+  std::shared_ptr<distributed::ProcessGroup> replicate_pg_;  // HSDP only
   ZeroOptions options_;
-  int rank_ = 0;
-  int world_ = 1;
+  int rank_ = 0;   // in the shard group: the segment this rank owns
+  int world_ = 1;  // the shard group's size: the layouts' shards
   std::vector<Param> params_;
   std::vector<Unit> units_;  // child units in module order, then the root
   std::vector<size_t> reduce_order_;
