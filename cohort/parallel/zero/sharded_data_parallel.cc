@@ -51,7 +51,7 @@ ShardedDataParallel::~ShardedDataParallel() {
   for (Unit& u : units_) {
     if (u.module != nullptr)
       for (uint64_t id : u.hook_ids) u.module->remove_forward_hook(id);
-    for (distributed::Work* w : {&u.rs_work, &u.ag_work}) {
+    for (distributed::Work* w : {&u.rs_work, &u.ar_work, &u.ag_work}) {
       if (!w->defined()) continue;
       try {
         w->wait();
@@ -319,6 +319,7 @@ void ShardedDataParallel::reset_iteration() {
     u.rs_send = Tensor();
     u.rs_recv = Tensor();
     u.rs_work = distributed::Work();
+    u.ar_work = distributed::Work();
   }
 }
 
@@ -402,30 +403,46 @@ void ShardedDataParallel::finish_reduction() {
   Unit& u = units_[reduce_order_[n]];
   try {
     u.rs_work.wait();
-    if (replicate_pg_ != nullptr) {
-      // HSDP: the replicas' segments, summed (bf16) or averaged (float32).
-      const bool sum = u.rs_recv.dtype() != params_[u.params.front()].tensor.dtype();
-      replicate_pg_->all_reduce(
-          u.rs_recv, {.op = sum ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg});
-      traffic_.all_reduce_bytes += 2 * u.rs_recv.nbytes();
-    }
   } catch (...) {
-    // Let the other launched ops end before their buffers go.
-    for (size_t m = n + 1; m < next_launch_; ++m) {
+    fail_reduction(n, "reduce_scatter");
+  }
+  u.rs_send = Tensor();
+  u.rs_work = distributed::Work();
+  ++next_finish_;
+  if (replicate_pg_ == nullptr) {
+    apply_reduced(u);
+    return;
+  }
+  // HSDP: the replicas' segments, summed (bf16) or averaged (float32), while
+  // backward goes on; finalize_backward waits and applies.
+  const bool sum = u.rs_recv.dtype() != params_[u.params.front()].tensor.dtype();
+  u.ar_work = replicate_pg_->all_reduce(
+      u.rs_recv, {.op = sum ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
+      distributed::async_op);
+  traffic_.all_reduce_bytes += 2 * u.rs_recv.nbytes();
+}
+
+void ShardedDataParallel::fail_reduction(size_t n, const char* op) {
+  // Let the other launched ops end before their buffers go.
+  for (size_t m = 0; m < next_launch_; ++m) {
+    for (distributed::Work* w :
+         {&units_[reduce_order_[m]].rs_work, &units_[reduce_order_[m]].ar_work}) {
+      if (!w->defined()) continue;
       try {
-        units_[reduce_order_[m]].rs_work.wait();
+        w->wait();
       } catch (...) {
       }
     }
-    std::exception_ptr e = distributed::detail::with_context(
-        std::current_exception(),
-        fmt::format(
-            "ShardedDataParallel: reduce_scatter{} of the gradients of unit '{}' ({} of {})",
-            replicate_pg_ != nullptr ? " (and the replicas' all_reduce)" : "", u.name, n,
-            reduce_order_.size()));
-    reset_iteration();
-    std::rethrow_exception(e);
   }
+  std::exception_ptr e = distributed::detail::with_context(
+      std::current_exception(),
+      fmt::format("ShardedDataParallel: {} of the gradients of unit '{}' ({} of {})", op,
+                  units_[reduce_order_[n]].name, n, reduce_order_.size()));
+  reset_iteration();
+  std::rethrow_exception(e);
+}
+
+void ShardedDataParallel::apply_reduced(Unit& u) {
   const DType dtype = params_[u.params.front()].tensor.dtype();
   if (u.rs_recv.dtype() != dtype) {
     // A bf16 sum: widened, then averaged in float32.
@@ -441,14 +458,23 @@ void ShardedDataParallel::finish_reduction() {
   } else {
     u.grad_shard.add_(u.rs_recv);
   }
-  u.rs_send = Tensor();
   u.rs_recv = Tensor();
-  u.rs_work = distributed::Work();
-  ++next_finish_;
 }
 
 void ShardedDataParallel::finalize_backward() {
   while (next_finish_ < reduce_order_.size()) finish_reduction();
+  if (replicate_pg_ != nullptr) {
+    for (size_t n = 0; n < reduce_order_.size(); ++n) {
+      Unit& u = units_[reduce_order_[n]];
+      try {
+        u.ar_work.wait();
+      } catch (...) {
+        fail_reduction(n, "the replicas' all_reduce");
+      }
+      u.ar_work = distributed::Work();
+      apply_reduced(u);
+    }
+  }
   if (options_.stage == 3) {
     for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
   }

@@ -295,6 +295,7 @@ class ShardedDataParallel : public nn::Module {
     size_t pending = 0;
     Tensor rs_send, rs_recv;
     distributed::Work rs_work;
+    distributed::Work ar_work;  // HSDP: the replicas' all_reduce of rs_recv
     // Stage 3 gather state.
     bool gathered = false;
     Tensor ag_recv;
@@ -312,7 +313,13 @@ class ShardedDataParallel : public nn::Module {
   void launch_ready_units();
   void on_unit_accumulated(size_t u);  // no_sync: a unit's gradients are all ready
   void launch_reduce_scatter(Unit& u);
-  void finish_reduction();  // waits for and applies reduce_order_[next_finish_]
+  // Waits for reduce_order_[next_finish_]'s reduce_scatter and applies it
+  // (HSDP: issues the replicas' all_reduce; finalize_backward applies).
+  void finish_reduction();
+  void apply_reduced(Unit& u);  // rs_recv into the gradient shard (stage 1: chunk)
+  // From a catch block: waits for every launched op, then rethrows the
+  // current exception naming `op` and unit reduce_order_[n].
+  [[noreturn]] void fail_reduction(size_t n, const char* op);
   void finalize_backward();
   void reset_iteration();
   void restore_grad_view(Param& p);
