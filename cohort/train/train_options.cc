@@ -86,8 +86,9 @@ void TrainOptions::validate() const {
   if (precision == ComputePrecision::kBFloat16 && bf16_path)
     native::check_bf16_path(*bf16_path, "--bf16-path");
   COHORT_CHECK(grad_reduce == ComputePrecision::kFloat32 || strategy == Strategy::kAuto ||
-                   strategy == Strategy::kDdp,
-               "--grad-reduce bf16 applies to DDP (--strategy ddp or auto), not --strategy {}",
+                   strategy == Strategy::kDdp || strategy == Strategy::kZero,
+               "--grad-reduce bf16 applies to DDP (--strategy ddp or auto) and ZeRO (--strategy "
+               "zero), not --strategy {}",
                strategy_name(strategy));
   COHORT_CHECK(!bf16_weights || strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
                    strategy == Strategy::kDdp || strategy == Strategy::kDp,
@@ -134,6 +135,12 @@ void TrainOptions::validate() const {
   COHORT_CHECK(ps_staleness >= 0, "--ps-staleness must be >= 0, got {}", ps_staleness);
   COHORT_CHECK(zero_stage >= 0 && zero_stage <= 3,
                "--zero-stage must be 1, 2, 3 or auto (0), got {}", zero_stage);
+  COHORT_CHECK(zero_shard_size >= 0,
+               "--zero-shard-size must be >= 0 (0: the world size, plain ZeRO), got {}",
+               zero_shard_size);
+  COHORT_CHECK(zero_shard_size == 0 || strategy == Strategy::kZero,
+               "--zero-shard-size applies to --strategy zero, not --strategy {}",
+               strategy_name(strategy));
   COHORT_CHECK(zero_stage != 0 || zero_memory_per_rank > 0,
                "--zero-stage auto needs --memory-per-rank BYTES (the model state each rank may "
                "keep), got {}",

@@ -75,6 +75,10 @@ struct TrainOptions {
   // zero_memory_per_rank bytes (parallel::choose_zero_stage).
   int zero_stage = 2;
   double zero_memory_per_rank = 0;
+  // --strategy zero: HSDP, sharded over groups of this many consecutive ranks
+  // (a node's under `cohort run`) and replicated across them
+  // (ZeroOptions::hybrid_shard_size). 0: the world size (plain ZeRO).
+  int zero_shard_size = 0;
   // The parameter server's RPC over TCP even between ranks on one host (what
   // ranks on different hosts use anyway); the CLI sets it from
   // COHORT_TRANSPORT=tcp, the switch the process groups follow.
@@ -108,8 +112,9 @@ struct TrainOptions {
   // optimizer state stay float32 (master weights); evaluation runs in float32.
   ComputePrecision precision = ComputePrecision::kFloat32;
   std::optional<native::Bf16Path> bf16_path;  // unset: the best this CPU runs
-  // DDP's gradients on the wire: float32 (default, as Megatron) or bf16 (half
-  // the bytes; parallel/comm_hooks.h's bf16_compress_hook).
+  // DDP's and ZeRO's gradients on the wire: float32 (default, as Megatron)
+  // or bf16 (half the bytes; parallel/comm_hooks.h's bf16_compress_hook,
+  // ZeroOptions::reduce_dtype).
   ComputePrecision grad_reduce = ComputePrecision::kFloat32;
   // --bf16-weights: every parameter rounded to bf16 after each step (and
   // before the first), nearest or stochastic (optim/bf16_weights.h): the

@@ -26,15 +26,21 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
   for (const Tensor& p : model_->parameters())
     if (p.requires_grad()) trainable.push_back(p);
   full_opt_ = make_optimizer(options_, trainable);
+  // HSDP: the model state is sharded over the shard group only.
+  const int shard = options_.zero_shard_size == 0 ? world_->size() : options_.zero_shard_size;
   if (options_.zero_stage == 0) {
-    options_.zero_stage = parallel::choose_zero_stage(model_->num_parameters(), world_->size(),
+    options_.zero_stage = parallel::choose_zero_stage(model_->num_parameters(), shard,
                                                       options_.zero_memory_per_rank, &why_);
     why_ = "auto: " + why_;
   }
   zero_ = std::make_shared<parallel::ShardedDataParallel>(
       model_, world_,
       parallel::ZeroOptions{.stage = options_.zero_stage,
-                            .unit_policy = unit_policy(options_.model, options_.zero_stage)});
+                            .unit_policy = unit_policy(options_.model, options_.zero_stage),
+                            .reduce_dtype = options_.grad_reduce == ComputePrecision::kBFloat16
+                                                ? DType::kBFloat16
+                                                : DType::kFloat32,
+                            .hybrid_shard_size = options_.zero_shard_size});
   // The same kind and groups as the full optimizer, over the shards (the
   // groups are chosen from the full tensors' shapes, which shards lack).
   auto shards_of = [&](const std::vector<Tensor>& ps) {
@@ -94,7 +100,13 @@ void ZeroStrategy::after_resume() {
 int ZeroStrategy::threads() const { return num_threads(); }
 
 std::string ZeroStrategy::layout() const {
-  return fmt::format("ZeRO stage {}, {} units{}", zero_->stage(), zero_->num_units(),
+  const auto& replicate = zero_->replicate_group();
+  return fmt::format("ZeRO stage {}, {} units{}{}", zero_->stage(), zero_->num_units(),
+                     replicate == nullptr
+                         ? ""
+                         : fmt::format(", HSDP: sharded over {} ranks x {} "
+                                       "replicas",
+                                       zero_->shard_group().size(), replicate->size()),
                      why_.empty() ? "" : " (" + why_ + ")");
 }
 

@@ -8,7 +8,11 @@
 // kind and groups; after_resume hands a loaded checkpoint back to the
 // shards, so a checkpoint of any strategy and world size resumes here.
 // --zero-stage auto picks the stage from --memory-per-rank
-// (parallel::choose_zero_stage) and says why in layout().
+// (parallel::choose_zero_stage) and says why in layout(). --grad-reduce bf16
+// reduce-scatters the gradients in bf16 (ZeroOptions::reduce_dtype);
+// --zero-shard-size K shards over groups of K ranks and replicates across
+// them (HSDP, ZeroOptions::hybrid_shard_size; --zero-stage auto then fits
+// the model state over K ranks).
 // Units: a GPT's Blocks, the MLP's layers; under stage 3 the other models
 // are one unit (their forwards call layers directly, without forward hooks).
 // Thread safety: the training thread only.

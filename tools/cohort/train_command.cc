@@ -177,6 +177,10 @@ std::function<int()> setup(CLI::App& app) {
                  "in --memory-per-rank")
       ->check(CLI::IsMember({"1", "2", "3", "auto"}))
       ->capture_default_str();
+  app.add_option("--zero-shard-size", o.zero_shard_size,
+                 "--strategy zero: HSDP, shard over groups of K consecutive ranks (e.g. a "
+                 "node's: --nproc-per-node) and replicate across them; 0: the world size")
+      ->capture_default_str();
   app.add_option("--memory-per-rank", o.zero_memory_per_rank,
                  "--zero-stage auto: bytes of model state (parameters, gradients, AdamW state) "
                  "each rank may keep, e.g. 2e9");
@@ -215,7 +219,8 @@ std::function<int()> setup(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "emulated", "onednn"}))
       ->capture_default_str();
   app.add_option("--grad-reduce", args->grad_reduce,
-                 "DDP gradients on the wire: fp32, or bf16 (half the bytes, about 3 digits)")
+                 "DDP and ZeRO gradients on the wire: fp32, or bf16 (half the bytes, about 3 "
+                 "digits)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--bf16-weights", args->bf16_weights,

@@ -22,11 +22,26 @@ ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
   COHORT_CHECK(options_.stage >= 1 && options_.stage <= 3,
                "ShardedDataParallel: stage must be 1, 2 or 3, got {}", options_.stage);
   if (!options_.unit_policy) options_.unit_policy = child_unit_policy();
-  rank_ = pg_->rank();
-  world_ = pg_->size();
+  COHORT_CHECK(
+      options_.reduce_dtype == DType::kFloat32 || options_.reduce_dtype == DType::kBFloat16,
+      "ShardedDataParallel: reduce_dtype must be float32 or bfloat16, got {}",
+      dtype_name(options_.reduce_dtype));
+  if (options_.reduce_dtype == DType::kBFloat16) {
+    for (const auto& [name, p] : module_->named_parameters())
+      COHORT_CHECK(p.dtype() == DType::kFloat32,
+                   "ShardedDataParallel: reduce_dtype bfloat16 reduces float32 gradients; "
+                   "parameter '{}' is {}",
+                   name, dtype_name(p.dtype()));
+  }
   register_module("module", module_);
   verify_same_model(*pg_, *module_, "ShardedDataParallel");
   broadcast_module_state(*pg_, *module_, 0);
+  HybridShardGroups groups = make_hybrid_shard_groups(
+      pg_, options_.hybrid_shard_size == 0 ? pg_->size() : options_.hybrid_shard_size);
+  shard_pg_ = std::move(groups.shard);
+  replicate_pg_ = std::move(groups.replicate);
+  rank_ = shard_pg_->rank();
+  world_ = shard_pg_->size();
   build_units();
   install_hooks();
 }
@@ -36,7 +51,7 @@ ShardedDataParallel::~ShardedDataParallel() {
   for (Unit& u : units_) {
     if (u.module != nullptr)
       for (uint64_t id : u.hook_ids) u.module->remove_forward_hook(id);
-    for (distributed::Work* w : {&u.rs_work, &u.ag_work}) {
+    for (distributed::Work* w : {&u.rs_work, &u.ar_work, &u.ag_work}) {
       if (!w->defined()) continue;
       try {
         w->wait();
@@ -227,7 +242,7 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
             "in this forward: its parameters were not gathered. Call it as module(x) (a Child's "
             "call operator, Sequential), or pick units whose forward is called so "
             "(ZeroOptions::unit_policy); a unit the forward does not use cannot be a unit",
-            rank_, u.name, u.module->type_name()));
+            pg_->rank(), u.name, u.module->type_name()));
       }
     }
     if (!grad) {
@@ -235,11 +250,12 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
     }
   }
   armed_ = grad;
+  sync_ = require_sync_;
   return out;
 }
 
 void ShardedDataParallel::sync_buffers() {
-  if (!options_.broadcast_buffers || world_ == 1) return;
+  if (!options_.broadcast_buffers || pg_->size() == 1) return;
   for (Tensor& b : module_->buffers()) {
     if (b.is_contiguous()) {
       pg_->broadcast(b, {.root = 0});
@@ -270,7 +286,7 @@ void ShardedDataParallel::begin_iteration() {
     throw InvalidArgument(fmt::format(
         "ShardedDataParallel (rank {}): the previous iteration's gradient reduction did not "
         "finish: {}. Every trainable parameter must take part in the loss",
-        rank_, unready));
+        pg_->rank(), unready));
   }
   reset_iteration();
   if (options_.stage == 1)
@@ -297,11 +313,13 @@ void ShardedDataParallel::reset_iteration() {
   std::fill(ready_.begin(), ready_.end(), false);
   next_launch_ = 0;
   next_finish_ = 0;
+  accumulated_units_ = 0;
   for (Unit& u : units_) {
     u.pending = u.trainable;
     u.rs_send = Tensor();
     u.rs_recv = Tensor();
     u.rs_work = distributed::Work();
+    u.ar_work = distributed::Work();
   }
 }
 
@@ -316,11 +334,17 @@ void ShardedDataParallel::on_grad_ready(size_t index) {
       throw InvalidArgument(fmt::format(
           "ShardedDataParallel (rank {}): parameter '{}' got its gradient twice in one iteration "
           "(backward ran twice through one forward)",
-          rank_, p.name));
+          pg_->rank(), p.name));
     }
     ready_[index] = true;
     if (options_.stage == 1) restore_grad_view(p);
-    if (--units_[p.unit].pending == 0) launch_ready_units();
+    if (--units_[p.unit].pending == 0) {
+      if (sync_) {
+        launch_ready_units();
+      } else {
+        on_unit_accumulated(p.unit);
+      }
+    }
   } catch (...) {
     reset_iteration();
     throw;
@@ -337,6 +361,17 @@ void ShardedDataParallel::launch_ready_units() {
   if (next_launch_ == reduce_order_.size()) finalize_backward();
 }
 
+void ShardedDataParallel::on_unit_accumulated(size_t ui) {
+  // no_sync: the unit's full gradients stay in .grad (accumulated by
+  // autograd); under stage 3 its parameters go as after a reduction.
+  if (options_.stage == 3 && !units_[ui].has_frozen) free_unit(ui);
+  if (++accumulated_units_ < reduce_order_.size()) return;
+  if (options_.stage == 3)
+    for (size_t u = 0; u < units_.size(); ++u) free_unit(u);
+  armed_ = false;
+  any_ready_ = false;
+}
+
 void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
   const DType dtype = params_[u.params.front()].tensor.dtype();
   const size_t es = dtype_size(dtype);
@@ -344,16 +379,22 @@ void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
   for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
   u.rs_send = Tensor::empty({u.layout.total_numel()}, dtype);
   u.layout.pack(grads, u.rs_send.raw_data(), es);
+  // bf16 on the wire: summed there, averaged once widened (finish_reduction).
+  const bool narrow = options_.reduce_dtype != dtype;
+  if (narrow) u.rs_send = u.rs_send.to(options_.reduce_dtype);
   if (options_.stage >= 2) {
     // The full gradients are not kept.
     for (size_t k : u.params)
       if (params_[k].tensor.requires_grad()) params_[k].tensor.set_grad(Tensor());
   }
   if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
-  u.rs_recv = Tensor::empty({u.layout.shard_numel()}, dtype);
-  u.rs_work = pg_->reduce_scatter(
+  const DType wire = u.rs_send.dtype();
+  u.rs_recv = Tensor::empty({u.layout.shard_numel()}, wire);
+  u.rs_work = shard_pg_->reduce_scatter(
       u.rs_send.raw_data(), u.rs_recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
-      distributed::to_data_type(dtype), {.op = distributed::ReduceOp::kAvg}, distributed::async_op);
+      distributed::to_data_type(wire),
+      {.op = narrow ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
+      distributed::async_op);
   traffic_.reduce_scatter_bytes += u.rs_send.nbytes();
 }
 
@@ -363,37 +404,77 @@ void ShardedDataParallel::finish_reduction() {
   try {
     u.rs_work.wait();
   } catch (...) {
-    // Let the other launched ops end before their buffers go.
-    for (size_t m = n + 1; m < next_launch_; ++m) {
+    fail_reduction(n, "reduce_scatter");
+  }
+  u.rs_send = Tensor();
+  u.rs_work = distributed::Work();
+  ++next_finish_;
+  if (replicate_pg_ == nullptr) {
+    apply_reduced(u);
+    return;
+  }
+  // HSDP: the replicas' segments, summed (bf16) or averaged (float32), while
+  // backward goes on; finalize_backward waits and applies.
+  const bool sum = u.rs_recv.dtype() != params_[u.params.front()].tensor.dtype();
+  u.ar_work = replicate_pg_->all_reduce(
+      u.rs_recv, {.op = sum ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
+      distributed::async_op);
+  traffic_.all_reduce_bytes += 2 * u.rs_recv.nbytes();
+}
+
+void ShardedDataParallel::fail_reduction(size_t n, const char* op) {
+  // Let the other launched ops end before their buffers go.
+  for (size_t m = 0; m < next_launch_; ++m) {
+    for (distributed::Work* w :
+         {&units_[reduce_order_[m]].rs_work, &units_[reduce_order_[m]].ar_work}) {
+      if (!w->defined()) continue;
       try {
-        units_[reduce_order_[m]].rs_work.wait();
+        w->wait();
       } catch (...) {
       }
     }
-    std::exception_ptr e = distributed::detail::with_context(
-        std::current_exception(),
-        fmt::format("ShardedDataParallel: reduce_scatter of the gradients of unit '{}' ({} of {})",
-                    u.name, n, reduce_order_.size()));
-    reset_iteration();
-    std::rethrow_exception(e);
+  }
+  std::exception_ptr e = distributed::detail::with_context(
+      std::current_exception(),
+      fmt::format("ShardedDataParallel: {} of the gradients of unit '{}' ({} of {})", op,
+                  units_[reduce_order_[n]].name, n, reduce_order_.size()));
+  reset_iteration();
+  std::rethrow_exception(e);
+}
+
+void ShardedDataParallel::apply_reduced(Unit& u) {
+  const DType dtype = params_[u.params.front()].tensor.dtype();
+  if (u.rs_recv.dtype() != dtype) {
+    // A bf16 sum: widened, then averaged in float32.
+    u.rs_recv = u.rs_recv.to(dtype);
+    u.rs_recv.mul_(1.0 / static_cast<double>(pg_->size()));
   }
   if (options_.stage == 1) {
     // This rank's averaged chunk goes back into the full gradients.
     std::vector<Tensor> grads;
     for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(u.rs_recv.dtype()));
+    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(dtype));
     u.full_grad.storage()->bump_version();
   } else {
     u.grad_shard.add_(u.rs_recv);
   }
-  u.rs_send = Tensor();
   u.rs_recv = Tensor();
-  u.rs_work = distributed::Work();
-  ++next_finish_;
 }
 
 void ShardedDataParallel::finalize_backward() {
   while (next_finish_ < reduce_order_.size()) finish_reduction();
+  if (replicate_pg_ != nullptr) {
+    for (size_t n = 0; n < reduce_order_.size(); ++n) {
+      Unit& u = units_[reduce_order_[n]];
+      try {
+        u.ar_work.wait();
+      } catch (...) {
+        fail_reduction(n, "the replicas' all_reduce");
+      }
+      u.ar_work = distributed::Work();
+      apply_reduced(u);
+    }
+  }
   if (options_.stage == 3) {
     for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
   }
@@ -445,9 +526,9 @@ void ShardedDataParallel::after_step() {
                Tensor::empty({u.layout.total_numel()}, dtype),
                {}};
     u.layout.pack_segment(unit_tensors(u), rank_, f.send.raw_data(), dtype_size(dtype));
-    f.work = pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
-                             static_cast<size_t>(u.layout.shard_numel()),
-                             distributed::to_data_type(dtype), {}, distributed::async_op);
+    f.work = shard_pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
+                                   static_cast<size_t>(u.layout.shard_numel()),
+                                   distributed::to_data_type(dtype), {}, distributed::async_op);
     traffic_.all_gather_bytes += f.recv.nbytes();
     flight.push_back(std::move(f));
   }
@@ -467,14 +548,14 @@ void ShardedDataParallel::zero_grad_shards() {
 
 double ShardedDataParallel::all_reduce_sum(double value) {
   Tensor t = Tensor::from_vector<double>({value});
-  pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});
+  shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});
   traffic_.all_reduce_bytes += 2 * t.nbytes();
   return t.item<double>();
 }
 
 double ShardedDataParallel::all_reduce_max(double value) {
   Tensor t = Tensor::from_vector<double>({value});
-  pg_->all_reduce(t, {.op = distributed::ReduceOp::kMax});
+  shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kMax});
   traffic_.all_reduce_bytes += 2 * t.nbytes();
   return t.item<double>();
 }
@@ -537,7 +618,14 @@ ZeroMemoryStats ShardedDataParallel::memory_stats() const {
     }
     if (u.full_grad.defined()) s.gradient_bytes += u.full_grad.nbytes();
     if (u.grad_shard.defined()) s.gradient_bytes += u.grad_shard.nbytes();
+    if (options_.stage >= 2) {
+      for (size_t k : u.params) {
+        const Tensor& t = params_[k].tensor;
+        if (t.requires_grad() && t.grad().defined()) s.no_sync_gradient_bytes += t.grad().nbytes();
+      }
+    }
   }
+  s.gradient_bytes += s.no_sync_gradient_bytes;
   return s;
 }
 

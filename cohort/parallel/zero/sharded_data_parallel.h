@@ -46,6 +46,11 @@
 // Sequential), which run the forward hooks (nn/module.h); a unit entered by a
 // direct forward() call is named in an InvalidArgument after forward.
 //
+// Options beyond the stages: gradients reduce-scattered in bf16
+// (ZeroOptions::reduce_dtype), gradient accumulation without a reduction per
+// micro-batch (no_sync()), and HSDP -- sharded within groups of
+// hybrid_shard_size ranks, replicated across them (make_hybrid_shard_groups).
+//
 // Collectives are issued in the same order on every rank (the backward
 // engine runs a plain graph in a deterministic order, autograd/engine.h); a
 // rank that issues something else is reported by the group as a mismatch
@@ -94,7 +99,34 @@ struct ZeroOptions {
   bool prefetch = true;
   UnitPolicy unit_policy = {};    // empty: child_unit_policy()
   bool broadcast_buffers = true;  // buffers from rank 0 at every forward, as DDP
+  // The dtype gradients are reduce-scattered in (DDP's reduce_dtype):
+  // float32 (the default, as Megatron) or bfloat16: a unit's flat float32
+  // gradient is rounded to bf16, reduce-scattered as a sum (the collectives
+  // add in float32 and round after each step) and this rank's segment
+  // widened back to float32 and divided by the world size -- half the
+  // reduce_scatter bytes, about 3 significant digits. Parameters, gradient
+  // shards, optimizer state and the parameters' all_gathers stay float32.
+  DType reduce_dtype = DType::kFloat32;
+  // HSDP (FSDP's HYBRID_SHARD): shard over groups of this many consecutive
+  // ranks (a node's under `cohort run`) and replicate across them. 0 or the
+  // group's size: plain ZeRO over the whole group. See make_hybrid_shard_groups.
+  int hybrid_shard_size = 0;
 };
+
+// The 2-D grid of hybrid sharding over `pg`'s N ranks for shard size S (S
+// divides N): the shard group of rank r holds ranks [r / S * S, r / S * S + S)
+// (group rank r % S), the replicate group the ranks with the same r % S
+// (group rank r / S). A unit's gradients are reduce-scattered in the shard
+// group and this rank's segment all-reduced in the replicate group; its
+// parameters are all-gathered in the shard group. S = N: the shard group is
+// `pg` and replicate is null. Collective over pg (every rank creates every
+// group, new_group's contract); InvalidArgument when S does not divide N.
+struct HybridShardGroups {
+  std::shared_ptr<distributed::ProcessGroup> shard;
+  std::shared_ptr<distributed::ProcessGroup> replicate;  // null when S = N
+};
+HybridShardGroups make_hybrid_shard_groups(const std::shared_ptr<distributed::ProcessGroup>& pg,
+                                           int shard_size);
 
 // What this rank holds and moves, measured from the buffers themselves.
 struct ZeroMemoryStats {
@@ -102,6 +134,9 @@ struct ZeroMemoryStats {
   size_t gradient_bytes = 0;     // persistent: full gradients (1) or shards (2, 3)
   size_t gather_bytes_peak = 0;  // stage 3: most bytes of gathered units at once
   int gathered_units_peak = 0;   // stage 3: most non-root units gathered at once
+  // Stages 2, 3: full gradients held now, accumulated under no_sync() and
+  // not yet reduced (included in gradient_bytes); 0 otherwise.
+  size_t no_sync_gradient_bytes = 0;
 };
 
 struct ZeroTrafficStats {
@@ -121,6 +156,13 @@ double zero_model_state_bytes(int stage, int64_t psi, int world);
 // Bytes a rank passes to the group per step (fp32): 2 psi elements for DDP
 // and stages 1, 2 (all_reduce = reduce_scatter + all_gather), 3 psi for stage 3.
 double zero_traffic_bytes(int stage, int64_t psi);
+// The same under HSDP, `replicas` groups of `shard_size` ranks: the stage's
+// traffic within the shard group plus the replicate group's all_reduce of
+// this rank's gradient segment (psi / shard_size elements, counted twice as
+// any all_reduce): 2 psi + 2 psi / S elements for stages 1, 2, 3 psi + 2 psi
+// / S for stage 3; zero_traffic_bytes when replicas = 1. Model state: the
+// zero_model_state_bytes formulas with N = S.
+double hybrid_traffic_bytes(int stage, int64_t psi, int shard_size, int replicas);
 
 // The stage a memory budget allows: the lowest-traffic stage (1, then 2,
 // then 3) whose model state (the formulas above, fp32 AdamW) fits in
@@ -141,6 +183,33 @@ class ShardedDataParallel : public nn::Module {
   // The same around any call of the module: fn(module()) returns the output
   // the loss is computed from (or the loss).
   Tensor forward_with(const std::function<Tensor(nn::Module&)>& fn);
+
+  // RAII, PyTorch FSDP's no_sync(): forwards run while it lives do not
+  // reduce gradients on backward; each parameter's full (unsharded) gradient
+  // accumulates locally in its .grad, and the first synchronised backward
+  // after it reduce-scatters the accumulated sum (gradient accumulation with
+  // one reduce_scatter per step instead of one per micro-batch). The cost in
+  // memory: stages 2 and 3 keep the full gradients (4 bytes per fp32
+  // parameter, as DDP) from the first no_sync backward until that reduction
+  // (ZeroMemoryStats::no_sync_gradient_bytes); stage 1 accumulates in the
+  // full gradients it keeps anyway. Stage 3 still gathers each unit for its
+  // forward and backward and frees it after. Use the same pattern on every
+  // rank (the reductions must line up).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(ShardedDataParallel& z) : z_(z), prev_(z.require_sync_) {
+      z_.require_sync_ = false;
+    }
+    ~NoSyncGuard() { z_.require_sync_ = prev_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    ShardedDataParallel& z_;
+    bool prev_;
+  };
+  // auto guard = zero.no_sync();  ... forward/backward ...  (guard ends)
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
   // This rank's chunk of every trainable parameter, in named_parameters()
   // order (see the header comment); what the optimizer updates.
@@ -172,7 +241,9 @@ class ShardedDataParallel : public nn::Module {
   // Elements of the parameter whose shard is `shard`.
   int64_t full_numel_of(const Tensor& shard) const { return param_of_shard(shard).tensor.numel(); }
 
-  // Global sum over ranks of `value` (all_reduce; counted in the traffic).
+  // Sum over the shard group of `value` (all_reduce; counted in the
+  // traffic): over every rank unless HSDP, where the shard group covers each
+  // parameter chunk once (what clip_grad_norm needs).
   double all_reduce_sum(double value);
   double all_reduce_max(double value);
 
@@ -184,6 +255,12 @@ class ShardedDataParallel : public nn::Module {
   nn::Module& module() const { return *module_; }
   const nn::ModulePtr& module_ptr() const { return module_; }
   distributed::ProcessGroup& process_group() const { return *pg_; }
+  // The group the parameters are sharded over (process_group() unless HSDP)
+  // and the replicate group (null unless HSDP); see make_hybrid_shard_groups.
+  distributed::ProcessGroup& shard_group() const { return *shard_pg_; }
+  const std::shared_ptr<distributed::ProcessGroup>& replicate_group() const {
+    return replicate_pg_;
+  }
   ZeroMemoryStats memory_stats() const;
   const ZeroTrafficStats& traffic() const { return traffic_; }
   // Number of parameter elements (trainable and frozen), unpadded: Psi.
@@ -218,6 +295,7 @@ class ShardedDataParallel : public nn::Module {
     size_t pending = 0;
     Tensor rs_send, rs_recv;
     distributed::Work rs_work;
+    distributed::Work ar_work;  // HSDP: the replicas' all_reduce of rs_recv
     // Stage 3 gather state.
     bool gathered = false;
     Tensor ag_recv;
@@ -233,8 +311,15 @@ class ShardedDataParallel : public nn::Module {
   void sync_buffers();
   void on_grad_ready(size_t param_index);
   void launch_ready_units();
+  void on_unit_accumulated(size_t u);  // no_sync: a unit's gradients are all ready
   void launch_reduce_scatter(Unit& u);
-  void finish_reduction();  // waits for and applies reduce_order_[next_finish_]
+  // Waits for reduce_order_[next_finish_]'s reduce_scatter and applies it
+  // (HSDP: issues the replicas' all_reduce; finalize_backward applies).
+  void finish_reduction();
+  void apply_reduced(Unit& u);  // rs_recv into the gradient shard (stage 1: chunk)
+  // From a catch block: waits for every launched op, then rethrows the
+  // current exception naming `op` and unit reduce_order_[n].
+  [[noreturn]] void fail_reduction(size_t n, const char* op);
   void finalize_backward();
   void reset_iteration();
   void restore_grad_view(Param& p);
@@ -253,9 +338,11 @@ class ShardedDataParallel : public nn::Module {
 
   nn::ModulePtr module_;
   std::shared_ptr<distributed::ProcessGroup> pg_;
+  std::shared_ptr<distributed::ProcessGroup> shard_pg_;      // pg_ unless HSDP
+  std::shared_ptr<distributed::ProcessGroup> replicate_pg_;  // HSDP only
   ZeroOptions options_;
-  int rank_ = 0;
-  int world_ = 1;
+  int rank_ = 0;   // in the shard group: the segment this rank owns
+  int world_ = 1;  // the shard group's size: the layouts' shards
   std::vector<Param> params_;
   std::vector<Unit> units_;  // child units in module order, then the root
   std::vector<size_t> reduce_order_;
@@ -265,6 +352,9 @@ class ShardedDataParallel : public nn::Module {
   // Per iteration.
   bool armed_ = false;
   bool any_ready_ = false;
+  bool require_sync_ = true;  // false inside no_sync()
+  bool sync_ = true;          // this iteration's backward reduces (forward outside no_sync)
+  size_t accumulated_units_ = 0;
   std::vector<bool> ready_;
   size_t next_launch_ = 0;
   size_t next_finish_ = 0;

@@ -31,9 +31,9 @@ void ShardedDataParallel::issue_gather(size_t ui) {
   if (u.gathered || u.ag_work.defined()) return;
   const DType dtype = u.shard.dtype();
   u.ag_recv = Tensor::empty({u.layout.total_numel()}, dtype);
-  u.ag_work = pg_->all_gather(u.shard.raw_data(), u.ag_recv.raw_data(),
-                              static_cast<size_t>(u.layout.shard_numel()),
-                              distributed::to_data_type(dtype), {}, distributed::async_op);
+  u.ag_work = shard_pg_->all_gather(u.shard.raw_data(), u.ag_recv.raw_data(),
+                                    static_cast<size_t>(u.layout.shard_numel()),
+                                    distributed::to_data_type(dtype), {}, distributed::async_op);
   traffic_.all_gather_bytes += u.ag_recv.nbytes();
   note_gathered();
 }
@@ -164,8 +164,8 @@ Tensor ShardedDataParallel::gather_chunk(const Tensor& shard, const Tensor& chun
   Tensor send = Tensor::zeros({c}, chunk.dtype());
   if (chunk.numel() > 0) send.narrow(0, 0, chunk.numel()).copy_(chunk.reshape({-1}));
   Tensor recv = Tensor::empty({c * world_}, chunk.dtype());
-  pg_->all_gather(send.raw_data(), recv.raw_data(), static_cast<size_t>(c),
-                  distributed::to_data_type(chunk.dtype()));
+  shard_pg_->all_gather(send.raw_data(), recv.raw_data(), static_cast<size_t>(c),
+                        distributed::to_data_type(chunk.dtype()));
   traffic_.all_gather_bytes += recv.nbytes();
   return recv.narrow(0, 0, p.tensor.numel()).reshape(p.tensor.sizes()).clone();
 }

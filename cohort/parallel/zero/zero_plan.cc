@@ -1,5 +1,5 @@
-// The unit policies, the ZeRO formulas and choose_zero_stage
-// (sharded_data_parallel.h).
+// The unit policies, the ZeRO formulas, choose_zero_stage and the HSDP
+// groups (sharded_data_parallel.h).
 #include <algorithm>
 #include <cmath>
 
@@ -43,6 +43,42 @@ double zero_traffic_bytes(int stage, int64_t psi) {
   COHORT_CHECK(stage >= 0 && stage <= 3, "zero_traffic_bytes: stage must be 0 (DDP) to 3, got {}",
                stage);
   return (stage == 3 ? 3.0 : 2.0) * 4.0 * static_cast<double>(psi);
+}
+
+double hybrid_traffic_bytes(int stage, int64_t psi, int shard_size, int replicas) {
+  COHORT_CHECK(shard_size >= 1 && replicas >= 1,
+               "hybrid_traffic_bytes: needs shard_size >= 1 and replicas >= 1, got {} and {}",
+               shard_size, replicas);
+  const double replicate = replicas > 1 ? 2.0 * 4.0 * static_cast<double>(psi) / shard_size : 0;
+  return zero_traffic_bytes(stage, psi) + replicate;
+}
+
+HybridShardGroups make_hybrid_shard_groups(const std::shared_ptr<distributed::ProcessGroup>& pg,
+                                           int shard_size) {
+  COHORT_CHECK(pg != nullptr, "make_hybrid_shard_groups: the process group is null");
+  const int n = pg->size();
+  COHORT_CHECK(
+      shard_size >= 1 && n % shard_size == 0,
+      "ShardedDataParallel (rank {}): hybrid_shard_size {} does not divide the group of {} "
+      "ranks (0: shard over the whole group)",
+      pg->rank(), shard_size, n);
+  if (shard_size == n) return {pg, nullptr};
+  const int replicas = n / shard_size, r = pg->rank();
+  HybridShardGroups out;
+  // Every rank creates every group in the same order (new_group's contract).
+  for (int g = 0; g < replicas; ++g) {
+    std::vector<int> ranks;
+    for (int i = 0; i < shard_size; ++i) ranks.push_back(g * shard_size + i);
+    auto group = pg->new_group(ranks, {.name = pg->name() + "/shard" + std::to_string(g)});
+    if (g == r / shard_size) out.shard = std::move(group);
+  }
+  for (int i = 0; i < shard_size; ++i) {
+    std::vector<int> ranks;
+    for (int g = 0; g < replicas; ++g) ranks.push_back(g * shard_size + i);
+    auto group = pg->new_group(ranks, {.name = pg->name() + "/replicate" + std::to_string(i)});
+    if (i == r % shard_size) out.replicate = std::move(group);
+  }
+  return out;
 }
 
 int choose_zero_stage(int64_t psi, int world, double bytes_per_rank, std::string* why) {
