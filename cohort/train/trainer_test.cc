@@ -38,6 +38,22 @@ TrainOptions small_net() {
   return o;
 }
 
+// The same run as DataParallel: 2 replicas on 2 threads.
+TrainOptions as_dp(TrainOptions o) {
+  o.strategy = Strategy::kDp;
+  o.replicas = 2;
+  o.threads = 2;
+  return o;
+}
+
+// Trains with a fresh checkpoint directory named after `tag` and returns the
+// last checkpoint's weights by name.
+auto trained_weights(TrainOptions o, const std::string& tag) {
+  o.checkpoint_dir = temp_dir(tag);
+  TrainResult r = Trainer(o).run();
+  return checkpoint::load_safetensors(r.last_checkpoint + "/model.safetensors").tensors;
+}
+
 class Recorder : public TrainObserver {
  public:
   void on_start(const RunInfo& info) override { started = true; }
@@ -172,16 +188,8 @@ TEST(Trainer, NonFiniteLossNamesTheStep) {
 TEST(Trainer, DataParallelMatchesSingleProcessTraining) {
   TrainOptions o = small_net();
   o.max_steps = 3;
-  TrainOptions d = o;
-  d.strategy = Strategy::kDp;
-  d.replicas = 2;
-  d.threads = 2;
-  o.checkpoint_dir = temp_dir("single");
-  d.checkpoint_dir = temp_dir("dp");
-  TrainResult a = Trainer(o).run();
-  TrainResult b = Trainer(d).run();
-  auto x = checkpoint::load_safetensors(a.last_checkpoint + "/model.safetensors").tensors;
-  auto y = checkpoint::load_safetensors(b.last_checkpoint + "/model.safetensors").tensors;
+  auto x = trained_weights(o, "single");
+  auto y = trained_weights(as_dp(o), "dp");
   for (const auto& [name, t] : x) EXPECT_TRUE(allclose(t, y.at(name), 1e-4, 1e-5)) << name;
 }
 
@@ -194,17 +202,8 @@ TEST(Trainer, Bf16PrecisionKeepsFloat32MasterWeights) {
   TrainOptions h = o;
   h.precision = ComputePrecision::kBFloat16;
   h.bf16_path = native::Bf16Path::kEmulated;
-  TrainOptions d = h;
-  d.strategy = Strategy::kDp;
-  d.replicas = 2;
-  d.threads = 2;
-  o.checkpoint_dir = temp_dir("fp32");
-  h.checkpoint_dir = temp_dir("bf16");
-  d.checkpoint_dir = temp_dir("bf16dp");
-  TrainResult a = Trainer(o).run(), b = Trainer(h).run(), c = Trainer(d).run();
-  auto x = checkpoint::load_safetensors(a.last_checkpoint + "/model.safetensors").tensors;
-  auto y = checkpoint::load_safetensors(b.last_checkpoint + "/model.safetensors").tensors;
-  auto z = checkpoint::load_safetensors(c.last_checkpoint + "/model.safetensors").tensors;
+  auto x = trained_weights(o, "fp32"), y = trained_weights(h, "bf16"),
+       z = trained_weights(as_dp(h), "bf16dp");
   bool all_equal = true;
   for (const auto& [name, t] : x) {
     EXPECT_EQ(y.at(name).dtype(), kFloat32) << name;
@@ -227,19 +226,10 @@ TEST(Trainer, Bf16WeightsLeaveBf16ValuesOnEveryStrategyThatHoldsTheModel) {
   TrainOptions o = small_net();
   o.max_steps = 3;
   o.bf16_weights = optim::WeightRounding::kStochastic;
-  TrainOptions d = o;
-  d.strategy = Strategy::kDp;
-  d.replicas = 2;
-  d.threads = 2;
   TrainOptions n = o;
   n.bf16_weights = optim::WeightRounding::kNearest;
-  o.checkpoint_dir = temp_dir("bf16w");
-  d.checkpoint_dir = temp_dir("bf16wdp");
-  n.checkpoint_dir = temp_dir("bf16wn");
-  TrainResult a = Trainer(o).run(), b = Trainer(d).run(), c = Trainer(n).run();
-  auto x = checkpoint::load_safetensors(a.last_checkpoint + "/model.safetensors").tensors;
-  auto y = checkpoint::load_safetensors(b.last_checkpoint + "/model.safetensors").tensors;
-  auto z = checkpoint::load_safetensors(c.last_checkpoint + "/model.safetensors").tensors;
+  auto x = trained_weights(o, "bf16w"), y = trained_weights(as_dp(o), "bf16wdp"),
+       z = trained_weights(n, "bf16wn");
   bool nearest_equal = true;
   for (const auto& [name, t] : x) {
     for (const Tensor& w : {t, y.at(name), z.at(name)}) {
