@@ -73,7 +73,10 @@ Tensor Conv2d::forward(const Tensor& x) {
 
 Tensor Conv2d::forward_relu(const Tensor& x) {
   check_input(x);
-  return conv2d_relu(x, weight(), bias(), options_.stride(), options_.padding());
+  if (has_forward_hooks()) run_forward_pre_hooks();
+  Tensor out = conv2d_relu(x, weight(), bias(), options_.stride(), options_.padding());
+  if (has_forward_hooks()) run_forward_hooks(out);
+  return out;
 }
 
 }  // namespace cohort::nn

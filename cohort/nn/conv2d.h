@@ -61,7 +61,8 @@ class Conv2d : public Cloneable<Conv2d> {
          const Conv2dOptions& options = {});
 
   Tensor forward(const Tensor& x) override;
-  // relu(forward(x)) in one pass (the kernel's fused epilogue).
+  // relu(forward(x)) in one pass (the kernel's fused epilogue), between the
+  // module's forward hooks as a call runs forward (ZeRO stage 3 gathers on them).
   Tensor forward_relu(const Tensor& x);
   std::string extra_repr() const override;
 

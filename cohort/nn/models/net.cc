@@ -16,8 +16,8 @@ Tensor Net::forward(const Tensor& x) {
   h = conv2_->forward_relu(h);
   h = max_pool2d(h, {2, 2});
   h = flatten(h, 1);
-  h = relu(linear(h, fc1_->weight(), fc1_->bias()));
-  return log_softmax(linear(h, fc2_->weight(), fc2_->bias()), 1);
+  h = relu(fc1_(h));
+  return log_softmax(fc2_(h), 1);
 }
 
 }  // namespace cohort::nn
