@@ -3,6 +3,7 @@
 #include "cohort/base/parallel.h"
 #include "cohort/optim/adam.h"
 #include "cohort/optim/sgd.h"
+#include "cohort/parallel/zero/sharded_checkpoint.h"
 
 namespace cohort::train {
 
@@ -89,6 +90,15 @@ void ZeroStrategy::sync_full_model(bool optimizer) {
 void ZeroStrategy::after_resume() {
   zero_->load_full_params();
   opt_->load_full_state_dict(full_opt_->state_dict());
+}
+
+std::vector<checkpoint::ShardPiece> ZeroStrategy::checkpoint_pieces() {
+  return parallel::zero_checkpoint_pieces(*opt_);
+}
+
+bool ZeroStrategy::load_checkpoint_part(const checkpoint::CheckpointSource& source) {
+  parallel::load_zero_checkpoint(source, *opt_);
+  return true;
 }
 
 int ZeroStrategy::threads() const { return num_threads(); }
