@@ -1,7 +1,8 @@
 // `cohort train --strategy zero --checkpoint-format sharded` and `cohort
 // reshard`: a sharded checkpoint written at 4 ranks resumes at 2 and at 1
 // rank (other stages), and one written at 2 back at 4, to the same state as
-// an uninterrupted run, when the global batch (ranks x --batch-size) is kept:
+// an uninterrupted run (and DDP resumes from it), when the global batch
+// (ranks x --batch-size) is kept:
 // the sampler's position is rescaled to the new world size, so the next
 // steps draw the same examples. The shards convert to the whole checkpoint
 // the same run writes with --checkpoint-format whole, bit for bit, and back.
@@ -54,6 +55,12 @@ TEST(TrainZeroCheckpoint, ShardedAtFourResumesAtTwoAndOneAndBackAtFour) {
         4, 3, {"--max-steps", "4", "--checkpoint-dir", back, "--resume", step_dir(dir, 3)})));
     expect_close_checkpoints(step_dir(straight, 4), step_dir(back, 4));
   }
+  // DDP resumes from the shards too (every tensor read whole).
+  const std::string ddp = make_temp_dir("zckpt-ddp");
+  expect_ok(run_command(run_argv(2, {},
+                                 {"--batch-size", "32", "--max-steps", "3", "--checkpoint-dir", ddp,
+                                  "--resume", step_dir(first, 2)})));
+  expect_close_checkpoints(step_dir(straight, 3), step_dir(ddp, 3));
 }
 
 TEST(TrainZeroCheckpoint, ReshardGivesTheWholeCheckpointBitForBitAndBack) {
@@ -73,6 +80,18 @@ TEST(TrainZeroCheckpoint, ReshardGivesTheWholeCheckpointBitForBitAndBack) {
   expect_ok(run_command({kCohort, "reshard", out + "/whole", out + "/w4", "--world-size", "4"}));
   expect_ok(run_command({kCohort, "reshard", out + "/w4", out + "/whole2", "--whole"}));
   expect_same_checkpoint(out + "/whole", out + "/whole2");
+  // `cohort eval` reads the sharded checkpoint as the whole one.
+  auto eval = [](const std::string& path) {
+    return run_command({kCohort, "eval", "--checkpoint", path, "--dataset", "synthetic",
+                        "--synthetic-train-size", "512", "--synthetic-test-size", "128", "--seed",
+                        "7", "--threads", "1"});
+  };
+  Finished e1 = eval(step_dir(sharded, 2)), e2 = eval(out + "/whole");
+  expect_ok(e1);
+  expect_ok(e2);
+  EXPECT_NE(e1.output.find("test accuracy"), std::string::npos) << e1.output;
+  EXPECT_EQ(e1.output.substr(e1.output.find("test accuracy")),
+            e2.output.substr(e2.output.find("test accuracy")));
   Finished bad = run_command({kCohort, "reshard", out + "/w4", out + "/x"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--world-size"), std::string::npos) << bad.output;
