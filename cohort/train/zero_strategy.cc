@@ -3,7 +3,7 @@
 #include "cohort/base/parallel.h"
 #include "cohort/optim/adam.h"
 #include "cohort/optim/sgd.h"
-#include "cohort/parallel/zero/sharded_checkpoint.h"
+#include "cohort/checkpoint/zero_checkpoint.h"
 
 namespace cohort::train {
 
@@ -93,11 +93,11 @@ void ZeroStrategy::after_resume() {
 }
 
 std::vector<checkpoint::ShardPiece> ZeroStrategy::checkpoint_pieces() {
-  return parallel::zero_checkpoint_pieces(*opt_);
+  return checkpoint::zero_checkpoint_pieces(*opt_);
 }
 
 bool ZeroStrategy::load_checkpoint_part(const checkpoint::CheckpointSource& source) {
-  parallel::load_zero_checkpoint(source, *opt_);
+  checkpoint::load_zero_checkpoint(source, *opt_);
   return true;
 }
 

@@ -8,7 +8,7 @@
 // kind and groups; after_resume hands a loaded checkpoint back to the
 // shards, so a checkpoint of any strategy and world size resumes here.
 // --checkpoint-format sharded: each rank writes its own chunks instead
-// (parallel/zero/sharded_checkpoint.h, nothing gathered), and a resume reads
+// (checkpoint/zero_checkpoint.h, nothing gathered), and a resume reads
 // just this rank's ranges from a checkpoint of any world size.
 // --zero-stage auto picks the stage from --memory-per-rank
 // (parallel::choose_zero_stage) and says why in layout().

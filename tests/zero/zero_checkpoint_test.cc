@@ -13,6 +13,7 @@
 
 #include "cohort/base/cpu.h"
 #include "cohort/checkpoint/checkpoint.h"
+#include "cohort/checkpoint/zero_checkpoint.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/launch/spawn.h"
 #include "cohort/nn/models/gpt.h"
@@ -20,7 +21,6 @@
 #include "cohort/nn/nn.h"
 #include "cohort/optim/adam.h"
 #include "cohort/optim/clip_grad.h"
-#include "cohort/parallel/zero/sharded_checkpoint.h"
 
 namespace cohort::parallel {
 namespace {
@@ -110,7 +110,7 @@ void zero_run(int stage, const std::string& resume, int from, int to, const std:
   if (!resume.empty()) {
     auto src = checkpoint::open_checkpoint(resume);
     if (src->state().step != from) throw Error("resumed at the wrong step");
-    load_zero_checkpoint(*src, opt);
+    checkpoint::load_zero_checkpoint(*src, opt);
     // Stage 3 reads its chunks (1/N of the bytes) and the small tensors whole.
     uint64_t total = 0;
     for (const auto& e : src->tensors()) total += e.numel() * dtype_size(e.dtype);
@@ -138,7 +138,7 @@ void zero_run(int stage, const std::string& resume, int from, int to, const std:
     checkpoint::TrainingState st;
     st.step = to;
     const uint64_t moved = zero.traffic().total();
-    save_zero_checkpoint(opt, root, st);
+    checkpoint::save_zero_checkpoint(opt, root, st);
     if (zero.traffic().total() != moved) throw Error("saving gathered the shards");
   }
   zero.summon_full_params();
@@ -201,7 +201,8 @@ TEST_F(ZeroCheckpoint, AnotherModelIsRefusedNamingTheTensor) {
         ShardedOptimizer opt(
             zero, std::make_unique<optim::AdamW>(zero.shard_parameters(), optim::AdamWOptions{}));
         try {
-          load_zero_checkpoint(*checkpoint::open_checkpoint(path("w2/step-00000001")), opt);
+          checkpoint::load_zero_checkpoint(*checkpoint::open_checkpoint(path("w2/step-00000001")),
+                                           opt);
         } catch (const InvalidArgument& e) {
           if (std::string(e.what()).find("has no tensor 'model/") != std::string::npos) return;
           throw;
@@ -209,6 +210,31 @@ TEST_F(ZeroCheckpoint, AnotherModelIsRefusedNamingTheTensor) {
         throw Error("a checkpoint of another model was loaded");
       },
       2);
+}
+
+TEST_F(ZeroCheckpoint, AFailedWriteOnOneRankFailsEveryRankAndLeavesNoCheckpoint) {
+  const std::string root = path("failed");
+  spawn(
+      [&](int rank) {
+        auto pg = distributed::init_process_group("native", "env://", -1, -1, 60s);
+        // Rank 1's piece lies outside its 4-element tensor: its write fails.
+        checkpoint::ShardPiece piece{"model/w", {4}, rank == 0 ? 0 : 3, Tensor::ones({2})};
+        checkpoint::TrainingState st;
+        st.step = 1;
+        try {
+          checkpoint::save_sharded_checkpoint(*pg, root, {piece}, st);
+        } catch (const InvalidArgument& e) {
+          if (rank == 1) return;  // its own error
+          throw;
+        } catch (const IoError& e) {
+          if (rank == 0 && std::string(e.what()).find("rank 1 failed") != std::string::npos) return;
+          throw;
+        }
+        throw Error("a failed write went unnoticed");
+      },
+      2);
+  for (const auto& e : fs::directory_iterator(root))
+    ADD_FAILURE() << "left behind: " << e.path().string();
 }
 
 }  // namespace

@@ -172,7 +172,7 @@ class ShardedDataParallel : public nn::Module {
   // This rank's chunk of any of the module's parameters, trainable or frozen:
   // elements [rank c, rank c + n) of it (c = ceil(numel / N)) as a 1-d view of
   // where they are kept (stage 3: the unit's segment; else the parameter), for
-  // sharded checkpoints (sharded_checkpoint.h). InvalidArgument for a tensor
+  // sharded checkpoints (checkpoint/zero_checkpoint.h). InvalidArgument for a tensor
   // that is not a parameter of the module.
   Tensor local_chunk(const Tensor& param) const;
   // Elements of the parameter whose shard is `shard`.

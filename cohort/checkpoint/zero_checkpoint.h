@@ -1,5 +1,5 @@
 // Sharded checkpoints of a ZeRO model and its optimizer (the file format:
-// checkpoint/sharded_checkpoint.h). Saving gathers nothing: rank r writes
+// sharded_checkpoint.h). Saving gathers nothing: rank r writes
 // chunk r (c = ceil(n / N) elements, the FlatLayout chunk it owns) of every
 // parameter -- stage 3 from its own segment, stages 1 and 2 from the full
 // parameters they hold -- and of every optimizer state tensor, which is
@@ -17,7 +17,7 @@
 // overlap the range.
 //
 //   auto path = save_zero_checkpoint(opt, root, state);  // collective
-//   auto src = checkpoint::open_checkpoint(path);        // at any world size
+//   auto src = open_checkpoint(path);                    // at any world size
 //   load_zero_checkpoint(*src, opt);
 //
 // Errors: InvalidArgument naming the checkpoint, the tensor and both shapes
@@ -32,21 +32,20 @@
 #include "cohort/checkpoint/sharded_checkpoint.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
 
-namespace cohort::parallel {
+namespace cohort::checkpoint {
 
 // This rank's pieces of the model's state_dict and of the optimizer state.
 // No communication.
-std::vector<checkpoint::ShardPiece> zero_checkpoint_pieces(ShardedOptimizer& opt);
+std::vector<ShardPiece> zero_checkpoint_pieces(parallel::ShardedOptimizer& opt);
 
 // Collective: a sharded checkpoint <root>/step-<state.step>/ of opt.model()
 // and opt; `info` is added to its metadata. Returns its path on every rank.
-std::string save_zero_checkpoint(ShardedOptimizer& opt, const std::string& root,
-                                 const checkpoint::TrainingState& state,
-                                 const checkpoint::Metadata& info = {},
-                                 const checkpoint::SaveOptions& options = {});
+std::string save_zero_checkpoint(parallel::ShardedOptimizer& opt, const std::string& root,
+                                 const TrainingState& state, const Metadata& info = {},
+                                 const SaveOptions& options = {});
 
 // Loads this rank's part of `src` into opt.model() and opt (see the header
 // comment). No communication.
-void load_zero_checkpoint(const checkpoint::CheckpointSource& src, ShardedOptimizer& opt);
+void load_zero_checkpoint(const CheckpointSource& src, parallel::ShardedOptimizer& opt);
 
-}  // namespace cohort::parallel
+}  // namespace cohort::checkpoint

@@ -1,15 +1,13 @@
-#include "cohort/parallel/zero/sharded_checkpoint.h"
+#include "cohort/checkpoint/zero_checkpoint.h"
 
 #include <cstring>
 #include <map>
 
-namespace cohort::parallel {
+namespace cohort::checkpoint {
 namespace {
 
-using checkpoint::kModelPrefix;
-using checkpoint::kOptimizerPrefix;
-using checkpoint::shard_range;
-using checkpoint::ShardPiece;
+using parallel::ShardedDataParallel;
+using parallel::ShardedOptimizer;
 
 // The optimizer's parameters in state_dict numbering (groups in order).
 std::vector<Tensor> numbered_params(const optim::Optimizer& opt) {
@@ -41,15 +39,15 @@ int64_t numel_of(const Shape& s) {
 
 // Copies elements [b, e) of `name` into `dst`, a contiguous tensor of e - b
 // elements (raw: no autograd, no version bump).
-void read_into(const checkpoint::CheckpointSource& src, const std::string& name, int64_t b,
-               int64_t e, const Tensor& dst) {
+void read_into(const CheckpointSource& src, const std::string& name, int64_t b, int64_t e,
+               const Tensor& dst) {
   COHORT_ASSERT(dst.is_contiguous() && dst.numel() == e - b, "read_into: bad destination");
   if (e > b) src.read(name, b, e, dst.raw_data());
 }
 
-const checkpoint::TensorEntry& entry_for(const checkpoint::CheckpointSource& src,
-                                         const std::string& name, const Shape& shape, DType dtype) {
-  const checkpoint::TensorEntry* e = src.find(name);
+const TensorEntry& entry_for(const CheckpointSource& src, const std::string& name,
+                             const Shape& shape, DType dtype) {
+  const TensorEntry* e = src.find(name);
   if (e == nullptr)
     throw InvalidArgument(
         fmt::format("load_zero_checkpoint: checkpoint '{}' has no tensor '{}' ({} {} expected)",
@@ -72,19 +70,6 @@ const Tensor* aliased_param(const nn::NamedTensors& params, const Tensor& t) {
 
 }  // namespace
 
-Tensor ShardedDataParallel::local_chunk(const Tensor& param) const {
-  for (const Param& p : params_) {
-    if (!p.tensor.is_same(param)) continue;
-    const Unit& u = units_[p.unit];
-    return options_.stage == 3 ? u.layout.piece_of_segment(u.shard, p.slot, rank_)
-                               : u.layout.piece_of_tensor(p.tensor, p.slot, rank_);
-  }
-  throw InvalidArgument(
-      fmt::format("ShardedDataParallel::local_chunk: a {} {} tensor is not a parameter of the "
-                  "wrapped {}",
-                  dtype_name(param.dtype()), shape_str(param.sizes()), module_->type_name()));
-}
-
 std::vector<ShardPiece> zero_checkpoint_pieces(ShardedOptimizer& opt) {
   ShardedDataParallel& zero = opt.model();
   const int rank = zero.process_group().rank(), world = zero.process_group().size();
@@ -103,7 +88,7 @@ std::vector<ShardPiece> zero_checkpoint_pieces(ShardedOptimizer& opt) {
     if (const Tensor* p = aliased_param(params, t)) {
       pieces.push_back(chunk_piece(name, *p));
     } else {
-      pieces.push_back(checkpoint::replicated_piece(kModelPrefix + name, t, rank, world));
+      pieces.push_back(replicated_piece(kModelPrefix + name, t, rank, world));
     }
   }
 
@@ -113,7 +98,7 @@ std::vector<ShardPiece> zero_checkpoint_pieces(ShardedOptimizer& opt) {
     const int64_t i = optim::state_key_param_index(key);
     const bool chunked = i >= 0 && t.dim() == 1 && t.sizes() == shards[i].sizes();
     if (!chunked) {
-      pieces.push_back(checkpoint::replicated_piece(kOptimizerPrefix + key, t, rank, world));
+      pieces.push_back(replicated_piece(kOptimizerPrefix + key, t, rank, world));
       continue;
     }
     const Shape& shape = shapes[static_cast<size_t>(i)];
@@ -126,16 +111,15 @@ std::vector<ShardPiece> zero_checkpoint_pieces(ShardedOptimizer& opt) {
 }
 
 std::string save_zero_checkpoint(ShardedOptimizer& opt, const std::string& root,
-                                 const checkpoint::TrainingState& state,
-                                 const checkpoint::Metadata& info,
-                                 const checkpoint::SaveOptions& options) {
-  checkpoint::Metadata meta = info;
+                                 const TrainingState& state, const Metadata& info,
+                                 const SaveOptions& options) {
+  Metadata meta = info;
   meta["cohort.sharded.zero_stage"] = std::to_string(opt.model().stage());
-  return checkpoint::save_sharded_checkpoint(opt.model().process_group(), root,
-                                             zero_checkpoint_pieces(opt), state, meta, options);
+  return save_sharded_checkpoint(opt.model().process_group(), root, zero_checkpoint_pieces(opt),
+                                 state, meta, options);
 }
 
-void load_zero_checkpoint(const checkpoint::CheckpointSource& src, ShardedOptimizer& opt) {
+void load_zero_checkpoint(const CheckpointSource& src, ShardedOptimizer& opt) {
   ShardedDataParallel& zero = opt.model();
   const int rank = zero.process_group().rank(), world = zero.process_group().size();
   const bool sharded_params = zero.stage() == 3;
@@ -143,7 +127,7 @@ void load_zero_checkpoint(const checkpoint::CheckpointSource& src, ShardedOptimi
   // Check every model tensor first, so a checkpoint of another model changes nothing.
   const TensorDict sd = zero.module().state_dict();
   for (const auto& [name, t] : sd) entry_for(src, kModelPrefix + name, t.sizes(), t.dtype());
-  for (const checkpoint::TensorEntry& e : src.tensors())
+  for (const TensorEntry& e : src.tensors())
     if (e.name.starts_with(kModelPrefix) &&
         !sd.contains(e.name.substr(std::string(kModelPrefix).size())))
       throw InvalidArgument(
@@ -155,7 +139,7 @@ void load_zero_checkpoint(const checkpoint::CheckpointSource& src, ShardedOptimi
   const std::vector<Tensor> shards = numbered_params(opt.optimizer());
   const std::vector<Shape> shapes = full_shapes(opt);
   TensorDict mine;
-  for (const checkpoint::TensorEntry& e : src.tensors()) {
+  for (const TensorEntry& e : src.tensors()) {
     if (!e.name.starts_with(kOptimizerPrefix)) continue;
     const std::string key = e.name.substr(std::string(kOptimizerPrefix).size());
     const int64_t i = optim::state_key_param_index(key);
@@ -197,4 +181,4 @@ void load_zero_checkpoint(const checkpoint::CheckpointSource& src, ShardedOptimi
   if (sharded_params) zero.after_step();
 }
 
-}  // namespace cohort::parallel
+}  // namespace cohort::checkpoint
