@@ -118,7 +118,8 @@ class ShardedSource final : public CheckpointSource {
           "version {}",
           meta_path, v == metadata_.end() ? "(none)" : v->second, kShardedFormatVersion));
     world_size_ = parse_world(metadata_, kWorldKey, meta_path);
-    decode_training_state(metadata_, meta_path);  // fails early on a bad state
+    // Fails early on a bad training state; plain weights resharded have none.
+    if (metadata_.contains("cohort.step")) decode_training_state(metadata_, meta_path);
     for (int r = 0; r < world_size_; ++r) add_file(dir, r);
     check_coverage();
   }

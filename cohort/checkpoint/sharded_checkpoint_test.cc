@@ -95,6 +95,18 @@ TEST_F(ShardedCheckpointTest, ReshardRoundTripsBitForBit) {
   EXPECT_EQ(open_checkpoint(path("w3"))->state(), open_checkpoint(whole)->state());
 }
 
+TEST_F(ShardedCheckpointTest, PlainWeightsReshardAndComeBack) {
+  Generator gen(4);
+  nn::Linear model(3, 2, gen);
+  save_model(path("plain.safetensors"), model);
+  reshard_checkpoint(path("plain.safetensors"), path("w2"), 2);
+  reshard_checkpoint(path("w2"), path("back"), 0);
+  EXPECT_EQ(all_bytes(path("back")), all_bytes(path("plain.safetensors")));
+  nn::Linear loaded(3, 2, gen);
+  load_model(path("back") + "/" + kModelFile, loaded);
+  EXPECT_TRUE(equal(loaded.weight(), model.weight()));
+}
+
 TEST_F(ShardedCheckpointTest, ReshardHoldsOneTensorOrPieceAtATime) {
   const std::string whole = whole_checkpoint();
   // The largest tensor: the weight or its moments, 35 float32.
