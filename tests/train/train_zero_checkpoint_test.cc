@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "cohort/checkpoint/sharded_checkpoint.h"
 #include "tests/train/process_util.h"
@@ -95,6 +96,51 @@ TEST(TrainZeroCheckpoint, ReshardGivesTheWholeCheckpointBitForBitAndBack) {
   Finished bad = run_command({kCohort, "reshard", out + "/w4", out + "/x"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--world-size"), std::string::npos) << bad.output;
+}
+
+// A tiny GPT (tied embedding and head, AdamW in two groups, clipping) on a
+// small text: 2 ranks x 4 windows, sharded, resumed at 1 rank x 8 (the window
+// sampler's same global draws), ends where the uninterrupted run ends.
+TEST(TrainZeroCheckpoint, GptShardedAtTwoResumesAtOneWithTheSameWindows) {
+  const std::string dir = make_temp_dir("zckpt-gpt");
+  std::string text;
+  const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog "};
+  for (uint32_t x = 7; text.size() < 20000;) {
+    x = x * 1664525u + 1013904223u;
+    text += words[(x >> 24) % 8];
+  }
+  std::ofstream(dir + "/corpus.txt") << text;
+  auto gpt = [&](int n, int stage, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--strategy",     "zero",
+                                  "--zero-stage",   std::to_string(stage),
+                                  "--batch-size",   std::to_string(8 / n),
+                                  "--model",        "gpt",
+                                  "--n-layer",      "2",
+                                  "--n-head",       "2",
+                                  "--n-embd",       "32",
+                                  "--block-size",   "16",
+                                  "--dataset",      "text",
+                                  "--data-file",    dir + "/corpus.txt",
+                                  "--threads",      "1",
+                                  "--seed",         "3",
+                                  "--lr",           "3e-3",
+                                  "--eval-batches", "2"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<std::string> argv = {kCohort,           "run",   "--nproc-per-node",
+                                     std::to_string(n), kCohort, "train"};
+    argv.insert(argv.end(), a.begin(), a.end());
+    return run_command(argv, {"COHORT_KERNELS=baseline"});
+  };
+  expect_ok(gpt(2, 3, {"--max-steps", "6", "--checkpoint-dir", dir + "/straight"}));
+  expect_ok(gpt(
+      2, 3,
+      {"--max-steps", "3", "--checkpoint-format", "sharded", "--checkpoint-dir", dir + "/first"}));
+  Finished f = gpt(1, 2,
+                   {"--max-steps", "6", "--checkpoint-dir", dir + "/second", "--resume",
+                    step_dir(dir + "/first", 3)});
+  expect_ok(f);
+  EXPECT_NE(f.output.find("at step 3"), std::string::npos) << f.output;
+  expect_close_checkpoints(step_dir(dir + "/straight", 6), step_dir(dir + "/second", 6), 2e-4);
 }
 
 TEST(TrainZeroCheckpoint, ShardedFormatNeedsZero) {
