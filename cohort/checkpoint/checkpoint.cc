@@ -11,6 +11,7 @@
 
 #include "cohort/base/log.h"
 #include "cohort/checkpoint/atomic_file.h"
+#include "cohort/checkpoint/sharded_checkpoint.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -28,8 +29,6 @@ bool parse_step_dir(const std::string& name, int64_t* step) {
   auto [p, ec] = std::from_chars(b, e, *step);
   return ec == std::errc() && p == e && *step >= 0;
 }
-
-std::string step_dir_name(int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
 
 // Complete checkpoints under root, newest (highest step) first.
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
@@ -83,9 +82,13 @@ int64_t metadata_int(const Metadata& m, const std::string& key, const std::strin
   return v;
 }
 
-// Removes what crashed writers left in root: temporary entries whose writing
-// process no longer exists.
-void remove_stale_temporaries(const fs::path& root) {
+}  // namespace
+
+namespace detail {
+
+std::string step_dir_name(int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
+
+void remove_stale_temporaries(const std::string& root) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
@@ -102,9 +105,22 @@ void remove_stale_temporaries(const fs::path& root) {
   }
 }
 
-fs::path temp_sibling(const fs::path& root, const std::string& what) {
+std::string temp_sibling(const std::string& root, const std::string& what) {
   static std::atomic<uint64_t> counter{0};
-  return root / fmt::format("{}{}.{}.{}", kTempPrefix, what, ::getpid(), counter.fetch_add(1));
+  return (fs::path(root) /
+          fmt::format("{}{}.{}.{}", kTempPrefix, what, ::getpid(), counter.fetch_add(1)))
+      .string();
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::remove_stale_temporaries;
+using detail::step_dir_name;
+
+fs::path temp_sibling(const fs::path& root, const std::string& what) {
+  return fs::path(detail::temp_sibling(root.string(), what));
 }
 
 // Removes a directory tree on scope exit unless released.
@@ -221,6 +237,15 @@ std::string save_checkpoint(const std::string& root_str, const nn::Module& model
   if (optimizer != nullptr)
     save_safetensors((tmp / kOptimizerFile).string(), optimizer->state_dict());
 
+  tmp_guard.release();
+  return detail::commit_checkpoint_dir(tmp.string(), root_str, name, options);
+}
+
+std::string detail::commit_checkpoint_dir(const std::string& tmp_str, const std::string& root_str,
+                                          const std::string& name, const SaveOptions& options) {
+  const fs::path root(root_str), tmp(tmp_str);
+  TreeGuard tmp_guard(tmp);
+  std::error_code ec;
   const fs::path final_path = root / name;
   if (fs::exists(final_path, ec)) {
     // rename() cannot replace a non-empty directory: move the old one aside
@@ -248,7 +273,9 @@ std::string save_checkpoint(const std::string& root_str, const nn::Module& model
 
 std::optional<std::string> latest_checkpoint(const std::string& root) {
   for (const auto& [step, dir] : list_checkpoints(fs::path(root))) {
-    const std::string model_file = (dir / kModelFile).string();
+    std::error_code ec;
+    const bool sharded = fs::exists(dir / kShardedMetaFile, ec);
+    const std::string model_file = (dir / (sharded ? kShardedMetaFile : kModelFile)).string();
     try {
       SafetensorsHeader h = read_safetensors_header(model_file);
       decode_training_state(h.metadata, model_file);
@@ -274,15 +301,20 @@ TrainingState load_checkpoint(const std::string& path, nn::Module& model,
                               optim::Optimizer* optimizer) {
   std::error_code ec;
   fs::path model_file;
-  if (fs::is_regular_file(path, ec)) {
-    model_file = path;
-  } else if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / kModelFile, ec)) {
-    model_file = fs::path(path) / kModelFile;
-  } else if (fs::is_directory(path, ec)) {
+  std::string dir = path;
+  if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / kModelFile, ec) &&
+      !fs::exists(fs::path(path) / kShardedMetaFile, ec)) {
     std::optional<std::string> latest = latest_checkpoint(path);
     if (!latest)
       throw IoError(fmt::format("load_checkpoint: no complete checkpoint in '{}'", path));
-    model_file = fs::path(*latest) / kModelFile;
+    dir = *latest;
+  }
+  if (fs::is_directory(dir, ec) && fs::exists(fs::path(dir) / kShardedMetaFile, ec))
+    return detail::load_sharded_checkpoint_whole(dir, model, optimizer);
+  if (fs::is_regular_file(path, ec)) {
+    model_file = path;
+  } else if (fs::is_directory(dir, ec)) {
+    model_file = fs::path(dir) / kModelFile;
   } else {
     throw IoError(fmt::format("load_checkpoint: '{}' does not exist", path));
   }

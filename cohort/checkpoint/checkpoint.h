@@ -71,8 +71,9 @@ std::string save_checkpoint(const std::string& root, const nn::Module& model,
                             const SaveOptions& options = {});
 
 // Loads a checkpoint into model (and optimizer, when given) and returns its
-// training state. `path` is a checkpoint directory, a root (its latest
-// checkpoint is used; IoError when it has none), or a model.safetensors file.
+// training state. `path` is a checkpoint directory (whole, or sharded at any
+// world size: sharded_checkpoint.h), a root (its latest checkpoint is used;
+// IoError when it has none), or a model.safetensors file.
 TrainingState load_checkpoint(const std::string& path, nn::Module& model,
                               optim::Optimizer* optimizer = nullptr);
 
@@ -104,5 +105,21 @@ void load_model(const std::string& path, nn::Module& model);
 // throws IoError naming `path` on missing or malformed keys).
 Metadata encode_training_state(const TrainingState& state);
 TrainingState decode_training_state(const Metadata& metadata, const std::string& path);
+
+namespace detail {
+// Shared by the whole and the sharded writers (sharded_checkpoint.h).
+std::string step_dir_name(int64_t step);  // "step-00000120"
+// A fresh temporary name in root (".tmp.<what>.<pid>.<n>").
+std::string temp_sibling(const std::string& root, const std::string& what);
+// Removes temporaries left in root by writers that no longer run.
+void remove_stale_temporaries(const std::string& root);
+// Renames the finished temporary directory tmp to root/name (replacing an
+// older one), fsyncs root and prunes to options.keep_last; returns the path.
+std::string commit_checkpoint_dir(const std::string& tmp, const std::string& root,
+                                  const std::string& name, const SaveOptions& options);
+// load_checkpoint for a sharded directory: every tensor read whole.
+TrainingState load_sharded_checkpoint_whole(const std::string& dir, nn::Module& model,
+                                            optim::Optimizer* optimizer);
+}  // namespace detail
 
 }  // namespace cohort::checkpoint

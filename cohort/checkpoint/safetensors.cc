@@ -189,6 +189,16 @@ bool parse_safetensors_dtype(std::string_view name, DType* out) {
 }
 
 std::string safetensors_header_bytes(const TensorDict& tensors, const Metadata& metadata) {
+  std::vector<TensorInfo> infos;
+  for (const auto& [name, t] : tensors) {
+    COHORT_CHECK(t.defined(), "save_safetensors: tensor '{}' is undefined", name);
+    infos.push_back({name, t.dtype(), t.sizes()});
+  }
+  return safetensors_header_bytes(infos, metadata);
+}
+
+std::string safetensors_header_bytes(const std::vector<TensorInfo>& tensors,
+                                     const Metadata& metadata) {
   ordered_json j = ordered_json::object();
   if (!metadata.empty()) {
     ordered_json m = ordered_json::object();
@@ -196,13 +206,15 @@ std::string safetensors_header_bytes(const TensorDict& tensors, const Metadata& 
     j[kMetadataKey] = std::move(m);
   }
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (const TensorInfo& t : tensors) {
+    const std::string& name = t.name;
     COHORT_CHECK(!name.empty() && name != kMetadataKey,
                  "save_safetensors: invalid tensor name '{}'", name);
-    COHORT_CHECK(t.defined(), "save_safetensors: tensor '{}' is undefined", name);
-    const uint64_t bytes = t.nbytes();
-    j[name] = {{"dtype", std::string(safetensors_dtype(t.dtype()))},
-               {"shape", t.sizes()},
+    uint64_t bytes = 0;
+    COHORT_CHECK(byte_count(t.shape, t.dtype, &bytes),
+                 "save_safetensors: tensor '{}' shape {} is too large", name, shape_str(t.shape));
+    j[name] = {{"dtype", std::string(safetensors_dtype(t.dtype))},
+               {"shape", t.shape},
                {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }

@@ -63,6 +63,10 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 // The header bytes (length prefix included) save_safetensors writes for
 // these tensors; exposed for tests that build corrupt files.
 std::string safetensors_header_bytes(const TensorDict& tensors, const Metadata& metadata);
+// The same for tensors described by name, dtype and shape, in this order (for
+// writers that stream the data after the header); begin/end are ignored.
+std::string safetensors_header_bytes(const std::vector<TensorInfo>& tensors,
+                                     const Metadata& metadata);
 
 // "F32", "I64", ...; and back (false for names cohort does not know).
 std::string_view safetensors_dtype(DType dtype);

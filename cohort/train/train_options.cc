@@ -113,6 +113,12 @@ void TrainOptions::validate() const {
                "--checkpoint-every needs --checkpoint-dir");
   COHORT_CHECK(resume.empty() || resume != "auto" || !checkpoint_dir.empty(),
                "--resume auto needs --checkpoint-dir (where to look for the latest checkpoint)");
+  COHORT_CHECK(checkpoint_format == "whole" || checkpoint_format == "sharded",
+               "--checkpoint-format must be whole or sharded, got '{}'", checkpoint_format);
+  COHORT_CHECK(checkpoint_format == "whole" || strategy == Strategy::kZero,
+               "--checkpoint-format sharded applies to --strategy zero (each rank writes its "
+               "shards), not --strategy {}",
+               strategy_name(strategy));
   COHORT_CHECK(replicas >= 1, "--replicas must be >= 1, got {}", replicas);
   COHORT_CHECK(prefetch >= 0, "--prefetch must be >= 0, got {}", prefetch);
   COHORT_CHECK(log_every >= 0, "--log-every must be >= 0, got {}", log_every);

@@ -44,7 +44,11 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch and of the run
   int64_t keep_last = 0;         // checkpoints kept in checkpoint_dir (0: all)
   std::string resume;            // "", "auto" (latest in checkpoint_dir) or a path
-  std::string metrics_path;      // "": no metrics file
+  // "whole": rank 0 writes the whole model and optimizer (checkpoint.h);
+  // "sharded": every rank writes its shards (checkpoint/sharded_checkpoint.h;
+  // --strategy zero only). Either resumes at any world size.
+  std::string checkpoint_format = "whole";
+  std::string metrics_path;  // "": no metrics file
   // "": no trace. Else a Chrome/Perfetto trace of every rank (data, forward,
   // backward, each bucket's all_reduce, optimizer, checkpoints), merged into
   // this file by rank 0 at the end (see cohort/train/run_trace.h).

@@ -26,8 +26,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/base/trace.h"
+#include "cohort/checkpoint/sharded_checkpoint.h"
 #include "cohort/core/random.h"
 #include "cohort/data/dataset.h"
 #include "cohort/distributed/process_group.h"
@@ -72,6 +74,16 @@ class TrainStrategy {
   // Called on every rank after a checkpoint was loaded into full_model() and
   // full_optimizer(): hands the state to the parts that train.
   virtual void after_resume() {}
+
+  // Sharded checkpoints (--checkpoint-format sharded): whether this strategy
+  // writes them, this rank's pieces of full_model()'s and full_optimizer()'s
+  // state (checkpoint/sharded_checkpoint.h names; no communication), and
+  // loading this rank's part straight from a checkpoint of any world size
+  // (false: not supported; the Trainer then loads the whole checkpoint into
+  // full_model() and calls after_resume()).
+  virtual bool writes_sharded_checkpoints() const { return false; }
+  virtual std::vector<checkpoint::ShardPiece> checkpoint_pieces() { return {}; }
+  virtual bool load_checkpoint_part(const checkpoint::CheckpointSource& source) { return false; }
 
   // Whether this rank runs the training loop; a rank that does not (a
   // parameter server) calls serve() instead, which returns when the job's

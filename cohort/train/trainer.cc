@@ -11,6 +11,7 @@
 #include "cohort/base/log.h"
 #include "cohort/base/parallel.h"
 #include "cohort/checkpoint/distributed_checkpoint.h"
+#include "cohort/checkpoint/sharded_checkpoint.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
 #include "cohort/data/window_dataset.h"
@@ -242,9 +243,17 @@ void Run::resume() {
     auto path = pg_ != nullptr ? checkpoint::resolve_resume(*pg_, o_.resume, o_.checkpoint_dir)
                                : checkpoint::resolve_resume(o_.resume, o_.checkpoint_dir);
     if (path) {
-      resumed =
-          checkpoint::load_checkpoint(*path, strategy_->full_model(), &strategy_->full_optimizer());
-      strategy_->after_resume();
+      // A sharded checkpoint goes straight to a strategy that reads its own
+      // ranges; anything else loads whole into full_model() (any strategy).
+      std::unique_ptr<checkpoint::CheckpointSource> source;
+      if (checkpoint::is_sharded_checkpoint(*path)) source = checkpoint::open_checkpoint(*path);
+      if (source != nullptr && strategy_->load_checkpoint_part(*source)) {
+        resumed = source->state();
+      } else {
+        resumed = checkpoint::load_checkpoint(*path, strategy_->full_model(),
+                                              &strategy_->full_optimizer());
+        strategy_->after_resume();
+      }
       if (!resumed->rng_state.empty()) gen_.set_state(resumed->rng_state);
       auto it = resumed->extra.find(kModel);
       COHORT_CHECK(it == resumed->extra.end() || it->second == model_name(o_.model),
@@ -292,7 +301,10 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
   // A rank that runs the loop on its own (pg_ null) but does not report
   // leaves the checkpoint to the one that does.
   if (pg_ == nullptr && !is_main()) return;
-  strategy_->sync_full_model(true);
+  // Sharded: every rank writes its own pieces, nothing is gathered.
+  const bool sharded = o_.checkpoint_format == "sharded" && pg_ != nullptr &&
+                       strategy_->writes_sharded_checkpoints();
+  if (!sharded) strategy_->sync_full_model(true);
   EpochTotals saved = carry ? totals_ : EpochTotals{};
   checkpoint::TrainingState st;
   st.epoch = sampler_state.epoch;
@@ -320,9 +332,16 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
   // With a group: rank 0 writes, every rank learns the outcome (a barrier).
   nn::Module& model = strategy_->full_model();
   optim::Optimizer* opt = &strategy_->full_optimizer();
-  result_.last_checkpoint =
-      pg_ != nullptr ? checkpoint::save_checkpoint(*pg_, o_.checkpoint_dir, model, opt, st, so)
-                     : checkpoint::save_checkpoint(o_.checkpoint_dir, model, opt, st, so);
+  if (sharded) {
+    const checkpoint::Metadata info{
+        {"cohort.sharded.strategy", std::string(strategy_name(info_.strategy))}};
+    result_.last_checkpoint = checkpoint::save_sharded_checkpoint(
+        *pg_, o_.checkpoint_dir, strategy_->checkpoint_pieces(), st, info, so);
+  } else {
+    result_.last_checkpoint =
+        pg_ != nullptr ? checkpoint::save_checkpoint(*pg_, o_.checkpoint_dir, model, opt, st, so)
+                       : checkpoint::save_checkpoint(o_.checkpoint_dir, model, opt, st, so);
+  }
   if (is_main() && observer_ != nullptr) observer_->on_checkpoint(result_.last_checkpoint, step_);
 }
 

@@ -1,6 +1,7 @@
 #include "cohort/train/zero_strategy.h"
 
 #include "cohort/base/parallel.h"
+#include "cohort/checkpoint/zero_checkpoint.h"
 #include "cohort/optim/adam.h"
 #include "cohort/optim/sgd.h"
 
@@ -8,11 +9,12 @@ namespace cohort::train {
 
 namespace {
 
-parallel::UnitPolicy unit_policy(ModelKind model, int stage) {
+// A GPT's blocks, else each child layer (every model's forward enters its
+// layers through their hooks).
+parallel::UnitPolicy unit_policy(ModelKind model) {
   if (model == ModelKind::kGpt || model == ModelKind::kGpt2)
     return parallel::module_type_policy({"Block"});
-  if (model == ModelKind::kMlp || stage < 3) return parallel::child_unit_policy();
-  return parallel::no_unit_policy();
+  return parallel::child_unit_policy();
 }
 
 }  // namespace
@@ -28,6 +30,10 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
   full_opt_ = make_optimizer(options_, trainable);
   // HSDP: the model state is sharded over the shard group only.
   const int shard = options_.zero_shard_size == 0 ? world_->size() : options_.zero_shard_size;
+  COHORT_CHECK(options_.checkpoint_format != "sharded" || shard == world_->size(),
+               "--checkpoint-format sharded with --zero-shard-size {} of {} ranks (HSDP) is not "
+               "supported: use --checkpoint-format whole",
+               shard, world_->size());
   if (options_.zero_stage == 0) {
     options_.zero_stage = parallel::choose_zero_stage(model_->num_parameters(), shard,
                                                       options_.zero_memory_per_rank, &why_);
@@ -36,7 +42,7 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
   zero_ = std::make_shared<parallel::ShardedDataParallel>(
       model_, world_,
       parallel::ZeroOptions{.stage = options_.zero_stage,
-                            .unit_policy = unit_policy(options_.model, options_.zero_stage),
+                            .unit_policy = unit_policy(options_.model),
                             .reduce_dtype = options_.grad_reduce == ComputePrecision::kBFloat16
                                                 ? DType::kBFloat16
                                                 : DType::kFloat32,
@@ -95,6 +101,15 @@ void ZeroStrategy::sync_full_model(bool optimizer) {
 void ZeroStrategy::after_resume() {
   zero_->load_full_params();
   opt_->load_full_state_dict(full_opt_->state_dict());
+}
+
+std::vector<checkpoint::ShardPiece> ZeroStrategy::checkpoint_pieces() {
+  return checkpoint::zero_checkpoint_pieces(*opt_);
+}
+
+bool ZeroStrategy::load_checkpoint_part(const checkpoint::CheckpointSource& source) {
+  checkpoint::load_zero_checkpoint(source, *opt_);
+  return true;
 }
 
 int ZeroStrategy::threads() const { return num_threads(); }

@@ -7,6 +7,9 @@
 // optimizer state into full_optimizer(), an unsharded optimizer of the same
 // kind and groups; after_resume hands a loaded checkpoint back to the
 // shards, so a checkpoint of any strategy and world size resumes here.
+// --checkpoint-format sharded: each rank writes its own chunks instead
+// (checkpoint/zero_checkpoint.h, nothing gathered), and a resume reads
+// just this rank's ranges from a checkpoint of any world size.
 // --zero-stage auto picks the stage from --memory-per-rank
 // (parallel::choose_zero_stage) and says why in layout(). --grad-reduce bf16
 // reduce-scatters the gradients in bf16 (ZeroOptions::reduce_dtype);
@@ -38,6 +41,9 @@ class ZeroStrategy final : public TrainStrategy {
   double step(const data::Batch& batch, const std::function<void(double)>& check) override;
   void sync_full_model(bool optimizer) override;
   void after_resume() override;
+  bool writes_sharded_checkpoints() const override { return true; }
+  std::vector<checkpoint::ShardPiece> checkpoint_pieces() override;
+  bool load_checkpoint_part(const checkpoint::CheckpointSource& source) override;
   int threads() const override;
   std::string layout() const override;
 

@@ -7,6 +7,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/checkpoint/checkpoint.h"
+#include "cohort/checkpoint/sharded_checkpoint.h"
 #include "cohort/core/random.h"
 #include "cohort/train/workload.h"
 
@@ -15,17 +16,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The model file load_checkpoint would read for `path`; resolved here first
+// The file whose metadata describes the checkpoint at `path` (model.safetensors,
+// or a sharded checkpoint's sharded.safetensors); resolved here first
 // because the model's kind (its metadata) must be known before the model can
 // be built to load into.
+std::string checkpoint_file_in(const fs::path& dir) {
+  return (dir / (checkpoint::is_sharded_checkpoint(dir.string()) ? checkpoint::kShardedMetaFile
+                                                                 : checkpoint::kModelFile))
+      .string();
+}
+
 std::string resolve_model_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return path;
   if (fs::is_directory(path, ec)) {
-    if (fs::exists(fs::path(path) / checkpoint::kModelFile, ec))
-      return (fs::path(path) / checkpoint::kModelFile).string();
+    if (fs::exists(fs::path(path) / checkpoint::kModelFile, ec) ||
+        checkpoint::is_sharded_checkpoint(path))
+      return checkpoint_file_in(path);
     if (std::optional<std::string> latest = checkpoint::latest_checkpoint(path))
-      return (fs::path(*latest) / checkpoint::kModelFile).string();
+      return checkpoint_file_in(*latest);
     throw IoError(fmt::format(
         "checkpoint '{}' holds no complete checkpoint (expected a step-NNNNNNNN directory in it, "
         "or a {} file)",
@@ -72,7 +81,11 @@ CheckpointModel load_checkpoint_model(const std::string& path, const std::string
     checkpoint::load_model(out.file, *out.model);
     out.plain_weights = true;
   } else {
-    checkpoint::TrainingState st = checkpoint::load_checkpoint(out.file, *out.model);
+    // A sharded checkpoint loads from its directory (every tensor read whole).
+    const fs::path file(out.file);
+    checkpoint::TrainingState st = checkpoint::load_checkpoint(
+        file.filename() == checkpoint::kShardedMetaFile ? file.parent_path().string() : out.file,
+        *out.model);
     out.step = st.step;
     out.extra = std::move(st.extra);
   }

@@ -17,7 +17,7 @@ namespace cohort::cli {
 struct CheckpointModel {
   nn::ModulePtr model;      // in eval mode
   train::ModelKind kind{};  // the model it was built as
-  std::string file;         // the model.safetensors file that was loaded
+  std::string file;         // the model.safetensors (or sharded.safetensors) file read
   int64_t step = 0;         // the optimizer steps the checkpoint had taken
   // A safetensors file of weights alone (e.g. a PyTorch state_dict saved
   // with safetensors): no training state, step 0, no metadata.

@@ -153,6 +153,11 @@ std::function<int()> setup(CLI::App& app) {
                  "Resume from a checkpoint directory or file, or 'auto' (alone: auto): the "
                  "latest complete checkpoint in --checkpoint-dir, if any")
       ->expected(0, 1);
+  app.add_option("--checkpoint-format", o.checkpoint_format,
+                 "whole: rank 0 writes the whole model and optimizer; sharded (--strategy zero): "
+                 "every rank writes its shards with their offsets (`cohort reshard` converts)")
+      ->check(CLI::IsMember({"whole", "sharded"}))
+      ->capture_default_str();
   app.add_option("--metrics", o.metrics_path,
                  "Append one JSON object per step and per epoch to this file (draw it with "
                  "`cohort plot`)");

@@ -238,6 +238,12 @@ class ShardedDataParallel : public nn::Module {
   // This rank's chunk of `full`, a tensor shaped like the parameter whose
   // shard is `shard` (a copy, 1-d). No communication.
   Tensor chunk_of(const Tensor& shard, const Tensor& full) const;
+  // This rank's chunk of any of the module's parameters, trainable or frozen:
+  // elements [rank c, rank c + n) of it (c = ceil(numel / N)) as a 1-d view of
+  // where they are kept (stage 3: the unit's segment; else the parameter), for
+  // sharded checkpoints (checkpoint/zero_checkpoint.h). InvalidArgument for a tensor
+  // that is not a parameter of the module.
+  Tensor local_chunk(const Tensor& param) const;
   // Elements of the parameter whose shard is `shard`.
   int64_t full_numel_of(const Tensor& shard) const { return param_of_shard(shard).tensor.numel(); }
 
