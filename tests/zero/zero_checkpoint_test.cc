@@ -245,6 +245,36 @@ TEST_F(ZeroCheckpoint, AnotherModelIsRefusedNamingTheTensor) {
       2);
 }
 
+// The format holds the world's chunks; HSDP ranks own chunks of their shard
+// group's layout, so both directions are refused rather than mixed up.
+TEST_F(ZeroCheckpoint, HybridShardingIsRefusedNamingTheWholeFormat) {
+  spawn([&](int) { zero_run(2, "", 0, 1, path("h4")); }, 4);
+  spawn(
+      [&](int) {
+        auto pg = distributed::init_process_group("native", "env://", -1, -1, 60s);
+        auto gpt = make_gpt(1);
+        ShardedDataParallel zero(gpt, pg, {.stage = 2, .hybrid_shard_size = 2});
+        ShardedOptimizer opt(zero,
+                             make_opt(*gpt, [&](const Tensor& t) { return zero.shard_of(t); }));
+        int refused = 0;
+        for (int save = 0; save < 2; ++save) {
+          try {
+            if (save == 1)
+              checkpoint::save_zero_checkpoint(opt, path("h4b"), {});
+            else
+              checkpoint::load_zero_checkpoint(
+                  *checkpoint::open_checkpoint(path("h4/step-00000001")), opt);
+          } catch (const NotSupported& e) {
+            if (std::string(e.what()).find("--checkpoint-format whole") != std::string::npos)
+              ++refused;
+          }
+        }
+        if (refused != 2) throw Error(fmt::format("{} of 2 HSDP checkpoint ops refused", refused));
+        distributed::destroy_process_group(pg);
+      },
+      4);
+}
+
 TEST_F(ZeroCheckpoint, EmptyChunksAndFrozenParametersRoundTripBetweenFourAndThreeRanks) {
   const std::string root = path("odd");
   // stage: 3 at 4 ranks (frozen tensors saved from the segments), then 1 at 3 ranks.
