@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 
 #include "cohort/base/cpu.h"
@@ -176,6 +177,12 @@ void run_equivalence(Model model) {
                 "rank {}: {}: optimizer state {} bytes, want {} / {} = {} "
                 "(within {})",
                 rank, what, z.optimizer_state_bytes, plain.optimizer_state_bytes, R, want, pad));
+          if (grid.replica == 0)
+            std::printf(
+                "stage %d of the pipeline, ZeRO %d: optimizer state %zu bytes (plain %zu), "
+                "gradients %zu bytes (parameters %zu)\n",
+                grid.stage, stage, z.optimizer_state_bytes, plain.optimizer_state_bytes,
+                z.gradient_bytes, plain.stage_parameter_bytes);
           // Stage 1 keeps the full gradients, stage 2 this rank's shard.
           const double grads = stage == 1 ? double(plain.stage_parameter_bytes)
                                           : double(plain.stage_parameter_bytes) / R;
