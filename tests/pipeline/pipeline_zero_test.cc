@@ -1,11 +1,14 @@
 // ZeRO under the pipeline (PipelineOptions::zero_stage), with real processes
 // (cohort::spawn): 4 ranks as 2 stages x 2 replicas, each stage's gradients
 // reduce-scattered over its replicas and its AdamW state sharded there
-// (stages 1 and 2). 20 steps with gradient clipping on the MLP and on a tiny
+// (stages 1 and 2). 20 steps with gradient clipping on the MLP (1F1B,
+// interleaved, ZB-H1) and on a tiny
 // GPT (its tied embedding/head on the first and last stage) must equal the
 // plain pipeline (the bucketed all_reduce over replicas) to fp32 tolerance,
 // losses and parameters; each rank's optimizer state is the plain one's / 2
-// up to the padding of the shards, and stage 2's gradients too. Unsupported
+// up to the padding of the shards, and stage 2's gradients too; the bytes
+// moved over dp per step are one reduce_scatter and one all_gather of the
+// padded layouts (2 psi of the stage, as DDP's all_reduce). Unsupported
 // combinations (stage 3, one replica) are named errors. Each rank throws on
 // a mismatch, which spawn reports.
 #include <gtest/gtest.h>
@@ -83,10 +86,13 @@ struct Run {
   size_t gradient_bytes = 0;  // ZeRO: what the wrapper keeps
   size_t stage_parameter_bytes = 0;
   size_t stage_tensors = 0;
+  // ZeRO: bytes passed to the dp group per step, and what the layouts say
+  // they must be (a reduce_scatter and an all_gather of the padded buffers).
+  double traffic_per_step = 0, padded_bytes = 0;
 };
 
-Run train(Model model, const PipelineGrid& grid, int zero_stage) {
-  PipelineOptions po{.schedule = Schedule::k1F1B, .micro_batches = 4};
+Run train(Model model, Schedule schedule, const PipelineGrid& grid, int zero_stage) {
+  PipelineOptions po{.schedule = schedule, .micro_batches = 4};
   po.zero_stage = zero_stage;
   std::unique_ptr<Pipeline> pipe;
   std::shared_ptr<nn::GPT> gpt;
@@ -130,7 +136,12 @@ Run train(Model model, const PipelineGrid& grid, int zero_stage) {
     ++run.stage_tensors;
   }
   run.optimizer_state_bytes = sharded ? sharded->state_bytes() : optimizer_state_bytes(*opt);
-  if (zero) run.gradient_bytes = zero->memory_stats().gradient_bytes;
+  if (zero) {
+    run.gradient_bytes = zero->memory_stats().gradient_bytes;
+    run.traffic_per_step = double(zero->traffic().total()) / kSteps;
+    for (size_t u = 0; u < zero->num_units(); ++u)
+      run.padded_bytes += double(zero->unit_layout(u).total_numel()) * 4;
+  }
   return run;
 }
 
@@ -154,17 +165,17 @@ void expect_equal(const Run& got, const Run& want, const std::string& what, int 
   }
 }
 
-void run_equivalence(Model model) {
+void run_equivalence(Model model, Schedule schedule = Schedule::k1F1B) {
   spawn(
-      [model](int) {
+      [model, schedule](int) {
         KernelPathGuard exact_kernels(KernelPath::kBaseline);
         auto world = join();
         const int rank = world->rank();
         auto grid = make_pipeline_grid(world, 2);
         const int R = grid.replicas;
-        const Run plain = train(model, grid, 0);
+        const Run plain = train(model, schedule, grid, 0);
         for (int stage : {1, 2}) {
-          const Run z = train(model, grid, stage);
+          const Run z = train(model, schedule, grid, stage);
           const std::string what = fmt::format("ZeRO stage {} under the pipeline", stage);
           expect_equal(z, plain, what, rank);
           // AdamW keeps two moments (and a step count) per element: the
@@ -177,6 +188,11 @@ void run_equivalence(Model model) {
                 "rank {}: {}: optimizer state {} bytes, want {} / {} = {} "
                 "(within {})",
                 rank, what, z.optimizer_state_bytes, plain.optimizer_state_bytes, R, want, pad));
+          if (z.traffic_per_step != 2 * z.padded_bytes)
+            throw Error(
+                fmt::format("rank {}: {}: {} bytes per step over dp, want a "
+                            "reduce_scatter and an all_gather of {} bytes",
+                            rank, what, z.traffic_per_step, z.padded_bytes));
           if (grid.replica == 0)
             std::printf(
                 "stage %d of the pipeline, ZeRO %d: optimizer state %zu bytes (plain %zu), "
@@ -196,6 +212,13 @@ void run_equivalence(Model model) {
 }
 
 TEST(PipelineZero, MlpStages1And2MatchThePlainPipeline) { run_equivalence(Model::kMlp); }
+
+// Two chunks per rank (one ShardedDataParallel over both) and ZB-H1's
+// deferred weight gradients.
+TEST(PipelineZero, MlpUnderInterleavedAndZeroBubbleSchedules) {
+  run_equivalence(Model::kMlp, Schedule::kInterleaved);
+  run_equivalence(Model::kMlp, Schedule::kZeroBubbleH1);
+}
 
 TEST(PipelineZero, GptWithTiedWeightsStages1And2MatchThePlainPipeline) {
   run_equivalence(Model::kGpt);
