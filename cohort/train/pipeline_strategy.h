@@ -17,6 +17,13 @@
 // its owner over the pipeline group, and gathers the optimizer's
 // per-parameter state on pipeline rank 0 for checkpoints. Gradient clipping
 // takes the norm over all stages.
+// --zero-stage 1|2 (TrainOptions::pipeline_zero_stage): ZeRO over each
+// stage's replicas (PipelineOptions::zero_stage): the stage's gradients are
+// reduce-scattered over its replicas and the optimizer (same kind and
+// groups) runs over this rank's shards in a ShardedOptimizer; full_optimizer()
+// stays the unsharded one that checkpoints read, filled by sync_full_model
+// (the shards' state gathered over the replicas, then over the pipeline) and
+// handed back to the shards by after_resume.
 // Thread safety: the training thread only.
 #pragma once
 
@@ -25,6 +32,7 @@
 
 #include "cohort/nn/sequential.h"
 #include "cohort/parallel/pipeline/pipeline.h"
+#include "cohort/parallel/zero/sharded_optimizer.h"
 #include "cohort/train/train_strategy.h"
 
 namespace cohort::train {
@@ -42,10 +50,13 @@ class PipelineStrategy final : public TrainStrategy {
   bool data_rank_counts() const override;
   double step(const data::Batch& batch, const std::function<void(double)>& check) override;
   void sync_full_model(bool optimizer) override;
+  void after_resume() override;
   int threads() const override;
   std::string layout() const override;
 
  private:
+  void make_sharded_optimizer();
+
   TrainOptions options_;
   std::shared_ptr<distributed::ProcessGroup> world_;
   nn::ModulePtr full_;  // the plain model (a Sequential, or a GPT)
@@ -56,6 +67,11 @@ class PipelineStrategy final : public TrainStrategy {
   // The pipeline rank holding each optimizer parameter (the optimizer's
   // global index, group by group, as its state_dict keys count).
   std::vector<int> opt_owner_;
+  // --zero-stage: the optimizer over this rank's shards, and for each of its
+  // parameters / groups the full optimizer's index.
+  std::unique_ptr<parallel::ShardedOptimizer> zopt_;
+  std::vector<size_t> zopt_param_;
+  std::vector<size_t> zopt_group_;
 };
 
 }  // namespace cohort::train

@@ -147,6 +147,14 @@ void TrainOptions::validate() const {
   COHORT_CHECK(zero_shard_size == 0 || strategy == Strategy::kZero,
                "--zero-shard-size applies to --strategy zero, not --strategy {}",
                strategy_name(strategy));
+  COHORT_CHECK(pipeline_zero_stage == 0 || strategy == Strategy::kPipeline,
+               "pipeline_zero_stage applies to --strategy pipeline, not --strategy {}",
+               strategy_name(strategy));
+  COHORT_CHECK(pipeline_zero_stage >= 0 && pipeline_zero_stage <= 2,
+               "--strategy pipeline --zero-stage must be 1 (optimizer state sharded over each "
+               "stage's replicas) or 2 (+ gradients); stage 3 and auto are --strategy zero's, "
+               "got {}",
+               pipeline_zero_stage < 0 ? std::string("auto") : std::to_string(pipeline_zero_stage));
   COHORT_CHECK(zero_stage != 0 || zero_memory_per_rank > 0,
                "--zero-stage auto needs --memory-per-rank BYTES (the model state each rank may "
                "keep), got {}",

@@ -83,6 +83,10 @@ struct TrainOptions {
   // (a node's under `cohort run`) and replicated across them
   // (ZeroOptions::hybrid_shard_size). 0: the world size (plain ZeRO).
   int zero_shard_size = 0;
+  // --strategy pipeline --zero-stage 1|2: ZeRO over each stage's replicas
+  // (parallel::pipeline::PipelineOptions::zero_stage); 0: off (the stages'
+  // gradients all-reduced over the replicas).
+  int pipeline_zero_stage = 0;
   // The parameter server's RPC over TCP even between ranks on one host (what
   // ranks on different hosts use anyway); the CLI sets it from
   // COHORT_TRANSPORT=tcp, the switch the process groups follow.

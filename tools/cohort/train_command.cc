@@ -56,7 +56,13 @@ int run_train(CLI::App* app, TrainArgs* args) {
     if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
     if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
     o.strategy = train::parse_strategy(args->strategy);
-    o.zero_stage = args->zero_stage == "auto" ? 0 : std::stoi(args->zero_stage);
+    if (o.strategy == train::Strategy::kPipeline) {
+      // ZeRO over each stage's replicas, when asked (-1: auto, refused by validate()).
+      if (app->count("--zero-stage") > 0)
+        o.pipeline_zero_stage = args->zero_stage == "auto" ? -1 : std::stoi(args->zero_stage);
+    } else {
+      o.zero_stage = args->zero_stage == "auto" ? 0 : std::stoi(args->zero_stage);
+    }
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
     o.precision = parse_precision(args->precision);
@@ -179,7 +185,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--zero-stage", args->zero_stage,
                  "--strategy zero: 1 shards the optimizer state, 2 also the gradients, 3 also "
                  "the parameters (FSDP); auto: the lowest-traffic stage whose model state fits "
-                 "in --memory-per-rank")
+                 "in --memory-per-rank. --strategy pipeline: 1 or 2 shards each stage over its "
+                 "data-parallel replicas (default there: off)")
       ->check(CLI::IsMember({"1", "2", "3", "auto"}))
       ->capture_default_str();
   app.add_option("--zero-shard-size", o.zero_shard_size,

@@ -115,7 +115,38 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid,
           {full_name(name + "." + key), t.sizes(), t.dtype(), plan_.rank_of_stage(stage)});
   }
   setup_tied(options_.tied_parameters);
-  if (grid_.dp) broadcast_from_replica_zero();
+  if (options_.zero_stage != 0) {
+    setup_zero();
+  } else if (grid_.dp) {
+    broadcast_from_replica_zero();
+  }
+}
+
+void Pipeline::setup_zero() {
+  COHORT_CHECK(options_.zero_stage == 1 || options_.zero_stage == 2,
+               "Pipeline (rank {}): zero_stage {} is not supported under the pipeline; use 1 "
+               "(optimizer state sharded over each stage's replicas) or 2 (+ gradients), or 0 "
+               "(plain data parallel); stage 3 (parameters sharded) runs with "
+               "ShardedDataParallel without a pipeline",
+               rank_, options_.zero_stage);
+  COHORT_CHECK(grid_.dp != nullptr,
+               "Pipeline (rank {}): zero_stage {} shards each stage over its data-parallel "
+               "replicas, but the grid has 1 replica ({} ranks in {} stages); use more ranks "
+               "than stages, or zero_stage 0",
+               rank_, options_.zero_stage, grid_.world->size(), grid_.stages);
+  // This rank's stages (chunks) as one module, each layer (a stage's child)
+  // a unit: the reduce_scatters and all_gathers go layer by layer.
+  auto holder = std::make_shared<nn::Sequential>();
+  for (const auto& s : stages_) holder->push_back(s);
+  ZeroOptions zo;
+  zo.stage = options_.zero_stage;
+  zo.unit_policy = [](const std::string& path, const nn::Module&) {
+    return std::count(path.begin(), path.end(), '.') == 1;
+  };
+  zo.broadcast_buffers = false;  // as without ZeRO: buffers only at construction
+  // Collective over dp: verifies the replicas hold the same stages and
+  // broadcasts replica 0's state (broadcast_from_replica_zero's part).
+  zero_ = std::make_shared<ShardedDataParallel>(holder, grid_.dp, std::move(zo));
 }
 
 std::string Pipeline::full_name(const std::string& stage_key) const {
@@ -200,6 +231,10 @@ nn::NamedTensors Pipeline::named_parameters() const {
 }
 
 void Pipeline::zero_grad(bool set_to_none) {
+  if (zero_) {
+    zero_->zero_grad_shards();
+    return;
+  }
   for (const auto& s : stages_) s->zero_grad(set_to_none);
 }
 
@@ -241,7 +276,11 @@ double Pipeline::step(const Tensor& input, const Tensor& target, const LossFn& l
     grid_.pp->broadcast(loss, {.root = plan_.ranks - 1});
     if (grid_.dp) {
       grid_.dp->all_reduce(loss, {.op = distributed::ReduceOp::kAvg});
-      average_over_replicas();
+      if (zero_) {
+        zero_->reduce_gradients();
+      } else {
+        average_over_replicas();
+      }
     }
   } catch (const std::exception& e) {
     fail(e, Action{ActionKind::kForward, -1, -1, -1}, SIZE_MAX);
@@ -503,15 +542,35 @@ void Pipeline::broadcast_from_replica_zero() {
   }
 }
 
+std::vector<Tensor> Pipeline::gradient_holders() const {
+  std::vector<Tensor> out;
+  for (Tensor& t : parameters()) {
+    if (!zero_) {
+      out.push_back(t);
+    } else if (t.requires_grad()) {
+      out.push_back(zero_->shard_of(t));  // its .grad: this rank's averaged chunk
+    }
+  }
+  return out;
+}
+
 double Pipeline::grad_norm() {
   // A tied tensor's copies hold one gradient: only its first holder counts it.
   std::vector<Tensor> counted;
-  for (Tensor& t : parameters())
+  const std::vector<Tensor> params = parameters();
+  const std::vector<Tensor> holders = gradient_holders();
+  size_t h = 0;
+  for (const Tensor& t : params) {
+    if (zero_ && !t.requires_grad()) continue;
+    const Tensor& g = holders[h++];
     if (std::find(tied_copies_.begin(), tied_copies_.end(), t.unsafe_impl()) == tied_copies_.end())
-      counted.push_back(t);
+      counted.push_back(g);
+  }
   const double local = optim::grad_norm(counted);
   Tensor sq = Tensor::scalar(local * local, kFloat64);
-  grid_.pp->all_reduce(sq, {.op = distributed::ReduceOp::kSum});
+  // With ZeRO each rank holds 1/R of its stage's gradients: the sum runs
+  // over every rank.
+  (zero_ ? grid_.world : grid_.pp)->all_reduce(sq, {.op = distributed::ReduceOp::kSum});
   return std::sqrt(sq.item<double>());
 }
 
@@ -520,7 +579,7 @@ double Pipeline::clip_grad_norm(double max_norm) {
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1.0) {
     NoGradGuard no_grad;
-    for (const Tensor& p : parameters())
+    for (const Tensor& p : gradient_holders())
       if (p.grad().defined()) p.mutable_grad().mul_(coef);
   }
   return total;

@@ -37,6 +37,9 @@
 // averaged over its replicas (bucketed all_reduce) and the returned loss is
 // the mean over replicas too: the step equals one process training on the
 // concatenation of the replicas' batches. The loss is returned on every rank.
+// With PipelineOptions::zero_stage 1 or 2 (ZeRO over the replicas) the
+// averaging is a reduce_scatter instead: each replica keeps 1/R of its
+// stage's gradients and optimizer state (zero(), ShardedOptimizer).
 //
 // The schedule is validated (validate_schedule) at construction: a plan that
 // could deadlock or mismatch a transfer is rejected before it runs.
@@ -65,6 +68,7 @@
 #include "cohort/parallel/pipeline/pipeline_grid.h"
 #include "cohort/parallel/pipeline/schedule.h"
 #include "cohort/parallel/pipeline/stage_channel.h"
+#include "cohort/parallel/zero/sharded_data_parallel.h"
 
 namespace cohort::parallel::pipeline {
 
@@ -94,6 +98,16 @@ struct PipelineOptions {
   // Megatron's embedding group), so every copy takes the same update;
   // grad_norm counts the tensor once. Members on one rank must be one tensor.
   std::vector<std::vector<std::string>> tied_parameters = {};
+  // ZeRO over each stage's replicas (the grid's dp group, replicas >= 2):
+  // 0 off (the bucketed all_reduce above); 1 shards the optimizer state, 2
+  // also the gradients. This rank's stages become one ShardedDataParallel
+  // over dp (zero()), each layer a unit: after the schedule the
+  // accumulated gradients are reduce-scattered over dp instead of
+  // all-reduced; build the optimizer over zero()->shard_parameters() (or
+  // shard_of per group) inside a ShardedOptimizer, whose step() updates this
+  // rank's 1/R of every tensor and all-gathers the parameters over dp.
+  // Stage 3 (parameters sharded) is not supported under the pipeline.
+  int zero_stage = 0;
 };
 
 // Measures of the last step() on this rank (the benchmark's hooks).
@@ -135,11 +149,13 @@ class Pipeline {
   void eval() { train(false); }
 
   // Total 2-norm of the gradients of the whole pipeline (sum of squares
-  // all-reduced over pp): the same on every rank. Collective over pp.
+  // all-reduced over pp): the same on every rank. Collective over pp (with
+  // zero_stage: over the world, the sum of squares of the gradient shards).
   double grad_norm();
   // clip_grad_norm over the whole model (torch.nn.utils.clip_grad_norm_ on
-  // the unsplit model): scales this rank's gradients by max_norm / (total +
-  // 1e-6) when that is < 1; returns the total. Collective over pp.
+  // the unsplit model): scales this rank's gradients (with zero_stage: its
+  // gradient shards) by max_norm / (total + 1e-6) when that is < 1; returns
+  // the total. Collective as grad_norm.
   double clip_grad_norm(double max_norm);
 
   // ---- checkpoints (full model names) ----
@@ -163,6 +179,9 @@ class Pipeline {
   // This rank's stage modules, by chunk.
   const std::vector<std::shared_ptr<nn::Sequential>>& stages() const { return stages_; }
   const PipelineGrid& grid() const { return grid_; }
+  // With options.zero_stage 1 or 2: this rank's stages sharded over dp (see
+  // PipelineOptions::zero_stage); null otherwise.
+  ShardedDataParallel* zero() const { return zero_.get(); }
 
   const PipelineStats& last_stats() const { return stats_; }
 
@@ -176,6 +195,10 @@ class Pipeline {
                   const LossFn* loss_fn, std::vector<Tensor>* outputs, int64_t batch);
   [[noreturn]] void fail(const std::exception& e, const Action& a, size_t index);
   void average_over_replicas();
+  void setup_zero();
+  // What holds each gradient the norm counts, in parameters() order: the
+  // parameters, or with ZeRO the shards of the trainable ones.
+  std::vector<Tensor> gradient_holders() const;
   void broadcast_from_replica_zero();
   void setup_tied(const std::vector<std::vector<std::string>>& groups);
   void sum_tied_gradients();
@@ -204,6 +227,7 @@ class Pipeline {
   };
   std::vector<Tied> tied_;
   std::vector<const TensorImpl*> tied_copies_;  // held here but counted by another rank
+  std::shared_ptr<ShardedDataParallel> zero_;   // zero_stage 1, 2
   StageChannel channel_;
   int64_t step_count_ = 0;
   std::map<int, SchedulePlan> forward_plans_;  // by micro-batch count

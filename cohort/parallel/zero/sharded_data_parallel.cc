@@ -546,6 +546,27 @@ void ShardedDataParallel::zero_grad_shards() {
       if (p.tensor.requires_grad() && p.tensor.grad().defined()) p.tensor.set_grad(Tensor());
 }
 
+void ShardedDataParallel::reduce_gradients() {
+  COHORT_CHECK(options_.stage != 3,
+               "ShardedDataParallel::reduce_gradients (rank {}): stage 3 gathers its parameters "
+               "in forward_with, so its gradients are reduced there; use stage 1 or 2",
+               pg_->rank());
+  COHORT_CHECK(!(armed_ && any_ready_),
+               "ShardedDataParallel::reduce_gradients (rank {}): a forward_with iteration's "
+               "reduction is pending ({})",
+               pg_->rank(), describe_unready());
+  reset_iteration();
+  for (Param& p : params_) {
+    if (!p.tensor.requires_grad()) continue;
+    if (options_.stage == 1) restore_grad_view(p);
+    ready_[static_cast<size_t>(&p - params_.data())] = true;
+  }
+  for (Unit& u : units_) u.pending = 0;
+  armed_ = true;
+  sync_ = true;
+  launch_ready_units();  // every unit, in reduce order; finalize_backward ends it
+}
+
 double ShardedDataParallel::all_reduce_sum(double value) {
   Tensor t = Tensor::from_vector<double>({value});
   shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});

@@ -220,6 +220,15 @@ class ShardedDataParallel : public nn::Module {
 
   // Zeroes the gradients this rank keeps (shards, and stage 1's full ones).
   void zero_grad_shards();
+  // Stages 1, 2, for a caller that runs the module's forwards and backwards
+  // itself, outside forward_with (the pipeline's micro-batches,
+  // pipeline/pipeline.h): the gradients accumulated in the parameters' .grad
+  // since zero_grad_shards() (undefined ones count as zeros) are
+  // reduce-scattered now, unit by unit as a synchronised backward would
+  // (stage 2 then drops the full gradients). Collective over the group;
+  // InvalidArgument under stage 3 (its parameters are gathered by
+  // forward_with) or while a forward_with iteration is pending.
+  void reduce_gradients();
   // After the optimizer updated the shards: stages 1, 2 all_gather the
   // parameters (collective); stage 3 frees what is still gathered.
   void after_step();
