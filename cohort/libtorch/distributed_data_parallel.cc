@@ -115,6 +115,7 @@ struct DistributedDataParallel::Impl {
   struct Bucket {
     at::Tensor buffer;
     std::vector<size_t> params;
+    DataType dtype = DataType::kFloat32;
     size_t pending = 0;
     distributed::Work work;
     Clock::time_point launched;
@@ -187,6 +188,7 @@ void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
     int64_t numel = 0;
     for (size_t k : members) numel += params[k].tensor.numel();
     b.buffer = at::zeros({numel}, params[members.front()].tensor.options().requires_grad(false));
+    b.dtype = to_data_type(b.buffer.scalar_type(), "DistributedDataParallel", "bucket");
     const size_t elem = b.buffer.element_size();
     int64_t offset = 0;
     for (size_t k : members) {
@@ -314,6 +316,8 @@ void DistributedDataParallel::Impl::on_grad_ready(size_t index) {
       for (size_t u : unused) mark_ready(u);
     }
     mark_ready(index);
+    // The last hook's finalize records its own time apart (all_done).
+    if (armed) trace.in_hooks += Clock::now() - now;
   } catch (...) {
     reset_iteration();
     throw;
@@ -346,24 +350,43 @@ void DistributedDataParallel::Impl::mark_ready(size_t index) {
 }
 
 void DistributedDataParallel::Impl::launch_ready_buckets() {
-  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+  // The last bucket is not handed to the group's thread: finalize runs it on
+  // this thread right after the others, as the hook would only wait for it
+  // (no wake-up of another thread that, on a rank pinned to one CPU, takes
+  // the CPU from this one).
+  while (next_launch + 1 < buckets.size() && buckets[next_launch].pending == 0) {
     Bucket& b = buckets[next_launch++];
     b.launched = Clock::now();
-    auto dt = to_data_type(b.buffer.scalar_type(), "DistributedDataParallel", "bucket");
-    b.work = pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), dt,
+    b.work = pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
                             {.op = ReduceOp::kAvg}, async_op);
   }
-  if (next_launch == buckets.size()) finalize();
+  if (next_launch + 1 == buckets.size() && buckets[next_launch].pending == 0) {
+    buckets[next_launch++].launched = Clock::now();
+    finalize();
+  }
 }
 
 void DistributedDataParallel::Impl::finalize() {
+  const auto wait_began = Clock::now();
+  trace.in_hooks += wait_began - trace.last_gradient;
+  const size_t last = buckets.size() - 1;
   for (size_t i = 0; i < buckets.size(); ++i) {
     Bucket& b = buckets[i];
+    std::optional<Clock::time_point> started, finished;
     try {
-      b.work.wait();
+      if (i < last) {
+        b.work.wait();
+        started = b.work.started_at();
+        finished = b.work.finished_at();
+      } else {
+        started = Clock::now();
+        pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
+                       {.op = ReduceOp::kAvg});
+        finished = Clock::now();
+      }
     } catch (...) {
       // Let the other launched ops end before reporting (their buffers are ours).
-      for (size_t j = i + 1; j < buckets.size(); ++j) {
+      for (size_t j = i + 1; j < last; ++j) {
         try {
           buckets[j].work.wait();
         } catch (...) {
@@ -376,9 +399,10 @@ void DistributedDataParallel::Impl::finalize() {
       reset_iteration();
       std::rethrow_exception(e);
     }
-    trace.buckets.push_back(
-        BucketTrace{i, b.buffer.nbytes(), b.launched, b.work.started_at(), b.work.finished_at()});
+    trace.buckets.push_back(BucketTrace{i, b.buffer.nbytes(), b.launched, started, finished});
   }
+  trace.all_done = Clock::now();
+  trace.waiting = trace.all_done - wait_began;
   if (!options.gradient_as_bucket_view) {
     at::NoGradGuard no_grad;
     for (Param& p : params) {
