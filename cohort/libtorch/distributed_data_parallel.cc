@@ -19,7 +19,7 @@
 #include <unordered_set>
 
 #include "cohort/base/error.h"
-#include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/buckets.h"
 
 namespace cohort::libtorch {
 
@@ -161,28 +161,10 @@ struct DistributedDataParallel::Impl {
 };
 
 void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
-  struct Open {
-    std::vector<size_t> params;
-    size_t bytes = 0;
-  };
-  std::map<c10::ScalarType, Open> open;
-  std::vector<std::vector<size_t>> closed;
-  for (size_t k = params.size(); k-- > 0;) {
-    const at::Tensor& t = params[k].tensor;
-    Open& o = open[t.scalar_type()];
-    const size_t bytes = t.nbytes();
-    if (!o.params.empty() && o.bytes + bytes > cap_bytes) {
-      closed.push_back(std::move(o.params));
-      o = Open{};
-    }
-    o.params.push_back(k);
-    o.bytes += bytes;
-  }
-  for (auto& [dtype, o] : open)
-    if (!o.params.empty()) closed.push_back(std::move(o.params));
-  // Reduction order: by the first (latest-registered) parameter of each bucket.
-  std::sort(closed.begin(), closed.end(),
-            [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  std::vector<parallel::BucketParam> sizes;
+  for (const Param& p : params)
+    sizes.push_back({p.tensor.nbytes(), static_cast<int>(p.tensor.scalar_type())});
+  std::vector<std::vector<size_t>> closed = parallel::assign_buckets(sizes, cap_bytes);
   for (auto& members : closed) {
     Bucket b;
     int64_t numel = 0;
@@ -455,11 +437,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   verify_same_model(pg_, *module_);
   broadcast_coalesced(pg_, state);
 
-  size_t cap = options.bucket_cap_mb ? static_cast<size_t>(*options.bucket_cap_mb * 1024.0 * 1024.0)
-                                     : parallel::auto_bucket_cap_bytes(grad_bytes);
-  COHORT_CHECK(cap > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
-               options.bucket_cap_mb.value_or(0.0));
-  im.build_buckets(cap);
+  im.build_buckets(parallel::bucket_cap_bytes(options.bucket_cap_mb, grad_bytes));
   im.ready.assign(im.params.size(), false);
   for (size_t i = 0; i < im.params.size(); ++i) {
     Impl::Param& p = im.params[i];
