@@ -437,7 +437,13 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   verify_same_model(pg_, *module_);
   broadcast_coalesced(pg_, state);
 
-  im.build_buckets(parallel::bucket_cap_bytes(options.bucket_cap_mb, grad_bytes));
+  size_t cap = parallel::bucket_cap_bytes(options.bucket_cap_mb, grad_bytes);
+  // Unset bucket_cap_mb and gradients that fit one such bucket: about four
+  // buckets instead, so that reductions start while backward still runs
+  // (dist-mnist's 87 KB in one bucket waited for the whole backward; see
+  // docs/libtorch.md, Benchmark).
+  if (!options.bucket_cap_mb && grad_bytes <= cap) cap = std::max<size_t>(grad_bytes / 4, 1);
+  im.build_buckets(cap);
   im.ready.assign(im.params.size(), false);
   for (size_t i = 0; i < im.params.size(); ++i) {
     Impl::Param& p = im.params[i];

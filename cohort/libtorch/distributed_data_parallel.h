@@ -81,7 +81,9 @@ namespace cohort::libtorch {
 struct DistributedDataParallelOptions {
   // MiB per bucket (PyTorch's bucket_cap_mb). Unset: an eighth of the
   // model's gradient bytes within [1, 25] MiB, as cohort's own DDP
-  // (cohort::parallel::auto_bucket_cap_bytes).
+  // (cohort::parallel::auto_bucket_cap_bytes), except that gradients that
+  // would fit one bucket get a quarter of their bytes (about four buckets),
+  // so that the first reductions overlap backward.
   std::optional<double> bucket_cap_mb = std::nullopt;
   // Walk the autograd graph after each forward and treat parameters it does
   // not reach as ready.

@@ -250,6 +250,26 @@ TEST(LibTorchDDP, BucketsFollowReverseRegistrationOrderAndHoldTheGradients) {
       2);
 }
 
+TEST(LibTorchDDP, ASmallModelGetsAboutFourBucketsByDefault) {
+  spawn(
+      [](int rank) {
+        torch::set_num_threads(1);
+        auto pg = join();
+        auto model = make_net(rank);
+        // 87,360 gradient bytes, under the automatic 1 MiB cap: a quarter each.
+        DistributedDataParallel ddp(model, pg);
+        std::vector<std::vector<std::string>> want = {
+            {"fc2.bias", "fc2.weight", "fc1.bias"},
+            {"fc1.weight"},
+            {"conv2.bias", "conv2.weight", "conv1.bias", "conv1.weight"}};
+        if (ddp.bucket_parameter_names() != want)
+          throw Error(fmt::format("unexpected default buckets ({} buckets)", ddp.num_buckets()));
+        auto g = pg.group();
+        distributed::destroy_process_group(g);
+      },
+      2);
+}
+
 TEST(LibTorchDDP, AnAllReduceStartsAndEndsBeforeBackwardEnds) {
   spawn(
       [](int rank) {
