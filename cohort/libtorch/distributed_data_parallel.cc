@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "cohort/base/error.h"
+#include "cohort/libtorch/ready_hook.h"
 #include "cohort/parallel/buckets.h"
 
 namespace cohort::libtorch {
@@ -119,18 +120,6 @@ struct DistributedDataParallel::Impl {
     size_t pending = 0;
     distributed::Work work;
     Clock::time_point launched;
-  };
-
-  // Calls on_grad_ready(index) after the accumulator put the gradient in .grad.
-  struct ReadyHook : torch::autograd::FunctionPostHook {
-    ReadyHook(Impl* impl, size_t index) : impl(impl), index(index) {}
-    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                              const torch::autograd::variable_list&) override {
-      impl->on_grad_ready(index);
-      return outputs;
-    }
-    Impl* impl;
-    size_t index;
   };
 
   ProcessGroup pg;
@@ -454,7 +443,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
     COHORT_CHECK(p.accumulator != nullptr,
                  "DistributedDataParallel: parameter '{}' has no gradient accumulator", p.name);
-    p.hook_key = p.accumulator->add_post_hook(std::make_unique<Impl::ReadyHook>(&im, i));
+    p.hook_key = p.accumulator->add_post_hook(
+        std::make_unique<detail::ReadyHook>([&im, i] { im.on_grad_ready(i); }));
   }
   im.reset_iteration();
 }

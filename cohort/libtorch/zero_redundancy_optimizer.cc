@@ -15,23 +15,13 @@
 #include <numeric>
 
 #include "cohort/base/error.h"
+#include "cohort/libtorch/ready_hook.h"
 
 namespace cohort::libtorch {
 
 // Stage 2's reductions launched from the gradient accumulators' post hooks,
 // in reverse registration order on every rank.
 struct ZeroRedundancyOptimizer::Overlap {
-  struct ReadyHook : torch::autograd::FunctionPostHook {
-    ReadyHook(Overlap* o, size_t i) : overlap(o), index(i) {}
-    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                              const torch::autograd::variable_list&) override {
-      overlap->on_ready(index);
-      return outputs;
-    }
-    Overlap* overlap;
-    size_t index;
-  };
-
   std::vector<at::Tensor> params;
   std::vector<int> owner;
   ProcessGroup pg;
@@ -51,7 +41,8 @@ struct ZeroRedundancyOptimizer::Overlap {
       if (!params[i].requires_grad()) continue;
       accumulators[i] = torch::autograd::impl::grad_accumulator(params[i]);
       if (accumulators[i])
-        hook_keys[i] = accumulators[i]->add_post_hook(std::make_unique<ReadyHook>(this, i));
+        hook_keys[i] = accumulators[i]->add_post_hook(
+            std::make_unique<detail::ReadyHook>([this, i] { on_ready(i); }));
     }
     reset();
   }
