@@ -19,7 +19,8 @@
 #include <unordered_set>
 
 #include "cohort/base/error.h"
-#include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/libtorch/ready_hook.h"
+#include "cohort/parallel/buckets.h"
 
 namespace cohort::libtorch {
 
@@ -115,21 +116,10 @@ struct DistributedDataParallel::Impl {
   struct Bucket {
     at::Tensor buffer;
     std::vector<size_t> params;
+    DataType dtype = DataType::kFloat32;
     size_t pending = 0;
     distributed::Work work;
     Clock::time_point launched;
-  };
-
-  // Calls on_grad_ready(index) after the accumulator put the gradient in .grad.
-  struct ReadyHook : torch::autograd::FunctionPostHook {
-    ReadyHook(Impl* impl, size_t index) : impl(impl), index(index) {}
-    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                              const torch::autograd::variable_list&) override {
-      impl->on_grad_ready(index);
-      return outputs;
-    }
-    Impl* impl;
-    size_t index;
   };
 
   ProcessGroup pg;
@@ -160,33 +150,16 @@ struct DistributedDataParallel::Impl {
 };
 
 void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
-  struct Open {
-    std::vector<size_t> params;
-    size_t bytes = 0;
-  };
-  std::map<c10::ScalarType, Open> open;
-  std::vector<std::vector<size_t>> closed;
-  for (size_t k = params.size(); k-- > 0;) {
-    const at::Tensor& t = params[k].tensor;
-    Open& o = open[t.scalar_type()];
-    const size_t bytes = t.nbytes();
-    if (!o.params.empty() && o.bytes + bytes > cap_bytes) {
-      closed.push_back(std::move(o.params));
-      o = Open{};
-    }
-    o.params.push_back(k);
-    o.bytes += bytes;
-  }
-  for (auto& [dtype, o] : open)
-    if (!o.params.empty()) closed.push_back(std::move(o.params));
-  // Reduction order: by the first (latest-registered) parameter of each bucket.
-  std::sort(closed.begin(), closed.end(),
-            [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  std::vector<parallel::BucketParam> sizes;
+  for (const Param& p : params)
+    sizes.push_back({p.tensor.nbytes(), static_cast<int>(p.tensor.scalar_type())});
+  std::vector<std::vector<size_t>> closed = parallel::assign_buckets(sizes, cap_bytes);
   for (auto& members : closed) {
     Bucket b;
     int64_t numel = 0;
     for (size_t k : members) numel += params[k].tensor.numel();
     b.buffer = at::zeros({numel}, params[members.front()].tensor.options().requires_grad(false));
+    b.dtype = to_data_type(b.buffer.scalar_type(), "DistributedDataParallel", "bucket");
     const size_t elem = b.buffer.element_size();
     int64_t offset = 0;
     for (size_t k : members) {
@@ -314,6 +287,8 @@ void DistributedDataParallel::Impl::on_grad_ready(size_t index) {
       for (size_t u : unused) mark_ready(u);
     }
     mark_ready(index);
+    // The last hook's finalize records its own time apart (all_done).
+    if (armed) trace.in_hooks += Clock::now() - now;
   } catch (...) {
     reset_iteration();
     throw;
@@ -346,24 +321,43 @@ void DistributedDataParallel::Impl::mark_ready(size_t index) {
 }
 
 void DistributedDataParallel::Impl::launch_ready_buckets() {
-  while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+  // The last bucket is not handed to the group's thread: finalize runs it on
+  // this thread right after the others, as the hook would only wait for it
+  // (no wake-up of another thread that, on a rank pinned to one CPU, takes
+  // the CPU from this one).
+  while (next_launch + 1 < buckets.size() && buckets[next_launch].pending == 0) {
     Bucket& b = buckets[next_launch++];
     b.launched = Clock::now();
-    auto dt = to_data_type(b.buffer.scalar_type(), "DistributedDataParallel", "bucket");
-    b.work = pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), dt,
+    b.work = pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
                             {.op = ReduceOp::kAvg}, async_op);
   }
-  if (next_launch == buckets.size()) finalize();
+  if (next_launch + 1 == buckets.size() && buckets[next_launch].pending == 0) {
+    buckets[next_launch++].launched = Clock::now();
+    finalize();
+  }
 }
 
 void DistributedDataParallel::Impl::finalize() {
+  const auto wait_began = Clock::now();
+  trace.in_hooks += wait_began - trace.last_gradient;
+  const size_t last = buckets.size() - 1;
   for (size_t i = 0; i < buckets.size(); ++i) {
     Bucket& b = buckets[i];
+    std::optional<Clock::time_point> started, finished;
     try {
-      b.work.wait();
+      if (i < last) {
+        b.work.wait();
+        started = b.work.started_at();
+        finished = b.work.finished_at();
+      } else {
+        started = Clock::now();
+        pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
+                       {.op = ReduceOp::kAvg});
+        finished = Clock::now();
+      }
     } catch (...) {
       // Let the other launched ops end before reporting (their buffers are ours).
-      for (size_t j = i + 1; j < buckets.size(); ++j) {
+      for (size_t j = i + 1; j < last; ++j) {
         try {
           buckets[j].work.wait();
         } catch (...) {
@@ -376,9 +370,10 @@ void DistributedDataParallel::Impl::finalize() {
       reset_iteration();
       std::rethrow_exception(e);
     }
-    trace.buckets.push_back(
-        BucketTrace{i, b.buffer.nbytes(), b.launched, b.work.started_at(), b.work.finished_at()});
+    trace.buckets.push_back(BucketTrace{i, b.buffer.nbytes(), b.launched, started, finished});
   }
+  trace.all_done = Clock::now();
+  trace.waiting = trace.all_done - wait_began;
   if (!options.gradient_as_bucket_view) {
     at::NoGradGuard no_grad;
     for (Param& p : params) {
@@ -431,10 +426,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   verify_same_model(pg_, *module_);
   broadcast_coalesced(pg_, state);
 
-  size_t cap = options.bucket_cap_mb ? static_cast<size_t>(*options.bucket_cap_mb * 1024.0 * 1024.0)
-                                     : parallel::auto_bucket_cap_bytes(grad_bytes);
-  COHORT_CHECK(cap > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
-               options.bucket_cap_mb.value_or(0.0));
+  size_t cap = parallel::bucket_cap_bytes(options.bucket_cap_mb, grad_bytes);
+  // Unset bucket_cap_mb and gradients that fit one such bucket: about four
+  // buckets instead, so that reductions start while backward still runs
+  // (dist-mnist's 87 KB in one bucket waited for the whole backward; see
+  // docs/libtorch.md, Benchmark).
+  if (!options.bucket_cap_mb && grad_bytes <= cap) cap = std::max<size_t>(grad_bytes / 4, 1);
   im.build_buckets(cap);
   im.ready.assign(im.params.size(), false);
   for (size_t i = 0; i < im.params.size(); ++i) {
@@ -446,7 +443,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
     COHORT_CHECK(p.accumulator != nullptr,
                  "DistributedDataParallel: parameter '{}' has no gradient accumulator", p.name);
-    p.hook_key = p.accumulator->add_post_hook(std::make_unique<Impl::ReadyHook>(&im, i));
+    p.hook_key = p.accumulator->add_post_hook(
+        std::make_unique<detail::ReadyHook>([&im, i] { im.on_grad_ready(i); }));
   }
   im.reset_iteration();
 }

@@ -31,8 +31,11 @@
 // all-reduced (average) asynchronously on the group's thread while backward
 // goes on computing the earlier layers' gradients; buckets launch in bucket
 // order on every rank, so the ranks issue the same collectives in the same
-// order. The hook that launches the last bucket waits for all of them: when
-// backward() returns the gradients are averaged. With gradient_as_bucket_view
+// order. The hook that completes the last bucket waits for the others and
+// reduces that one itself, on backward's thread (handing it to the group's
+// thread only to wait for it would wake a thread that, on a rank pinned to
+// one CPU, takes the CPU from this one): when backward() returns the
+// gradients are averaged. With gradient_as_bucket_view
 // (the default) each .grad is a tensor over its bucket's memory
 // (torch::from_blob, not an autograd view, so Optimizer::zero_grad's detach_()
 // and zero_() work), so backward accumulates straight into the bucket and the
@@ -78,7 +81,9 @@ namespace cohort::libtorch {
 struct DistributedDataParallelOptions {
   // MiB per bucket (PyTorch's bucket_cap_mb). Unset: an eighth of the
   // model's gradient bytes within [1, 25] MiB, as cohort's own DDP
-  // (cohort::parallel::auto_bucket_cap_bytes).
+  // (cohort::parallel::auto_bucket_cap_bytes), except that gradients that
+  // would fit one bucket get a quarter of their bytes (about four buckets),
+  // so that the first reductions overlap backward.
   std::optional<double> bucket_cap_mb = std::nullopt;
   // Walk the autograd graph after each forward and treat parameters it does
   // not reach as ready.
@@ -101,7 +106,12 @@ struct BucketTrace {
 struct ReductionTrace {
   std::chrono::steady_clock::time_point first_gradient;  // first hook of backward
   std::chrono::steady_clock::time_point last_gradient;   // last hook (all gradients computed)
-  std::chrono::steady_clock::time_point reduced;         // every bucket averaged
+  std::chrono::steady_clock::time_point all_done;        // every bucket's op completed
+  std::chrono::steady_clock::time_point reduced;         // and copied back (copy mode)
+  // Time spent inside the hooks (marking, bucket copies in copy mode,
+  // launches), not counting the last hook's wait for the reductions.
+  std::chrono::nanoseconds in_hooks{0};
+  std::chrono::nanoseconds waiting{0};  // the last hook's wait for the reductions
   std::vector<BucketTrace> buckets;
 };
 
@@ -161,7 +171,9 @@ class DistributedDataParallel {
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   // The flat storage of bucket i (what the hooks reduce).
   const at::Tensor& bucket_buffer(size_t i) const;
-  // Bucket i's reduction in the current backward (undefined before its launch).
+  // Bucket i's reduction in the current backward (undefined before its
+  // launch, and for the last bucket, which the hook that completes it runs
+  // on its own thread).
   distributed::Work bucket_work(size_t i) const;
   // Synchronised backward passes finished so far.
   int64_t num_reductions() const;

@@ -89,11 +89,6 @@ std::vector<Buf> check_list(const char* op, const char* arg, const std::vector<a
   return out;
 }
 
-// A flat CPU buffer of n * count elements like `b`.
-at::Tensor flat_like(const at::Tensor& like, size_t n) {
-  return at::empty({static_cast<int64_t>(n) * like.numel()}, like.options());
-}
-
 void pack(const std::vector<Buf>& parts, const at::Tensor& flat) {
   auto* dst = static_cast<std::byte*>(flat.data_ptr());
   for (const Buf& p : parts) {
@@ -110,20 +105,48 @@ void unpack(const at::Tensor& flat, const std::vector<Buf>& parts) {
   }
 }
 
-// Runs an op: blocking (the raw call, then finish) or async (the raw call
-// with the async tag; the Work keeps `keep` and runs finish in wait()).
-template <typename Blocking, typename Async>
-Work issue(bool async, std::vector<at::Tensor> keep, std::function<void()> finish,
-           Blocking&& blocking, Async&& start) {
+// A list form's staging buffer: n tensors like `like`, one after the other,
+// packed from `inputs` (when given) before the op; finish() unpacks it into
+// `outputs` (when given) after the op.
+struct Staging {
+  at::Tensor flat;
+  void* data = nullptr;  // flat's memory, nullptr when empty
+  std::vector<Buf> outputs;
+  std::function<void()> finish() const {
+    if (outputs.empty()) return {};
+    return [flat = flat, outs = outputs] { unpack(flat, outs); };
+  }
+};
+
+Staging stage(const at::Tensor& like, size_t n, const std::vector<Buf>& inputs,
+              std::vector<Buf> outputs) {
+  Staging s;
+  s.flat = at::empty({static_cast<int64_t>(n) * like.numel()}, like.options());
+  pack(inputs, s.flat);
+  s.data = s.flat.numel() ? s.flat.data_ptr() : nullptr;
+  s.outputs = std::move(outputs);
+  return s;
+}
+
+// The tensors an async op keeps alive: `list` and `more`.
+std::vector<at::Tensor> keep(std::vector<at::Tensor> list, std::initializer_list<at::Tensor> more) {
+  list.insert(list.end(), more.begin(), more.end());
+  return list;
+}
+
+// Runs an op: op() blocking, then finish; or op(async_op), the Work keeping
+// `kept` alive and running finish in wait().
+template <typename Op>
+Work issue(bool async, std::vector<at::Tensor> kept, std::function<void()> finish, Op&& op) {
   if (!async) {
-    blocking();
+    op();
     if (finish) finish();
     return Work();
   }
   auto st = std::make_shared<Work::State>();
-  st->keep = std::move(keep);
+  st->keep = std::move(kept);
   st->finish = std::move(finish);
-  st->work = start();
+  st->work = op(async_op);
   return Work(std::move(st));
 }
 
@@ -188,26 +211,23 @@ Work ProcessGroup::all_reduce_impl(const at::Tensor& t, const AllReduceOptions& 
                                    bool async) const {
   Buf b = check_tensor("all_reduce", "tensor", t);
   auto& pg = get();
-  return issue(
-      async, {t}, {}, [&] { pg.all_reduce(b.data, b.count, b.dtype, o); },
-      [&] { return pg.all_reduce(b.data, b.count, b.dtype, o, async_op); });
+  return issue(async, {t}, {},
+               [&](auto... tag) { return pg.all_reduce(b.data, b.count, b.dtype, o, tag...); });
 }
 
 Work ProcessGroup::broadcast_impl(const at::Tensor& t, const BroadcastOptions& o,
                                   bool async) const {
   Buf b = check_tensor("broadcast", "tensor", t);
   auto& pg = get();
-  return issue(
-      async, {t}, {}, [&] { pg.broadcast(b.data, b.count, b.dtype, o); },
-      [&] { return pg.broadcast(b.data, b.count, b.dtype, o, async_op); });
+  return issue(async, {t}, {},
+               [&](auto... tag) { return pg.broadcast(b.data, b.count, b.dtype, o, tag...); });
 }
 
 Work ProcessGroup::reduce_impl(const at::Tensor& t, const ReduceOptions& o, bool async) const {
   Buf b = check_tensor("reduce", "tensor", t);
   auto& pg = get();
-  return issue(
-      async, {t}, {}, [&] { pg.reduce(b.data, b.count, b.dtype, o); },
-      [&] { return pg.reduce(b.data, b.count, b.dtype, o, async_op); });
+  return issue(async, {t}, {},
+               [&](auto... tag) { return pg.reduce(b.data, b.count, b.dtype, o, tag...); });
 }
 
 Work ProcessGroup::all_gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
@@ -216,15 +236,10 @@ Work ProcessGroup::all_gather_impl(const std::vector<at::Tensor>& outputs, const
   Buf in = check_tensor("all_gather", "input", input);
   auto outs = check_list("all_gather", "outputs", outputs, static_cast<size_t>(pg.size()), in.dtype,
                          in.count, "like input");
-  at::Tensor flat = flat_like(input, outs.size());
-  void* fd = flat.numel() ? flat.data_ptr() : nullptr;
-  std::vector<at::Tensor> keep = outputs;
-  keep.push_back(input);
-  keep.push_back(flat);
-  return issue(
-      async, std::move(keep), [outs, flat] { unpack(flat, outs); },
-      [&] { pg.all_gather(in.data, fd, in.count, in.dtype, o); },
-      [&] { return pg.all_gather(in.data, fd, in.count, in.dtype, o, async_op); });
+  Staging st = stage(input, outs.size(), {}, outs);
+  return issue(async, keep(outputs, {input, st.flat}), st.finish(), [&](auto... tag) {
+    return pg.all_gather(in.data, st.data, in.count, in.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::all_gather_into_tensor_impl(const at::Tensor& output, const at::Tensor& input,
@@ -235,9 +250,9 @@ Work ProcessGroup::all_gather_into_tensor_impl(const at::Tensor& output, const a
   Buf out = check_tensor(op, "output", output);
   check_like(op, "output", out, in.dtype, in.count * static_cast<size_t>(pg.size()),
              "size() * input.numel()");
-  return issue(
-      async, {input, output}, {}, [&] { pg.all_gather(in.data, out.data, in.count, in.dtype, o); },
-      [&] { return pg.all_gather(in.data, out.data, in.count, in.dtype, o, async_op); });
+  return issue(async, {input, output}, {}, [&](auto... tag) {
+    return pg.all_gather(in.data, out.data, in.count, in.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
@@ -249,21 +264,16 @@ Work ProcessGroup::gather_impl(const std::vector<at::Tensor>& outputs, const at:
                  "gather: argument 'outputs' must be empty off the root (rank {}, root {}), got "
                  "{} tensors",
                  pg.rank(), o.root, outputs.size());
-    return issue(
-        async, {input}, {}, [&] { pg.gather(in.data, nullptr, in.count, in.dtype, o); },
-        [&] { return pg.gather(in.data, nullptr, in.count, in.dtype, o, async_op); });
+    return issue(async, {input}, {}, [&](auto... tag) {
+      return pg.gather(in.data, nullptr, in.count, in.dtype, o, tag...);
+    });
   }
   auto outs = check_list("gather", "outputs", outputs, static_cast<size_t>(pg.size()), in.dtype,
                          in.count, "like input");
-  at::Tensor flat = flat_like(input, outs.size());
-  void* fd = flat.numel() ? flat.data_ptr() : nullptr;
-  std::vector<at::Tensor> keep = outputs;
-  keep.push_back(input);
-  keep.push_back(flat);
-  return issue(
-      async, std::move(keep), [outs, flat] { unpack(flat, outs); },
-      [&] { pg.gather(in.data, fd, in.count, in.dtype, o); },
-      [&] { return pg.gather(in.data, fd, in.count, in.dtype, o, async_op); });
+  Staging st = stage(input, outs.size(), {}, outs);
+  return issue(async, keep(outputs, {input, st.flat}), st.finish(), [&](auto... tag) {
+    return pg.gather(in.data, st.data, in.count, in.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::scatter_impl(const at::Tensor& output, const std::vector<at::Tensor>& inputs,
@@ -275,18 +285,16 @@ Work ProcessGroup::scatter_impl(const at::Tensor& output, const std::vector<at::
                  "scatter: argument 'inputs' must be empty off the root (rank {}, root {}), got "
                  "{} tensors",
                  pg.rank(), o.root, inputs.size());
-    return issue(
-        async, {output}, {}, [&] { pg.scatter(nullptr, out.data, out.count, out.dtype, o); },
-        [&] { return pg.scatter(nullptr, out.data, out.count, out.dtype, o, async_op); });
+    return issue(async, {output}, {}, [&](auto... tag) {
+      return pg.scatter(nullptr, out.data, out.count, out.dtype, o, tag...);
+    });
   }
   auto ins = check_list("scatter", "inputs", inputs, static_cast<size_t>(pg.size()), out.dtype,
                         out.count, "like output");
-  at::Tensor flat = flat_like(output, ins.size());
-  pack(ins, flat);
-  void* fd = flat.numel() ? flat.data_ptr() : nullptr;
-  return issue(
-      async, {output, flat}, {}, [&] { pg.scatter(fd, out.data, out.count, out.dtype, o); },
-      [&] { return pg.scatter(fd, out.data, out.count, out.dtype, o, async_op); });
+  Staging st = stage(output, ins.size(), ins, {});
+  return issue(async, {output, st.flat}, {}, [&](auto... tag) {
+    return pg.scatter(st.data, out.data, out.count, out.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::reduce_scatter_impl(const at::Tensor& output,
@@ -296,12 +304,10 @@ Work ProcessGroup::reduce_scatter_impl(const at::Tensor& output,
   Buf out = check_tensor("reduce_scatter", "output", output);
   auto ins = check_list("reduce_scatter", "inputs", inputs, static_cast<size_t>(pg.size()),
                         out.dtype, out.count, "like output");
-  at::Tensor flat = flat_like(output, ins.size());
-  pack(ins, flat);
-  void* fd = flat.numel() ? flat.data_ptr() : nullptr;
-  return issue(
-      async, {output, flat}, {}, [&] { pg.reduce_scatter(fd, out.data, out.count, out.dtype, o); },
-      [&] { return pg.reduce_scatter(fd, out.data, out.count, out.dtype, o, async_op); });
+  Staging st = stage(output, ins.size(), ins, {});
+  return issue(async, {output, st.flat}, {}, [&](auto... tag) {
+    return pg.reduce_scatter(st.data, out.data, out.count, out.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::reduce_scatter_tensor_impl(const at::Tensor& output, const at::Tensor& input,
@@ -312,10 +318,9 @@ Work ProcessGroup::reduce_scatter_tensor_impl(const at::Tensor& output, const at
   Buf in = check_tensor(op, "input", input);
   check_like(op, "input", in, out.dtype, out.count * static_cast<size_t>(pg.size()),
              "size() * output.numel()");
-  return issue(
-      async, {input, output}, {},
-      [&] { pg.reduce_scatter(in.data, out.data, out.count, out.dtype, o); },
-      [&] { return pg.reduce_scatter(in.data, out.data, out.count, out.dtype, o, async_op); });
+  return issue(async, {input, output}, {}, [&](auto... tag) {
+    return pg.reduce_scatter(in.data, out.data, out.count, out.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::all_to_all_impl(const std::vector<at::Tensor>& outputs,
@@ -331,18 +336,11 @@ Work ProcessGroup::all_to_all_impl(const std::vector<at::Tensor>& outputs,
       check_list("all_to_all", "inputs", inputs, n, first.dtype, first.count, "like inputs[0]");
   auto outs =
       check_list("all_to_all", "outputs", outputs, n, first.dtype, first.count, "like inputs[0]");
-  at::Tensor send = flat_like(inputs[0], n);
-  at::Tensor recv = flat_like(inputs[0], n);
-  pack(ins, send);
-  void* sd = send.numel() ? send.data_ptr() : nullptr;
-  void* rd = recv.numel() ? recv.data_ptr() : nullptr;
-  std::vector<at::Tensor> keep = outputs;
-  keep.push_back(send);
-  keep.push_back(recv);
-  return issue(
-      async, std::move(keep), [outs, recv] { unpack(recv, outs); },
-      [&] { pg.all_to_all(sd, rd, first.count, first.dtype, o); },
-      [&] { return pg.all_to_all(sd, rd, first.count, first.dtype, o, async_op); });
+  Staging send = stage(inputs[0], n, ins, {});
+  Staging recv = stage(inputs[0], n, {}, outs);
+  return issue(async, keep(outputs, {send.flat, recv.flat}), recv.finish(), [&](auto... tag) {
+    return pg.all_to_all(send.data, recv.data, first.count, first.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::all_to_all_single_impl(const at::Tensor& output, const at::Tensor& input,
@@ -357,32 +355,28 @@ Work ProcessGroup::all_to_all_single_impl(const at::Tensor& output, const at::Te
                "splits only)",
                op, in.count, n);
   check_like(op, "output", out, in.dtype, in.count, "like input");
-  return issue(
-      async, {input, output}, {},
-      [&] { pg.all_to_all(in.data, out.data, in.count / n, in.dtype, o); },
-      [&] { return pg.all_to_all(in.data, out.data, in.count / n, in.dtype, o, async_op); });
+  return issue(async, {input, output}, {}, [&](auto... tag) {
+    return pg.all_to_all(in.data, out.data, in.count / n, in.dtype, o, tag...);
+  });
 }
 
 Work ProcessGroup::barrier(const BarrierOptions& opts, AsyncOp) const {
   auto& pg = get();
-  return issue(
-      true, {}, {}, [] {}, [&] { return pg.barrier(opts, async_op); });
+  return issue(true, {}, {}, [&](auto... tag) { return pg.barrier(opts, tag...); });
 }
 
 Work ProcessGroup::send_impl(const at::Tensor& t, int dst, const SendOptions& o, bool async) const {
   Buf b = check_tensor("send", "tensor", t);
   auto& pg = get();
-  return issue(
-      async, {t}, {}, [&] { pg.send(b.data, b.count, b.dtype, dst, o); },
-      [&] { return pg.send(b.data, b.count, b.dtype, dst, o, async_op); });
+  return issue(async, {t}, {},
+               [&](auto... tag) { return pg.send(b.data, b.count, b.dtype, dst, o, tag...); });
 }
 
 Work ProcessGroup::recv_impl(const at::Tensor& t, int src, const RecvOptions& o, bool async) const {
   Buf b = check_tensor("recv", "tensor", t);
   auto& pg = get();
-  return issue(
-      async, {t}, {}, [&] { pg.recv(b.data, b.count, b.dtype, src, o); },
-      [&] { return pg.recv(b.data, b.count, b.dtype, src, o, async_op); });
+  return issue(async, {t}, {},
+               [&](auto... tag) { return pg.recv(b.data, b.count, b.dtype, src, o, tag...); });
 }
 
 ProcessGroup init_process_group(std::string_view backend, const std::string& init_method,

@@ -18,18 +18,27 @@
 // only (reduce with ReduceOp::kAvg, one per parameter, all issued before the
 // first wait) and releases the gradients of parameters this rank does not own
 // (.grad undefined: their memory is freed); stage 1 takes the gradients as
-// they are (DDP averaged them). Then the owner's optimizer updates its shard
-// and every shard is broadcast from its owner, so all ranks end the step with
-// the same parameters. Same result as the full optimizer on every rank, to
-// rounding of the average.
+// they are (DDP averaged them). Stage 2 with overlap_with_backward issues
+// those reductions while backward runs instead: a post hook on each
+// parameter's gradient accumulator (as DistributedDataParallel's) launches
+// its reduction to the owner as soon as its gradient is in .grad, in reverse
+// registration order on every rank (a parameter whose gradient is not there
+// yet holds back the later ones), and drops a gradient this rank does not own
+// right away (the reduction keeps it until it has been sent); step() launches
+// what backward did not reach (with zeros, as unused parameters) and waits.
+// One backward per step() then: a second backward before step() throws
+// InvalidArgument naming the parameter (gradient accumulation needs it off). Then the owner's
+// optimizer updates its shard and every shard is broadcast from its owner, so all ranks end the
+// step with the same parameters. Same result as the full optimizer on every rank, to rounding of
+// the average.
 //
 // Sharding: parameters sorted by size (largest first, registration order
 // among equals) go each to the rank with the fewest elements so far (the
 // lowest rank among equals); every rank computes the same assignment.
-// Stage 2's reductions run after backward, not overlapped with it (cohort's
-// DDP would have to reduce into owners' buckets for that). Collective: every
-// rank calls the constructor and step() in the same order; failures are the
-// group's (PeerLost, TimeoutError). Not thread safe.
+// Collective: every rank calls the constructor and step() in the same order;
+// failures are the group's (PeerLost, TimeoutError), from step() with the
+// parameter named. Not thread safe; with overlap the hooks run on the thread
+// that runs backward, and are removed by the destructor.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -43,7 +52,10 @@
 namespace cohort::libtorch {
 
 struct ZeroRedundancyOptimizerOptions {
-  int stage = 1;  // 1: shard optimizer state; 2: also gradients (reduced to owners in step())
+  int stage = 1;  // 1: shard optimizer state; 2: also gradients (reduced to owners)
+  // Stage 2: reduce each gradient to its owner from backward's accumulator
+  // hooks as backward runs (overlap), not in step().
+  bool overlap_with_backward = false;
 };
 
 class ZeroRedundancyOptimizer {
@@ -55,6 +67,9 @@ class ZeroRedundancyOptimizer {
   // builds the optimizer of this rank's shard (may get an empty list).
   ZeroRedundancyOptimizer(std::vector<at::Tensor> params, ProcessGroup pg, Factory make_optimizer,
                           ZeroRedundancyOptimizerOptions options = {});
+  ~ZeroRedundancyOptimizer();
+  ZeroRedundancyOptimizer(ZeroRedundancyOptimizer&&) noexcept;
+  ZeroRedundancyOptimizer& operator=(ZeroRedundancyOptimizer&&) noexcept;
 
   void step();
   // Zeroes (set_to_none: releases) every parameter's gradient, owned or not.
@@ -65,14 +80,22 @@ class ZeroRedundancyOptimizer {
   // This rank's optimizer, over its shard.
   torch::optim::Optimizer& local_optimizer() { return *local_; }
   const std::vector<at::Tensor>& parameters() const { return params_; }
+  // Overlap: the reductions launched by backward's hooks since the last
+  // step() (0 without overlap).
+  size_t reductions_launched_in_backward() const;
+
+  struct Overlap;
 
  private:
+  void reduce_gradients();
+
   std::vector<at::Tensor> params_;
   ProcessGroup pg_;
   ZeroRedundancyOptimizerOptions options_;
   std::vector<int> owner_;
   std::vector<std::vector<size_t>> shards_;  // per rank: parameter indices, in order
   std::unique_ptr<torch::optim::Optimizer> local_;
+  std::unique_ptr<Overlap> overlap_;
 };
 
 }  // namespace cohort::libtorch

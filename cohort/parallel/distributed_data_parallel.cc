@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/parallel/buckets.h"
 
 namespace cohort::parallel {
 
@@ -27,16 +28,11 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   verify_same_model(*pg_, *module_, "DistributedDataParallel");
   broadcast_module_state(*pg_, *module_, 0);
   ReducerOptions ro;
-  if (options_.bucket_cap_mb) {
-    ro.bucket_cap_bytes = static_cast<size_t>(*options_.bucket_cap_mb * 1024.0 * 1024.0);
-  } else {
-    size_t bytes = 0;
-    for (const Tensor& p : module_->parameters()) {
-      if (p.requires_grad()) bytes += static_cast<size_t>(p.numel()) * dtype_size(p.dtype());
-    }
-    ro.bucket_cap_bytes = auto_bucket_cap_bytes(bytes);
+  size_t bytes = 0;
+  for (const Tensor& p : module_->parameters()) {
+    if (p.requires_grad()) bytes += static_cast<size_t>(p.numel()) * dtype_size(p.dtype());
   }
-  if (ro.bucket_cap_bytes == 0) ro.bucket_cap_bytes = 1;
+  ro.bucket_cap_bytes = bucket_cap_bytes(options_.bucket_cap_mb, bytes);
   ro.find_unused_parameters = options_.find_unused_parameters;
   ro.comm_hook = options_.comm_hook ? options_.comm_hook : grad_reduce_hook(options_.reduce_dtype);
   ro.tracer = options_.tracer;

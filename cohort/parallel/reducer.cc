@@ -1,11 +1,11 @@
 #include "cohort/parallel/reducer.h"
 
 #include <algorithm>
-#include <map>
 #include <unordered_map>
 
 #include "cohort/autograd/node.h"
 #include "cohort/base/log.h"
+#include "cohort/parallel/buckets.h"
 #include "cohort/parallel/flat_layout.h"
 
 namespace cohort::parallel {
@@ -48,29 +48,10 @@ Reducer::~Reducer() {
 }
 
 void Reducer::build_buckets(size_t cap_bytes) {
-  // Reverse registration order, one open bucket per dtype.
-  struct Open {
-    std::vector<size_t> params;
-    size_t bytes = 0;
-  };
-  std::map<DType, Open> open;
-  std::vector<std::vector<size_t>> closed;
-  for (size_t k = params_.size(); k-- > 0;) {
-    const Tensor& t = params_[k].tensor;
-    Open& o = open[t.dtype()];
-    size_t bytes = t.nbytes();
-    if (!o.params.empty() && o.bytes + bytes > cap_bytes) {
-      closed.push_back(std::move(o.params));
-      o = Open{};
-    }
-    o.params.push_back(k);
-    o.bytes += bytes;
-  }
-  for (auto& [dtype, o] : open)
-    if (!o.params.empty()) closed.push_back(std::move(o.params));
-  // Reduction order: by the first (latest-registered) parameter of each bucket.
-  std::sort(closed.begin(), closed.end(),
-            [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  std::vector<BucketParam> sizes;
+  for (const Param& p : params_)
+    sizes.push_back({p.tensor.nbytes(), static_cast<int>(p.tensor.dtype())});
+  std::vector<std::vector<size_t>> closed = assign_buckets(sizes, cap_bytes);
   for (auto& members : closed) {
     Bucket b;
     std::vector<int64_t> numels;

@@ -9,12 +9,17 @@
 // for bucket 0 to complete, which it can only do if DDP issued it during
 // backward); unused parameters found or named; different models named; a
 // killed worker ends the others' backward with cohort::PeerLost naming it.
-// Each rank checks itself; a mismatch throws, which spawn reports.
+// The equivalence at 2 and 4 ranks and the killed worker run over shared
+// memory and again over TCP between the ranks (COHORT_TRANSPORT=tcp, set by
+// each rank itself, what ranks on different hosts use); each checks the
+// transport its group got. Each rank checks itself; a mismatch throws, which
+// spawn reports.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "cohort/base/error.h"
 #include "cohort/launch/spawn.h"
@@ -45,7 +50,35 @@ struct Net : torch::nn::Module {
   torch::nn::Linear fc1, fc2;
 };
 
-ProcessGroup join() { return init_process_group("native", "env://", -1, -1, 60s); }
+enum class Transport { kShm, kTcp };
+
+// Chooses the transport of the group this process joins next (independent of
+// the caller's environment).
+void use_transport(Transport t) {
+  if (t == Transport::kTcp) {
+    ::setenv("COHORT_TRANSPORT", "tcp", 1);
+  } else {
+    ::unsetenv("COHORT_TRANSPORT");
+  }
+}
+
+void expect_transport(const ProcessGroup& pg, Transport t) {
+  const std::string want = t == Transport::kTcp ? "tcp" : "shm";
+  for (int p = 0; p < pg.size(); ++p) {
+    if (p == pg.rank()) continue;
+    std::string got = pg.group()->transport_name(p);
+    if (got != want)
+      throw Error(
+          fmt::format("rank {}: transport to rank {} is {}, expected {}", pg.rank(), p, got, want));
+  }
+}
+
+ProcessGroup join(Transport t = Transport::kShm) {
+  use_transport(t);
+  auto pg = init_process_group("native", "env://", -1, -1, 60s);
+  expect_transport(pg, t);
+  return pg;
+}
 
 // The samples of step `step` (the same on every rank): x [64,1,28,28], y [64].
 std::pair<torch::Tensor, torch::Tensor> batch_of(int step) {
@@ -96,11 +129,12 @@ struct Equivalence {
   double bucket_cap_mb = 25.0;
   int micro_batches = 1;  // > 1: accumulate with no_sync
   bool as_view = true;
+  Transport transport = Transport::kShm;
 };
 
 void run_equivalence(int rank, const Equivalence& e) {
   torch::set_num_threads(1);
-  auto pg = join();
+  auto pg = join(e.transport);
   const int world = pg.size();
   const int64_t local = kGlobalBatch / world;
   auto model = make_net(rank);
@@ -130,9 +164,10 @@ void run_equivalence(int rank, const Equivalence& e) {
   if (ddp.num_reductions() != e.steps)
     throw Error(
         fmt::format("rank {}: {} reductions for {} steps", rank, ddp.num_reductions(), e.steps));
-  check_params(model->parameters(), train_reference(e.steps), rank,
-               fmt::format("{} ranks, {} micro-batches, bucket {} MiB, view {}", world,
-                           e.micro_batches, e.bucket_cap_mb, e.as_view));
+  check_params(
+      model->parameters(), train_reference(e.steps), rank,
+      fmt::format("{} ranks, {} micro-batches, bucket {} MiB, view {}, {}", world, e.micro_batches,
+                  e.bucket_cap_mb, e.as_view, e.transport == Transport::kTcp ? "tcp" : "shm"));
   auto g = pg.group();
   distributed::destroy_process_group(g);
 }
@@ -143,6 +178,18 @@ TEST(LibTorchDDP, TwoRanksMatchOneProcessOverTwentySteps) {
 
 TEST(LibTorchDDP, FourRanksWithSmallBucketsMatchOneProcessOverTwentySteps) {
   spawn([](int rank) { run_equivalence(rank, {.bucket_cap_mb = 0.01}); }, 4);
+}
+
+TEST(LibTorchDDP, TwoRanksOverTcpMatchOneProcessOverTwentySteps) {
+  spawn([](int rank) { run_equivalence(rank, {.transport = Transport::kTcp}); }, 2);
+}
+
+TEST(LibTorchDDP, FourRanksOverTcpWithSmallBucketsMatchOneProcessOverTwentySteps) {
+  spawn(
+      [](int rank) {
+        run_equivalence(rank, {.bucket_cap_mb = 0.01, .transport = Transport::kTcp});
+      },
+      4);
 }
 
 TEST(LibTorchDDP, NoSyncAccumulationMatchesOneProcess) {
@@ -197,6 +244,26 @@ TEST(LibTorchDDP, BucketsFollowReverseRegistrationOrderAndHoldTheGradients) {
         if (named["fc2.bias"].grad().data_ptr() != ddp.bucket_buffer(0).data_ptr() ||
             ddp.bucket_buffer(0).abs().sum().item<double>() == 0.0)
           throw Error("after Module::zero_grad the gradients are not in their buckets");
+        auto g = pg.group();
+        distributed::destroy_process_group(g);
+      },
+      2);
+}
+
+TEST(LibTorchDDP, ASmallModelGetsAboutFourBucketsByDefault) {
+  spawn(
+      [](int rank) {
+        torch::set_num_threads(1);
+        auto pg = join();
+        auto model = make_net(rank);
+        // 87,360 gradient bytes, under the automatic 1 MiB cap: a quarter each.
+        DistributedDataParallel ddp(model, pg);
+        std::vector<std::vector<std::string>> want = {
+            {"fc2.bias", "fc2.weight", "fc1.bias"},
+            {"fc1.weight"},
+            {"conv2.bias", "conv2.weight", "conv1.bias", "conv1.weight"}};
+        if (ddp.bucket_parameter_names() != want)
+          throw Error(fmt::format("unexpected default buckets ({} buckets)", ddp.num_buckets()));
         auto g = pg.group();
         distributed::destroy_process_group(g);
       },
@@ -315,9 +382,12 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-ProcessGroup join_file(const std::string& path, int rank, int n) {
+ProcessGroup join_file(const std::string& path, int rank, int n, Transport t = Transport::kShm) {
+  use_transport(t);
   // 300 s: far beyond the tests' limits; only failure detection ends the waits.
-  return init_process_group("native", "file://" + path, n, rank, 300s);
+  auto pg = init_process_group("native", "file://" + path, n, rank, 300s);
+  expect_transport(pg, t);
+  return pg;
 }
 
 TEST(LibTorchDDPFault, UnusedParameterWithoutFindUnusedIsNamed) {
@@ -376,11 +446,11 @@ TEST(LibTorchDDPFault, DifferentModelsAreNamedOnEveryRank) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(testing::exited_ok(status[r])) << "rank " << r;
 }
 
-TEST(LibTorchDDPFault, KilledWorkerEndsTheOthersBackwardNamingIt) {
+void run_killed_worker(Transport t) {
   std::string path = testing::temp_path("cohort-torch-ddp-kill");
   auto status = testing::run_processes(3, 60s, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = join_file(path, rank, 3);
+    auto pg = join_file(path, rank, 3, t);
     auto model = make_net(rank);
     DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.01});
     auto opt = make_sgd(model->parameters());
@@ -405,6 +475,14 @@ TEST(LibTorchDDPFault, KilledWorkerEndsTheOthersBackwardNamingIt) {
   ::unlink(path.c_str());
   for (int r : {0, 2}) EXPECT_TRUE(testing::exited_ok(status[r])) << "rank " << r;
   EXPECT_TRUE(WIFSIGNALED(status[1]));
+}
+
+TEST(LibTorchDDPFault, KilledWorkerEndsTheOthersBackwardNamingIt) {
+  run_killed_worker(Transport::kShm);
+}
+
+TEST(LibTorchDDPFault, KilledWorkerOverTcpEndsTheOthersBackwardNamingIt) {
+  run_killed_worker(Transport::kTcp);
 }
 
 }  // namespace
