@@ -6,12 +6,15 @@
 # Data: dataset-fashion-mnist (the image workloads) and fortunes (2.6 MB of
 # plain English text in /usr/share/games/fortunes: the default corpus of
 # `cohort train --model gpt --dataset text`, cohort/data/default_corpus.h).
+# libdnnl-dev: oneDNN, the onednn bf16 path (its AMX-BF16 kernels on CPUs with
+# AMX; cohort/core/native/linalg_bf16_onednn.cc).
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libopenblas-dev zlib1g-dev libfmt-dev nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes)
+      libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes
+      libdnnl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # libtorch-dev, libgloo-dev: the LibTorch adapter (cohort/libtorch/) and its tests.
   pkgs+=(libtorch-dev libgloo-dev)

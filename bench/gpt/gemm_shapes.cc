@@ -4,10 +4,11 @@
 // cohort::parallel_for, oneDNN's dnnl_sgemm (when built with libdnnl-dev) and
 // cohort's packed microkernel (native::gemm_packed). Every linear layer
 // x[M,K] w[N,K]^T gives three products: forward C = X W^T (nt), dX = dY W
-// (nn) and dW = dY^T X (tn). Implementations are interleaved within rounds
-// (bench/kernels/interleaved_timing.h); GFLOP/s = 2 M N K / median wall time.
-// OpenBLAS's kernel depends on OPENBLAS_CORETYPE: run.sh-style callers run this
-// once per setting (the corename is printed).
+// (nn) and dW = dY^T X (tn). bf16_<path>: the same product on bf16 operands
+// (native::gemm_bf16) on each bf16 path this CPU runs. Implementations are interleaved within
+// rounds (bench/kernels/interleaved_timing.h); GFLOP/s = 2 M N K / median wall time. OpenBLAS's
+// kernel depends on OPENBLAS_CORETYPE: run.sh-style callers run this once per setting (the corename
+// is printed).
 //
 // Usage: bench_gemm_shapes [--threads N] [--model ref|gpt2|attn|all] [--m M]
 //                          [--seconds S] [--repeats R] [--only BACKEND,...]
@@ -29,6 +30,7 @@
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/native/linalg.h"
+#include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/random.h"
 
 using namespace cohort;
@@ -53,6 +55,15 @@ void add_linear(std::vector<Product>& out, const char* layer, int64_t m, int64_t
   std::snprintf(buf, sizeof buf, "%s M%lld K%lld N%lld dW", layer, (long long)m, (long long)k,
                 (long long)n);
   out.push_back({buf, true, false, n, k, m});
+}
+
+// oneDNN runs its own OpenMP threads: held to the run's thread count.
+void omp_threads(int n) {
+#if COHORT_BENCH_DNNL
+  omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
 }
 
 using GemmFn = void (*)(const Product&, const float*, int64_t, const float*, int64_t, float*,
@@ -126,6 +137,10 @@ int main(int argc, char** argv) {
   std::printf("# fp32 peak (%s FMA loop): %.1f GFLOP/s per core, %.1f on %d cores; load %s\n",
               kernel_path_name(peak.path), peak.per_core * 1e-9, peak.all_cores * 1e-9,
               peak.threads, bench::loadavg().c_str());
+  const bench::FmaPeak bf16_peak = bench::measure_bf16_peak(threads);
+  if (bf16_peak.all_cores > 0)
+    std::printf("# bf16 peak (vdpbf16ps loop): %.1f GFLOP/s per core, %.1f on %d cores\n",
+                bf16_peak.per_core * 1e-9, bf16_peak.all_cores * 1e-9, bf16_peak.threads);
   set_num_threads(threads);
   auto want = [&](const char* name) {
     if (only.empty()) return true;
@@ -166,6 +181,23 @@ int main(int argc, char** argv) {
                        },
                        ""});
 #endif
+    // bf16 operands (the same values rounded), float32 C, on each bf16 path
+    // this CPU runs: GFLOP/s against the bf16 peak printed above.
+    std::vector<BFloat16> a16(a.size()), b16(b.size());
+    native::to_bf16(a.data(), a16.data(), static_cast<int64_t>(a.size()));
+    native::to_bf16(b.data(), b16.data(), static_cast<int64_t>(b.size()));
+    for (native::Bf16Path path : native::supported_bf16_paths()) {
+      if (path == native::Bf16Path::kEmulated) continue;
+      const std::string name = std::string("bf16_") + native::bf16_path_name(path);
+      if (!want(name.c_str())) continue;
+      impls.push_back({name,
+                       [&, path] {
+                         omp_threads(threads);
+                         native::gemm_bf16(path, p.ta, p.tb, p.m, p.n, p.k, 1.0f, a16.data(), lda,
+                                           b16.data(), ldb, 0.0f, c.data(), ldc);
+                       },
+                       ""});
+    }
 #if COHORT_BENCH_PACKED
     if (want("packed"))
       impls.push_back({"packed",

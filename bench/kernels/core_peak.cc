@@ -114,26 +114,61 @@ double fma_loop(cohort::KernelPath path) {
   return kFmaSteps * flop_per_step / seconds_since(t0);
 }
 
+double dpbf16_loop() {
+  int64_t n = kFmaSteps;
+  const auto t0 = Clock::now();
+  asm volatile(
+      "vzeroall\n\t"
+      "1:\n\t" COHORT_FMA12("vdpbf16ps", "zmm") "dec %0\n\tjnz 1b\n\tvzeroupper\n"
+      : "+r"(n)
+      :
+      : COHORT_CLOBBER16);
+  // 16 lanes, each two products and two additions.
+  return kFmaSteps * 12.0 * 16 * 4 / seconds_since(t0);
+}
+
+namespace {
+
+// Best of kBestOf runs of `loop` on one core, and summed over `threads` cores
+// running together (every thread waits at a counter before each run, so that
+// the runs overlap).
+void measure_loop(int threads, double (*loop)(KernelPath), KernelPath path, double& per_core,
+                  double& all_cores) {
+  per_core = all_cores = 0;
+  for (int run = 0; run < kBestOf; ++run) per_core = std::max(per_core, loop(path));
+  std::atomic<int> arrived{0};
+  std::vector<double> best(threads, 0.0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int run = 0; run < kBestOf; ++run) {
+        arrived.fetch_add(1);
+        while (arrived.load() < (run + 1) * threads) std::this_thread::yield();
+        best[t] = std::max(best[t], loop(path));
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (double b : best) all_cores += b;
+}
+
+}  // namespace
+
 FmaPeak measure_fma_peak(int threads) {
   FmaPeak peak;
   peak.path = cohort::best_kernel_path();
   peak.threads = std::max(threads, 1);
-  for (int run = 0; run < kBestOf; ++run)
-    peak.per_core = std::max(peak.per_core, fma_loop(peak.path));
-  // Every thread waits at a counter before each run, so that the runs overlap.
-  std::atomic<int> arrived{0};
-  std::vector<double> best(peak.threads, 0.0);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < peak.threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int run = 0; run < kBestOf; ++run) {
-        arrived.fetch_add(1);
-        while (arrived.load() < (run + 1) * peak.threads) std::this_thread::yield();
-        best[t] = std::max(best[t], fma_loop(peak.path));
-      }
-    });
-  for (auto& th : pool) th.join();
-  for (double b : best) peak.all_cores += b;
+  measure_loop(peak.threads, &fma_loop, peak.path, peak.per_core, peak.all_cores);
+  return peak;
+}
+
+FmaPeak measure_bf16_peak(int threads) {
+  FmaPeak peak;
+  peak.threads = std::max(threads, 1);
+  if (!cohort::cpu_features().avx512_bf16) return peak;
+  peak.path = cohort::KernelPath::kAvx512;
+  measure_loop(
+      peak.threads, [](KernelPath) { return dpbf16_loop(); }, peak.path, peak.per_core,
+      peak.all_cores);
   return peak;
 }
 

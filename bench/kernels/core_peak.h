@@ -40,4 +40,11 @@ struct FmaPeak {
 };
 FmaPeak measure_fma_peak(int threads);
 
+// Measured bf16 FLOP/s of one core on 12 independent vdpbf16ps zmm chains
+// (each lane: two products and two additions). AVX512-BF16 CPUs only.
+double dpbf16_loop();
+// The same as measure_fma_peak for dpbf16_loop; zeros (path kBaseline) on a
+// CPU without avx512_bf16.
+FmaPeak measure_bf16_peak(int threads);
+
 }  // namespace cohort::bench

@@ -31,6 +31,7 @@ struct GemmKernels {
                  int64_t kc, float* ap);
   void (*pack_b)(bool trans_b, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
                  int64_t nc, float* bp);
+  int kpack = 1;  // panel depth multiple (gemm_blocked.h)
 };
 
 // The copy of the kernel path in use; null on the baseline path.

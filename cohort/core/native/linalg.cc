@@ -101,10 +101,16 @@ GemmBackend gemm_backend(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int 
   // and dX = dY w) of the reference GPT (M = 2048 rows, K and N 256..1024),
   // on 1 and on 2 threads, and 2-9 % behind on A transposed (dW = dY^T x);
   // elsewhere the two are level within the noise or OpenBLAS is ahead, so
-  // the packed GEMM takes exactly the measured region. Not on avx512: not
-  // measured there (no such host yet).
+  // the packed GEMM takes exactly the measured region. On avx512 (a Zen 5)
+  // it is level with OpenBLAS's own AVX-512 kernels on the GPT's shapes and
+  // twice as fast as OpenBLAS held to AVX2 by OPENBLAS_CORETYPE=Haswell
+  // (which that host's environment sets, as OpenBLAS 0.3.21 predates the
+  // CPU): packed for every product past the small ones.
   (void)tb;
   (void)threads;
+  if (kernel_path() == KernelPath::kAvx512) {
+    return m * n * k >= (int64_t(1) << 21) ? GemmBackend::kPacked : GemmBackend::kOpenBlas;
+  }
   if (kernel_path() != KernelPath::kAvx2 || ta) return GemmBackend::kOpenBlas;
   const bool measured_win = m >= 2048 && k >= 256 && k <= 1024 && n >= 256 && n <= 1024;
   return measured_win ? GemmBackend::kPacked : GemmBackend::kOpenBlas;

@@ -23,6 +23,11 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
                       float* c, int64_t ldc);
 std::string onednn_bf16_unsupported_reason();
+// gemm_bf16_avx512.cc (x86-64 only); bias (or null): a row added to every row
+// of C, fused into the kernel's write of C.
+void avx512bf16_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
+                          float beta, float* c, int64_t ldc, const float* bias);
 }  // namespace detail
 
 namespace {
@@ -59,18 +64,34 @@ void check_bf16_operand(const Tensor& t, const char* op, const char* what) {
 }  // namespace
 
 const char* bf16_path_name(Bf16Path path) {
-  return path == Bf16Path::kOnednn ? "onednn" : "emulated";
+  switch (path) {
+    case Bf16Path::kOnednn:
+      return "onednn";
+    case Bf16Path::kAvx512Bf16:
+      return "avx512_bf16";
+    case Bf16Path::kEmulated:
+      break;
+  }
+  return "emulated";
 }
 
 Bf16Path parse_bf16_path(std::string_view name) {
   if (name == "emulated") return Bf16Path::kEmulated;
   if (name == "onednn") return Bf16Path::kOnednn;
+  if (name == "avx512_bf16") return Bf16Path::kAvx512Bf16;
   throw InvalidArgument(
-      fmt::format("bf16 path: unknown name \"{}\" (choices: emulated, onednn)", name));
+      fmt::format("bf16 path: unknown name \"{}\" (choices: emulated, onednn, avx512_bf16)", name));
 }
 
 std::string bf16_path_unsupported_reason(Bf16Path path) {
   if (path == Bf16Path::kEmulated) return "";
+  if (path == Bf16Path::kAvx512Bf16) {
+#if defined(__x86_64__)
+    return cpu_features().avx512_bf16 ? "" : "the CPU has no avx512_bf16";
+#else
+    return "it is an x86-64 kernel and this is " + cpu_features().arch;
+#endif
+  }
 #if COHORT_HAVE_ONEDNN
   const CpuFeatures& f = cpu_features();
   if (!f.avx512_bf16 && !f.amx_bf16) return "the CPU has neither avx512_bf16 nor amx_bf16";
@@ -86,11 +107,17 @@ bool bf16_path_supported(Bf16Path path) { return bf16_path_unsupported_reason(pa
 
 std::vector<Bf16Path> supported_bf16_paths() {
   std::vector<Bf16Path> paths{Bf16Path::kEmulated};
-  if (bf16_path_supported(Bf16Path::kOnednn)) paths.push_back(Bf16Path::kOnednn);
+  for (Bf16Path p : {Bf16Path::kOnednn, Bf16Path::kAvx512Bf16})
+    if (bf16_path_supported(p)) paths.push_back(p);
   return paths;
 }
 
-Bf16Path best_bf16_path() { return supported_bf16_paths().back(); }
+Bf16Path best_bf16_path() {
+  const bool onednn = bf16_path_supported(Bf16Path::kOnednn);
+  if (onednn && cpu_features().amx_bf16) return Bf16Path::kOnednn;
+  if (bf16_path_supported(Bf16Path::kAvx512Bf16)) return Bf16Path::kAvx512Bf16;
+  return onednn ? Bf16Path::kOnednn : Bf16Path::kEmulated;
+}
 
 void check_bf16_path(Bf16Path path, std::string_view op) {
   const std::string why = bf16_path_unsupported_reason(path);
@@ -132,6 +159,12 @@ void gemm_bf16(Bf16Path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
   check_bf16_path(path, "gemm_bf16");
+  if (path == Bf16Path::kAvx512Bf16) {
+#if defined(__x86_64__)
+    detail::avx512bf16_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
+#endif
+    return;
+  }
   if (path == Bf16Path::kOnednn) {
 #if COHORT_HAVE_ONEDNN
     detail::onednn_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -219,14 +252,23 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
   os.push_back(outf);
   Tensor out = Tensor::empty(os, kFloat32);
   float* po = out.data_ptr<float>();
+  GemmOperand ox = as_gemm_operand(x2), ow = as_gemm_operand(w);
+  Tensor bc = b.defined() ? b.contiguous() : Tensor();
+  if (path == Bf16Path::kAvx512Bf16) {
+#if defined(__x86_64__)
+    detail::avx512bf16_gemm_bf16(ox.trans, !ow.trans, rows, outf, in, 1.0f,
+                                 ox.keep.data_ptr<BFloat16>(), ox.ld, ow.keep.data_ptr<BFloat16>(),
+                                 ow.ld, 0.0f, po, std::max<int64_t>(outf, 1),
+                                 bc.defined() ? bc.data_ptr<float>() : nullptr);
+#endif
+    return out;
+  }
   float beta = 0.0f;
-  if (b.defined()) {
-    Tensor bc = b.contiguous();
+  if (bc.defined()) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(po + r * outf, bc.data_ptr<float>(), outf * sizeof(float));
     beta = 1.0f;
   }
-  GemmOperand ox = as_gemm_operand(x2), ow = as_gemm_operand(w);
   gemm_bf16(path, ox.trans, !ow.trans, rows, outf, in, 1.0f, ox.keep.data_ptr<BFloat16>(), ox.ld,
             ow.keep.data_ptr<BFloat16>(), ow.ld, beta, po, std::max<int64_t>(outf, 1));
   return out;

@@ -9,6 +9,8 @@
 //    GEMM (native::gemm and its backend rule). A product of two bf16 values
 //    is exact in float32, so this is a bf16 x bf16 -> fp32 GEMM, only without
 //    the bf16 instructions' speed. Runs on every CPU.
+//  - kAvx512Bf16: cohort's own packed GEMM on vdpbf16ps
+//    (gemm_bf16_avx512.cc); x86-64 CPUs with avx512_bf16.
 //  - kOnednn: oneDNN's bf16 matmul (its AVX512-BF16 or AMX-BF16 kernels, as
 //    the CPU has them); needs a build with oneDNN (COHORT_HAVE_ONEDNN) and a
 //    CPU with avx512_bf16 or amx_bf16. oneDNN 2.6 creates no bf16 matmul on a
@@ -31,9 +33,9 @@
 
 namespace cohort::native {
 
-enum class Bf16Path { kEmulated = 0, kOnednn = 1 };
+enum class Bf16Path { kEmulated = 0, kOnednn = 1, kAvx512Bf16 = 2 };
 
-// "emulated", "onednn".
+// "emulated", "onednn", "avx512_bf16".
 const char* bf16_path_name(Bf16Path path);
 // Inverse of bf16_path_name; throws InvalidArgument naming the choices.
 Bf16Path parse_bf16_path(std::string_view name);
@@ -42,7 +44,9 @@ std::string bf16_path_unsupported_reason(Bf16Path path);
 bool bf16_path_supported(Bf16Path path);
 // Every path this CPU can run, kEmulated first.
 std::vector<Bf16Path> supported_bf16_paths();
-// The fastest supported path: kOnednn where supported, else kEmulated.
+// The fastest supported path: kOnednn on a CPU with amx_bf16 (oneDNN's AMX
+// kernels), else kAvx512Bf16 where supported, else kOnednn where supported,
+// else kEmulated (the order measured in docs/precision.md).
 Bf16Path best_bf16_path();
 // Throws NotSupported "<op>: bf16 path <name> ...: <why>; this CPU (<model>)
 // has <features>" when `path` cannot run here.

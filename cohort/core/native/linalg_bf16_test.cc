@@ -10,8 +10,10 @@
 #include <limits>
 #include <vector>
 
+#include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
 #include "cohort/base/kernel_path_testing.h"
+#include "cohort/base/parallel.h"
 #include "cohort/core/native/elementwise.h"
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/native/linalg_bf16.h"
@@ -125,28 +127,60 @@ TEST(MmBf16, GemmHonoursAlphaBetaAndLeadingDimensions) {
   }
 }
 
+TEST(MmBf16, BlockedShapesAndThreadCountsGiveTheSameBits) {
+  // Past one k block (256), one row block (16 tiles) and the column tile, with
+  // an odd k and corner tiles: every path against the reference, and the
+  // same bits on 1 and 2 threads.
+  for (Bf16Path path : supported_bf16_paths()) {
+    SCOPED_TRACE(bf16_path_name(path));
+    for (auto [m, k, n] : {std::tuple{203, 517, 45}, {37, 300, 290}, {2, 3, 1}}) {
+      Tensor a = to_bf16(random_tensor({m, k}, 21)), b = to_bf16(random_tensor({k, n}, 22));
+      Tensor one, two;
+      {
+        ThreadBudgetGuard t(1);
+        one = mm_bf16(a, b, path);
+      }
+      {
+        ThreadBudgetGuard t(2);
+        two = mm_bf16(a, b, path);
+      }
+      EXPECT_TRUE(allclose(one, reference(a, b), 1e-5, 1e-5 * k));
+      if (path == Bf16Path::kAvx512Bf16) EXPECT_TRUE(allclose(one, two, 0, 0));
+      Tensor bt = to_bf16(random_tensor({n, k}, 23));
+      EXPECT_TRUE(allclose(mm_bf16(a, bt.transpose(0, 1), path), reference(a, bt.transpose(0, 1)),
+                           1e-5, 1e-5 * k));
+    }
+  }
+}
+
 TEST(MmBf16, APathThisCpuLacksIsAClearError) {
   EXPECT_EQ(supported_bf16_paths().front(), Bf16Path::kEmulated);
   EXPECT_NO_THROW(check_bf16_path(Bf16Path::kEmulated, "test"));
-  const std::string why = bf16_path_unsupported_reason(Bf16Path::kOnednn);
-  if (why.empty()) {
-    EXPECT_EQ(best_bf16_path(), Bf16Path::kOnednn);
-    return;
-  }
-  EXPECT_EQ(best_bf16_path(), Bf16Path::kEmulated);
-  Tensor a = to_bf16(random_tensor({2, 2}, 1));
-  try {
-    mm_bf16(a, a, Bf16Path::kOnednn);
-    FAIL() << "mm_bf16 on onednn ran on a CPU without it";
-  } catch (const NotSupported& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find("mm_bf16"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("onednn"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(why), std::string::npos) << msg;
-    EXPECT_NE(msg.find("has:"), std::string::npos) << msg;
+  const bool onednn = bf16_path_supported(Bf16Path::kOnednn);
+  const bool own = bf16_path_supported(Bf16Path::kAvx512Bf16);
+  const Bf16Path best = onednn && cpu_features().amx_bf16 ? Bf16Path::kOnednn
+                        : own                             ? Bf16Path::kAvx512Bf16
+                        : onednn                          ? Bf16Path::kOnednn
+                                                          : Bf16Path::kEmulated;
+  EXPECT_EQ(best_bf16_path(), best);
+  for (Bf16Path path : {Bf16Path::kOnednn, Bf16Path::kAvx512Bf16}) {
+    const std::string why = bf16_path_unsupported_reason(path);
+    if (why.empty()) continue;
+    Tensor a = to_bf16(random_tensor({2, 2}, 1));
+    try {
+      mm_bf16(a, a, path);
+      FAIL() << "mm_bf16 on " << bf16_path_name(path) << " ran on a CPU without it";
+    } catch (const NotSupported& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("mm_bf16"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(bf16_path_name(path)), std::string::npos) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg;
+      EXPECT_NE(msg.find("has:"), std::string::npos) << msg;
+    }
   }
   EXPECT_THROW(parse_bf16_path("amx2"), InvalidArgument);
   EXPECT_EQ(parse_bf16_path("onednn"), Bf16Path::kOnednn);
+  EXPECT_EQ(parse_bf16_path("avx512_bf16"), Bf16Path::kAvx512Bf16);
 }
 
 TEST(MmBf16, RejectsFloat32Operands) {
