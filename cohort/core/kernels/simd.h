@@ -36,7 +36,11 @@ inline VN vmax(VN a, VN b) { return _mm512_max_ps(a, b); }
 inline VN vfmadd(VN a, VN b, VN c) { return _mm512_fmadd_ps(a, b, c); }    // a b + c
 inline VN vfnmadd(VN a, VN b, VN c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
 inline VN vfmsub(VN a, VN b, VN c) { return _mm512_fmsub_ps(a, b, c); }    // a b - c
-inline __mmask16 first_k(int64_t k) { return static_cast<__mmask16>((1u << k) - 1u); }
+// k >= kN gives every lane (a shift by 32 or more would be undefined: x86
+// takes the count mod 32, so k = 1000 used to give 8 lanes).
+inline __mmask16 first_k(int64_t k) {
+  return k >= kN ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << k) - 1u);
+}
 // The first k (0..kN) floats at p; the rest read as zero and are not touched.
 inline VN vload_first(const float* p, int64_t k) { return _mm512_maskz_loadu_ps(first_k(k), p); }
 inline void vstore_first(float* p, int64_t k, VN v) { _mm512_mask_storeu_ps(p, first_k(k), v); }
