@@ -5,6 +5,7 @@
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
+#include "cohort/core/kernels/bf16_rows.h"
 #include "cohort/core/kernels/gelu.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/native/norm.h"
@@ -22,22 +23,21 @@ namespace {
 Tensor linear_gelu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, native::Bf16Path path) {
   Tensor x16 = native::to_bf16(x), w16 = native::to_bf16(w);
   Tensor pre = native::linear_bf16(x16, w16, b, path);
-  Tensor out = kernels::gelu_tanh(pre);
-  if (!autograd::any_requires_grad({x, w, b})) return out;
-  Tensor pre16 = native::to_bf16(pre);
+  if (!autograd::any_requires_grad({x, w, b})) return kernels::gelu_tanh(pre);
+  const int64_t outf = w16.sizes()[0];
+  kernels::GeluBf16 fwd = kernels::gelu_tanh_to_bf16(pre.reshape({-1, outf}));
   const bool has_b = b.defined();
+  Tensor out = fwd.out.reshape(pre.sizes());
   return record(
       out, "linear_gelu_bf16", {x, w, b},
-      [x16, w16, pre16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {
+      [x16, w16, pre16 = fwd.pre16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {
         const int64_t in = w16.sizes()[1], outf = w16.sizes()[0];
-        Tensor dh =
-            kernels::gelu_tanh_backward(g, native::bf16_to_float(pre16)).reshape({-1, outf});
-        Tensor dh16 = native::to_bf16(dh);
-        Tensor dx, dw, db;
-        if (needs[0]) dx = native::mm_bf16(dh16, w16, path).reshape(x16.sizes());
-        if (needs[1]) dw = native::mm_bf16(dh16.transpose(0, 1), x16.reshape({-1, in}), path);
-        if (has_b && needs[2]) db = native::sum(dh, {0});
-        return std::vector<Tensor>{dx, dw, db};
+        kernels::Bf16Rows dh =
+            kernels::gelu_tanh_backward_bf16(g.reshape({-1, outf}), pre16, has_b && needs[2]);
+        Tensor dx, dw;
+        if (needs[0]) dx = native::mm_bf16(dh.rounded, w16, path).reshape(x16.sizes());
+        if (needs[1]) dw = native::mm_bf16(dh.rounded.transpose(0, 1), x16.reshape({-1, in}), path);
+        return std::vector<Tensor>{dx, dw, dh.sums};
       });
 }
 

@@ -3,6 +3,7 @@
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
+#include "cohort/core/kernels/bf16_rows.h"
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/native/reduce.h"
@@ -54,14 +55,14 @@ Tensor recorded_linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b,
   return record(out, "linear_bf16", {x, w, b},
                 [x16, w16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {
                   const int64_t in = w16.sizes()[1], outf = w16.sizes()[0];
-                  Tensor g2 = g.reshape({-1, outf});
-                  Tensor g16 = native::to_bf16(g2);
-                  Tensor gx, gw, gb;
-                  if (needs[0]) gx = native::mm_bf16(g16, w16, path).reshape(x16.sizes());
+                  // The rounded gradient and the bias gradient in one pass.
+                  kernels::Bf16Rows g16 =
+                      kernels::to_bf16_with_column_sums(g.reshape({-1, outf}), has_b && needs[2]);
+                  Tensor gx, gw;
+                  if (needs[0]) gx = native::mm_bf16(g16.rounded, w16, path).reshape(x16.sizes());
                   if (needs[1])
-                    gw = native::mm_bf16(g16.transpose(0, 1), x16.reshape({-1, in}), path);
-                  if (has_b && needs[2]) gb = native::sum(g2, {0});
-                  return std::vector<Tensor>{gx, gw, gb};
+                    gw = native::mm_bf16(g16.rounded.transpose(0, 1), x16.reshape({-1, in}), path);
+                  return std::vector<Tensor>{gx, gw, g16.sums};
                 });
 }
 

@@ -189,9 +189,11 @@ TEST_P(GemmPacked, RuleOnTheGptShapesAgreesWithTheOtherBackend) {
           EXPECT_TRUE(gemm_packed_available());
         }
         // docs/kernels.md's rule: packed exactly for A as stored on the
-        // reference GPT's 2048 rows, on the avx2 path.
+        // reference GPT's 2048 rows on the avx2 path, and for every product
+        // of at least 2^21 multiply-adds on the avx512 path.
         const bool packed_expected =
-            kernel_path() == KernelPath::kAvx2 && !t.ta && t.m == 2048 && t.k <= 1024;
+            (kernel_path() == KernelPath::kAvx2 && !t.ta && t.m == 2048 && t.k <= 1024) ||
+            (kernel_path() == KernelPath::kAvx512 && t.m * t.n * t.k >= (int64_t(1) << 21));
         EXPECT_EQ(chosen == GemmBackend::kPacked, packed_expected)
             << (t.ta ? "T" : "N") << (t.tb ? "T" : "N") << " m " << t.m << " n " << t.n << " k "
             << t.k;

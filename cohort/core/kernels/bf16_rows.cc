@@ -1,0 +1,99 @@
+#include "cohort/core/kernels/bf16_rows.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "cohort/base/error.h"
+#include "cohort/core/kernels/transformer_rows.h"
+#include "cohort/core/native/linalg_bf16.h"
+
+namespace cohort::kernels {
+
+using detail::ColumnSums;
+
+namespace {
+
+void check_rows(const Tensor& t, DType dtype, const char* op, const char* what) {
+  COHORT_CHECK(t.dim() == 2 && t.dtype() == dtype, "{}: {} must be a 2-D {} tensor, got {} {}", op,
+               what, dtype_name(dtype), dtype_name(t.dtype()), shape_str(t.sizes()));
+}
+
+// fn(part, row, sums) for every row, split over threads in contiguous parts;
+// sums (null unless need_sums) is the part's float block, flushed every
+// ColumnSums::kFlushRows rows. Returns the column sums (or undefined).
+template <typename Fn>
+Tensor over_rows(int64_t rows, int64_t n, bool need_sums, Fn fn) {
+  const int64_t parts = detail::row_parts(rows, 16);
+  ColumnSums sums(need_sums ? parts : 0, n);
+  detail::for_row_parts(rows, parts, [&](int64_t part, int64_t r0, int64_t r1) {
+    for (int64_t b0 = r0; b0 < r1; b0 += ColumnSums::kFlushRows) {
+      const int64_t b1 = std::min(b0 + ColumnSums::kFlushRows, r1);
+      float* acc = need_sums ? sums.block(part) : nullptr;
+      for (int64_t row = b0; row < b1; ++row) fn(row, acc);
+      if (need_sums) sums.flush(part);
+    }
+  });
+  if (!need_sums) return Tensor();
+  return rows ? sums.result({n}) : Tensor::zeros({n}, kFloat32);
+}
+
+}  // namespace
+
+Bf16Rows to_bf16_with_column_sums(const Tensor& g_in, bool need_sums) {
+  check_rows(g_in, kFloat32, "to_bf16_with_column_sums", "input");
+  Tensor g = g_in.contiguous();
+  const int64_t rows = g.sizes()[0], n = g.sizes()[1];
+  Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
+  const float* pg = g.data_ptr<float>();
+  BFloat16* py = r.rounded.data_ptr<BFloat16>();
+  r.sums = over_rows(rows, n, need_sums, [&](int64_t row, float* acc) {
+    const float* x = pg + row * n;
+    native::to_bf16(x, py + row * n, n);
+    if (acc)
+      for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+  });
+  return r;
+}
+
+GeluBf16 gelu_tanh_to_bf16(const Tensor& pre_in) {
+  check_rows(pre_in, kFloat32, "gelu_tanh_to_bf16", "input");
+  Tensor pre = pre_in.contiguous();
+  const int64_t rows = pre.sizes()[0], n = pre.sizes()[1];
+  GeluBf16 r{Tensor::empty({rows, n}, kFloat32), Tensor::empty({rows, n}, kBFloat16)};
+  const float* pp = pre.data_ptr<float>();
+  float* po = r.out.data_ptr<float>();
+  BFloat16* p16 = r.pre16.data_ptr<BFloat16>();
+  const auto& k = detail::transformer_rows();
+  over_rows(rows, n, false, [&](int64_t row, float*) {
+    k.gelu_tanh(pp + row * n, po + row * n, n);
+    native::to_bf16(pp + row * n, p16 + row * n, n);
+  });
+  return r;
+}
+
+Bf16Rows gelu_tanh_backward_bf16(const Tensor& g_in, const Tensor& pre16_in, bool need_sums) {
+  check_rows(g_in, kFloat32, "gelu_tanh_backward_bf16", "grad");
+  check_rows(pre16_in, kBFloat16, "gelu_tanh_backward_bf16", "pre16");
+  COHORT_CHECK(g_in.sizes() == pre16_in.sizes(),
+               "gelu_tanh_backward_bf16: grad {} and pre16 {} differ", shape_str(g_in.sizes()),
+               shape_str(pre16_in.sizes()));
+  Tensor g = g_in.contiguous(), pre16 = pre16_in.contiguous();
+  const int64_t rows = g.sizes()[0], n = g.sizes()[1];
+  Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
+  const float* pg = g.data_ptr<float>();
+  const BFloat16* pp = pre16.data_ptr<BFloat16>();
+  BFloat16* pd = r.rounded.data_ptr<BFloat16>();
+  const auto& k = detail::transformer_rows();
+  r.sums = over_rows(rows, n, need_sums, [&](int64_t row, float* acc) {
+    // One row of pre widened and of dh in float32, on this thread's scratch.
+    thread_local std::vector<float> pre, dh;
+    pre.resize(n);
+    dh.resize(n);
+    native::bf16_to_float(pp + row * n, pre.data(), n);
+    k.gelu_tanh_backward(pg + row * n, pre.data(), dh.data(), acc, n);
+    native::to_bf16(dh.data(), pd + row * n, n);
+  });
+  return r;
+}
+
+}  // namespace cohort::kernels

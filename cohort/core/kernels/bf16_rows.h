@@ -1,0 +1,37 @@
+// The row passes of the bf16 linear layers (autograd's linear and
+// linear_gelu under a bf16 PrecisionPolicy), each one read of its float32
+// input instead of two or three (not recorded by autograd):
+//  - to_bf16_with_column_sums: the incoming gradient g [rows, n] rounded to
+//    bf16 for the products, and (need_sums) its column sums in float32 (the
+//    bias gradient), accumulated as cross_entropy's and LayerNorm's are
+//    (float blocks of ColumnSums::kFlushRows rows flushed into double).
+//  - gelu_tanh_to_bf16: out = gelu_tanh(pre) and pre rounded to bf16 (what
+//    backward keeps).
+//  - gelu_tanh_backward_bf16: dh = g * gelu_tanh'(pre16) rounded to bf16,
+//    and (need_sums) dh's column sums (before rounding).
+// Shapes: 2-D float32 [rows, n] (pre16 / results bf16 of the same shape);
+// column sums [n]. Rounding to nearest even (native::to_bf16).
+// Thread safety: reentrant; each call uses at most cohort::num_threads().
+// Failure: wrong dtypes or shapes throw InvalidArgument naming the op.
+#pragma once
+
+#include "cohort/core/tensor.h"
+
+namespace cohort::kernels {
+
+struct Bf16Rows {
+  Tensor rounded;  // bf16
+  Tensor sums;     // float32 [n], undefined unless asked for
+};
+Bf16Rows to_bf16_with_column_sums(const Tensor& g, bool need_sums);
+
+struct GeluBf16 {
+  Tensor out;    // float32 gelu_tanh(pre)
+  Tensor pre16;  // bf16(pre)
+};
+GeluBf16 gelu_tanh_to_bf16(const Tensor& pre);
+
+// g float32 [rows, n], pre16 bf16 [rows, n].
+Bf16Rows gelu_tanh_backward_bf16(const Tensor& g, const Tensor& pre16, bool need_sums);
+
+}  // namespace cohort::kernels
