@@ -230,6 +230,23 @@ constexpr Bf16GemmKernels kKernels{kMR, kNR, 2, &micro, &pack_a, &pack_b};
 
 }  // namespace
 
+COHORT_BF16_TARGET
+void avx512bf16_to_bf16(const float* x, BFloat16* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(static_cast<int>(std::min<int64_t>(n - i, 16)));
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    // vcvtneps2bf16 rounds to nearest even like BFloat16, but flushes
+    // subnormal inputs to zero and keeps a NaN's payload (BFloat16 gives
+    // 0x7fc0): such lanes (classes QNaN 0x01, SNaN 0x80, denormal 0x20) take
+    // BFloat16's own conversion.
+    if (_mm512_mask_fpclass_ps_mask(m, v, 0xA1)) {
+      for (int64_t j = i; j < std::min<int64_t>(n, i + 16); ++j) y[j] = BFloat16(x[j]);
+      continue;
+    }
+    _mm256_mask_storeu_epi16(y + i, m, (__m256i)_mm512_cvtneps_pbh(v));
+  }
+}
+
 void avx512bf16_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
                           float beta, float* c, int64_t ldc, const float* bias) {

@@ -28,6 +28,8 @@ std::string onednn_bf16_unsupported_reason();
 void avx512bf16_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
                           float beta, float* c, int64_t ldc, const float* bias);
+// vcvtneps2bf16, bit for bit BFloat16's rounding (gemm_bf16_avx512.cc).
+void avx512bf16_to_bf16(const float* x, BFloat16* y, int64_t n);
 }  // namespace detail
 
 namespace {
@@ -128,6 +130,15 @@ void check_bf16_path(Bf16Path path, std::string_view op) {
 }
 
 void to_bf16(const float* x, BFloat16* y, int64_t n) {
+#if defined(__x86_64__)
+  // One instruction per 16 floats where the avx512 path runs on a CPU with
+  // AVX512-BF16, instead of the integer rounding of bf16_kernels_isa.cc.
+  static const bool native = cpu_features().avx512_bf16;
+  if (native && kernel_path() == KernelPath::kAvx512) {
+    detail::avx512bf16_to_bf16(x, y, n);
+    return;
+  }
+#endif
   if (const Bf16Kernels* k = bf16_kernels()) {
     k->to_bf16(x, reinterpret_cast<uint16_t*>(y), n);
     return;
