@@ -10,8 +10,10 @@
 # run's median ms/step. PyTorch runs with OPENBLAS_NUM_THREADS=1, its fastest
 # setting on these 2-core hosts (docs/kernels.md, "GPT").
 # Prints ms/step, cohort/PyTorch ratios, model FLOPs utilisation against the
-# measured fp32 peak of THREADS cores (bench_fma_peak), peak RSS and its
-# ratio, and the CPU model.
+# measured fp32 peak of THREADS cores (bench_fma_peak) and, for bf16 rows on an
+# AVX512-BF16 CPU, against the measured bf16 peak (its vdpbf16ps loop), peak
+# RSS and its ratio, and the CPU model. With DDP on such a CPU the 2 x 1 runs
+# repeat in bf16 (cohort --precision bf16, PyTorch autocast).
 # FLOPs per step = (6 N + 12 L C T) x B x T, N the parameters without the
 # position embedding (nanoGPT's estimate_mfu; PaLM appendix B).
 # PyTorch bf16 runs only where the CPU has AVX512-BF16 or AMX-BF16 (elsewhere
@@ -91,6 +93,14 @@ for cfg in ${CONFIGS:-ref long gpt2}; do
       # shellcheck disable=SC2086
       OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
         --warmup 2 --threads 1 --ddp 2 --precision fp32 >"$tmp/$cfg.torchddp2.$r.json"
+      if [[ $BF16 == 1 ]]; then
+        # shellcheck disable=SC2086
+        "$cohort" run --nproc-per-node 2 "$bench" --ddp $a --steps "$s" --warmup 2 --threads 1 \
+          --precision bf16 >"$tmp/$cfg.ddp2bf16.$r.json"
+        # shellcheck disable=SC2086
+        OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/bench/gpt/torch_gpt.py" $a --steps "$s" \
+          --warmup 2 --threads 1 --ddp 2 --precision bf16 >"$tmp/$cfg.torchddp2bf16.$r.json"
+      fi
     fi
   done
 done
@@ -105,7 +115,13 @@ peak = max(p["gflops_all"] for p in peaks)
 print(f"cpu: {peaks[0]['cpu']}; fp32 peak ({peaks[0]['path']} FMA loop, measured before and after): "
       f"{max(p['gflops_per_core'] for p in peaks):.1f} GFLOP/s per core, {peak:.1f} on "
       f"{peaks[0]['threads']} cores; load before {peaks[0]['load']}, after {peaks[1]['load']}")
-print("FLOPs/step = (6 N + 12 L C T) B T, N = parameters without wpe")
+bf16_peak = max(p.get("bf16_gflops_all", 0) for p in peaks)
+if bf16_peak:
+    print(f"bf16 peak (vdpbf16ps loop, measured before and after): "
+          f"{max(p['bf16_gflops_per_core'] for p in peaks):.1f} GFLOP/s per core, {bf16_peak:.1f} on "
+          f"{peaks[0]['threads']} cores")
+print("FLOPs/step = (6 N + 12 L C T) B T, N = parameters without wpe; MFU against the fp32 peak, "
+      "bf16 rows also against the bf16 peak")
 def load(cfg, impl):
     runs = []
     for r in range(1, rounds + 1):
@@ -113,8 +129,9 @@ def load(cfg, impl):
         lines = [l[l.index("{"):] for l in open(f"{tmp}/{cfg}.{impl}.{r}.json") if '{"impl"' in l]
         runs.append(json.loads(lines[-1]))
     return runs
-hdr = "{:<6} {:<15} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}"
-print(hdr.format("config", "impl", "ms/step", "min", "max", "GFLOP", "MFU", "RSS MiB", "graph MiB"))
+hdr = "{:<6} {:<19} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>9}"
+print(hdr.format("config", "impl", "ms/step", "min", "max", "GFLOP", "MFU", "bf16 MFU", "RSS MiB",
+                 "graph MiB"))
 for cfg in configs:
     c = load(cfg, "cohort")
     flop = c[0]["gflop_step"]
@@ -125,6 +142,8 @@ for cfg in configs:
     if ddp and cfg == "ref":
         impls += [("ddp2", "cohort ddp 2x1"), ("torchddp2", "torch ddp 2x1"),
                   ("one1", "cohort 1x1")]
+        if bf16:
+            impls += [("ddp2bf16", "cohort ddp 2x1 bf16"), ("torchddp2bf16", "torch ddp 2x1 bf16")]
     for impl, name in impls:
         runs = load(cfg, impl)
         ms = statistics.median(r["ms_step"] for r in runs)
@@ -132,14 +151,17 @@ for cfg in configs:
         gflop = runs[0].get("gflop_step", flop * runs[0].get("ranks", 1))
         threads = runs[0].get("threads", 1) * runs[0].get("ranks", 1)
         res[impl] = (ms, rss)
+        share = lambda p: gflop / (ms * 1e-3) / (p * threads / peaks[0]["threads"]) * 100
         print(hdr.format(cfg, name, f"{ms:.1f}", f"{min(r['ms_min'] for r in runs):.1f}",
                          f"{max(r['ms_max'] for r in runs):.1f}", f"{gflop:.2f}",
-                         f"{gflop / (ms * 1e-3) / (peak * threads / peaks[0]['threads']) * 100:.1f}%",
+                         f"{share(peak):.1f}%",
+                         f"{share(bf16_peak):.1f}%" if bf16_peak and "bf16" in name else "-",
                          f"{rss:.0f}", f"{runs[0]['graph_mib']:.0f}" if "graph_mib" in runs[0] else "-"))
     (cm, cr), (tm, tr) = res["cohort"], res["torch"]
     line = f"{cfg}: cohort/torch fp32 time {cm / tm:.3f}, peak RSS {cr / tr:.3f}"
     b16 = load(cfg, "cohortbf16")[0]
-    line += (f"; cohort bf16 ({b16['bf16_path']})/fp32 time {res['cohortbf16'][0] / cm:.3f}, "
+    line += (f"; cohort bf16 ({b16['bf16_path']})/fp32 time {res['cohortbf16'][0] / cm:.3f} "
+             f"(throughput {cm / res['cohortbf16'][0]:.2f}x), "
              f"graph memory {b16['graph_mib'] / load(cfg, 'cohort')[0]['graph_mib']:.3f}")
     if bf16:
         line += f"; cohort bf16/torch bf16 time {res['cohortbf16'][0] / res['torchbf16'][0]:.3f}"
@@ -148,6 +170,9 @@ for cfg in configs:
                  f"{res['ddp2'][0] / res['torchddp2'][0]:.3f}, peak RSS "
                  f"{res['ddp2'][1] / res['torchddp2'][1]:.3f}, DDP scaling (1x1 ms / 2x1 ms, 16 sequences per "
                  f"rank) {res['one1'][0] / res['ddp2'][0]:.3f}")
+    if "ddp2bf16" in res:
+        line += (f"; DDP 2x1 bf16: cohort bf16/fp32 throughput {res['ddp2'][0] / res['ddp2bf16'][0]:.3f}, "
+                 f"cohort/torch bf16 time {res['ddp2bf16'][0] / res['torchddp2bf16'][0]:.3f}")
     print(line)
 if not bf16:
     print("torch bf16 not run: this CPU has no AVX512-BF16 / AMX-BF16 (BF16=1 forces it)")

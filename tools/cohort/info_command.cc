@@ -27,12 +27,20 @@ int run_info() {
   std::printf("kernel paths: %s (this CPU); in use: %s%s\n", paths.c_str(),
               kernel_path_name(kernel_path()),
               kernel_path() == best_kernel_path() ? "" : " (forced)");
-  // The bf16 path --precision bf16 uses, and why the faster one is not.
-  const native::Bf16Path bf16 = native::best_bf16_path();
-  const std::string no_onednn = native::bf16_path_unsupported_reason(native::Bf16Path::kOnednn);
-  std::printf(
-      "bf16 path: %s%s%s\n", native::bf16_path_name(bf16),
-      no_onednn.empty() ? "" : " (onednn: ", no_onednn.empty() ? "" : (no_onednn + ")").c_str());
+  // The bf16 path --precision bf16 uses, the others this CPU runs, and why
+  // the rest do not run here.
+  std::string bf16_paths, bf16_missing;
+  for (native::Bf16Path p :
+       {native::Bf16Path::kEmulated, native::Bf16Path::kAvx512Bf16, native::Bf16Path::kOnednn}) {
+    const std::string why = native::bf16_path_unsupported_reason(p);
+    if (why.empty())
+      bf16_paths += std::string(bf16_paths.empty() ? "" : ", ") + native::bf16_path_name(p);
+    else
+      bf16_missing += std::string("; ") + native::bf16_path_name(p) + ": " + why;
+  }
+  std::printf("bf16 path: %s (this CPU runs: %s%s)\n",
+              native::bf16_path_name(native::best_bf16_path()), bf16_paths.c_str(),
+              bf16_missing.c_str());
   std::printf("blas: OpenBLAS (%s)\n", openblas_get_config());
   std::printf("threads: %d\n", num_threads());
   std::printf("backends: native%s%s\n", COHORT_HAVE_MPI ? ", mpi" : "",
