@@ -12,8 +12,12 @@
 // The storage cache is emptied after construction, so that the peak RSS
 // shows what training keeps rather than what setting up freed.
 //
+// --gather-buffers release: stage 3 without its resident gather buffers
+// (ZeroOptions::resident_gather_buffers false), to measure what they save.
+//
 // Usage: bench_zero --mode ddp|zero1|zero2|zero3 [--batch B] [--steps N]
 //                   [--warmup N] [--threads N] [--n-layer L] [--n-embd C]
+//                   [--gather-buffers resident|release]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -44,7 +48,8 @@ double median(std::vector<double> v) {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "bench_zero: %s\nusage: bench_zero --mode ddp|zero1|zero2|zero3 [--batch B] "
-               "[--steps N] [--warmup N] [--threads N] [--n-layer L] [--n-embd C]\n",
+               "[--steps N] [--warmup N] [--threads N] [--n-layer L] [--n-embd C] "
+               "[--gather-buffers resident|release]\n",
                why);
   std::exit(2);
 }
@@ -52,7 +57,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string mode;
+  std::string mode, gather_buffers = "resident";
   int64_t batch = 8, n_layer = 4, n_embd = 256;
   int steps = 5, warmup = 2, threads = 1;
   for (int i = 1; i < argc; ++i) {
@@ -73,6 +78,8 @@ int main(int argc, char** argv) {
       n_layer = std::stoll(v);
     } else if (a == "--n-embd") {
       n_embd = std::stoll(v);
+    } else if (a == "--gather-buffers") {
+      gather_buffers = v;
     } else {
       usage(("unknown option " + a).c_str());
     }
@@ -82,6 +89,8 @@ int main(int argc, char** argv) {
   if (mode.size() == 5 && mode.rfind("zero", 0) == 0 && mode[4] >= '1' && mode[4] <= '3')
     stage = mode[4] - '0';
   if (stage < 0) usage("--mode must be ddp, zero1, zero2 or zero3");
+  if (gather_buffers != "resident" && gather_buffers != "release")
+    usage("--gather-buffers must be resident or release");
   set_num_threads(threads);
   auto pg = distributed::init_process_group("native", "env://");
   const int rank = pg->rank(), world = pg->size();
@@ -105,7 +114,8 @@ int main(int argc, char** argv) {
     zero = std::make_unique<parallel::ShardedDataParallel>(
         model, pg,
         parallel::ZeroOptions{.stage = stage,
-                              .unit_policy = parallel::module_type_policy({"Block"})});
+                              .unit_policy = parallel::module_type_policy({"Block"}),
+                              .resident_gather_buffers = gather_buffers == "resident"});
     zero_opt = std::make_unique<parallel::ShardedOptimizer>(
         *zero, std::make_unique<optim::AdamW>(zero->shard_parameters(), o));
   }
@@ -134,7 +144,7 @@ int main(int argc, char** argv) {
     const auto t1 = std::chrono::steady_clock::now();
     if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  double state = 0, traffic = 0, gather = 0;
+  double state = 0, traffic = 0, gather = 0, gather_buffers_bytes = 0;
   if (ddp) {
     size_t buckets = 0;
     for (size_t b = 0; b < ddp->reducer().num_buckets(); ++b)
@@ -148,6 +158,7 @@ int main(int argc, char** argv) {
     state = static_cast<double>(m.parameter_bytes + m.gradient_bytes + zero_opt->state_bytes());
     traffic = static_cast<double>(zero->traffic().total() - traffic_before);
     gather = static_cast<double>(m.gather_bytes_peak);
+    gather_buffers_bytes = static_cast<double>(m.gather_buffer_bytes);
   }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -158,12 +169,12 @@ int main(int argc, char** argv) {
         "{\"mode\": \"%s\", \"ranks\": %d, \"threads\": %d, \"batch\": %lld, \"params\": %lld, "
         "\"ms_per_step\": %.1f, \"ms_min\": %.1f, \"ms_max\": %.1f, \"peak_rss_mb\": %.1f, "
         "\"model_state_mb\": %.2f, \"model_state_formula_mb\": %.2f, \"gather_peak_mb\": %.2f, "
-        "\"bytes_per_step_mb\": %.2f, \"bytes_formula_mb\": %.2f}\n",
+        "\"gather_buffers_mb\": %.2f, \"bytes_per_step_mb\": %.2f, \"bytes_formula_mb\": %.2f}\n",
         mode.c_str(), world, threads, static_cast<long long>(batch), static_cast<long long>(psi),
         median(ms), *std::min_element(ms.begin(), ms.end()),
         *std::max_element(ms.begin(), ms.end()), rss.item<double>() / 1e6, state / 1e6,
-        parallel::zero_model_state_bytes(stage, psi, world) / 1e6, gather / 1e6, traffic / 1e6,
-        parallel::zero_traffic_bytes(stage, psi) / 1e6);
+        parallel::zero_model_state_bytes(stage, psi, world) / 1e6, gather / 1e6,
+        gather_buffers_bytes / 1e6, traffic / 1e6, parallel::zero_traffic_bytes(stage, psi) / 1e6);
   }
   distributed::destroy_process_group(pg);
   return 0;

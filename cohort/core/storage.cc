@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cohort/base/error.h"
+
 namespace cohort {
 namespace {
 
@@ -95,6 +97,7 @@ Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
       nbytes_(nbytes),
       capacity_(nbytes),
       borrowed_(true),
+      borrowed_data_(data),
       deleter_(std::move(deleter)) {
   g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);
 }
@@ -102,13 +105,20 @@ Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
 Storage::~Storage() {
   g_live_bytes.fetch_sub(nbytes_, std::memory_order_relaxed);
   if (borrowed_) {
-    if (deleter_) deleter_(data_);
+    if (deleter_) deleter_(borrowed_data_);
     return;
   }
   if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled() &&
       BlockCache::instance().give(data_, capacity_))
     return;
   raw_free(data_);
+}
+
+void Storage::rebind(void* data) {
+  COHORT_CHECK(borrowed_,
+               "Storage::rebind: only a borrowed storage can be rebound ({} bytes, owned)",
+               nbytes_);
+  data_ = data;
 }
 
 size_t Storage::cached_bytes() { return BlockCache::instance().cached(); }

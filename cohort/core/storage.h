@@ -12,8 +12,9 @@
 // A Storage can also borrow memory it did not allocate (Tensor::from_blob):
 // it never frees it, and calls the caller's deleter, if any, when the last
 // tensor sharing it goes away.
-// Thread safety: a Storage is immutable after construction; writes to the
-// bytes are the caller's to synchronise. The cache is thread safe.
+// Thread safety: a Storage is immutable after construction (except rebind(),
+// the owner's of a borrowed block); writes to the bytes are the caller's to
+// synchronise. The cache is thread safe.
 #pragma once
 
 #include <atomic>
@@ -43,6 +44,15 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   bool borrowed() const { return borrowed_; }
 
+  // Borrowed storage only: points it at other memory of at least nbytes(),
+  // keeping the Storage (and so every view of it, e.g. tensors autograd saved
+  // for backward) while the bytes move. ZeRO stage 3 uses it to hold a unit's
+  // gathered parameters in reused, resident buffers. The caller owns both
+  // blocks, keeps `data` alive while the storage points at it, and makes sure
+  // no other thread touches the bytes meanwhile. The deleter still receives
+  // the pointer given at construction.
+  void rebind(void* data);
+
   // Version counter shared by every view of this storage: the in-place
   // members of Tensor (copy_, fill_, add_, ..., and the random fills) bump
   // it, and autograd compares it with the value seen when a tensor was saved
@@ -63,6 +73,7 @@ class Storage {
   size_t nbytes_ = 0;
   size_t capacity_ = 0;  // bytes actually allocated (rounded up)
   bool borrowed_ = false;
+  void* borrowed_data_ = nullptr;       // borrowed memory: as constructed, for the deleter
   std::function<void(void*)> deleter_;  // borrowed memory only
   mutable std::atomic<uint64_t> version_{0};
 };

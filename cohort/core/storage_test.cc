@@ -4,6 +4,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
+
+#include "cohort/base/error.h"
 
 namespace cohort {
 namespace {
@@ -39,6 +43,21 @@ TEST(Storage, LiveBytesCountsStoragesAliveNow) {
     EXPECT_EQ(Storage::live_bytes() - before, 1000 + Storage::kCacheMinBytes * 2);
   }
   EXPECT_EQ(Storage::live_bytes(), before);  // cached blocks are not live
+}
+
+TEST(Storage, RebindMovesABorrowedStorageAndTheDeleterGetsTheOriginal) {
+  std::vector<float> a(4, 1.0f), b(4, 2.0f);
+  void* deleted = nullptr;
+  {
+    auto s = std::make_shared<Storage>(a.data(), a.size() * sizeof(float),
+                                       [&](void* p) { deleted = p; });
+    s->rebind(b.data());
+    EXPECT_EQ(s->data(), b.data());
+    EXPECT_EQ(static_cast<float*>(s->data())[3], 2.0f);
+  }
+  EXPECT_EQ(deleted, a.data());
+  Storage owned(16);
+  EXPECT_THROW(owned.rebind(b.data()), Error);
 }
 
 }  // namespace

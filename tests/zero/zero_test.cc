@@ -257,6 +257,70 @@ TEST(Zero, Stage3KeepingParametersAfterForwardMatches) {
   spawn([](int) { run_equivalence(Model::kGpt, 3, 10, /*reshard=*/false); }, 2);
 }
 
+// Stage 3's resident gather buffers (ZeroOptions::resident_gather_buffers):
+// training with them gives the same bits as gathering into each unit's own
+// block (the parameters' storage, and so the views autograd saved in forward,
+// follows the unit between buffers); they hold at most the root unit and two
+// of the largest units; and the module keeps summon_full_params()'s values
+// after the wrapper is gone.
+TEST(Zero, Stage3GatherBuffersAreReusedAndChangeNoBits) {
+  spawn(
+      [](int) {
+        KernelPathGuard exact_kernels(KernelPath::kBaseline);
+        auto pg = join();
+        const Model m = Model::kGpt;
+        std::vector<nn::NamedTensors> trained;
+        for (bool resident : {false, true}) {
+          auto model = make_model(m, pg->rank());
+          nn::NamedTensors summoned;
+          {
+            ShardedDataParallel zero(
+                model, pg,
+                {.stage = 3, .unit_policy = policy_of(m), .resident_gather_buffers = resident});
+            ShardedOptimizer opt(
+                zero, make_opt(m, *model, [&](const Tensor& t) { return zero.shard_of(t); }));
+            for (int s = 0; s < 5; ++s) {
+              opt.zero_grad();
+              Batch b = slice(batch_of(m, s), pg->rank(), pg->size());
+              zero.forward_with([&](nn::Module& mod) { return loss_of(m, mod, b); }).backward();
+              opt.clip_grad_norm(kClip);
+              opt.step();
+            }
+            size_t largest = 0, root = 0;
+            for (size_t u = 0; u < zero.num_units(); ++u) {
+              const size_t bytes = static_cast<size_t>(zero.unit_layout(u).total_numel()) * 4;
+              if (zero.unit_parameter_names()[u].first.empty()) {
+                root = bytes;
+              } else {
+                largest = std::max(largest, bytes);
+              }
+            }
+            const size_t buffers = zero.memory_stats().gather_buffer_bytes;
+            if (resident ? (buffers == 0 || buffers > root + 2 * largest) : buffers != 0)
+              throw Error(
+                  fmt::format("resident={}: {} B of gather buffers (root {} B, largest "
+                              "unit {} B)",
+                              resident, buffers, root, largest));
+            zero.summon_full_params();
+            summoned = snapshot(*model);
+          }
+          // The wrapper is gone; the module keeps the gathered values.
+          nn::NamedTensors after = snapshot(*model);
+          for (size_t i = 0; i < after.size(); ++i)
+            if (!equal(after[i].second, summoned[i].second))
+              throw Error(fmt::format("resident={}: '{}' changed when the wrapper went", resident,
+                                      after[i].first));
+          trained.push_back(summoned);
+        }
+        for (size_t i = 0; i < trained[0].size(); ++i)
+          if (!equal(trained[0][i].second, trained[1][i].second))
+            throw Error(fmt::format("parameter '{}' differs with resident gather buffers",
+                                    trained[0][i].first));
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
 TEST(Zero, ShardsAreRankMajorChunksWithEmptyOnes) {
   spawn(
       [](int rank) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 #include "cohort/autograd/grad_mode.h"
@@ -49,6 +50,11 @@ ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
 ShardedDataParallel::~ShardedDataParallel() {
   for (Param& p : params_) p.hook.remove();
   for (Unit& u : units_) {
+    // The module may outlive the buffers: gathered parameters go home.
+    if (u.buffer >= 0) {
+      std::memcpy(u.home.raw_data(), u.full.raw_data(), u.full.nbytes());
+      unbind_gather_buffer(u);
+    }
     if (u.module != nullptr)
       for (uint64_t id : u.hook_ids) u.module->remove_forward_hook(id);
     for (distributed::Work* w : {&u.rs_work, &u.ar_work, &u.ag_work}) {
@@ -161,12 +167,19 @@ void ShardedDataParallel::build_units() {
 
 void ShardedDataParallel::setup_stage3(Unit& u) {
   // The parameters move into one natural-layout storage per unit that can be
-  // emptied and refilled; this rank keeps its segment in `shard`.
+  // emptied and refilled; this rank keeps its segment in `shard`. The
+  // storage borrows the unit's own block (`home`) so that a gather can point
+  // it at a resident gather buffer instead (bind_gather_buffer).
   std::vector<int64_t> n;
   for (size_t k : u.params) n.push_back(params_[k].tensor.numel());
   FlatLayout natural(std::move(n), 1);
   const DType dtype = params_[u.params.front()].tensor.dtype();
-  u.full = Tensor::empty({natural.total_numel()}, dtype);
+  u.home = Tensor::empty({natural.total_numel()}, dtype);
+  std::shared_ptr<Storage> home = u.home.storage();
+  u.full = Tensor::from_storage(
+      std::make_shared<Storage>(u.home.raw_data(), u.home.nbytes(), [home](void*) {}),
+      {natural.total_numel()}, {1}, 0, dtype);
+  if (u.module != nullptr) largest_unit_numel_ = std::max(largest_unit_numel_, u.full.numel());
   u.shard = Tensor::zeros({u.layout.shard_numel()}, dtype);
   std::vector<Tensor> tensors;
   for (size_t j = 0; j < u.params.size(); ++j) {
@@ -631,6 +644,7 @@ ZeroMemoryStats ShardedDataParallel::memory_stats() const {
   ZeroMemoryStats s = mem_;
   s.parameter_bytes = 0;
   s.gradient_bytes = 0;
+  for (const GatherBuffer& b : gather_buffers_) s.gather_buffer_bytes += b.bytes.nbytes();
   for (const Unit& u : units_) {
     if (options_.stage == 3) {
       s.parameter_bytes += u.shard.nbytes();

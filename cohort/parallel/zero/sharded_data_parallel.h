@@ -37,9 +37,12 @@
 // unit's (in the previous forward's order) is issued; in backward the unit's
 // parameters are gathered again when the gradient of its output arrives and
 // the unit before it is prefetched; at most two units are gathered at a time
-// beside the root unit. Freed parameters keep their storage (the autograd
-// graph holds views of it) but its pages go back to the OS (madvise), so the
-// resident memory is that of the gathered units. A unit with frozen
+// beside the root unit. A gathered unit's parameters live in one of two
+// resident gather buffers (the root unit in a third), reused from unit to unit
+// and kept between steps (ZeroOptions::resident_gather_buffers); freeing a
+// unit points its storage back at its own block, whose pages are given back
+// to the OS (madvise) and read as zeros. The storage object stays the same
+// either way (the autograd graph holds views of it). A unit with frozen
 // parameters is freed only at the end of backward (its frozen weights may be
 // read after its last gradient is ready). Stage 3 needs the units' forwards
 // to be called through the call operators (module(x), a Child's fc1_(x),
@@ -64,7 +67,8 @@
 // Ownership: shares the module and the group. Not copyable. Under stage 3
 // the module's parameters are views of the wrapper's per-unit storage; call
 // summon_full_params() before destroying the wrapper when the module is used
-// afterwards (a freed unit reads as zeros).
+// afterwards (a freed unit reads as zeros; the destructor moves gathered units
+// out of the gather buffers into their own blocks).
 // Thread safety: one training thread.
 #pragma once
 
@@ -111,6 +115,16 @@ struct ZeroOptions {
   // ranks (a node's under `cohort run`) and replicate across them. 0 or the
   // group's size: plain ZeRO over the whole group. See make_hybrid_shard_groups.
   int hybrid_shard_size = 0;
+  // Stage 3: gather units into resident buffers reused from unit to unit --
+  // two the size of the largest unit, one the root unit's, allocated on first
+  // use and kept until the wrapper goes (ZeroMemoryStats::gather_buffer_bytes)
+  // -- instead of into each unit's own block, whose pages a free gives back to
+  // the OS and the next gather faults in again (on a VM about 13 us per 4 KiB
+  // page: 10 ms for a 3 MB unit, twice per step). A unit gathered while both
+  // buffers are taken (reshard_after_forward false, summon_full_params(),
+  // frozen units held to the end of backward) uses its own block as before.
+  // false: no resident buffers; between steps nothing gathered stays resident.
+  bool resident_gather_buffers = true;
 };
 
 // The 2-D grid of hybrid sharding over `pg`'s N ranks for shard size S (S
@@ -134,6 +148,9 @@ struct ZeroMemoryStats {
   size_t gradient_bytes = 0;     // persistent: full gradients (1) or shards (2, 3)
   size_t gather_bytes_peak = 0;  // stage 3: most bytes of gathered units at once
   int gathered_units_peak = 0;   // stage 3: most non-root units gathered at once
+  // Stage 3: bytes of the resident gather buffers allocated now (kept between
+  // steps; the gathered units' bytes above are held in them when they fit).
+  size_t gather_buffer_bytes = 0;
   // Stages 2, 3: full gradients held now, accumulated under no_sync() and
   // not yet reduced (included in gradient_bytes); 0 otherwise.
   size_t no_sync_gradient_bytes = 0;
@@ -302,7 +319,12 @@ class ShardedDataParallel : public nn::Module {
     FlatLayout layout;
     size_t trainable = 0;
     bool has_frozen = false;
-    Tensor full;        // stage 3: natural-layout storage of the parameters
+    // Stage 3: natural-layout storage of the parameters, a borrowed Storage
+    // pointing at `home` (the unit's own block) or, while gathered, at a
+    // gather buffer (`buffer`, -1 for home).
+    Tensor full;
+    Tensor home;
+    int buffer = -1;
     Tensor shard;       // stage 3: this rank's segment of the parameters
     Tensor grad_shard;  // stages 2, 3: this rank's averaged gradient segment
     Tensor full_grad;   // stage 1: natural-layout gradients (.grad views)
@@ -348,6 +370,8 @@ class ShardedDataParallel : public nn::Module {
   void on_unit_pre_backward(size_t u);
   void prefetch_after(size_t u, int step);
   void note_gathered();
+  void bind_gather_buffer(size_t u);
+  void unbind_gather_buffer(Unit& u);
   std::vector<Tensor> unit_tensors(const Unit& u) const;
   const Param& param_of_shard(const Tensor& shard) const;
 
@@ -375,6 +399,15 @@ class ShardedDataParallel : public nn::Module {
   size_t next_finish_ = 0;
   static constexpr size_t kMaxReductionsInFlight = 2;
   int64_t num_reductions_ = 0;
+  // Stage 3: resident gather buffers (ZeroOptions::resident_gather_buffers).
+  struct GatherBuffer {
+    Tensor bytes;
+    bool root = false;  // the root unit's own buffer
+    int unit = -1;      // the unit held now, -1 when free
+  };
+  std::vector<GatherBuffer> gather_buffers_;
+  static constexpr size_t kUnitGatherBuffers = 2;
+  int64_t largest_unit_numel_ = 0;  // non-root units
   // Stage 3: the order units ran in the last forward, and this one's.
   std::vector<size_t> forward_order_, this_forward_;
   bool in_forward_ = false;
