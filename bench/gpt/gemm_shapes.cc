@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
     std::string s = "," + only + ",";
     return s.find(std::string(",") + name + ",") != std::string::npos;
   };
+  std::map<std::string, std::vector<double>> rates;  // GFLOP/s per backend, by product
   if (!prods.empty()) std::printf("%-52s", "product (M x N x K)");
   bool header = false;
   for (const Product& p : prods) {
@@ -219,11 +221,24 @@ int main(int argc, char** argv) {
                   p.tb ? "T" : "N", (long long)p.m, (long long)p.n, (long long)p.k);
     std::printf("%-52s", label);
     const double flop = 2.0 * p.m * p.n * p.k;
-    for (auto& im : impls)
-      std::printf(" %5.1f/%-5.1f", flop / bench::median(im.samples) * 1e-9,
+    for (auto& im : impls) {
+      const double rate = flop / bench::median(im.samples);
+      std::printf(" %5.1f/%-5.1f", rate * 1e-9,
                   flop / bench::median(im.cpu_samples) * threads * 1e-9);
+      rates[im.name].push_back(rate);
+    }
     std::printf("\n");
     std::fflush(stdout);
+  }
+  // Each backend's median over the products, as a share of the measured peak
+  // of its kind (bf16 paths against the vdpbf16ps loop, the rest against FMA).
+  for (auto& [name, r] : rates) {
+    const bool is_bf16 = name.rfind("bf16_", 0) == 0;
+    const double p = is_bf16 ? bf16_peak.all_cores : peak.all_cores;
+    if (p <= 0) continue;
+    std::printf("# %s: median %.1f GFLOP/s over the products, %.1f %% of the %s peak\n",
+                name.c_str(), bench::median(r) * 1e-9, bench::median(r) / p * 100,
+                is_bf16 ? "bf16" : "fp32");
   }
   if (model == "attn" || model == "all") {
     // The composed attention's batched products (native::matmul): q k^T and
