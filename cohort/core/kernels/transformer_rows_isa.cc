@@ -208,43 +208,34 @@ void layer_norm_backward(const float* g, const float* x, const float* w, double 
                          double rstd_d, float* dx, float* dw, float* db, int64_t n) {
   const float mean = static_cast<float>(mean_d), rstd = static_cast<float>(rstd_d);
   const VN vm = vset1(mean), vr = vset1(rstd);
-  const int64_t nv = n / kN * kN;
   VN a1[kAcc] = {vzero(), vzero(), vzero(), vzero()};
   VN a2[kAcc] = {vzero(), vzero(), vzero(), vzero()};
-  float t1 = 0, t2 = 0;
-  for (int64_t i = 0; i < nv; i += kN) {
-    const VN gi = vloadu(g + i);
-    const VN xhat = vmul(vsub(vloadu(x + i), vm), vr);
-    const VN gw = w ? vmul(gi, vloadu(w + i)) : gi;
+  // The tail (n % kN floats) in vector form too, under a lane mask: lanes past
+  // n load zeros (g = 0 adds nothing), and the same instructions compute dw
+  // and db whether or not dx is asked for (a scalar tail left the compiler
+  // free to contract it differently in each case).
+  for (int64_t i = 0; i < n; i += kN) {
+    const int64_t len = n - i;
+    const VN gi = vload_first(g + i, len);
+    const VN xhat = vmul(vsub(vload_first(x + i, len), vm), vr);
+    const VN gw = w ? vmul(gi, vload_first(w + i, len)) : gi;
     const int k = static_cast<int>((i / kN) % kAcc);
     a1[k] = vadd(a1[k], gw);
     a2[k] = vfmadd(gw, xhat, a2[k]);
-    if (dw) vstoreu(dw + i, vfmadd(gi, xhat, vloadu(dw + i)));
-    if (db) vstoreu(db + i, vadd(vloadu(db + i), gi));
-  }
-  for (int64_t i = nv; i < n; ++i) {
-    const float xhat = (x[i] - mean) * rstd;
-    const float gw = w ? g[i] * w[i] : g[i];
-    t1 += gw;
-    t2 += gw * xhat;
-    if (dw) dw[i] += g[i] * xhat;
-    if (db) db[i] += g[i];
+    if (dw) vstore_first(dw + i, len, vfmadd(gi, xhat, vload_first(dw + i, len)));
+    if (db) vstore_first(db + i, len, vadd(vload_first(db + i, len), gi));
   }
   if (!dx) return;
   const float inv_n = 1.0f / static_cast<float>(n);
-  const float c1 = -rstd * (vsum4(a1) + t1) * inv_n;  // -rstd mean(gw)
-  const float c2 = rstd * (vsum4(a2) + t2) * inv_n;   // rstd mean(gw xhat)
+  const float c1 = -rstd * vsum4(a1) * inv_n;  // -rstd mean(gw)
+  const float c2 = rstd * vsum4(a2) * inv_n;   // rstd mean(gw xhat)
   const VN v1 = vset1(c1), v2 = vset1(c2);
-  for (int64_t i = 0; i < nv; i += kN) {
-    const VN gi = vloadu(g + i);
-    const VN xhat = vmul(vsub(vloadu(x + i), vm), vr);
-    const VN gw = w ? vmul(gi, vloadu(w + i)) : gi;
-    vstoreu(dx + i, vfnmadd(xhat, v2, vfmadd(gw, vr, v1)));
-  }
-  for (int64_t i = nv; i < n; ++i) {
-    const float xhat = (x[i] - mean) * rstd;
-    const float gw = w ? g[i] * w[i] : g[i];
-    dx[i] = gw * rstd + c1 - xhat * c2;
+  for (int64_t i = 0; i < n; i += kN) {
+    const int64_t len = n - i;
+    const VN gi = vload_first(g + i, len);
+    const VN xhat = vmul(vsub(vload_first(x + i, len), vm), vr);
+    const VN gw = w ? vmul(gi, vload_first(w + i, len)) : gi;
+    vstore_first(dx + i, len, vfnmadd(xhat, v2, vfmadd(gw, vr, v1)));
   }
 }
 

@@ -31,8 +31,13 @@
 // intrinsics (as cohort/base/isa.h notes for every ISA copy).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-namespace cohort::native::detail {
+// In a namespace under isa_avx512 (not an ISA copy: one compilation, with
+// AVX512-BF16 on top), so that tests/portability's check finds its AVX-512
+// code where AVX-512 belongs.
+namespace cohort::native::isa_avx512::bf16 {
 namespace {
+
+using detail::blocked_gemm;
 
 #define COHORT_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
@@ -256,6 +261,6 @@ void avx512bf16_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
                reinterpret_cast<const uint16_t*>(b), ldb, beta, c, ldc, bias);
 }
 
-}  // namespace cohort::native::detail
+}  // namespace cohort::native::isa_avx512::bf16
 
 #endif  // __x86_64__

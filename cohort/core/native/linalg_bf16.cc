@@ -23,14 +23,18 @@ void onednn_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
                       float* c, int64_t ldc);
 std::string onednn_bf16_unsupported_reason();
-// gemm_bf16_avx512.cc (x86-64 only); bias (or null): a row added to every row
-// of C, fused into the kernel's write of C.
+}  // namespace detail
+
+// gemm_bf16_avx512.cc (x86-64 only).
+namespace isa_avx512::bf16 {
+// bias (or null): a row added to every row of C, fused into the kernel's
+// write of C.
 void avx512bf16_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
                           float beta, float* c, int64_t ldc, const float* bias);
-// vcvtneps2bf16, bit for bit BFloat16's rounding (gemm_bf16_avx512.cc).
+// vcvtneps2bf16, bit for bit BFloat16's rounding.
 void avx512bf16_to_bf16(const float* x, BFloat16* y, int64_t n);
-}  // namespace detail
+}  // namespace isa_avx512::bf16
 
 namespace {
 
@@ -135,7 +139,7 @@ void to_bf16(const float* x, BFloat16* y, int64_t n) {
   // AVX512-BF16, instead of the integer rounding of bf16_kernels_isa.cc.
   static const bool native = cpu_features().avx512_bf16;
   if (native && kernel_path() == KernelPath::kAvx512) {
-    detail::avx512bf16_to_bf16(x, y, n);
+    isa_avx512::bf16::avx512bf16_to_bf16(x, y, n);
     return;
   }
 #endif
@@ -172,7 +176,8 @@ void gemm_bf16(Bf16Path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   check_bf16_path(path, "gemm_bf16");
   if (path == Bf16Path::kAvx512Bf16) {
 #if defined(__x86_64__)
-    detail::avx512bf16_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr);
+    isa_avx512::bf16::avx512bf16_gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                           nullptr);
 #endif
     return;
   }
@@ -267,10 +272,10 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
   Tensor bc = b.defined() ? b.contiguous() : Tensor();
   if (path == Bf16Path::kAvx512Bf16) {
 #if defined(__x86_64__)
-    detail::avx512bf16_gemm_bf16(ox.trans, !ow.trans, rows, outf, in, 1.0f,
-                                 ox.keep.data_ptr<BFloat16>(), ox.ld, ow.keep.data_ptr<BFloat16>(),
-                                 ow.ld, 0.0f, po, std::max<int64_t>(outf, 1),
-                                 bc.defined() ? bc.data_ptr<float>() : nullptr);
+    isa_avx512::bf16::avx512bf16_gemm_bf16(
+        ox.trans, !ow.trans, rows, outf, in, 1.0f, ox.keep.data_ptr<BFloat16>(), ox.ld,
+        ow.keep.data_ptr<BFloat16>(), ow.ld, 0.0f, po, std::max<int64_t>(outf, 1),
+        bc.defined() ? bc.data_ptr<float>() : nullptr);
 #endif
     return out;
   }
