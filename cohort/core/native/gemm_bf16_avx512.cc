@@ -197,30 +197,32 @@ void pack_across_k(const uint16_t* src, int64_t ld, int cols, int64_t kc, int wi
   }
 }
 
+// Panels of `width` rows of op(A) (columns of op(B)) from index i0, n of
+// them, k from p0: `along_k` when the matrix runs along k in memory (A as
+// stored, B transposed), else across it.
+void pack_panels(bool along_k, const uint16_t* m, int64_t ld, int64_t i0, int64_t n, int64_t p0,
+                 int64_t kc, int width, uint16_t* out) {
+  const int64_t kcp = (kc + 1) / 2 * 2;
+  for (int64_t o = 0; o < n; o += width) {
+    const int count = static_cast<int>(std::min<int64_t>(width, n - o));
+    uint32_t* dst = reinterpret_cast<uint32_t*>(out + o * kcp);
+    if (along_k)
+      pack_along_k(m + (i0 + o) * ld + p0, ld, count, kc, width, dst);
+    else
+      pack_across_k(m + p0 * ld + i0 + o, ld, count, kc, width, dst);
+  }
+}
+
 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
             uint16_t* ap) {
-  const int64_t kcp = (kc + 1) / 2 * 2;
-  for (int64_t ib = 0; ib < mc; ib += kMR) {
-    const int rows = static_cast<int>(std::min<int64_t>(kMR, mc - ib));
-    uint32_t* dst = reinterpret_cast<uint32_t*>(ap + ib * kcp);
-    if (ta)  // op(A)(i, p) = a[p * lda + i]
-      pack_across_k(a + p0 * lda + i0 + ib, lda, rows, kc, kMR, dst);
-    else
-      pack_along_k(a + (i0 + ib) * lda + p0, lda, rows, kc, kMR, dst);
-  }
+  // op(A)(i, p) = ta ? a[p lda + i] : a[i lda + p]
+  pack_panels(!ta, a, lda, i0, mc, p0, kc, kMR, ap);
 }
 
 void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
             uint16_t* bp) {
-  const int64_t kcp = (kc + 1) / 2 * 2;
-  for (int64_t jb = 0; jb < nc; jb += kNR) {
-    const int cols = static_cast<int>(std::min<int64_t>(kNR, nc - jb));
-    uint32_t* dst = reinterpret_cast<uint32_t*>(bp + jb * kcp);
-    if (tb)  // op(B)(p, j) = b[j * ldb + p]
-      pack_along_k(b + (j0 + jb) * ldb + p0, ldb, cols, kc, kNR, dst);
-    else
-      pack_across_k(b + p0 * ldb + j0 + jb, ldb, cols, kc, kNR, dst);
-  }
+  // op(B)(p, j) = tb ? b[j ldb + p] : b[p ldb + j]
+  pack_panels(tb, b, ldb, j0, nc, p0, kc, kNR, bp);
 }
 
 struct Bf16GemmKernels {

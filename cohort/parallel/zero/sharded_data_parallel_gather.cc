@@ -87,7 +87,10 @@ void ShardedDataParallel::bind_gather_buffer(size_t ui) {
   for (size_t b = 0; b < gather_buffers_.size(); ++b) {
     if (gather_buffers_[b].root != root) continue;
     ++count;
-    if (free_buffer < 0 && gather_buffers_[b].unit < 0) free_buffer = static_cast<int>(b);
+    // A buffer sized for another dtype's unit may be too small for this one.
+    if (free_buffer < 0 && gather_buffers_[b].unit < 0 &&
+        gather_buffers_[b].bytes.nbytes() >= u.full.nbytes())
+      free_buffer = static_cast<int>(b);
   }
   if (free_buffer < 0) {
     // More units at once than buffers: this one stays in its own block.
