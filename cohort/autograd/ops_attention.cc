@@ -33,7 +33,7 @@ kernels::HeadRows<T> head_rows(const Tensor& t, Tensor& hold) {
     src = hold;
   }
   kernels::HeadRows<T> h;
-  h.data = src.data_ptr<float>();
+  h.data = src.data_ptr<std::remove_const_t<T>>();
   h.row_stride = src.stride(-2);
   if (r == 3) h.batch_stride = src.stride(0);
   if (r == 4) {
@@ -85,37 +85,34 @@ kernels::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const 
 }
 
 // Under a bf16 PrecisionPolicy (precision.h): q, k, v and the incoming
-// gradient rounded to bf16, the float32 kernels run on the rounded values
-// (the products exact, scores, softmax statistics (log-sum-exp) and
-// accumulation in float32: the emulated bf16 path, on every policy path);
-// backward keeps bf16 copies of q, k, v and the output, the float32 lse.
+// gradient rounded to bf16, the float32 block kernels run on them widened
+// tile by tile (the products exact, scores, softmax statistics (log-sum-exp)
+// and accumulation in float32: the emulated bf16 path, on every policy
+// path); backward keeps the bf16 q, k, v and output, the float32 lse.
 Tensor attention_bf16(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                       const kernels::AttentionShape& s) {
   Tensor q16 = native::to_bf16(q_in), k16 = native::to_bf16(k_in), v16 = native::to_bf16(v_in);
-  Tensor qf = native::bf16_to_float(q16), kf = native::bf16_to_float(k16);
-  Tensor vf = native::bf16_to_float(v16);
   Tensor y = Tensor::empty(q_in.sizes());
-  Tensor hq, hk, hv, yh;
+  Tensor hold, yh;
   Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
-  kernels::attention_forward(s, head_rows<const float>(qf, hq), head_rows<const float>(kf, hk),
-                             head_rows<const float>(vf, hv), head_rows<float>(y, yh),
-                             lse.data_ptr<float>());
+  kernels::attention_forward(
+      s, head_rows<const BFloat16>(q16, hold), head_rows<const BFloat16>(k16, hold),
+      head_rows<const BFloat16>(v16, hold), head_rows<float>(y, yh), lse.data_ptr<float>());
   if (!autograd::any_requires_grad({q_in, k_in, v_in})) return y;
   Tensor y16 = native::to_bf16(y);
   return record(y, "scaled_dot_product_attention_bf16", {q_in, k_in, v_in},
                 [=](const Tensor& g_in, const std::vector<bool>&) {
-                  Tensor qd = native::bf16_to_float(q16), kd = native::bf16_to_float(k16);
-                  Tensor vd = native::bf16_to_float(v16), yd = native::bf16_to_float(y16);
-                  Tensor g = native::bf16_to_float(native::to_bf16(g_in));
-                  Tensor gq = Tensor::empty(qd.sizes()), gk = Tensor::empty(kd.sizes());
-                  Tensor gv = Tensor::empty(vd.sizes());
-                  Tensor hold[6];
+                  Tensor g16 = native::to_bf16(g_in);
+                  Tensor gq = Tensor::empty(q16.sizes()), gk = Tensor::empty(k16.sizes());
+                  Tensor gv = Tensor::empty(v16.sizes());
+                  Tensor hold[2];  // to_bf16's results are contiguous: no copies
                   kernels::attention_backward(
-                      s, head_rows<const float>(qd, hold[0]), head_rows<const float>(kd, hold[1]),
-                      head_rows<const float>(vd, hold[2]), head_rows<const float>(yd, hold[3]),
-                      lse.data_ptr<float>(), head_rows<const float>(g, hold[4]),
-                      head_rows<float>(gq, hold[5]), head_rows<float>(gk, hold[5]),
-                      head_rows<float>(gv, hold[5]));
+                      s, head_rows<const BFloat16>(q16, hold[0]),
+                      head_rows<const BFloat16>(k16, hold[0]),
+                      head_rows<const BFloat16>(v16, hold[0]),
+                      head_rows<const BFloat16>(y16, hold[0]), lse.data_ptr<float>(),
+                      head_rows<const BFloat16>(g16, hold[0]), head_rows<float>(gq, hold[1]),
+                      head_rows<float>(gk, hold[1]), head_rows<float>(gv, hold[1]));
                   return std::vector<Tensor>{gq, gk, gv};
                 });
 }

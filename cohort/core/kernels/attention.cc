@@ -26,6 +26,7 @@
 #include "cohort/base/isa.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/attention_blocks.h"
+#include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort::kernels {
 namespace detail {
@@ -283,6 +284,140 @@ void query_task(const AttentionShape& s, const AttentionOps& ops, const Backward
   }
 }
 
+// The first `rows` rows of one head of an operand as the block functions
+// read it (float32): float32 heads as they are, bfloat16 heads widened into
+// a buffer kept while the same head is asked for again.
+template <class T>
+class Widened;
+
+template <>
+class Widened<float> {
+ public:
+  ConstHeadRows head(ConstHeadRows src, int64_t, int64_t, int64_t) const { return src; }
+};
+
+template <>
+class Widened<BFloat16> {
+ public:
+  ConstHeadRows head(Bf16HeadRows src, int64_t bh, int64_t rows, int64_t d) {
+    if (bh != bh_) {
+      buf_.resize(static_cast<size_t>(rows * d));
+      const BFloat16* h = src.head(bh);
+      if (src.row_stride == d) {
+        native::bf16_to_float(h, buf_.data(), rows * d);
+      } else {
+        for (int64_t r = 0; r < rows; ++r)
+          native::bf16_to_float(h + r * src.row_stride, buf_.data() + r * d, d);
+      }
+      bh_ = bh;
+    }
+    // heads 1 and no strides: head(any bh) is the buffer.
+    return ConstHeadRows{buf_.data(), 1, 0, 0, d};
+  }
+
+ private:
+  std::vector<float> buf_;
+  int64_t bh_ = -1;
+};
+
+template <class T>
+void forward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T> k,
+                  HeadRows<const T> v, HeadRows<float> out, float* lse) {
+  check_attention_shape(s, "attention_forward");
+  if (s.batch_heads == 0 || s.q_len == 0) return;
+  const AttentionOps& ops = *detail::attention_ops();
+  const int64_t nqb = num_blocks(s.q_len), d = s.head_dim;
+  parallel_for(0, s.batch_heads * nqb, 1, [&](int64_t b, int64_t e) {
+    Scratch scratch(s);
+    Widened<T> wq, wk, wv;
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t bh = t / nqb;
+      forward_task(s, ops, wq.head(q, bh, s.q_len, d), wk.head(k, bh, s.kv_len, d),
+                   wv.head(v, bh, s.kv_len, d), out, lse, bh, t % nqb, scratch);
+    }
+  });
+}
+
+// The widened operands of head bh.
+template <class T>
+struct WidenedArgs {
+  Widened<T> q, k, v, dout;
+  BackwardArgs of(const AttentionShape& s, const BackwardArgs& a, HeadRows<const T> q16,
+                  HeadRows<const T> k16, HeadRows<const T> v16, HeadRows<const T> d16, int64_t bh) {
+    const int64_t d = s.head_dim;
+    return BackwardArgs{q.head(q16, bh, s.q_len, d),
+                        k.head(k16, bh, s.kv_len, d),
+                        v.head(v16, bh, s.kv_len, d),
+                        dout.head(d16, bh, s.q_len, d),
+                        a.rows,
+                        a.dq,
+                        a.dk,
+                        a.dv};
+  }
+};
+
+template <class T>
+void backward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T> k,
+                   HeadRows<const T> v, HeadRows<const T> out, const float* lse,
+                   HeadRows<const T> dout, HeadRows<float> dq, HeadRows<float> dk,
+                   HeadRows<float> dv) {
+  check_attention_shape(s, "attention_backward");
+  if (s.batch_heads == 0) return;
+  const int64_t bh_n = s.batch_heads, tq = s.q_len, d = s.head_dim;
+  if (tq == 0) {
+    for (int64_t bh = 0; bh < bh_n; ++bh) {
+      zero_rows(dk.head(bh), dk.row_stride, s.kv_len, d);
+      zero_rows(dv.head(bh), dv.row_stride, s.kv_len, d);
+    }
+    return;
+  }
+  const AttentionOps& ops = *detail::attention_ops();
+  // lse2 and delta: O(q_len) per head.
+  std::vector<float> stats(static_cast<size_t>(2 * bh_n * tq));
+  float* lse2 = stats.data();
+  float* delta = stats.data() + bh_n * tq;
+  parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
+    Widened<T> wo, wg;
+    for (int64_t bh = b; bh < e; ++bh) {
+      const ConstHeadRows oh = wo.head(out, bh, tq, d), gh = wg.head(dout, bh, tq, d);
+      for (int64_t i = 0; i < tq; ++i) {
+        const float* o = oh.head(bh) + i * oh.row_stride;
+        const float* g = gh.head(bh) + i * gh.row_stride;
+        double acc = 0;
+        for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(o[c]) * g[c];
+        delta[bh * tq + i] = static_cast<float>(acc);
+        lse2[bh * tq + i] = static_cast<float>(lse[bh * tq + i] * kLog2e);
+      }
+    }
+  });
+  const BackwardArgs a{{}, {}, {}, {}, RowStats{lse2, delta}, dq, dk, dv};
+  const int64_t nkb = num_blocks(s.kv_len), nqb = num_blocks(tq);
+  if (bh_n >= num_threads()) {
+    parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
+      Scratch scratch(s);
+      WidenedArgs<T> w;
+      for (int64_t bh = b; bh < e; ++bh) {
+        const BackwardArgs h = w.of(s, a, q, k, v, dout, bh);
+        zero_rows(dq.head(bh), dq.row_stride, tq, d);
+        for (int64_t kb = 0; kb < nkb; ++kb) key_task(s, ops, h, bh, kb, true, scratch);
+      }
+    });
+    return;
+  }
+  parallel_for(0, bh_n * nkb, 1, [&](int64_t b, int64_t e) {
+    Scratch scratch(s);
+    WidenedArgs<T> w;
+    for (int64_t t = b; t < e; ++t)
+      key_task(s, ops, w.of(s, a, q, k, v, dout, t / nkb), t / nkb, t % nkb, false, scratch);
+  });
+  parallel_for(0, bh_n * nqb, 1, [&](int64_t b, int64_t e) {
+    Scratch scratch(s);
+    WidenedArgs<T> w;
+    for (int64_t t = b; t < e; ++t)
+      query_task(s, ops, w.of(s, a, q, k, v, dout, t / nqb), t / nqb, t % nqb, scratch);
+  });
+}
+
 }  // namespace
 
 void check_attention_shape(const AttentionShape& s, const char* op) {
@@ -308,66 +443,24 @@ int64_t attention_scratch_floats(const AttentionShape& s) {
 
 void attention_forward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,
                        HeadRows<float> out, float* lse) {
-  check_attention_shape(s, "attention_forward");
-  if (s.batch_heads == 0 || s.q_len == 0) return;
-  const AttentionOps& ops = *detail::attention_ops();
-  const int64_t nqb = num_blocks(s.q_len);
-  parallel_for(0, s.batch_heads * nqb, 1, [&](int64_t b, int64_t e) {
-    Scratch scratch(s);
-    for (int64_t t = b; t < e; ++t)
-      forward_task(s, ops, q, k, v, out, lse, t / nqb, t % nqb, scratch);
-  });
+  forward_impl(s, q, k, v, out, lse);
+}
+
+void attention_forward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
+                       HeadRows<float> out, float* lse) {
+  forward_impl(s, q, k, v, out, lse);
 }
 
 void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,
                         ConstHeadRows out, const float* lse, ConstHeadRows dout, HeadRows<float> dq,
                         HeadRows<float> dk, HeadRows<float> dv) {
-  check_attention_shape(s, "attention_backward");
-  if (s.batch_heads == 0) return;
-  const int64_t bh_n = s.batch_heads, tq = s.q_len, d = s.head_dim;
-  if (tq == 0) {
-    for (int64_t bh = 0; bh < bh_n; ++bh) {
-      zero_rows(dk.head(bh), dk.row_stride, s.kv_len, d);
-      zero_rows(dv.head(bh), dv.row_stride, s.kv_len, d);
-    }
-    return;
-  }
-  const AttentionOps& ops = *detail::attention_ops();
-  // lse2 and delta: O(q_len) per head.
-  std::vector<float> stats(static_cast<size_t>(2 * bh_n * tq));
-  float* lse2 = stats.data();
-  float* delta = stats.data() + bh_n * tq;
-  parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
-    for (int64_t bh = b; bh < e; ++bh)
-      for (int64_t i = 0; i < tq; ++i) {
-        const float* o = out.head(bh) + i * out.row_stride;
-        const float* g = dout.head(bh) + i * dout.row_stride;
-        double acc = 0;
-        for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(o[c]) * g[c];
-        delta[bh * tq + i] = static_cast<float>(acc);
-        lse2[bh * tq + i] = static_cast<float>(lse[bh * tq + i] * kLog2e);
-      }
-  });
-  const BackwardArgs a{q, k, v, dout, RowStats{lse2, delta}, dq, dk, dv};
-  const int64_t nkb = num_blocks(s.kv_len), nqb = num_blocks(tq);
-  if (bh_n >= num_threads()) {
-    parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
-      Scratch scratch(s);
-      for (int64_t bh = b; bh < e; ++bh) {
-        zero_rows(dq.head(bh), dq.row_stride, tq, d);
-        for (int64_t kb = 0; kb < nkb; ++kb) key_task(s, ops, a, bh, kb, true, scratch);
-      }
-    });
-    return;
-  }
-  parallel_for(0, bh_n * nkb, 1, [&](int64_t b, int64_t e) {
-    Scratch scratch(s);
-    for (int64_t t = b; t < e; ++t) key_task(s, ops, a, t / nkb, t % nkb, false, scratch);
-  });
-  parallel_for(0, bh_n * nqb, 1, [&](int64_t b, int64_t e) {
-    Scratch scratch(s);
-    for (int64_t t = b; t < e; ++t) query_task(s, ops, a, t / nqb, t % nqb, scratch);
-  });
+  backward_impl(s, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+void attention_backward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
+                        Bf16HeadRows out, const float* lse, Bf16HeadRows dout, HeadRows<float> dq,
+                        HeadRows<float> dk, HeadRows<float> dv) {
+  backward_impl(s, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 }  // namespace cohort::kernels

@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cohort/core/dtype.h"
+
 namespace cohort::kernels {
 
 // Queries and keys per block (both): 64 x 64 tiles of scores.
@@ -58,6 +60,7 @@ struct HeadRows {
   }
 };
 using ConstHeadRows = HeadRows<const float>;
+using Bf16HeadRows = HeadRows<const BFloat16>;
 
 // The layout of a contiguous [bh, rows, head_dim] buffer.
 template <class T>
@@ -84,6 +87,17 @@ void attention_forward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k
 // lse): overwrites dq (q's shape), dk and dv (k's shape).
 void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,
                         ConstHeadRows out, const float* lse, ConstHeadRows dout, HeadRows<float> dq,
+                        HeadRows<float> dk, HeadRows<float> dv);
+
+// The same on bfloat16 operands (what backward keeps under a bf16
+// PrecisionPolicy): each task widens the heads it reads to float32 (exact)
+// in its own scratch, so the results have the bits of the float32 functions
+// on the widened values, without a widened copy of the whole tensors. The
+// scratch grows by O((q_len + kv_len) x head_dim) floats per task.
+void attention_forward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
+                       HeadRows<float> out, float* lse);
+void attention_backward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
+                        Bf16HeadRows out, const float* lse, Bf16HeadRows dout, HeadRows<float> dq,
                         HeadRows<float> dk, HeadRows<float> dv);
 
 void attention_forward_reference(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k,

@@ -200,6 +200,68 @@ TEST_P(AttentionPaths, StridedHeadsGiveTheSameBitsAsContiguous) {
   }
 }
 
+TEST_P(AttentionPaths, Bf16OperandsGiveTheBitsOfTheirWidenedValues) {
+  // Rows of the bf16 operands padded to 2 d (strided heads); bh 1 with 2
+  // threads takes the two-pass backward, bh 3 the one-pass one.
+  for (const Case& c : {Case{1, 130, 130, 24}, Case{3, 70, 70, 16}, Case{2, 65, 130, 8}})
+    for (bool causal : {false, true})
+      for (int budget : {1, 2}) {
+        ThreadBudgetGuard guard(budget);
+        Inputs in = make_inputs(c, causal, 31);
+        const int64_t d = c.d;
+        auto narrow = [&](std::vector<float>& x) {  // x rounded to bf16; the padded bf16 copy
+          std::vector<BFloat16> y(x.size() * 2);
+          for (size_t i = 0; i < x.size(); ++i) {
+            const size_t r = i / static_cast<size_t>(d), col = i % static_cast<size_t>(d);
+            y[r * 2 * static_cast<size_t>(d) + col] = BFloat16(x[i]);
+            x[i] = static_cast<float>(BFloat16(x[i]));
+          }
+          return y;
+        };
+        const auto q16 = narrow(in.q), k16 = narrow(in.k), v16 = narrow(in.v);
+        const auto g16 = narrow(in.dout);
+        const Outputs want = run(in, false);
+        std::vector<float> out_r = want.out;
+        const auto o16 = narrow(out_r);
+        auto heads = [&](const std::vector<BFloat16>& x, int64_t rows) {
+          return Bf16HeadRows{x.data(), 1, rows * 2 * d, 0, 2 * d};
+        };
+        Outputs got;
+        got.out.assign(in.q.size(), 7.0f);
+        got.lse.assign(want.lse.size(), 7.0f);
+        got.dq.assign(in.q.size(), 7.0f);
+        got.dk.assign(in.k.size(), 7.0f);
+        got.dv.assign(in.v.size(), 7.0f);
+        const AttentionShape& s = in.s;
+        attention_forward(s, heads(q16, c.tq), heads(k16, c.tk), heads(v16, c.tk),
+                          contiguous_heads(got.out.data(), c.tq, d), got.lse.data());
+        EXPECT_EQ(got.out, want.out) << name(c, causal);
+        EXPECT_EQ(got.lse, want.lse) << name(c, causal);
+        // Backward against the float32 one on the same (rounded) output.
+        Outputs want_b;
+        want_b.dq.assign(in.q.size(), 7.0f);
+        want_b.dk.assign(in.k.size(), 7.0f);
+        want_b.dv.assign(in.v.size(), 7.0f);
+        attention_backward(s, contiguous_heads<const float>(in.q.data(), c.tq, d),
+                           contiguous_heads<const float>(in.k.data(), c.tk, d),
+                           contiguous_heads<const float>(in.v.data(), c.tk, d),
+                           contiguous_heads<const float>(out_r.data(), c.tq, d), want.lse.data(),
+                           contiguous_heads<const float>(in.dout.data(), c.tq, d),
+                           contiguous_heads(want_b.dq.data(), c.tq, d),
+                           contiguous_heads(want_b.dk.data(), c.tk, d),
+                           contiguous_heads(want_b.dv.data(), c.tk, d));
+        attention_backward(
+            s, heads(q16, c.tq), heads(k16, c.tk), heads(v16, c.tk), heads(o16, c.tq),
+            want.lse.data(), heads(g16, c.tq), contiguous_heads(got.dq.data(), c.tq, d),
+            contiguous_heads(got.dk.data(), c.tk, d), contiguous_heads(got.dv.data(), c.tk, d));
+        const std::string what = name(c, causal) + " budget " + std::to_string(budget);
+        EXPECT_EQ(got.dq, want_b.dq) << what;
+        EXPECT_EQ(got.dk, want_b.dk) << what;
+        EXPECT_EQ(got.dv, want_b.dv) << what;
+        EXPECT_LT(max_err(got.dq, want.dq), 0.1) << what << ": dq far from float32's";
+      }
+}
+
 TEST_P(AttentionPaths, NaNInputPropagates) {
   Inputs in = make_inputs({1, 70, 70, 8}, true, 3);
   in.k[static_cast<size_t>(66 * 8 + 2)] = std::nanf("");  // key 66: rows >= 66 see it
