@@ -19,7 +19,8 @@ namespace {
 
 // linear_gelu under a bf16 policy: the GEMMs in bf16 with float32
 // accumulation, bias + GELU in float32; backward keeps x, w and the
-// pre-activation as bf16 (as autocast, whose linear output is bf16).
+// pre-activation as bf16 (as autocast, whose linear output is bf16); the
+// output carries its bf16 rounding for the next linear (set_bf16_twin).
 Tensor linear_gelu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, native::Bf16Path path) {
   Tensor x16 = native::to_bf16(x), w16 = native::to_bf16(w);
   Tensor pre = native::linear_bf16(x16, w16, b, path);
@@ -28,6 +29,7 @@ Tensor linear_gelu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, nativ
   kernels::GeluBf16 fwd = kernels::gelu_tanh_to_bf16(pre.reshape({-1, outf}));
   const bool has_b = b.defined();
   Tensor out = fwd.out.reshape(pre.sizes());
+  native::set_bf16_twin(out, fwd.out16.reshape(pre.sizes()));
   return record(
       out, "linear_gelu_bf16", {x, w, b},
       [x16, w16, pre16 = fwd.pre16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {
@@ -80,7 +82,8 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
                                          const Tensor& bias, double eps) {
-  native::AddLayerNormResult r = native::add_layer_norm(x, delta, weight, bias, eps);
+  native::AddLayerNormResult r =
+      native::add_layer_norm(x, delta, weight, bias, eps, current_precision().is_bf16());
   Tensor s = r.sum, y = r.norm.out;
   if (!autograd::any_requires_grad({x, delta, weight, bias})) return {s, y};
   // Two nodes: s = x + delta (its gradient, the sum of what reaches s from

@@ -1,6 +1,7 @@
 // dropout, layer_norm, batch_norm, cross_entropy.
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/core/kernels/cross_entropy.h"
 #include "cohort/core/native/elementwise.h"
 #include "cohort/core/native/index.h"
@@ -40,7 +41,10 @@ Tensor dropout2d(const Tensor& x, double p, bool training, Generator& gen) {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  native::LayerNormResult r = native::layer_norm(x, normalized_shape, weight, bias, eps);
+  // Under a bf16 policy the output's bf16 rounding comes with it, for the
+  // bf16 GEMM that usually follows.
+  native::LayerNormResult r =
+      native::layer_norm(x, normalized_shape, weight, bias, eps, current_precision().is_bf16());
   if (!autograd::any_requires_grad({x, weight, bias})) return r.out;
   Tensor xd = x.detach(), wd = weight.defined() ? weight.detach() : Tensor();
   Tensor mean = r.mean, rstd = r.rstd;

@@ -163,6 +163,27 @@ TEST(Bf16Ops, TheGraphKeepsTheBf16CopyNotTheFloat32Input) {
   EXPECT_EQ(w.grad().dtype(), kFloat32);
 }
 
+// LayerNorm, the residual add + LayerNorm and linear_gelu write their
+// output's bf16 rounding in the same pass under bf16 (for the next GEMM):
+// it is the output's rounding bit for bit; float32 writes none.
+TEST(Bf16Ops, NormAndGeluOutputsCarryTheirBf16Rounding) {
+  Tensor x = randn({3, 5, 16}, 1), d = randn({3, 5, 16}, 2), w = randn({16}, 3), b = randn({16}, 4);
+  Tensor fw = randn({32, 16}, 5), fb = randn({32}, 6);
+  auto outputs = [&] {
+    return std::vector<Tensor>{layer_norm(x, {16}, w, b, 1e-5),
+                               add_layer_norm(x, d, w, b, 1e-5).second, linear_gelu(x, fw, fb)};
+  };
+  for (const Tensor& y : outputs()) EXPECT_EQ(y.unsafe_impl()->bf16_twin, nullptr);
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  for (const Tensor& y : outputs()) {
+    ASSERT_NE(y.unsafe_impl()->bf16_twin, nullptr);
+    Tensor twin = native::to_bf16(y);
+    EXPECT_EQ(static_cast<void*>(twin.data_ptr<BFloat16>()),
+              y.unsafe_impl()->bf16_twin->storage->data());
+    EXPECT_EQ(twin.to_vector<float>(), native::to_bf16(y.clone()).to_vector<float>());
+  }
+}
+
 TEST(Bf16Ops, Float64IsNeverRoundedSoGradcheckPasses) {
   PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
   Tensor x = randn({2, 3, 5}, 1, kFloat64), w = randn({4, 5}, 2, kFloat64),

@@ -65,6 +65,10 @@ struct TensorImpl {
   int64_t offset = 0;  // in elements
   DType dtype = DType::kFloat32;
   std::shared_ptr<AutogradMeta> autograd;  // null: no grad, no grad_fn
+  // These values rounded to bf16 by the op that made them, in the same pass
+  // (native::set_bf16_twin); valid while storage->version() is twin_version.
+  std::shared_ptr<TensorImpl> bf16_twin;
+  uint64_t bf16_twin_version = 0;
 };
 
 class Tensor {

@@ -59,14 +59,17 @@ GeluBf16 gelu_tanh_to_bf16(const Tensor& pre_in) {
   check_rows(pre_in, kFloat32, "gelu_tanh_to_bf16", "input");
   Tensor pre = pre_in.contiguous();
   const int64_t rows = pre.sizes()[0], n = pre.sizes()[1];
-  GeluBf16 r{Tensor::empty({rows, n}, kFloat32), Tensor::empty({rows, n}, kBFloat16)};
+  GeluBf16 r{Tensor::empty({rows, n}, kFloat32), Tensor::empty({rows, n}, kBFloat16),
+             Tensor::empty({rows, n}, kBFloat16)};
   const float* pp = pre.data_ptr<float>();
   float* po = r.out.data_ptr<float>();
   BFloat16* p16 = r.pre16.data_ptr<BFloat16>();
+  BFloat16* o16 = r.out16.data_ptr<BFloat16>();
   const auto& k = detail::transformer_rows();
   over_rows(rows, n, false, [&](int64_t row, float*) {
     k.gelu_tanh(pp + row * n, po + row * n, n);
     native::to_bf16(pp + row * n, p16 + row * n, n);
+    native::to_bf16(po + row * n, o16 + row * n, n);
   });
   return r;
 }

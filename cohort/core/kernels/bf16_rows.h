@@ -5,8 +5,8 @@
 //    bf16 for the products, and (need_sums) its column sums in float32 (the
 //    bias gradient), accumulated as cross_entropy's and LayerNorm's are
 //    (float blocks of ColumnSums::kFlushRows rows flushed into double).
-//  - gelu_tanh_to_bf16: out = gelu_tanh(pre) and pre rounded to bf16 (what
-//    backward keeps).
+//  - gelu_tanh_to_bf16: out = gelu_tanh(pre), pre rounded to bf16 (what
+//    backward keeps) and out rounded to bf16 (the next GEMM's operand).
 //  - gelu_tanh_backward_bf16: dh = g * gelu_tanh'(pre16) rounded to bf16,
 //    and (need_sums) dh's column sums (before rounding).
 // Shapes: 2-D float32 [rows, n] (pre16 / results bf16 of the same shape);
@@ -28,6 +28,7 @@ Bf16Rows to_bf16_with_column_sums(const Tensor& g, bool need_sums);
 struct GeluBf16 {
   Tensor out;    // float32 gelu_tanh(pre)
   Tensor pre16;  // bf16(pre)
+  Tensor out16;  // bf16(out)
 };
 GeluBf16 gelu_tanh_to_bf16(const Tensor& pre);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cohort/core/kernels/transformer_rows.h"
+#include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort::kernels {
 
@@ -18,13 +19,16 @@ int64_t min_rows(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64
 }  // namespace
 
 void layer_norm_rows(const float* x, const float* delta, float* s, const float* w, const float* b,
-                     float* y, double* mean, double* rstd, int64_t rows, int64_t n, double eps) {
+                     float* y, double* mean, double* rstd, int64_t rows, int64_t n, double eps,
+                     BFloat16* y16) {
   const auto& k = transformer_rows();
   detail::for_row_parts(
       rows, detail::row_parts(rows, min_rows(n)), [&](int64_t, int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
+        for (int64_t r = r0; r < r1; ++r) {
           k.layer_norm(x + r * n, delta ? delta + r * n : nullptr, s ? s + r * n : nullptr, w, b,
                        y + r * n, n, eps, mean + r, rstd + r);
+          if (y16) native::to_bf16(y + r * n, y16 + r * n, n);
+        }
       });
 }
 

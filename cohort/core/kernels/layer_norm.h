@@ -20,10 +20,14 @@
 
 #include <cstdint>
 
+#include "cohort/core/dtype.h"
+
 namespace cohort::kernels {
 
+// y16, when not null, gets y rounded to bf16 in the same pass.
 void layer_norm_rows(const float* x, const float* delta, float* s, const float* w, const float* b,
-                     float* y, double* mean, double* rstd, int64_t rows, int64_t n, double eps);
+                     float* y, double* mean, double* rstd, int64_t rows, int64_t n, double eps,
+                     BFloat16* y16 = nullptr);
 
 void layer_norm_backward_rows(const float* g, const float* x, const float* w, const double* mean,
                               const double* rstd, float* dx, float* dw, float* db, int64_t rows,

@@ -158,8 +158,23 @@ void bf16_to_float(const BFloat16* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
 }
 
+void set_bf16_twin(const Tensor& x, const Tensor& x16) {
+  COHORT_CHECK(x.dtype() == kFloat32 && x16.dtype() == kBFloat16 && x.sizes() == x16.sizes() &&
+                   x16.is_contiguous(),
+               "set_bf16_twin: needs float32 x and contiguous bfloat16 x16 of x's shape, got {} {} "
+               "and {} {}",
+               dtype_name(x.dtype()), shape_str(x.sizes()), dtype_name(x16.dtype()),
+               shape_str(x16.sizes()));
+  TensorImpl* t = x.unsafe_impl();
+  t->bf16_twin = std::make_shared<TensorImpl>(*x16.detach().unsafe_impl());
+  t->bf16_twin_version = x.storage()->version();
+}
+
 Tensor to_bf16(const Tensor& x) {
   COHORT_CHECK(x.dtype() == kFloat32, "to_bf16: needs float32, got {}", dtype_name(x.dtype()));
+  if (const TensorImpl* t = x.unsafe_impl();
+      t->bf16_twin && t->bf16_twin_version == x.storage()->version())
+    return Tensor(std::make_shared<TensorImpl>(*t->bf16_twin));
   return convert<float, BFloat16>(x, kBFloat16,
                                   [](const float* a, BFloat16* b, int64_t n) { to_bf16(a, b, n); });
 }

@@ -57,6 +57,12 @@ void check_bf16_path(Bf16Path path, std::string_view op);
 // kernel paths, BFloat16's own conversion on the baseline path.
 Tensor to_bf16(const Tensor& x);
 Tensor bf16_to_float(const Tensor& x);
+// x16: x's values rounded to bf16 (x's sizes, contiguous), written by the op
+// that made x in the same pass over the rows (LayerNorm and GELU under a bf16
+// policy, whose outputs feed bf16 GEMMs). to_bf16(x) then returns x16 instead
+// of converting again, as long as x's storage is not written (its version);
+// views and copies of x do not carry it.
+void set_bf16_twin(const Tensor& x, const Tensor& x16);
 // The same on raw buffers (n elements each).
 void to_bf16(const float* x, BFloat16* y, int64_t n);
 void bf16_to_float(const BFloat16* x, float* y, int64_t n);

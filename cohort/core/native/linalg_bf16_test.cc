@@ -67,6 +67,20 @@ TEST_P(Bf16Conversion, KeepsATransposedMatrixTransposed) {
 
 COHORT_INSTANTIATE_KERNEL_PATHS(Bf16Conversion);
 
+TEST(Bf16Twin, ToBf16ReturnsTheTwinUntilTheValuesChange) {
+  Tensor x = random_tensor({4, 6}, 5);
+  // Zeros, not x's rounding: seeing them proves the twin was returned.
+  Tensor twin = Tensor::zeros({4, 6}, kBFloat16);
+  set_bf16_twin(x, twin);
+  EXPECT_EQ(to_bf16(x).data_ptr<BFloat16>(), twin.data_ptr<BFloat16>());
+  EXPECT_EQ(to_bf16(x.view({6, 4})).to_vector<float>(),
+            x.view({6, 4}).to(kBFloat16).to_vector<float>());  // a view converts
+  x.add_(Tensor::scalar(1.0));
+  EXPECT_EQ(to_bf16(x).to_vector<float>(), x.to(kBFloat16).to_vector<float>());
+  EXPECT_THROW(set_bf16_twin(x, Tensor::zeros({6, 4}, kBFloat16)), InvalidArgument);
+  EXPECT_THROW(set_bf16_twin(x, Tensor::zeros({4, 6}, kFloat32)), InvalidArgument);
+}
+
 // The exact product of the bf16 values in double, as float32.
 Tensor reference(const Tensor& a16, const Tensor& b16) {
   return mm_reference(a16.to(kFloat64), b16.to(kFloat64)).to(kFloat32);

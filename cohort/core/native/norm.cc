@@ -6,6 +6,7 @@
 #include "cohort/core/dispatch.h"
 #include "cohort/core/kernels/layer_norm.h"
 #include "cohort/core/native/elementwise.h"
+#include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort::native {
 namespace {
@@ -30,7 +31,7 @@ int64_t check_layer_norm(const Tensor& x, const Shape& ns, const Tensor& w, cons
 }  // namespace
 
 LayerNormResult layer_norm(const Tensor& x_in, const Shape& ns, const Tensor& w_in,
-                           const Tensor& b_in, double eps) {
+                           const Tensor& b_in, double eps, bool bf16_twin) {
   const int64_t n = check_layer_norm(x_in, ns, w_in, b_in);
   Tensor x = x_in.contiguous();
   const int64_t rows = n ? x.numel() / n : 0;
@@ -39,10 +40,13 @@ LayerNormResult layer_norm(const Tensor& x_in, const Shape& ns, const Tensor& w_
   if (x.dtype() == kFloat32) {
     Tensor w = w_in.defined() ? w_in.to(kFloat32).contiguous() : Tensor();
     Tensor b = b_in.defined() ? b_in.to(kFloat32).contiguous() : Tensor();
+    Tensor out16 = bf16_twin ? Tensor::empty(x.sizes(), kBFloat16) : Tensor();
     kernels::layer_norm_rows(x.data_ptr<float>(), nullptr, nullptr,
                              w.defined() ? w.data_ptr<float>() : nullptr,
                              b.defined() ? b.data_ptr<float>() : nullptr, r.out.data_ptr<float>(),
-                             r.mean.data_ptr<double>(), r.rstd.data_ptr<double>(), rows, n, eps);
+                             r.mean.data_ptr<double>(), r.rstd.data_ptr<double>(), rows, n, eps,
+                             bf16_twin ? out16.data_ptr<BFloat16>() : nullptr);
+    if (bf16_twin) set_bf16_twin(r.out, out16);
     return r;
   }
   dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
@@ -148,7 +152,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_in, const Tensor& x_in, co
 }
 
 AddLayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& delta_in, const Tensor& w_in,
-                                  const Tensor& b_in, double eps) {
+                                  const Tensor& b_in, double eps, bool bf16_twin) {
   COHORT_CHECK(x_in.dim() >= 1, "add_layer_norm: input must have a last dim to normalise, got {}",
                shape_str(x_in.sizes()));
   COHORT_CHECK(x_in.sizes() == delta_in.sizes() && x_in.dtype() == delta_in.dtype(),
@@ -170,11 +174,13 @@ AddLayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& delta_in, co
                         Tensor::empty({rows}, kFloat64)}};
   Tensor w = w_in.defined() ? w_in.to(kFloat32).contiguous() : Tensor();
   Tensor b = b_in.defined() ? b_in.to(kFloat32).contiguous() : Tensor();
-  kernels::layer_norm_rows(x.data_ptr<float>(), delta.data_ptr<float>(), r.sum.data_ptr<float>(),
-                           w.defined() ? w.data_ptr<float>() : nullptr,
-                           b.defined() ? b.data_ptr<float>() : nullptr,
-                           r.norm.out.data_ptr<float>(), r.norm.mean.data_ptr<double>(),
-                           r.norm.rstd.data_ptr<double>(), rows, n, eps);
+  Tensor out16 = bf16_twin ? Tensor::empty(x.sizes(), kBFloat16) : Tensor();
+  kernels::layer_norm_rows(
+      x.data_ptr<float>(), delta.data_ptr<float>(), r.sum.data_ptr<float>(),
+      w.defined() ? w.data_ptr<float>() : nullptr, b.defined() ? b.data_ptr<float>() : nullptr,
+      r.norm.out.data_ptr<float>(), r.norm.mean.data_ptr<double>(), r.norm.rstd.data_ptr<double>(),
+      rows, n, eps, bf16_twin ? out16.data_ptr<BFloat16>() : nullptr);
+  if (bf16_twin) set_bf16_twin(r.norm.out, out16);
   return r;
 }
 

@@ -17,9 +17,10 @@ struct LayerNormResult {
   Tensor rstd;  // [rows] 1/sqrt(var + eps), biased var
 };
 
-// weight/bias [normalized_shape] or undefined.
+// weight/bias [normalized_shape] or undefined. bf16_twin (float32 x): out
+// also carries its bf16 rounding, written in the same pass (set_bf16_twin).
 LayerNormResult layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
-                           const Tensor& bias, double eps);
+                           const Tensor& bias, double eps, bool bf16_twin = false);
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;
 };
@@ -37,7 +38,7 @@ struct AddLayerNormResult {
   LayerNormResult norm;
 };
 AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
-                                  const Tensor& bias, double eps);
+                                  const Tensor& bias, double eps, bool bf16_twin = false);
 
 struct BatchNormResult {
   Tensor out;
