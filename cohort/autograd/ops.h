@@ -234,5 +234,16 @@ Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride = 0, int64_t p
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+// The same from a packed projection, as GPT's c_attn makes it: qkv [B, T, 3C]
+// holds q, k, v side by side, each C = n_head x D split into heads; returns
+// the heads merged, [B, T, C]. Equal (same bits) to
+//   y = scaled_dot_product_attention(q, k, v, is_causal, scale)
+//   y.transpose(1, 2).reshape({B, T, C})
+// with q, k, v the [B, n_head, T, D] views of qkv's thirds, without their
+// copies: the kernels read and write the packed layout, and backward makes
+// qkv's gradient in one buffer instead of summing three padded ones.
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv, int64_t n_head,
+                                           bool is_causal = false,
+                                           std::optional<double> scale = std::nullopt);
 
 }  // namespace cohort

@@ -117,7 +117,97 @@ Tensor attention_bf16(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                 });
 }
 
+// The layout of q, k or v (part 0, 1, 2) inside a packed [B, T, 3C] buffer,
+// or of a [B, T, C] one (parts 1): head h of batch b starts at
+// b * T * width + part * C + h * D, its rows width apart.
+template <class T>
+kernels::HeadRows<T> packed_heads(T* data, int64_t t, int64_t c, int64_t heads, int64_t parts,
+                                  int64_t part) {
+  const int64_t width = parts * c;
+  return kernels::HeadRows<T>{data + part * c, heads, t * width, c / heads, width};
+}
+
+Tensor attention_packed_bf16(const Tensor& qkv, int64_t nh, const kernels::AttentionShape& s) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3;
+  Tensor qkv16 = native::to_bf16(qkv);
+  Tensor y = Tensor::empty({b, t, c});
+  Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
+  const BFloat16* p16 = qkv16.data_ptr<BFloat16>();
+  kernels::attention_forward(s, packed_heads(p16, t, c, nh, 3, 0),
+                             packed_heads(p16, t, c, nh, 3, 1), packed_heads(p16, t, c, nh, 3, 2),
+                             packed_heads(y.data_ptr<float>(), t, c, nh, 1, 0),
+                             lse.data_ptr<float>());
+  if (!autograd::any_requires_grad({qkv})) return y;
+  // y's rounding is both what backward keeps and c_proj's operand.
+  Tensor y16 = native::to_bf16(y);
+  native::set_bf16_twin(y, y16);
+  return record(y, "scaled_dot_product_attention_packed_bf16", {qkv},
+                [=](const Tensor& g_in, const std::vector<bool>&) {
+                  Tensor g16 = native::to_bf16(g_in);
+                  Tensor gqkv = Tensor::empty({b, t, 3 * c});
+                  const BFloat16* p = qkv16.data_ptr<BFloat16>();
+                  float* pg = gqkv.data_ptr<float>();
+                  kernels::attention_backward(
+                      s, packed_heads(p, t, c, nh, 3, 0), packed_heads(p, t, c, nh, 3, 1),
+                      packed_heads(p, t, c, nh, 3, 2),
+                      packed_heads<const BFloat16>(y16.data_ptr<BFloat16>(), t, c, nh, 1, 0),
+                      lse.data_ptr<float>(),
+                      packed_heads<const BFloat16>(g16.data_ptr<BFloat16>(), t, c, nh, 1, 0),
+                      packed_heads(pg, t, c, nh, 3, 0), packed_heads(pg, t, c, nh, 3, 1),
+                      packed_heads(pg, t, c, nh, 3, 2));
+                  return std::vector<Tensor>{gqkv};
+                });
+}
+
 }  // namespace
+
+Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head, bool is_causal,
+                                           std::optional<double> scale) {
+  constexpr const char* op = "scaled_dot_product_attention_packed";
+  COHORT_CHECK(qkv_in.defined(), "{}: qkv is undefined", op);
+  COHORT_CHECK(qkv_in.dim() == 3 && qkv_in.dtype() == kFloat32,
+               "{}: qkv must be a float32 [B, T, 3C] tensor, got {} {}", op,
+               dtype_name(qkv_in.dtype()), shape_str(qkv_in.sizes()));
+  COHORT_CHECK(n_head >= 1 && qkv_in.size(2) % (3 * n_head) == 0,
+               "{}: qkv's last dim ({}) must be 3 x n_head x head_dim with n_head {} >= 1", op,
+               qkv_in.size(2), n_head);
+  const int64_t b = qkv_in.size(0), t = qkv_in.size(1), c = qkv_in.size(2) / 3;
+  kernels::AttentionShape s;
+  s.batch_heads = b * n_head;
+  s.q_len = s.kv_len = t;
+  s.head_dim = c / n_head;
+  s.causal = is_causal;
+  s.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  kernels::check_attention_shape(s, op);
+  if (current_precision().is_bf16()) return attention_packed_bf16(qkv_in, n_head, s);
+  Tensor qkv = qkv_in.contiguous();
+  Tensor y = Tensor::empty({b, t, c});
+  Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
+  const float* p = qkv.data_ptr<float>();
+  kernels::attention_forward(
+      s, packed_heads(p, t, c, n_head, 3, 0), packed_heads(p, t, c, n_head, 3, 1),
+      packed_heads(p, t, c, n_head, 3, 2), packed_heads(y.data_ptr<float>(), t, c, n_head, 1, 0),
+      lse.data_ptr<float>());
+  if (!autograd::any_requires_grad({qkv_in})) return y;
+  Tensor qd = qkv.detach(), yd = y.detach();
+  return record(y, op, {qkv_in},
+                [=](const Tensor& g_in, const std::vector<bool>&) {
+                  Tensor g = g_in.contiguous();
+                  Tensor gqkv = Tensor::empty({b, t, 3 * c});
+                  const float* pq = qd.data_ptr<float>();
+                  float* pg = gqkv.data_ptr<float>();
+                  kernels::attention_backward(
+                      s, packed_heads(pq, t, c, n_head, 3, 0), packed_heads(pq, t, c, n_head, 3, 1),
+                      packed_heads(pq, t, c, n_head, 3, 2),
+                      packed_heads<const float>(yd.data_ptr<float>(), t, c, n_head, 1, 0),
+                      lse.data_ptr<float>(),
+                      packed_heads<const float>(g.data_ptr<float>(), t, c, n_head, 1, 0),
+                      packed_heads(pg, t, c, n_head, 3, 0), packed_heads(pg, t, c, n_head, 3, 1),
+                      packed_heads(pg, t, c, n_head, 3, 2));
+                  return std::vector<Tensor>{gqkv};
+                },
+                {qkv_in, y});
+}
 
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     bool is_causal, std::optional<double> scale) {

@@ -5,12 +5,15 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cohort/autograd/gradcheck.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/base/error.h"
+#include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/random.h"
 
 namespace cohort {
@@ -147,6 +150,44 @@ TEST(ScaledDotProductAttention, TransposedViewsOfOneProjectionGiveTheSameBits) {
     EXPECT_EQ(in_place.first.to_vector<float>(), copied.first.to_vector<float>());
     EXPECT_EQ(in_place.second.to_vector<float>(), copied.second.to_vector<float>());
   }
+}
+
+// The packed form against the views it replaces, in float32 and under bf16:
+// the same output and qkv gradient bits; bad shapes are clear errors.
+TEST(ScaledDotProductAttentionPacked, GivesTheBitsOfTheHeadViews) {
+  const int64_t b = 2, t = 70, h = 4, d = 8, c = h * d;
+  for (bool bf16 : {false, true})
+    for (bool causal : {false, true}) {
+      std::optional<PrecisionScope> scope;
+      if (bf16) scope.emplace(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+      Tensor qkv = randn_grad({b, t, 3 * c}, 11);
+      auto heads = [&](const Tensor& x, int64_t i) {
+        return transpose(view(narrow(x, 2, i * c, c), {b, t, h, d}), 1, 2);
+      };
+      auto run = [&](bool packed) {
+        qkv.set_grad(Tensor());
+        Tensor y =
+            packed ? scaled_dot_product_attention_packed(qkv, h, causal, 0.3)
+                   : reshape(transpose(scaled_dot_product_attention(heads(qkv, 0), heads(qkv, 1),
+                                                                    heads(qkv, 2), causal, 0.3),
+                                       1, 2),
+                             {b, t, c});
+        Generator gen(5);
+        sum(y * randn(y.sizes(), gen)).backward();
+        return std::pair<Tensor, Tensor>{y.detach(), qkv.grad().clone()};
+      };
+      const auto want = run(false), got = run(true);
+      const std::string what = std::string(bf16 ? "bf16" : "fp32") + (causal ? " causal" : "");
+      EXPECT_EQ(got.first.sizes(), (Shape{b, t, c})) << what;
+      EXPECT_EQ(got.first.to_vector<float>(), want.first.to_vector<float>()) << what;
+      EXPECT_EQ(got.second.to_vector<float>(), want.second.to_vector<float>()) << what;
+    }
+  Tensor qkv = randn_grad({2, 5, 24}, 1);
+  EXPECT_THROW(scaled_dot_product_attention_packed(qkv, 5), InvalidArgument);  // 24 != 3 x 5 x D
+  EXPECT_THROW(scaled_dot_product_attention_packed(qkv, 0), InvalidArgument);
+  EXPECT_THROW(scaled_dot_product_attention_packed(randn_grad({5, 24}, 2), 2), InvalidArgument);
+  NoGradGuard no_grad;
+  EXPECT_EQ(scaled_dot_product_attention_packed(qkv, 2).grad_fn(), nullptr);
 }
 
 TEST(ScaledDotProductAttention, LeadingDimsBeyondTwoAndNoGrad) {

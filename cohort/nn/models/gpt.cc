@@ -148,6 +148,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   COHORT_CHECK(x.dim() == 3 && x.size(2) == config_.n_embd && x.size(1) <= config_.block_size,
                "{}: input must be [B, T <= {}, {}], got {}", describe(), config_.block_size,
                config_.n_embd, shape_str(x.sizes()));
+  if (config_.kernels == GPTKernels::kFused)
+    return c_proj_(scaled_dot_product_attention_packed(c_attn_(x), config_.n_head, true));
   auto [q, k, v] = split_heads(c_attn_(x), config_.n_head);
   return c_proj_(merge_heads(attend(q, k, v, 0)));
 }
