@@ -117,45 +117,60 @@ Tensor attention_bf16(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                 });
 }
 
-// The layout of q, k or v (part 0, 1, 2) inside a packed [B, T, 3C] buffer,
-// or of a [B, T, C] one (parts 1): head h of batch b starts at
-// b * T * width + part * C + h * D, its rows width apart.
+// Heads inside GPT's packed layouts: q, k or v (part 0, 1, 2) of a
+// [B, T, 3C] buffer, or the merged heads of a [B, T, C] one. Head h of batch
+// b starts at b * T * width + part * C + h * D, its rows width apart.
+struct PackedLayout {
+  int64_t b, t, c, nh;
+  template <class T>
+  kernels::HeadRows<T> heads(T* data, int64_t parts, int64_t part) const {
+    return kernels::HeadRows<T>{data + part * c, nh, t * parts * c, c / nh, parts * c};
+  }
+  template <class T>
+  kernels::HeadRows<T> qkv(T* data, int64_t part) const {
+    return heads(data, 3, part);
+  }
+  template <class T>
+  kernels::HeadRows<T> merged(T* data) const {
+    return heads(data, 1, 0);
+  }
+};
+
+// qkv float32 or bf16, contiguous; y [B, T, C] and lse written.
 template <class T>
-kernels::HeadRows<T> packed_heads(T* data, int64_t t, int64_t c, int64_t heads, int64_t parts,
-                                  int64_t part) {
-  const int64_t width = parts * c;
-  return kernels::HeadRows<T>{data + part * c, heads, t * width, c / heads, width};
+void packed_forward(const kernels::AttentionShape& s, const PackedLayout& l, const T* qkv, float* y,
+                    float* lse) {
+  kernels::attention_forward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse);
 }
 
-Tensor attention_packed_bf16(const Tensor& qkv, int64_t nh, const kernels::AttentionShape& s) {
-  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3;
+// qkv's gradient from the saved qkv, y and lse and y's gradient g.
+template <class T>
+Tensor packed_backward(const kernels::AttentionShape& s, const PackedLayout& l, const T* qkv,
+                       const T* y, const float* lse, const T* g) {
+  Tensor gqkv = Tensor::empty({l.b, l.t, 3 * l.c});
+  float* pg = gqkv.data_ptr<float>();
+  kernels::attention_backward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse,
+                              l.merged(g), l.qkv(pg, 0), l.qkv(pg, 1), l.qkv(pg, 2));
+  return gqkv;
+}
+
+Tensor attention_packed_bf16(const Tensor& qkv, const PackedLayout& l,
+                             const kernels::AttentionShape& s) {
   Tensor qkv16 = native::to_bf16(qkv);
-  Tensor y = Tensor::empty({b, t, c});
+  Tensor y = Tensor::empty({l.b, l.t, l.c});
   Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
-  const BFloat16* p16 = qkv16.data_ptr<BFloat16>();
-  kernels::attention_forward(s, packed_heads(p16, t, c, nh, 3, 0),
-                             packed_heads(p16, t, c, nh, 3, 1), packed_heads(p16, t, c, nh, 3, 2),
-                             packed_heads(y.data_ptr<float>(), t, c, nh, 1, 0),
-                             lse.data_ptr<float>());
+  packed_forward<BFloat16>(s, l, qkv16.data_ptr<BFloat16>(), y.data_ptr<float>(),
+                           lse.data_ptr<float>());
   if (!autograd::any_requires_grad({qkv})) return y;
   // y's rounding is both what backward keeps and c_proj's operand.
   Tensor y16 = native::to_bf16(y);
   native::set_bf16_twin(y, y16);
   return record(y, "scaled_dot_product_attention_packed_bf16", {qkv},
-                [=](const Tensor& g_in, const std::vector<bool>&) {
-                  Tensor g16 = native::to_bf16(g_in);
-                  Tensor gqkv = Tensor::empty({b, t, 3 * c});
-                  const BFloat16* p = qkv16.data_ptr<BFloat16>();
-                  float* pg = gqkv.data_ptr<float>();
-                  kernels::attention_backward(
-                      s, packed_heads(p, t, c, nh, 3, 0), packed_heads(p, t, c, nh, 3, 1),
-                      packed_heads(p, t, c, nh, 3, 2),
-                      packed_heads<const BFloat16>(y16.data_ptr<BFloat16>(), t, c, nh, 1, 0),
-                      lse.data_ptr<float>(),
-                      packed_heads<const BFloat16>(g16.data_ptr<BFloat16>(), t, c, nh, 1, 0),
-                      packed_heads(pg, t, c, nh, 3, 0), packed_heads(pg, t, c, nh, 3, 1),
-                      packed_heads(pg, t, c, nh, 3, 2));
-                  return std::vector<Tensor>{gqkv};
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  Tensor g16 = native::to_bf16(g);
+                  return std::vector<Tensor>{packed_backward<BFloat16>(
+                      s, l, qkv16.data_ptr<BFloat16>(), y16.data_ptr<BFloat16>(),
+                      lse.data_ptr<float>(), g16.data_ptr<BFloat16>())};
                 });
 }
 
@@ -171,40 +186,27 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head,
   COHORT_CHECK(n_head >= 1 && qkv_in.size(2) % (3 * n_head) == 0,
                "{}: qkv's last dim ({}) must be 3 x n_head x head_dim with n_head {} >= 1", op,
                qkv_in.size(2), n_head);
-  const int64_t b = qkv_in.size(0), t = qkv_in.size(1), c = qkv_in.size(2) / 3;
+  const PackedLayout l{qkv_in.size(0), qkv_in.size(1), qkv_in.size(2) / 3, n_head};
   kernels::AttentionShape s;
-  s.batch_heads = b * n_head;
-  s.q_len = s.kv_len = t;
-  s.head_dim = c / n_head;
+  s.batch_heads = l.b * n_head;
+  s.q_len = s.kv_len = l.t;
+  s.head_dim = l.c / n_head;
   s.causal = is_causal;
   s.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   kernels::check_attention_shape(s, op);
-  if (current_precision().is_bf16()) return attention_packed_bf16(qkv_in, n_head, s);
+  if (current_precision().is_bf16()) return attention_packed_bf16(qkv_in, l, s);
   Tensor qkv = qkv_in.contiguous();
-  Tensor y = Tensor::empty({b, t, c});
+  Tensor y = Tensor::empty({l.b, l.t, l.c});
   Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
-  const float* p = qkv.data_ptr<float>();
-  kernels::attention_forward(
-      s, packed_heads(p, t, c, n_head, 3, 0), packed_heads(p, t, c, n_head, 3, 1),
-      packed_heads(p, t, c, n_head, 3, 2), packed_heads(y.data_ptr<float>(), t, c, n_head, 1, 0),
-      lse.data_ptr<float>());
+  packed_forward<float>(s, l, qkv.data_ptr<float>(), y.data_ptr<float>(), lse.data_ptr<float>());
   if (!autograd::any_requires_grad({qkv_in})) return y;
   Tensor qd = qkv.detach(), yd = y.detach();
   return record(y, op, {qkv_in},
                 [=](const Tensor& g_in, const std::vector<bool>&) {
                   Tensor g = g_in.contiguous();
-                  Tensor gqkv = Tensor::empty({b, t, 3 * c});
-                  const float* pq = qd.data_ptr<float>();
-                  float* pg = gqkv.data_ptr<float>();
-                  kernels::attention_backward(
-                      s, packed_heads(pq, t, c, n_head, 3, 0), packed_heads(pq, t, c, n_head, 3, 1),
-                      packed_heads(pq, t, c, n_head, 3, 2),
-                      packed_heads<const float>(yd.data_ptr<float>(), t, c, n_head, 1, 0),
-                      lse.data_ptr<float>(),
-                      packed_heads<const float>(g.data_ptr<float>(), t, c, n_head, 1, 0),
-                      packed_heads(pg, t, c, n_head, 3, 0), packed_heads(pg, t, c, n_head, 3, 1),
-                      packed_heads(pg, t, c, n_head, 3, 2));
-                  return std::vector<Tensor>{gqkv};
+                  return std::vector<Tensor>{
+                      packed_backward<float>(s, l, qd.data_ptr<float>(), yd.data_ptr<float>(),
+                                             lse.data_ptr<float>(), g.data_ptr<float>())};
                 },
                 {qkv_in, y});
 }
