@@ -1,8 +1,12 @@
 #include "cohort/base/cpu.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "cohort/base/error.h"
 
@@ -87,6 +91,13 @@ std::vector<std::string> CpuFeatures::names() const {
   for (const auto& [has, name] : all)
     if (has) out.emplace_back(name);
   return out;
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 const CpuFeatures& cpu_features() {

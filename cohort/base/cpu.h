@@ -37,6 +37,12 @@ struct CpuFeatures {
 // Detected once.
 const CpuFeatures& cpu_features();
 
+// CPUs this process may run on now (its sched_getaffinity mask, as `cohort
+// run` pins each rank to its share; the online CPUs where the mask cannot be
+// read), at least 1. Threads that poll while waiting only pay off with 2 or
+// more: on one CPU the poller takes the time of the thread it waits for.
+int usable_cpus();
+
 // "baseline", "avx2", "avx512".
 const char* kernel_path_name(KernelPath path);
 // Inverse of kernel_path_name; throws InvalidArgument naming the choices.

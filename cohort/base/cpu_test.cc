@@ -1,13 +1,41 @@
 #include "cohort/base/cpu.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "cohort/base/error.h"
 
 namespace cohort {
 namespace {
+
+TEST(UsableCpus, FollowsTheAffinityMask) {
+  const int all = usable_cpus();
+  EXPECT_GE(all, 1);
+  EXPECT_LE(all, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // pinned to the first CPU of the mask, as `cohort run` pins a rank
+    cpu_set_t set, one;
+    CPU_ZERO(&set);
+    CPU_ZERO(&one);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) _exit(2);
+    int first = 0;
+    while (!CPU_ISSET(first, &set)) ++first;
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(3);
+    _exit(usable_cpus() == 1 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
 
 TEST(KernelPath, NamesRoundTrip) {
   for (KernelPath p : {KernelPath::kBaseline, KernelPath::kAvx2, KernelPath::kAvx512})

@@ -1,5 +1,7 @@
 #include "cohort/base/parallel.h"
 
+#include "cohort/base/cpu.h"
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -53,9 +55,13 @@ void cpu_relax() {
 // oversubscribed process burns small.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
-// Polls ready() for up to kSpin; true when it became true.
+// Polls ready() for up to kSpin (not at all when this process runs on one
+// CPU: the poller would take the time of the thread it waits for); true when
+// it became true.
 template <class Ready>
 bool spin_until(Ready ready) {
+  static const bool may_spin = usable_cpus() >= 2;
+  if (!may_spin) return ready();
   const auto until = std::chrono::steady_clock::now() + kSpin;
   for (;;) {
     for (int i = 0; i < 64; ++i) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/collectives/reduce_kernels.h"
@@ -39,6 +40,14 @@ std::chrono::microseconds env_us(const char* name, int64_t fallback) {
   return std::chrono::microseconds(std::strtoll(v, nullptr, 10));
 }
 
+thread_local bool t_background = false;
+
+// The issuing thread's CPU is this one's when the process has only one.
+bool background_on_shared_cpu() {
+  static const bool one_cpu = usable_cpus() < 2;
+  return t_background && one_cpu;
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__)
   _mm_pause();
@@ -46,6 +55,8 @@ inline void cpu_relax() {
 }
 
 }  // namespace
+
+void set_background_thread(bool on) { t_background = on; }
 
 Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
     : comm_(comm),
@@ -190,7 +201,7 @@ std::exception_ptr Engine::explain_loss(std::exception_ptr lost) {
 void Engine::drive() {
   int idle = 0;
   transport::Clock::time_point idle_since;
-  const bool yield = ctx_.oversubscribed();
+  const bool yield = ctx_.oversubscribed() || background_on_shared_cpu();
   while (true) {
     bool progress = false;
     bool all_done = true;

@@ -66,6 +66,13 @@ struct EngineState {
   std::vector<transport::Want> wants;
 };
 
+// Marks the calling thread as one that runs collectives beside the thread
+// that issued them (a process group's work thread). Where the process may run
+// on one CPU only (`cohort run` pins each rank to its share), such a thread's
+// waits yield instead of polling: its polling would take the time of the
+// training thread on that CPU.
+void set_background_thread(bool on);
+
 class Engine {
  public:
   // Starts an op: rethrows a broken communicator's error, takes the next

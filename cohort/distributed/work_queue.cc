@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include "cohort/base/error.h"
+#include "cohort/collectives/engine.h"
 
 namespace cohort::distributed::detail {
 
 WorkQueue::WorkQueue(std::string name) : name_(std::move(name)) {
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    collectives::set_background_thread(true);
+    loop();
+  });
 }
 
 WorkQueue::~WorkQueue() { close(); }
