@@ -19,6 +19,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace cohort {
 
 enum class KernelPath { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -42,6 +46,14 @@ const CpuFeatures& cpu_features();
 // read), at least 1. Threads that poll while waiting only pay off with 2 or
 // more: on one CPU the poller takes the time of the thread it waits for.
 int usable_cpus();
+
+// One step of a polling loop: tells the core that this thread spins (x86's
+// pause), so a sibling thread and the memory system are not starved.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
 
 // "baseline", "avx2", "avx512".
 const char* kernel_path_name(KernelPath path);

@@ -1,7 +1,5 @@
 #include "cohort/base/parallel.h"
 
-#include "cohort/base/cpu.h"
-
 #include <pthread.h>
 
 #include <algorithm>
@@ -16,9 +14,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "cohort/base/cpu.h"
 
 namespace cohort {
 namespace {
@@ -39,14 +35,6 @@ std::atomic<int>& default_threads() {
 thread_local int t_threads = 0;  // 0: use the process default
 thread_local bool t_in_worker = false;
 
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
 // How long a thread that ran out of work polls before it sleeps: a training
 // step issues hundreds of short parallel_for calls back to back, and waking a
 // sleeping thread through the kernel took 20-50 us per call on a 2-core VM
@@ -55,21 +43,20 @@ void cpu_relax() {
 // oversubscribed process burns small.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
-// Polls ready() for up to kSpin (not at all when this process runs on one
-// CPU: the poller would take the time of the thread it waits for); true when
-// it became true.
+// Polls ready() for up to kSpin, not at all when this process runs on one
+// CPU (the poller would take the time of the thread it waits for); the caller
+// then sleeps on its condition if it is still false.
 template <class Ready>
-bool spin_until(Ready ready) {
+void spin_until(Ready ready) {
   static const bool may_spin = usable_cpus() >= 2;
-  if (!may_spin) return ready();
+  if (!may_spin) return;
   const auto until = std::chrono::steady_clock::now() + kSpin;
-  for (;;) {
+  do {
     for (int i = 0; i < 64; ++i) {
-      if (ready()) return true;
+      if (ready()) return;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() >= until) return false;
-  }
+  } while (std::chrono::steady_clock::now() < until);
 }
 
 // A fixed pool that grows on demand up to the largest budget requested. Tasks

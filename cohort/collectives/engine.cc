@@ -12,10 +12,6 @@
 #include "cohort/base/log.h"
 #include "cohort/collectives/reduce_kernels.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace cohort::collectives {
 
 namespace {
@@ -46,12 +42,6 @@ thread_local bool t_background = false;
 bool background_on_shared_cpu() {
   static const bool one_cpu = usable_cpus() < 2;
   return t_background && one_cpu;
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
 }
 
 }  // namespace
