@@ -18,18 +18,20 @@ using autograd::record;
 namespace {
 
 // linear_gelu under a bf16 policy: the GEMMs in bf16 with float32
-// accumulation, bias + GELU in float32; backward keeps x, w and the
+// accumulation, bias + GELU in float32 (in the forward GEMM's epilogue:
+// kernels::linear_gelu_tanh_bf16); backward keeps x, w and the
 // pre-activation as bf16 (as autocast, whose linear output is bf16); the
 // output carries its bf16 rounding for the next linear (set_bf16_twin).
 Tensor linear_gelu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, native::Bf16Path path) {
   Tensor x16 = native::to_bf16(x), w16 = native::to_bf16(w);
-  Tensor pre = native::linear_bf16(x16, w16, b, path);
-  if (!autograd::any_requires_grad({x, w, b})) return kernels::gelu_tanh(pre);
-  const int64_t outf = w16.sizes()[0];
-  kernels::GeluBf16 fwd = kernels::gelu_tanh_to_bf16(pre.reshape({-1, outf}));
+  if (!autograd::any_requires_grad({x, w, b}))
+    return kernels::gelu_tanh(native::linear_bf16(x16, w16, b, path));
+  kernels::GeluBf16 fwd = kernels::linear_gelu_tanh_bf16(x16, w16, b, path);
   const bool has_b = b.defined();
-  Tensor out = fwd.out.reshape(pre.sizes());
-  native::set_bf16_twin(out, fwd.out16.reshape(pre.sizes()));
+  Shape os(x.sizes().begin(), x.sizes().end() - 1);
+  os.push_back(w16.sizes()[0]);
+  Tensor out = fwd.out.reshape(os);
+  native::set_bf16_twin(out, fwd.out16.reshape(os));
   return record(
       out, "linear_gelu_bf16", {x, w, b},
       [x16, w16, pre16 = fwd.pre16, has_b, path](const Tensor& g, const std::vector<bool>& needs) {

@@ -55,22 +55,31 @@ Bf16Rows to_bf16_with_column_sums(const Tensor& g_in, bool need_sums) {
   return r;
 }
 
-GeluBf16 gelu_tanh_to_bf16(const Tensor& pre_in) {
-  check_rows(pre_in, kFloat32, "gelu_tanh_to_bf16", "input");
-  Tensor pre = pre_in.contiguous();
-  const int64_t rows = pre.sizes()[0], n = pre.sizes()[1];
-  GeluBf16 r{Tensor::empty({rows, n}, kFloat32), Tensor::empty({rows, n}, kBFloat16),
-             Tensor::empty({rows, n}, kBFloat16)};
-  const float* pp = pre.data_ptr<float>();
-  float* po = r.out.data_ptr<float>();
+GeluBf16 linear_gelu_tanh_bf16(const Tensor& x16, const Tensor& w16, const Tensor& b,
+                               native::Bf16Path path) {
+  COHORT_CHECK(x16.dim() >= 1 && w16.dim() == 2 && x16.size(-1) == w16.sizes()[1],
+               "linear_gelu_tanh_bf16: input {} does not match weight {} (want [..., in] and "
+               "[out, in])",
+               shape_str(x16.sizes()), shape_str(w16.sizes()));
+  const int64_t n = w16.sizes()[0];
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x16.dim(); ++d) rows *= x16.size(d);
+  GeluBf16 r{Tensor(), Tensor::empty({rows, n}, kBFloat16), Tensor::empty({rows, n}, kBFloat16)};
   BFloat16* p16 = r.pre16.data_ptr<BFloat16>();
   BFloat16* o16 = r.out16.data_ptr<BFloat16>();
   const auto& k = detail::transformer_rows();
-  over_rows(rows, n, false, [&](int64_t row, float*) {
-    k.gelu_tanh(pp + row * n, po + row * n, n);
-    native::to_bf16(pp + row * n, p16 + row * n, n);
-    native::to_bf16(po + row * n, o16 + row * n, n);
-  });
+  // Each block's pre becomes out in place once pre16 is taken from it.
+  r.out = native::linear_bf16(x16, w16, b, path,
+                              [&](float* y, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+                                for (int64_t row = r0; row < r1; ++row) {
+                                  float* seg = y + row * n + c0;
+                                  const int64_t at = row * n + c0, len = c1 - c0;
+                                  native::to_bf16(seg, p16 + at, len);
+                                  k.gelu_tanh(seg, seg, len);
+                                  native::to_bf16(seg, o16 + at, len);
+                                }
+                              });
+  r.out = r.out.reshape({rows, n});
   return r;
 }
 

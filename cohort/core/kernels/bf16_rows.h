@@ -5,8 +5,11 @@
 //    bf16 for the products, and (need_sums) its column sums in float32 (the
 //    bias gradient), accumulated as cross_entropy's and LayerNorm's are
 //    (float blocks of ColumnSums::kFlushRows rows flushed into double).
-//  - gelu_tanh_to_bf16: out = gelu_tanh(pre), pre rounded to bf16 (what
-//    backward keeps) and out rounded to bf16 (the next GEMM's operand).
+//  - linear_gelu_tanh_bf16: out = gelu_tanh(pre) for pre = x16 w16^T + b
+//    (native::linear_bf16), pre rounded to bf16 (what backward keeps) and
+//    out rounded to bf16 (the next GEMM's operand), all three made as each
+//    block of pre leaves the GEMM (its rows_done epilogue, while the block
+//    is in cache): pre itself is never kept in float32.
 //  - gelu_tanh_backward_bf16: dh = g * gelu_tanh'(pre16) rounded to bf16,
 //    and (need_sums) dh's column sums (before rounding).
 // Shapes: 2-D float32 [rows, n] (pre16 / results bf16 of the same shape);
@@ -15,6 +18,7 @@
 // Failure: wrong dtypes or shapes throw InvalidArgument naming the op.
 #pragma once
 
+#include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::kernels {
@@ -30,7 +34,10 @@ struct GeluBf16 {
   Tensor pre16;  // bf16(pre)
   Tensor out16;  // bf16(out)
 };
-GeluBf16 gelu_tanh_to_bf16(const Tensor& pre);
+// x16 bf16 [..., in], w16 bf16 [out, in], b float32 [out] or undefined;
+// results [rows, out] (rows: x16's leading dims flattened).
+GeluBf16 linear_gelu_tanh_bf16(const Tensor& x16, const Tensor& w16, const Tensor& b,
+                               native::Bf16Path path);
 
 // g float32 [rows, n], pre16 bf16 [rows, n].
 Bf16Rows gelu_tanh_backward_bf16(const Tensor& g, const Tensor& pre16, bool need_sums);

@@ -256,11 +256,12 @@ void avx512bf16_to_bf16(const float* x, BFloat16* y, int64_t n) {
 
 void avx512bf16_gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                           const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
-                          float beta, float* c, int64_t ldc, const float* bias) {
+                          float beta, float* c, int64_t ldc, const float* bias,
+                          const detail::BlockDone* done) {
   if (m == 0 || n == 0) return;
   static_assert(sizeof(BFloat16) == sizeof(uint16_t));
   blocked_gemm(kKernels, ta, tb, m, n, k, alpha, reinterpret_cast<const uint16_t*>(a), lda,
-               reinterpret_cast<const uint16_t*>(b), ldb, beta, c, ldc, bias);
+               reinterpret_cast<const uint16_t*>(b), ldb, beta, c, ldc, bias, done);
 }
 
 }  // namespace cohort::native::isa_avx512::bf16

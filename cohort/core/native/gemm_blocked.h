@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cohort/base/parallel.h"
@@ -24,6 +25,12 @@ namespace cohort::native::detail {
 
 inline constexpr int64_t kBlockKC = 256, kBlockNC = 3072;
 
+// done(r0, r1, c0, c1), when given, runs on the thread that computed it for
+// each block of C (rows [r0, r1) x columns [c0, c1)) right after the block's
+// last pass over k, while the block is still in that core's cache: a fused
+// elementwise epilogue without another pass over C. Blocks are disjoint.
+using BlockDone = std::function<void(int64_t, int64_t, int64_t, int64_t)>;
+
 // One thread's part: C rows [r0, r1) x columns [c0, c1).
 // `bias` (kernels whose micro takes one: the bf16 ones), when not null, is a
 // row added to every row of C on the first pass over k: C = alpha op(A)
@@ -31,8 +38,8 @@ inline constexpr int64_t kBlockKC = 256, kBlockNC = 3072;
 template <typename Kernels, typename T>
 void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t r1, int64_t c0,
                         int64_t c1, int64_t k, float alpha, const T* a, int64_t lda, const T* b,
-                        int64_t ldb, float beta, float* c, int64_t ldc,
-                        const float* bias = nullptr) {
+                        int64_t ldb, float beta, float* c, int64_t ldc, const float* bias = nullptr,
+                        const BlockDone* done = nullptr) {
   const int mr = kr.mr, nr = kr.nr;
   const int64_t mc_max = 16 * mr;
   const int64_t kc_max = (std::min(kBlockKC, k) + kr.kpack - 1) / kr.kpack * kr.kpack;
@@ -45,7 +52,7 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
     for (int64_t pc = 0; pc < k; pc += kBlockKC) {
       const int64_t kc = std::min(kBlockKC, k - pc);
       const int64_t kcp = (kc + kr.kpack - 1) / kr.kpack * kr.kpack;  // panel depth
-      const bool first = pc == 0;
+      const bool first = pc == 0, last = pc + kc >= k;
       kr.pack_b(tb, b, ldb, pc, kc, jc, nc, bbuf.data());
       for (int64_t ic = r0; ic < r1; ic += mc_max) {
         const int64_t mc = std::min(mc_max, r1 - ic);
@@ -66,6 +73,7 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
                        beta, first);
           }
         }
+        if (last && done && *done) (*done)(ic, ic + mc, jc, jc + nc);
       }
     }
   }
@@ -77,11 +85,12 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
 template <typename Kernels, typename T>
 void blocked_gemm(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                   const T* a, int64_t lda, const T* b, int64_t ldb, float beta, float* c,
-                  int64_t ldc, const float* bias = nullptr) {
+                  int64_t ldc, const float* bias = nullptr, const BlockDone* done = nullptr) {
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
         c[i * ldc + j] = (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]) + (bias ? bias[j] : 0.0f);
+    if (done && *done) (*done)(0, m, 0, n);
     return;
   }
   const bool by_rows = m >= n;
@@ -89,7 +98,7 @@ void blocked_gemm(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, int
   const int64_t units = ((by_rows ? m : n) + unit - 1) / unit;
   const int64_t parts = std::min<int64_t>(num_threads(), units);
   if (parts <= 1 || m * n * k < (int64_t(1) << 18)) {
-    blocked_gemm_range(kr, ta, tb, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+    blocked_gemm_range(kr, ta, tb, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias, done);
     return;
   }
   const int64_t len = by_rows ? m : n;
@@ -99,9 +108,11 @@ void blocked_gemm(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, int
       const int64_t e = std::min(len, units * (p + 1) / parts * unit);
       if (e <= s) continue;
       if (by_rows)
-        blocked_gemm_range(kr, ta, tb, s, e, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+        blocked_gemm_range(kr, ta, tb, s, e, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias,
+                           done);
       else
-        blocked_gemm_range(kr, ta, tb, 0, m, s, e, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
+        blocked_gemm_range(kr, ta, tb, 0, m, s, e, k, alpha, a, lda, b, ldb, beta, c, ldc, bias,
+                           done);
     }
   });
 }

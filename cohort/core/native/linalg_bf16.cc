@@ -8,6 +8,7 @@
 #include "cohort/base/isa.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/native/bf16_kernels.h"
+#include "cohort/core/native/gemm_blocked.h"
 #include "cohort/core/native/gemm_operand.h"
 #include "cohort/core/native/linalg.h"
 
@@ -28,10 +29,11 @@ std::string onednn_bf16_unsupported_reason();
 // gemm_bf16_avx512.cc (x86-64 only).
 namespace isa_avx512::bf16 {
 // bias (or null): a row added to every row of C, fused into the kernel's
-// write of C.
+// write of C; done (or null): gemm_blocked.h's epilogue per finished block.
 void avx512bf16_gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
-                          float beta, float* c, int64_t ldc, const float* bias);
+                          float beta, float* c, int64_t ldc, const float* bias,
+                          const detail::BlockDone* done = nullptr);
 // vcvtneps2bf16, bit for bit BFloat16's rounding.
 void avx512bf16_to_bf16(const float* x, BFloat16* y, int64_t n);
 }  // namespace isa_avx512::bf16
@@ -264,7 +266,8 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
   return out;
 }
 
-Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path) {
+Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path,
+                   const Bf16RowsDone& rows_done) {
   check_bf16_operand(x, "linear_bf16", "input");
   check_bf16_operand(w, "linear_bf16", "weight");
   COHORT_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.sizes()[1],
@@ -275,10 +278,18 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
                  "linear_bf16: bias must be float32 [{}], got {} {}", w.sizes()[0],
                  dtype_name(b.dtype()), shape_str(b.sizes()));
   check_bf16_path(path, "linear_bf16");
-  if (path == Bf16Path::kEmulated) return linear(bf16_to_float(x), bf16_to_float(w), b);
   const int64_t in = w.sizes()[1], outf = w.sizes()[0];
   Tensor x2 = x.reshape({-1, in});
   const int64_t rows = x2.sizes()[0];
+  // The epilogue after the GEMM, for the paths that cannot run it inside.
+  auto finish = [&](Tensor out) {
+    if (rows_done && rows > 0 && outf > 0)
+      parallel_for(
+          0, rows, std::max<int64_t>(1, kConvertGrain / outf),
+          [&](int64_t r0, int64_t r1) { rows_done(out.data_ptr<float>(), r0, r1, 0, outf); });
+    return out;
+  };
+  if (path == Bf16Path::kEmulated) return finish(linear(bf16_to_float(x), bf16_to_float(w), b));
   Shape os(x.sizes().begin(), x.sizes().end() - 1);
   os.push_back(outf);
   Tensor out = Tensor::empty(os, kFloat32);
@@ -287,10 +298,13 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
   Tensor bc = b.defined() ? b.contiguous() : Tensor();
   if (path == Bf16Path::kAvx512Bf16) {
 #if defined(__x86_64__)
+    const detail::BlockDone done = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+      rows_done(po, r0, r1, c0, c1);
+    };
     isa_avx512::bf16::avx512bf16_gemm_bf16(
         ox.trans, !ow.trans, rows, outf, in, 1.0f, ox.keep.data_ptr<BFloat16>(), ox.ld,
         ow.keep.data_ptr<BFloat16>(), ow.ld, 0.0f, po, std::max<int64_t>(outf, 1),
-        bc.defined() ? bc.data_ptr<float>() : nullptr);
+        bc.defined() ? bc.data_ptr<float>() : nullptr, rows_done ? &done : nullptr);
 #endif
     return out;
   }
@@ -302,7 +316,7 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
   }
   gemm_bf16(path, ox.trans, !ow.trans, rows, outf, in, 1.0f, ox.keep.data_ptr<BFloat16>(), ox.ld,
             ow.keep.data_ptr<BFloat16>(), ow.ld, beta, po, std::max<int64_t>(outf, 1));
-  return out;
+  return finish(out);
 }
 
 }  // namespace cohort::native

@@ -25,6 +25,7 @@
 // NotSupported naming the path and the CPU's features.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,14 @@ void gemm_bf16(Bf16Path path, bool trans_a, bool trans_b, int64_t m, int64_t n, 
 
 Tensor mm_bf16(const Tensor& a, const Tensor& b, Bf16Path path);
 Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path);
-Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path);
+// rows_done(y, r0, r1, c0, c1), when given, is called once for each block of
+// linear_bf16's output y (a contiguous [rows, out] matrix: element (r, c) at
+// y[r * out + c]) whose values are final, from the thread that made it,
+// concurrently for disjoint blocks: an elementwise epilogue. On the
+// kAvx512Bf16 path it runs inside the GEMM while the block is in cache;
+// elsewhere on row ranges after the GEMM.
+using Bf16RowsDone = std::function<void(float* y, int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
+Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path,
+                   const Bf16RowsDone& rows_done = {});
 
 }  // namespace cohort::native
