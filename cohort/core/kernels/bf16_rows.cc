@@ -46,11 +46,11 @@ Bf16Rows to_bf16_with_column_sums(const Tensor& g_in, bool need_sums) {
   Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
   const float* pg = g.data_ptr<float>();
   BFloat16* py = r.rounded.data_ptr<BFloat16>();
+  const auto& k = detail::transformer_rows();
   r.sums = over_rows(rows, n, need_sums, [&](int64_t row, float* acc) {
     const float* x = pg + row * n;
     native::to_bf16(x, py + row * n, n);
-    if (acc)
-      for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
+    if (acc) k.add_to(x, acc, n);
   });
   return r;
 }

@@ -46,6 +46,9 @@ struct TransformerRows {
   // dx[i] = exp(x[i] - lse) * scale (the softmax, scaled: cross-entropy's
   // gradient before its one-hot term).
   void (*softmax_scaled)(const float* x, float lse, float scale, float* dx, int64_t n);
+  // acc[i] += x[i] in float (a row into column sums: the same bits on every
+  // path).
+  void (*add_to)(const float* x, float* acc, int64_t n);
 };
 
 // The table of the kernel path in use (the reference table on the baseline).

@@ -295,12 +295,19 @@ void softmax_scaled(const float* x, float lse, float scale, float* dx, int64_t n
   }
 }
 
+void add_to(const float* x, float* acc, int64_t n) {
+  for (int64_t i = 0; i < n; i += kN) {
+    const int64_t k = n - i;
+    vstore_first(acc + i, k, vadd(vload_first(acc + i, k), vload_first(x + i, k)));
+  }
+}
+
 }  // namespace
 
 extern const TransformerRows kTransformerRows;
-const TransformerRows kTransformerRows{&gelu_tanh,     &gelu_tanh_backward,  &bias_gelu_tanh,
-                                       &layer_norm,    &layer_norm_backward, &log_sum_exp,
-                                       &softmax_scaled};
+const TransformerRows kTransformerRows{&gelu_tanh,      &gelu_tanh_backward,  &bias_gelu_tanh,
+                                       &layer_norm,     &layer_norm_backward, &log_sum_exp,
+                                       &softmax_scaled, &add_to};
 
 }  // namespace cohort::kernels::detail::COHORT_ISA_NS
 COHORT_ISA_END

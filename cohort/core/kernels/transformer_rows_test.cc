@@ -138,6 +138,21 @@ TEST_P(TransformerRows, LayerNormMatchesReference) {
   }
 }
 
+TEST_P(TransformerRows, AddToGivesTheReferenceBits) {
+  for (int64_t n : kLengths) {
+    std::vector<float> x = values(n, n), acc = values(n, n + 1, -1e3f, 1e3f);
+    if (n > 2) x[1] = kNaN;
+    std::vector<float> want = acc;
+    ref().add_to(x.data(), want.data(), n);
+    fast().add_to(x.data(), acc.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      if (std::isnan(want[i]))
+        ASSERT_TRUE(std::isnan(acc[i])) << "n " << n << " [" << i << "]";
+      else
+        ASSERT_EQ(acc[i], want[i]) << "n " << n << " [" << i << "]";
+  }
+}
+
 TEST_P(TransformerRows, LogSumExpMatchesReference) {
   for (int64_t n : kLengths) {
     const std::string at = " n=" + std::to_string(n);
