@@ -84,20 +84,28 @@ kernels::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const 
   return s;
 }
 
+// Whether the policy's bf16 path runs attention's products in bf16 too
+// (kernels/attention.h: on vdpbf16ps, P and dS rounded); the other paths
+// widen the operands tile by tile.
+bool bf16_products() { return current_precision().bf16_path == native::Bf16Path::kAvx512Bf16; }
+
 // Under a bf16 PrecisionPolicy (precision.h): q, k, v and the incoming
-// gradient rounded to bf16, the float32 block kernels run on them widened
-// tile by tile (the products exact, scores, softmax statistics (log-sum-exp)
-// and accumulation in float32: the emulated bf16 path, on every policy
-// path); backward keeps the bf16 q, k, v and output, the float32 lse.
+// gradient rounded to bf16, the block kernels run on them (scores, softmax
+// statistics (log-sum-exp) and accumulation in float32; the products in
+// bf16 on the kAvx512Bf16 path, else exact on the widened operands: the
+// emulated bf16 path); backward keeps the bf16 q, k, v and output, the
+// float32 lse.
 Tensor attention_bf16(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                       const kernels::AttentionShape& s) {
   Tensor q16 = native::to_bf16(q_in), k16 = native::to_bf16(k_in), v16 = native::to_bf16(v_in);
   Tensor y = Tensor::empty(q_in.sizes());
   Tensor hold, yh;
   Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
-  kernels::attention_forward(
-      s, head_rows<const BFloat16>(q16, hold), head_rows<const BFloat16>(k16, hold),
-      head_rows<const BFloat16>(v16, hold), head_rows<float>(y, yh), lse.data_ptr<float>());
+  const bool products = bf16_products();
+  kernels::attention_forward(s, head_rows<const BFloat16>(q16, hold),
+                             head_rows<const BFloat16>(k16, hold),
+                             head_rows<const BFloat16>(v16, hold), head_rows<float>(y, yh),
+                             lse.data_ptr<float>(), products);
   if (!autograd::any_requires_grad({q_in, k_in, v_in})) return y;
   Tensor y16 = native::to_bf16(y);
   return record(y, "scaled_dot_product_attention_bf16", {q_in, k_in, v_in},
@@ -112,7 +120,7 @@ Tensor attention_bf16(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in
                       head_rows<const BFloat16>(v16, hold[0]),
                       head_rows<const BFloat16>(y16, hold[0]), lse.data_ptr<float>(),
                       head_rows<const BFloat16>(g16, hold[0]), head_rows<float>(gq, hold[1]),
-                      head_rows<float>(gk, hold[1]), head_rows<float>(gv, hold[1]));
+                      head_rows<float>(gk, hold[1]), head_rows<float>(gv, hold[1]), products);
                   return std::vector<Tensor>{gq, gk, gv};
                 });
 }
@@ -136,21 +144,30 @@ struct PackedLayout {
   }
 };
 
-// qkv float32 or bf16, contiguous; y [B, T, C] and lse written.
+// qkv float32 or bf16, contiguous; y [B, T, C] and lse written. products:
+// bf16 products (T = BFloat16 only).
 template <class T>
 void packed_forward(const kernels::AttentionShape& s, const PackedLayout& l, const T* qkv, float* y,
-                    float* lse) {
-  kernels::attention_forward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse);
+                    float* lse, bool products = false) {
+  if constexpr (std::is_same_v<T, BFloat16>)
+    kernels::attention_forward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse,
+                               products);
+  else
+    kernels::attention_forward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse);
 }
 
 // qkv's gradient from the saved qkv, y and lse and y's gradient g.
 template <class T>
 Tensor packed_backward(const kernels::AttentionShape& s, const PackedLayout& l, const T* qkv,
-                       const T* y, const float* lse, const T* g) {
+                       const T* y, const float* lse, const T* g, bool products = false) {
   Tensor gqkv = Tensor::empty({l.b, l.t, 3 * l.c});
   float* pg = gqkv.data_ptr<float>();
-  kernels::attention_backward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse,
-                              l.merged(g), l.qkv(pg, 0), l.qkv(pg, 1), l.qkv(pg, 2));
+  if constexpr (std::is_same_v<T, BFloat16>)
+    kernels::attention_backward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse,
+                                l.merged(g), l.qkv(pg, 0), l.qkv(pg, 1), l.qkv(pg, 2), products);
+  else
+    kernels::attention_backward(s, l.qkv(qkv, 0), l.qkv(qkv, 1), l.qkv(qkv, 2), l.merged(y), lse,
+                                l.merged(g), l.qkv(pg, 0), l.qkv(pg, 1), l.qkv(pg, 2));
   return gqkv;
 }
 
@@ -159,8 +176,9 @@ Tensor attention_packed_bf16(const Tensor& qkv, const PackedLayout& l,
   Tensor qkv16 = native::to_bf16(qkv);
   Tensor y = Tensor::empty({l.b, l.t, l.c});
   Tensor lse = Tensor::empty({s.batch_heads * s.q_len});
+  const bool products = bf16_products();
   packed_forward<BFloat16>(s, l, qkv16.data_ptr<BFloat16>(), y.data_ptr<float>(),
-                           lse.data_ptr<float>());
+                           lse.data_ptr<float>(), products);
   if (!autograd::any_requires_grad({qkv})) return y;
   // y's rounding is both what backward keeps and c_proj's operand.
   Tensor y16 = native::to_bf16(y);
@@ -170,7 +188,7 @@ Tensor attention_packed_bf16(const Tensor& qkv, const PackedLayout& l,
                   Tensor g16 = native::to_bf16(g);
                   return std::vector<Tensor>{packed_backward<BFloat16>(
                       s, l, qkv16.data_ptr<BFloat16>(), y16.data_ptr<BFloat16>(),
-                      lse.data_ptr<float>(), g16.data_ptr<BFloat16>())};
+                      lse.data_ptr<float>(), g16.data_ptr<BFloat16>(), products)};
                 });
 }
 

@@ -152,14 +152,18 @@ TEST(ScaledDotProductAttention, TransposedViewsOfOneProjectionGiveTheSameBits) {
   }
 }
 
-// The packed form against the views it replaces, in float32 and under bf16:
+// The packed form against the views it replaces, in float32 and under bf16
+// (widened products, and bf16 products where the CPU has them: head_dim 32):
 // the same output and qkv gradient bits; bad shapes are clear errors.
 TEST(ScaledDotProductAttentionPacked, GivesTheBitsOfTheHeadViews) {
-  const int64_t b = 2, t = 70, h = 4, d = 8, c = h * d;
-  for (bool bf16 : {false, true})
+  const int64_t b = 2, t = 70, h = 4, d = 32, c = h * d;
+  std::vector<std::optional<native::Bf16Path>> modes{std::nullopt, native::Bf16Path::kEmulated};
+  if (native::bf16_path_supported(native::Bf16Path::kAvx512Bf16))
+    modes.push_back(native::Bf16Path::kAvx512Bf16);
+  for (const auto& mode : modes)
     for (bool causal : {false, true}) {
       std::optional<PrecisionScope> scope;
-      if (bf16) scope.emplace(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+      if (mode) scope.emplace(PrecisionPolicy::bf16(*mode));
       Tensor qkv = randn_grad({b, t, 3 * c}, 11);
       auto heads = [&](const Tensor& x, int64_t i) {
         return transpose(view(narrow(x, 2, i * c, c), {b, t, h, d}), 1, 2);
@@ -177,7 +181,8 @@ TEST(ScaledDotProductAttentionPacked, GivesTheBitsOfTheHeadViews) {
         return std::pair<Tensor, Tensor>{y.detach(), qkv.grad().clone()};
       };
       const auto want = run(false), got = run(true);
-      const std::string what = std::string(bf16 ? "bf16" : "fp32") + (causal ? " causal" : "");
+      const std::string what =
+          std::string(mode ? native::bf16_path_name(*mode) : "fp32") + (causal ? " causal" : "");
       EXPECT_EQ(got.first.sizes(), (Shape{b, t, c})) << what;
       EXPECT_EQ(got.first.to_vector<float>(), want.first.to_vector<float>()) << what;
       EXPECT_EQ(got.second.to_vector<float>(), want.second.to_vector<float>()) << what;

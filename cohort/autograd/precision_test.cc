@@ -237,5 +237,30 @@ TEST(Bf16Ops, Conv2dAndAttentionRoundTheirOperands) {
   EXPECT_EQ(xs.storage().use_count(), before);
 }
 
+// On the kAvx512Bf16 path attention multiplies in bf16 too (P and dS
+// rounded): close to float32 within bf16 tolerance, and not the widened
+// products' values.
+TEST(Bf16Ops, AttentionOnBf16ProductsStaysCloseToFloat32) {
+  if (!native::bf16_path_supported(native::Bf16Path::kAvx512Bf16))
+    GTEST_SKIP() << "this CPU has no avx512_bf16";
+  Tensor q = randn({2, 2, 70, 32}, 5), k = randn({2, 2, 70, 32}, 6), v = randn({2, 2, 70, 32}, 7);
+  Tensor ra = randn({2, 2, 70, 32}, 8, kFloat32, false);
+  auto attn = [](In a) { return scaled_dot_product_attention(a[0], a[1], a[2], true); };
+  const OpRun a32 = run(attn, {q, k, v}, ra);
+  OpRun widened, products;
+  {
+    PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+    widened = run(attn, {q, k, v}, ra);
+  }
+  {
+    PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kAvx512Bf16));
+    products = run(attn, {q, k, v}, ra);
+  }
+  EXPECT_TRUE(allclose(products.out, a32.out, 2e-2, 2e-2));
+  EXPECT_FALSE(allclose(products.out, widened.out, 0, 0));
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(allclose(products.grads[i], a32.grads[i], 2e-2, 5e-2)) << i;
+}
+
 }  // namespace
 }  // namespace cohort

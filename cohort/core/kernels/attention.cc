@@ -26,6 +26,8 @@
 #include "cohort/base/isa.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/attention_blocks.h"
+#include "cohort/core/kernels/attention_dp.h"
+#include "cohort/core/kernels/attention_tiles.h"
 #include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort::kernels {
@@ -103,31 +105,15 @@ namespace {
 
 using detail::AttentionOps;
 using detail::Band;
-constexpr int64_t kB = kAttentionBlock;
-constexpr double kLog2e = 1.4426950408889634;
-constexpr double kLn2 = 0.6931471805599453;
-
-int64_t num_blocks(int64_t n) { return (n + kB - 1) / kB; }
-
-// Whether any query of block qb sees a key of block kb.
-bool block_needed(const AttentionShape& s, int64_t qb, int64_t kb) {
-  return !s.causal || kb * kB <= std::min(qb * kB + kB, s.q_len) - 1;
-}
-
-// How many of the kn keys starting at k0 query i sees (a prefix of them).
-int64_t visible_keys(const AttentionShape& s, int64_t i, int64_t k0, int64_t kn) {
-  return s.causal ? std::clamp<int64_t>(i - k0 + 1, 0, kn) : kn;
-}
-
-// Tiles of queries from q0 x keys from k0: query row r sees key columns
-// j <= r + q0 - k0 (rows_q); key row j is seen by query columns
-// i >= j - (q0 - k0) (rows_k).
-Band rows_q(const AttentionShape& s, int64_t q0, int64_t k0) {
-  return s.causal ? Band{-detail::kUnbounded, q0 - k0} : Band{};
-}
-Band rows_k(const AttentionShape& s, int64_t q0, int64_t k0) {
-  return s.causal ? Band{k0 - q0, detail::kUnbounded} : Band{};
-}
+using detail::block_needed;
+using detail::kB;
+using detail::kLn2;
+using detail::kLog2e;
+using detail::num_blocks;
+using detail::rows_k;
+using detail::rows_q;
+using detail::RowStats;
+using detail::visible_keys;
 
 // Per task: packed keys and values [D, kB], two score tiles [kB, kB] and two
 // accumulator tiles [kB, D] (out; dk and dv), reused tile after tile.
@@ -189,12 +175,6 @@ void forward_task(const AttentionShape& s, const AttentionOps& ops, ConstHeadRow
     lse[bh * s.q_len + q0 + r] = static_cast<float>(m[r] * kLn2 + std::log(l[r]));
   }
 }
-
-// Per-row values the backward tiles need: lse in base 2 and delta.
-struct RowStats {
-  const float* lse2;   // [bh * q_len]
-  const float* delta;  // [bh * q_len]
-};
 
 // The (qb, kb) tile of head bh: leaves P in scratch.scores and dS (scale
 // included) in scratch.dscores. kt/vt hold key block kb packed.
@@ -320,14 +300,24 @@ class Widened<BFloat16> {
   int64_t bh_ = -1;
 };
 
+// dp: the bf16-product tasks (attention_dp.h; T = BFloat16 only).
 template <class T>
 void forward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T> k,
-                  HeadRows<const T> v, HeadRows<float> out, float* lse) {
+                  HeadRows<const T> v, HeadRows<float> out, float* lse, bool dp = false) {
   check_attention_shape(s, "attention_forward");
   if (s.batch_heads == 0 || s.q_len == 0) return;
   const AttentionOps& ops = *detail::attention_ops();
   const int64_t nqb = num_blocks(s.q_len), d = s.head_dim;
   parallel_for(0, s.batch_heads * nqb, 1, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (dp) {
+        detail::DpScratch scratch(s);
+        for (int64_t t = b; t < e; ++t)
+          detail::forward_task_dp(s, ops, *detail::attention_dp_ops(), q, k, v, out, lse, t / nqb,
+                                  t % nqb, scratch);
+        return;
+      }
+    }
     Scratch scratch(s);
     Widened<T> wq, wk, wv;
     for (int64_t t = b; t < e; ++t) {
@@ -356,11 +346,37 @@ struct WidenedArgs {
   }
 };
 
+// The bf16-product tasks' two schedules (see backward_impl).
+void backward_dp(const AttentionShape& s, const AttentionOps& ops, const detail::DpArgs& a) {
+  const detail::AttentionDpOps& dp = *detail::attention_dp_ops();
+  const int64_t bh_n = s.batch_heads, nkb = num_blocks(s.kv_len), nqb = num_blocks(s.q_len);
+  if (bh_n >= num_threads()) {
+    parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
+      detail::DpScratch scratch(s);
+      for (int64_t bh = b; bh < e; ++bh) {
+        zero_rows(a.dq.head(bh), a.dq.row_stride, s.q_len, s.head_dim);
+        for (int64_t kb = 0; kb < nkb; ++kb)
+          detail::key_task_dp(s, ops, dp, a, bh, kb, true, scratch);
+      }
+    });
+    return;
+  }
+  parallel_for(0, bh_n * nkb, 1, [&](int64_t b, int64_t e) {
+    detail::DpScratch scratch(s);
+    for (int64_t t = b; t < e; ++t)
+      detail::key_task_dp(s, ops, dp, a, t / nkb, t % nkb, false, scratch);
+  });
+  parallel_for(0, bh_n * nqb, 1, [&](int64_t b, int64_t e) {
+    detail::DpScratch scratch(s);
+    for (int64_t t = b; t < e; ++t) detail::query_task_dp(s, ops, dp, a, t / nqb, t % nqb, scratch);
+  });
+}
+
 template <class T>
 void backward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T> k,
                    HeadRows<const T> v, HeadRows<const T> out, const float* lse,
                    HeadRows<const T> dout, HeadRows<float> dq, HeadRows<float> dk,
-                   HeadRows<float> dv) {
+                   HeadRows<float> dv, bool dp = false) {
   check_attention_shape(s, "attention_backward");
   if (s.batch_heads == 0) return;
   const int64_t bh_n = s.batch_heads, tq = s.q_len, d = s.head_dim;
@@ -390,6 +406,12 @@ void backward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const 
       }
     }
   });
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (dp) {
+      backward_dp(s, ops, detail::DpArgs{q, k, v, dout, RowStats{lse2, delta}, dq, dk, dv});
+      return;
+    }
+  }
   const BackwardArgs a{{}, {}, {}, {}, RowStats{lse2, delta}, dq, dk, dv};
   const int64_t nkb = num_blocks(s.kv_len), nqb = num_blocks(tq);
   if (bh_n >= num_threads()) {
@@ -447,8 +469,8 @@ void attention_forward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k
 }
 
 void attention_forward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
-                       HeadRows<float> out, float* lse) {
-  forward_impl(s, q, k, v, out, lse);
+                       HeadRows<float> out, float* lse, bool bf16_products) {
+  forward_impl(s, q, k, v, out, lse, bf16_products && detail::attention_dp_supported(s));
 }
 
 void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k, ConstHeadRows v,
@@ -459,8 +481,13 @@ void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows 
 
 void attention_backward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
                         Bf16HeadRows out, const float* lse, Bf16HeadRows dout, HeadRows<float> dq,
-                        HeadRows<float> dk, HeadRows<float> dv) {
-  backward_impl(s, q, k, v, out, lse, dout, dq, dk, dv);
+                        HeadRows<float> dk, HeadRows<float> dv, bool bf16_products) {
+  backward_impl(s, q, k, v, out, lse, dout, dq, dk, dv,
+                bf16_products && detail::attention_dp_supported(s));
+}
+
+bool attention_bf16_products_supported(const AttentionShape& s) {
+  return detail::attention_dp_supported(s);
 }
 
 }  // namespace cohort::kernels

@@ -90,15 +90,23 @@ void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows 
                         HeadRows<float> dk, HeadRows<float> dv);
 
 // The same on bfloat16 operands (what backward keeps under a bf16
-// PrecisionPolicy): each task widens the heads it reads to float32 (exact)
-// in its own scratch, so the results have the bits of the float32 functions
-// on the widened values, without a widened copy of the whole tensors. The
-// scratch grows by O((q_len + kv_len) x head_dim) floats per task.
+// PrecisionPolicy). Two ways:
+//  - bf16_products false, or not supported here: each task widens the heads
+//    it reads to float32 (exact) in its own scratch, so the results have the
+//    bits of the float32 functions on the widened values, without a widened
+//    copy of the whole tensors. The scratch grows by O((q_len + kv_len) x
+//    head_dim) floats per task.
+//  - bf16_products, where attention_bf16_products_supported(s) (AVX512-BF16,
+//    head_dim a multiple of 32): every product on vdpbf16ps with float32
+//    accumulation, P and dS rounded to bf16 before they are multiplied, as
+//    flash attention's bf16 kernels do (attention_dp.h); softmax statistics
+//    and row sums stay float32. Results within bf16 rounding of the above.
 void attention_forward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
-                       HeadRows<float> out, float* lse);
+                       HeadRows<float> out, float* lse, bool bf16_products = false);
 void attention_backward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
                         Bf16HeadRows out, const float* lse, Bf16HeadRows dout, HeadRows<float> dq,
-                        HeadRows<float> dk, HeadRows<float> dv);
+                        HeadRows<float> dk, HeadRows<float> dv, bool bf16_products = false);
+bool attention_bf16_products_supported(const AttentionShape& s);
 
 void attention_forward_reference(const AttentionShape& s, ConstHeadRows q, ConstHeadRows k,
                                  ConstHeadRows v, HeadRows<float> out, float* lse);

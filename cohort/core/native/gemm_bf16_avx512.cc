@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "cohort/core/dtype.h"
+#include "cohort/core/native/bf16_panels.h"
 #include "cohort/core/native/gemm_blocked.h"
 
 // GCC 12 warns of the undefined source vector inside its own AVX-512
@@ -37,17 +38,104 @@
 namespace cohort::native::isa_avx512::bf16 {
 namespace {
 
-using detail::blocked_gemm;
-
 #define COHORT_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
-
-constexpr int kMR = 12, kNV = 2, kNR = kNV * 16;
 
 // The mask of lanes 0..n-1 of 16.
 inline __mmask16 first_lanes(int n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << std::max(n, 0)) - 1);
 }
+
+inline uint32_t pair_word(uint16_t lo, uint16_t hi) { return lo | (uint32_t(hi) << 16); }
+
+// r[j] = column j of the 16 x 16 block of 32-bit words whose rows are r[0..15].
+COHORT_BF16_TARGET
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // In each 128-bit lane L, r[4i + c] then holds rows 4i..4i+3 of column 4L + c.
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i even01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    const __m512i even23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    const __m512i odd01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
+    const __m512i odd23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
+    t[c] = _mm512_shuffle_i32x4(even01, even23, 0x88);
+    t[8 + c] = _mm512_shuffle_i32x4(even01, even23, 0xDD);
+    t[4 + c] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(odd01, odd23, 0xDD);
+  }
+  for (int j = 0; j < 16; ++j) r[j] = t[j];
+}
+
+}  // namespace
+
+// Panel words dst[q * width + r], r < width, from `rows` source rows whose
+// pairs are contiguous (row r's word q at src + r * ld + 2q), zero for rows
+// past `rows` and for the element past an odd kc: 16 words of 16 rows at a
+// time through an in-register transpose.
+COHORT_BF16_TARGET
+void pack_along_k(const uint16_t* src, int64_t ld, int rows, int64_t kc, int width, uint32_t* dst) {
+  const int64_t full = kc / 2;  // pairs wholly inside kc
+  for (int g = 0; g < width; g += 16) {
+    const int lanes = std::min(16, width - g);
+    const int valid = std::max(0, std::min(lanes, rows - g));
+    const __mmask16 store = first_lanes(lanes);
+    const uint16_t* base = src + g * ld;
+    for (int64_t q0 = 0; q0 < full; q0 += 16) {
+      const int words = static_cast<int>(std::min<int64_t>(16, full - q0));
+      const __mmask16 load = first_lanes(words);
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < valid ? _mm512_maskz_loadu_epi32(load, base + i * ld + 2 * q0)
+                         : _mm512_setzero_si512();
+      transpose16(r);
+      for (int t = 0; t < words; ++t)
+        _mm512_mask_storeu_epi32(dst + (q0 + t) * width + g, store, r[t]);
+    }
+    if (kc % 2)
+      for (int r = 0; r < lanes; ++r)
+        dst[full * width + g + r] = r < valid ? pair_word(base[r * ld + 2 * full], 0) : 0u;
+  }
+}
+
+// Panel words dst[q * width + j], j < width (at most 32), from row pairs:
+// word (q, j) is (src[2q * ld + j], src[(2q + 1) * ld + j]), zero past `cols`
+// and past kc. The two rows' 16-bit elements interleaved within 128-bit lanes
+// (unpack), then the lanes put in column order.
+COHORT_BF16_TARGET
+void pack_across_k(const uint16_t* src, int64_t ld, int cols, int64_t kc, int width,
+                   uint32_t* dst) {
+  const __mmask32 load = cols >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << cols) - 1);
+  const __mmask16 store0 = first_lanes(width), store1 = first_lanes(width - 16);
+  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (int64_t q = 0; 2 * q < kc; ++q) {
+    const uint16_t* r0 = src + 2 * q * ld;
+    const __m512i a = _mm512_maskz_loadu_epi16(load, r0);
+    const __m512i b =
+        2 * q + 1 < kc ? _mm512_maskz_loadu_epi16(load, r0 + ld) : _mm512_setzero_si512();
+    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
+    _mm512_mask_storeu_epi32(dst + q * width, store0, _mm512_permutex2var_epi64(lo, first, hi));
+    if (width > 16)
+      _mm512_mask_storeu_epi32(dst + q * width + 16, store1,
+                               _mm512_permutex2var_epi64(lo, second, hi));
+  }
+}
+
+namespace {
+
+using detail::blocked_gemm;
+
+constexpr int kMR = 12, kNV = 2, kNR = kNV * 16;
 
 COHORT_BF16_TARGET
 void micro(int64_t kc, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* c,
@@ -112,89 +200,6 @@ void micro(int64_t kc, const uint16_t* __restrict ap, const uint16_t* __restrict
         r = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), vb, r);
       _mm512_mask_storeu_ps(p, mask, r);
     }
-}
-
-inline uint32_t pair_word(uint16_t lo, uint16_t hi) { return lo | (uint32_t(hi) << 16); }
-
-// r[j] = column j of the 16 x 16 block of 32-bit words whose rows are r[0..15].
-COHORT_BF16_TARGET
-inline void transpose16(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // In each 128-bit lane L, r[4i + c] then holds rows 4i..4i+3 of column 4L + c.
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i even01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
-    const __m512i even23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    const __m512i odd01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xDD);
-    const __m512i odd23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xDD);
-    t[c] = _mm512_shuffle_i32x4(even01, even23, 0x88);
-    t[8 + c] = _mm512_shuffle_i32x4(even01, even23, 0xDD);
-    t[4 + c] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);
-    t[12 + c] = _mm512_shuffle_i32x4(odd01, odd23, 0xDD);
-  }
-  for (int j = 0; j < 16; ++j) r[j] = t[j];
-}
-
-// Panel words dst[q * width + r], r < width, from `rows` source rows whose
-// pairs are contiguous (row r's word q at src + r * ld + 2q), zero for rows
-// past `rows` and for the element past an odd kc: 16 words of 16 rows at a
-// time through an in-register transpose.
-COHORT_BF16_TARGET
-void pack_along_k(const uint16_t* src, int64_t ld, int rows, int64_t kc, int width, uint32_t* dst) {
-  const int64_t full = kc / 2;  // pairs wholly inside kc
-  for (int g = 0; g < width; g += 16) {
-    const int lanes = std::min(16, width - g);
-    const int valid = std::max(0, std::min(lanes, rows - g));
-    const __mmask16 store = first_lanes(lanes);
-    const uint16_t* base = src + g * ld;
-    for (int64_t q0 = 0; q0 < full; q0 += 16) {
-      const int words = static_cast<int>(std::min<int64_t>(16, full - q0));
-      const __mmask16 load = first_lanes(words);
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i)
-        r[i] = i < valid ? _mm512_maskz_loadu_epi32(load, base + i * ld + 2 * q0)
-                         : _mm512_setzero_si512();
-      transpose16(r);
-      for (int t = 0; t < words; ++t)
-        _mm512_mask_storeu_epi32(dst + (q0 + t) * width + g, store, r[t]);
-    }
-    if (kc % 2)
-      for (int r = 0; r < lanes; ++r)
-        dst[full * width + g + r] = r < valid ? pair_word(base[r * ld + 2 * full], 0) : 0u;
-  }
-}
-
-// Panel words dst[q * width + j], j < width (at most 32), from row pairs:
-// word (q, j) is (src[2q * ld + j], src[(2q + 1) * ld + j]), zero past `cols`
-// and past kc. The two rows' 16-bit elements interleaved within 128-bit lanes
-// (unpack), then the lanes put in column order.
-COHORT_BF16_TARGET
-void pack_across_k(const uint16_t* src, int64_t ld, int cols, int64_t kc, int width,
-                   uint32_t* dst) {
-  const __mmask32 load = cols >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << cols) - 1);
-  const __mmask16 store0 = first_lanes(width), store1 = first_lanes(width - 16);
-  const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-  const __m512i second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-  for (int64_t q = 0; 2 * q < kc; ++q) {
-    const uint16_t* r0 = src + 2 * q * ld;
-    const __m512i a = _mm512_maskz_loadu_epi16(load, r0);
-    const __m512i b =
-        2 * q + 1 < kc ? _mm512_maskz_loadu_epi16(load, r0 + ld) : _mm512_setzero_si512();
-    const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-    _mm512_mask_storeu_epi32(dst + q * width, store0, _mm512_permutex2var_epi64(lo, first, hi));
-    if (width > 16)
-      _mm512_mask_storeu_epi32(dst + q * width + 16, store1,
-                               _mm512_permutex2var_epi64(lo, second, hi));
-  }
 }
 
 // Panels of `width` rows of op(A) (columns of op(B)) from index i0, n of

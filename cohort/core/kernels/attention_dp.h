@@ -1,0 +1,75 @@
+// Internal to the attention kernels: the blocked algorithm's tasks with their
+// products on AVX512-BF16's vdpbf16ps (bf16 pairs, float32 accumulation),
+// for bf16 operands (attention.h's bf16 overloads with bf16_products).
+//
+// The tiles are those of attention.cc's float32 tasks, and so are the
+// softmax, its statistics and the row operations (float32, AttentionOps).
+// What differs: every product reads bf16, as flash attention's bf16 kernels
+// do. P = exp(s - m) is rounded to bf16 before P v (forward) and P^T dout;
+// dS before dS k and dS^T q. The row sums l stay those of the float32 P.
+// Products run over whole tiles (a causal tile's masked part adds zeros:
+// P and dS are zero there).
+//
+// Operand layouts of dp_gemm: A is bf16, element (r, 2q + e) at
+// a[r * a_rs + q * a_qs + e] (rows of q or P as stored: a_qs = 2; a panel
+// of pack_across_k read as rows: a_rs = 2, a_qs = 64); B comes as word
+// panels of 32 columns (native/bf16_panels.h), panel p at bp + p * pairs *
+// 32 words.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cohort/core/kernels/attention.h"
+#include "cohort/core/kernels/attention_blocks.h"
+#include "cohort/core/kernels/attention_tiles.h"
+
+namespace cohort::kernels::detail {
+
+struct AttentionDpOps {
+  // c[r * ldc + x] (accumulate ? += : =) sum over q < pairs of the two
+  // products of pair q, for r < m and x < n (n a multiple of 32).
+  void (*dp_gemm)(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs,
+                  int64_t a_qs, const uint32_t* bp, float* c, int64_t ldc, bool accumulate);
+  // native/bf16_panels.h's packers.
+  void (*pack_along)(const uint16_t* src, int64_t ld, int rows, int64_t kc, int width,
+                     uint32_t* dst);
+  void (*pack_across)(const uint16_t* src, int64_t ld, int cols, int64_t kc, int width,
+                      uint32_t* dst);
+};
+
+// Null unless this CPU has AVX512-BF16.
+const AttentionDpOps* attention_dp_ops();
+
+// Whether the bf16-product tasks take shape s here: AVX512-BF16 and a
+// head_dim that is a multiple of 32 (whole column panels).
+bool attention_dp_supported(const AttentionShape& s);
+
+// Per task: packed keys and values, bf16 tiles of P and dS and their
+// transposed panels, and float32 score and accumulator tiles.
+class DpScratch {
+ public:
+  explicit DpScratch(const AttentionShape& s);
+  int64_t d;
+  std::vector<uint32_t> kp, vp, kx, vx, pt, dst, ox, qx;  // word panels
+  std::vector<uint16_t> p16, ds16;                        // [kB, kB] bf16
+  std::vector<float> sc, dsc, acc0, acc1;
+};
+
+struct DpArgs {
+  Bf16HeadRows q, k, v, dout;
+  RowStats rows;
+  HeadRows<float> dq, dk, dv;
+};
+
+void forward_task_dp(const AttentionShape& s, const AttentionOps& ops, const AttentionDpOps& dp,
+                     Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v, HeadRows<float> out,
+                     float* lse, int64_t bh, int64_t qb, DpScratch& scratch);
+// dk, dv of key block kb (and, with_dq, dS k added into dq).
+void key_task_dp(const AttentionShape& s, const AttentionOps& ops, const AttentionDpOps& dp,
+                 const DpArgs& a, int64_t bh, int64_t kb, bool with_dq, DpScratch& scratch);
+// dq of query block qb.
+void query_task_dp(const AttentionShape& s, const AttentionOps& ops, const AttentionDpOps& dp,
+                   const DpArgs& a, int64_t bh, int64_t qb, DpScratch& scratch);
+
+}  // namespace cohort::kernels::detail
