@@ -10,8 +10,13 @@
 // needs beyond its inputs and outputs (fused: scratch tiles per thread plus
 // O(T) row statistics; composed: each of its B x H x T x T tensors).
 //
+// With --bf16 (on a CPU with avx512_bf16) a second table: the fused op's
+// forward + backward under a bf16 PrecisionPolicy, its products widened to
+// float32 (the kEmulated path) against its products on vdpbf16ps (the
+// kAvx512Bf16 path), next to float32, alternating in the same rounds.
+//
 // Usage: bench_attention [--threads N] [--seconds S] [--rounds R] [--no-torch]
-//                        [--torch-script PATH] [--quick]
+//                        [--torch-script PATH] [--quick] [--bf16]
 // COHORT_KERNELS=baseline|avx2|avx512 forces cohort's kernel path.
 #include <fcntl.h>
 #include <poll.h>
@@ -24,12 +29,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bench/kernels/interleaved_timing.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/attention.h"
@@ -191,6 +198,36 @@ Figures measure(const Shape4& s, double seconds, int rounds, TorchPeer* torch, i
   return f;
 }
 
+// The fused forward + backward in float32 and under the two bf16 paths.
+struct Bf16Figures {
+  double fp32 = 1e30, widened = 1e30, products = 1e30;
+};
+
+Bf16Figures measure_bf16(const Shape4& s, double seconds, int rounds) {
+  Generator gen(1);
+  const cohort::Shape shape{s.b, s.h, s.t, s.d};
+  Tensor q = randn(shape, gen).set_requires_grad(true),
+         k = randn(shape, gen).set_requires_grad(true);
+  Tensor v = randn(shape, gen).set_requires_grad(true), dy = randn(shape, gen);
+  auto fb = [&](std::optional<native::Bf16Path> path) {
+    return [&, path] {
+      std::optional<PrecisionScope> scope;
+      if (path) scope.emplace(PrecisionPolicy::bf16(*path));
+      q.set_grad(Tensor());
+      k.set_grad(Tensor());
+      v.set_grad(Tensor());
+      scaled_dot_product_attention(q, k, v, true).backward(dy);
+    };
+  };
+  Bf16Figures f;
+  for (int r = 0; r < rounds; ++r) {
+    f.fp32 = std::min(f.fp32, timed_ms(fb(std::nullopt), seconds));
+    f.widened = std::min(f.widened, timed_ms(fb(native::Bf16Path::kEmulated), seconds));
+    f.products = std::min(f.products, timed_ms(fb(native::Bf16Path::kAvx512Bf16), seconds));
+  }
+  return f;
+}
+
 std::string mib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
@@ -205,7 +242,7 @@ int main(int argc, char** argv) {
       cohort::apply_kernel_path_setting(v, "COHORT_KERNELS");
     int threads = cohort::num_threads(), rounds = 3;
     double seconds = 0.3;
-    bool use_torch = true, quick = false;
+    bool use_torch = true, quick = false, bf16 = false;
     std::string script = COHORT_BENCH_KERNELS_DIR "/torch_attention.py";
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -225,6 +262,8 @@ int main(int argc, char** argv) {
         script = next();
       else if (a == "--quick")
         quick = true;
+      else if (a == "--bf16")
+        bf16 = true;
       else
         throw std::runtime_error("bench_attention: unknown argument " + a);
     }
@@ -274,6 +313,24 @@ int main(int argc, char** argv) {
         "is faster); GFLOP/s of the fused forward + backward (7 x B H T^2 D); fused_MiB = scratch "
         "tiles x threads + lse/delta rows; TxT_MiB = one B x H x T x T float tensor (composed "
         "attention keeps several)\n");
+    if (bf16) {
+      cohort::native::check_bf16_path(cohort::native::Bf16Path::kAvx512Bf16,
+                                      "bench_attention --bf16");
+      std::printf("\n%-14s %2s %2s %5s %3s | %9s %9s %9s | %9s %9s | %7s\n", "bf16 fused_fb", "B",
+                  "H", "T", "D", "fp32", "widened", "products", "prod/f32", "prod/wid", "GFLOP/s");
+      for (const auto& [label, s] : shapes) {
+        const Bf16Figures f = measure_bf16(s, seconds, rounds);
+        const double gflop = 7.0 * static_cast<double>(s.b * s.h) * s.t * s.t * s.d * 1e-9;
+        std::printf("%-14s %2ld %2ld %5ld %3ld | %9.3f %9.3f %9.3f | %9.3f %9.3f | %7.1f\n",
+                    label.c_str(), s.b, s.h, s.t, s.d, f.fp32, f.widened, f.products,
+                    f.products / f.fp32, f.products / f.widened, gflop / (f.products * 1e-3));
+        std::fflush(stdout);
+      }
+      std::printf(
+          "ms per forward + backward of the fused op: float32; under a bf16 policy with the "
+          "products widened to float32 (kEmulated) and on vdpbf16ps (kAvx512Bf16, P and dS "
+          "rounded); GFLOP/s of the bf16 products' run (7 x B H T^2 D)\n");
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

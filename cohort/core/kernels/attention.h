@@ -101,6 +101,8 @@ void attention_backward(const AttentionShape& s, ConstHeadRows q, ConstHeadRows 
 //    accumulation, P and dS rounded to bf16 before they are multiplied, as
 //    flash attention's bf16 kernels do (attention_dp.h); softmax statistics
 //    and row sums stay float32. Results within bf16 rounding of the above.
+//    The scratch grows by O((q_len + kv_len) x head_dim) bf16 per task (a
+//    head's packed blocks, kept while its tasks run).
 void attention_forward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,
                        HeadRows<float> out, float* lse, bool bf16_products = false);
 void attention_backward(const AttentionShape& s, Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v,

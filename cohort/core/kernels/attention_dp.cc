@@ -38,23 +38,6 @@ void pack_rows_across(const AttentionDpOps& dp, Bf16HeadRows x, int64_t bh, int6
                    dst + (c / kPanel) * pairs_of(n) * kPanel);
 }
 
-// rows x cols of a float tile (ld kB) rounded into a bf16 tile (ld kB), zero
-// from column cols to kB.
-void round_tile(const float* src, int64_t rows, int64_t cols, uint16_t* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    native::to_bf16(src + r * kB, reinterpret_cast<BFloat16*>(dst + r * kB), cols);
-    std::fill(dst + r * kB + cols, dst + (r + 1) * kB, uint16_t{0});
-  }
-}
-
-// A tile's bf16 rows (P or dS, [qn, kB]) as panels across its qn rows: the
-// A operand of P^T dout and dS^T q (key j's word q at panel j / 32).
-void transpose_tile(const AttentionDpOps& dp, const uint16_t* t, int64_t qn, uint32_t* dst) {
-  for (int64_t p = 0; p < kB / kPanel; ++p)
-    dp.pack_across(t + p * kPanel, kB, static_cast<int>(kPanel), qn, static_cast<int>(kPanel),
-                   dst + p * pairs_of(qn) * kPanel);
-}
-
 // c[kn, d] += tile^T b: the transposed tile's panels times b's (over qn).
 void acc_transposed(const AttentionDpOps& dp, const uint32_t* tt, int64_t kn, int64_t qn, int64_t d,
                     const uint32_t* b, float* c) {
@@ -65,17 +48,29 @@ void acc_transposed(const AttentionDpOps& dp, const uint32_t* tt, int64_t kn, in
                c + p * kPanel * d, d, true);
 }
 
-// Scores and dS of tile (qb, kb) of head bh from the packed kp / vp: leaves
-// P (float32) in sc, dS (scale included) in dsc, both rounded in p16 / ds16.
+// Block b (of keys or queries, n rows from b kB) of x's head bh as panels
+// along head_dim or across its rows, from the head's cache.
+const uint32_t* along(const AttentionDpOps& dp, BlockPanels& cache, Bf16HeadRows x, int64_t bh,
+                      int64_t b, int64_t n, int64_t d) {
+  return cache.get(bh, b, [&](uint32_t* dst) { pack_keys_along(dp, x, bh, b * kB, n, d, dst); });
+}
+const uint32_t* across(const AttentionDpOps& dp, BlockPanels& cache, Bf16HeadRows x, int64_t bh,
+                       int64_t b, int64_t n, int64_t d) {
+  return cache.get(bh, b, [&](uint32_t* dst) { pack_rows_across(dp, x, bh, b * kB, n, d, dst); });
+}
+
+// Scores and dS of tile (qb, kb) of head bh: leaves
+// P (float32) in sc, dS (scale included) in dsc, both rounded into the
+// transposed panels pt / dst, and dS into ds16.
 void grad_tile_dp(const AttentionShape& s, const AttentionOps& ops, const AttentionDpOps& dp,
                   const DpArgs& a, int64_t bh, int64_t qb, int64_t kb, DpScratch& w) {
   const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
   const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
   const float c = static_cast<float>(s.scale * kLog2e);
   dp.dp_gemm(qn, kB, d / 2, bits(a.q.head(bh) + q0 * a.q.row_stride), a.q.row_stride, 2,
-             w.kp.data(), w.sc.data(), kB, false);
+             along(dp, w.k_along, a.k, bh, kb, kn, d), w.sc.data(), kB, false);
   dp.dp_gemm(qn, kB, d / 2, bits(a.dout.head(bh) + q0 * a.dout.row_stride), a.dout.row_stride, 2,
-             w.vp.data(), w.dsc.data(), kB, false);
+             along(dp, w.v_along, a.v, bh, kb, kn, d), w.dsc.data(), kB, false);
   const float* lse2 = a.rows.lse2 + bh * s.q_len + q0;
   const float* delta = a.rows.delta + bh * s.q_len + q0;
   for (int64_t r = 0; r < qn; ++r) {
@@ -85,16 +80,9 @@ void grad_tile_dp(const AttentionShape& s, const AttentionOps& ops, const Attent
     ops.row_exp(sr, n, kn, c, lse2[r], sr);
     ops.row_ds(sr, dr, n, kn, delta[r], static_cast<float>(s.scale), dr);
   }
-  round_tile(w.sc.data(), qn, kn, w.p16.data());
-  round_tile(w.dsc.data(), qn, kn, w.ds16.data());
-}
-
-void pack_key_block(const AttentionDpOps& dp, const AttentionShape& s, const DpArgs& a, int64_t bh,
-                    int64_t kb, DpScratch& w) {
-  const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-  pack_keys_along(dp, a.k, bh, k0, kn, s.head_dim, w.kp.data());
-  pack_keys_along(dp, a.v, bh, k0, kn, s.head_dim, w.vp.data());
-  pack_rows_across(dp, a.k, bh, k0, kn, s.head_dim, w.kx.data());
+  dp.round_transposed(w.sc.data(), kB, qn, w.pt.data());
+  dp.round_transposed(w.dsc.data(), kB, qn, w.dst.data());
+  dp.round_rows(w.dsc.data(), kB, qn, kn, w.ds16.data());
 }
 
 }  // namespace
@@ -105,20 +93,18 @@ bool attention_dp_supported(const AttentionShape& s) {
 
 DpScratch::DpScratch(const AttentionShape& s)
     : d(s.head_dim),
-      kp(static_cast<size_t>(d / 2 * kB)),
-      vp(kp.size()),
-      kx(static_cast<size_t>(kB / 2 * d)),
-      vx(kx.size()),
       pt(static_cast<size_t>(kB / 2 * kB)),
       dst(pt.size()),
-      ox(kx.size()),
-      qx(kx.size()),
       p16(static_cast<size_t>(kB * kB)),
       ds16(p16.size()),
       sc(p16.size()),
       dsc(p16.size()),
       acc0(static_cast<size_t>(kB * d)),
-      acc1(acc0.size()) {}
+      acc1(acc0.size()) {
+  const int64_t words = kB / 2 * d, nkb = num_blocks(s.kv_len), nqb = num_blocks(s.q_len);
+  for (BlockPanels* b : {&k_along, &v_along, &k_across, &v_across}) b->reserve(nkb, words);
+  for (BlockPanels* b : {&q_across, &dout_across}) b->reserve(nqb, words);
+}
 
 void forward_task_dp(const AttentionShape& s, const AttentionOps& ops, const AttentionDpOps& dp,
                      Bf16HeadRows q, Bf16HeadRows k, Bf16HeadRows v, HeadRows<float> out,
@@ -136,8 +122,8 @@ void forward_task_dp(const AttentionShape& s, const AttentionOps& ops, const Att
   }
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-    pack_keys_along(dp, k, bh, k0, kn, d, w.kp.data());
-    dp.dp_gemm(qn, kB, d / 2, qp, q.row_stride, 2, w.kp.data(), sc, kB, false);
+    dp.dp_gemm(qn, kB, d / 2, qp, q.row_stride, 2, along(dp, w.k_along, k, bh, kb, kn, d), sc, kB,
+               false);
     for (int64_t r = 0; r < qn; ++r) {
       float* sr = sc + r * kB;
       const int64_t n = visible_keys(s, q0 + r, k0, kn);
@@ -155,9 +141,9 @@ void forward_task_dp(const AttentionShape& s, const AttentionOps& ops, const Att
       l[r] += sum;
       m[r] = m_new;
     }
-    round_tile(sc, qn, kn, w.p16.data());
-    pack_rows_across(dp, v, bh, k0, kn, d, w.vx.data());
-    dp.dp_gemm(qn, d, pairs_of(kn), w.p16.data(), kB, 2, w.vx.data(), acc, d, true);
+    dp.round_rows(sc, kB, qn, kn, w.p16.data());
+    dp.dp_gemm(qn, d, pairs_of(kn), w.p16.data(), kB, 2, across(dp, w.v_across, v, bh, kb, kn, d),
+               acc, d, true);
   }
   float* op = out.head(bh) + q0 * out.row_stride;
   for (int64_t r = 0; r < qn; ++r) {
@@ -173,20 +159,17 @@ void key_task_dp(const AttentionShape& s, const AttentionOps& ops, const Attenti
   float* dvt = w.acc1.data();
   std::fill(dkt, dkt + kn * d, 0.0f);
   std::fill(dvt, dvt + kn * d, 0.0f);
-  pack_key_block(dp, s, a, bh, kb, w);
   for (int64_t qb = 0, nqb = num_blocks(s.q_len); qb < nqb; ++qb) {
     if (!block_needed(s, qb, kb)) continue;
     const int64_t q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
     grad_tile_dp(s, ops, dp, a, bh, qb, kb, w);
-    transpose_tile(dp, w.p16.data(), qn, w.pt.data());
-    transpose_tile(dp, w.ds16.data(), qn, w.dst.data());
-    pack_rows_across(dp, a.dout, bh, q0, qn, d, w.ox.data());
-    pack_rows_across(dp, a.q, bh, q0, qn, d, w.qx.data());
-    acc_transposed(dp, w.pt.data(), kn, qn, d, w.ox.data(), dvt);
-    acc_transposed(dp, w.dst.data(), kn, qn, d, w.qx.data(), dkt);
+    acc_transposed(dp, w.pt.data(), kn, qn, d, across(dp, w.dout_across, a.dout, bh, qb, qn, d),
+                   dvt);
+    acc_transposed(dp, w.dst.data(), kn, qn, d, across(dp, w.q_across, a.q, bh, qb, qn, d), dkt);
     if (with_dq)
-      dp.dp_gemm(qn, d, pairs_of(kn), w.ds16.data(), kB, 2, w.kx.data(),
-                 a.dq.head(bh) + q0 * a.dq.row_stride, a.dq.row_stride, true);
+      dp.dp_gemm(qn, d, pairs_of(kn), w.ds16.data(), kB, 2,
+                 across(dp, w.k_across, a.k, bh, kb, kn, d), a.dq.head(bh) + q0 * a.dq.row_stride,
+                 a.dq.row_stride, true);
   }
   float* dkp = a.dk.head(bh) + k0 * a.dk.row_stride;
   float* dvp = a.dv.head(bh) + k0 * a.dv.row_stride;
@@ -204,9 +187,9 @@ void query_task_dp(const AttentionShape& s, const AttentionOps& ops, const Atten
     std::fill(dqp + r * a.dq.row_stride, dqp + r * a.dq.row_stride + d, 0.0f);
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t kn = std::min(kB, s.kv_len - kb * kB);
-    pack_key_block(dp, s, a, bh, kb, w);
     grad_tile_dp(s, ops, dp, a, bh, qb, kb, w);
-    dp.dp_gemm(qn, d, pairs_of(kn), w.ds16.data(), kB, 2, w.kx.data(), dqp, a.dq.row_stride, true);
+    dp.dp_gemm(qn, d, pairs_of(kn), w.ds16.data(), kB, 2,
+               across(dp, w.k_across, a.k, bh, kb, kn, d), dqp, a.dq.row_stride, true);
   }
 }
 

@@ -6,7 +6,8 @@
 // softmax, its statistics and the row operations (float32, AttentionOps).
 // What differs: every product reads bf16, as flash attention's bf16 kernels
 // do. P = exp(s - m) is rounded to bf16 before P v (forward) and P^T dout;
-// dS before dS k and dS^T q. The row sums l stay those of the float32 P.
+// dS before dS k and dS^T q (by vcvtneps2bf16: to nearest even, subnormal
+// values to zero). The row sums l stay those of the float32 P.
 // Products run over whole tiles (a causal tile's masked part adds zeros:
 // P and dS are zero there).
 //
@@ -17,6 +18,7 @@
 // 32 words.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +33,14 @@ struct AttentionDpOps {
   // products of pair q, for r < m and x < n (n a multiple of 32).
   void (*dp_gemm)(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs,
                   int64_t a_qs, const uint32_t* bp, float* c, int64_t ldc, bool accumulate);
+  // dst[r * ld + j] = bf16(src[r * ld + j]) for r < rows, j < cols, 0 for
+  // cols <= j < ld (ld a multiple of 16).
+  void (*round_rows)(const float* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst);
+  // The transposed tile's panels (the A operand of P^T dout and dS^T q):
+  // word (q, j) = (bf16(src[2q][j]), bf16(src[2q + 1][j])) at dst + (j / 32)
+  // * pairs * 32 + q * 32 + j % 32, pairs = (rows + 1) / 2, the row past an
+  // odd `rows` zero; j < ld (a multiple of 32), rows of ld floats.
+  void (*round_transposed)(const float* src, int64_t ld, int64_t rows, uint32_t* dst);
   // native/bf16_panels.h's packers.
   void (*pack_along)(const uint16_t* src, int64_t ld, int rows, int64_t kc, int width,
                      uint32_t* dst);
@@ -45,14 +55,48 @@ const AttentionDpOps* attention_dp_ops();
 // head_dim that is a multiple of 32 (whole column panels).
 bool attention_dp_supported(const AttentionShape& s);
 
-// Per task: packed keys and values, bf16 tiles of P and dS and their
-// transposed panels, and float32 score and accumulator tiles.
+// The word panels of one operand's blocks of one head (32 x head_dim words
+// each), packed on first use and kept while the same head is asked for
+// again: a thread's consecutive tasks of one head pack each block once.
+class BlockPanels {
+ public:
+  // Block b of head bh; pack(dst) fills it the first time.
+  template <class Pack>
+  const uint32_t* get(int64_t bh, int64_t b, Pack pack) {
+    if (bh != bh_) {
+      std::fill(ready_.begin(), ready_.end(), char{0});
+      bh_ = bh;
+    }
+    uint32_t* dst = buf_.data() + b * words_;
+    if (!ready_[static_cast<size_t>(b)]) {
+      pack(dst);
+      ready_[static_cast<size_t>(b)] = 1;
+    }
+    return dst;
+  }
+  void reserve(int64_t blocks, int64_t words) {
+    words_ = words;
+    buf_.resize(static_cast<size_t>(blocks * words));
+    ready_.assign(static_cast<size_t>(blocks), char{0});
+  }
+
+ private:
+  int64_t bh_ = -1, words_ = 0;
+  std::vector<uint32_t> buf_;
+  std::vector<char> ready_;
+};
+
+// Per task: the head's block panels of k and v (along head_dim for q k^T and
+// dout v^T, across keys for P v and dS k) and of q and dout (across queries
+// for dS^T q and P^T dout), bf16 tiles of P and dS and their transposed
+// panels, and float32 score and accumulator tiles.
 class DpScratch {
  public:
   explicit DpScratch(const AttentionShape& s);
   int64_t d;
-  std::vector<uint32_t> kp, vp, kx, vx, pt, dst, ox, qx;  // word panels
-  std::vector<uint16_t> p16, ds16;                        // [kB, kB] bf16
+  BlockPanels k_along, v_along, k_across, v_across, q_across, dout_across;
+  std::vector<uint32_t> pt, dst;    // word panels of P^T, dS^T
+  std::vector<uint16_t> p16, ds16;  // [kB, kB] bf16
   std::vector<float> sc, dsc, acc0, acc1;
 };
 

@@ -60,7 +60,39 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma"))
   }
 }
 
-constexpr AttentionDpOps kDpOps{&dp_gemm, &native::isa_avx512::bf16::pack_along_k,
+#define COHORT_DP_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
+
+COHORT_DP_TARGET inline __m256i round16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+
+COHORT_DP_TARGET void round_rows(const float* src, int64_t ld, int64_t rows, int64_t cols,
+                                 uint16_t* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < ld; j += 16) {
+      const int64_t n = std::clamp<int64_t>(cols - j, 0, 16);
+      const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * ld + j),
+                          round16(_mm512_maskz_loadu_ps(m, src + r * ld + j)));
+    }
+}
+
+COHORT_DP_TARGET void round_transposed(const float* src, int64_t ld, int64_t rows, uint32_t* dst) {
+  const int64_t pairs = (rows + 1) / 2;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const float* lo = src + 2 * q * ld;
+    const bool has_hi = 2 * q + 1 < rows;
+    for (int64_t j = 0; j < ld; j += 16) {
+      const __m512i a = _mm512_cvtepu16_epi32(round16(_mm512_loadu_ps(lo + j)));
+      const __m512i b = has_hi ? _mm512_cvtepu16_epi32(round16(_mm512_loadu_ps(lo + ld + j)))
+                               : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + (j / 32) * pairs * 32 + q * 32 + j % 32,
+                          _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+    }
+  }
+}
+
+constexpr AttentionDpOps kDpOps{&dp_gemm, &round_rows, &round_transposed,
+                                &native::isa_avx512::bf16::pack_along_k,
                                 &native::isa_avx512::bf16::pack_across_k};
 
 }  // namespace
