@@ -90,6 +90,42 @@ void pack_t_base(const float* src, int64_t rs, int64_t rows, int64_t d, float* d
 
 }  // namespace
 
+OnlineSoftmax::OnlineSoftmax(const AttentionShape& s, int64_t q0, int64_t qn, float* acc)
+    : s_(s), q0_(q0), qn_(qn), d_(s.head_dim), acc_(acc) {
+  std::fill(acc, acc + qn * d_, 0.0f);
+  std::fill(m_, m_ + qn, -std::numeric_limits<float>::infinity());
+  std::fill(l_, l_ + qn, 0.0f);
+}
+
+void OnlineSoftmax::add_tile(const AttentionOps& ops, float* sc, int64_t k0, int64_t kn, float c) {
+  for (int64_t r = 0; r < qn_; ++r) {
+    float* sr = sc + r * kB;
+    const int64_t n = visible_keys(s_, q0_ + r, k0, kn);
+    if (n == 0) {
+      std::fill(sr, sr + kn, 0.0f);
+      continue;
+    }
+    const float m_new = std::max(m_[r], ops.row_max(sr, n, c));
+    const float sum = ops.row_exp(sr, n, kn, c, m_new, sr);
+    if (l_[r] != 0 && m_new != m_[r]) {
+      const float alpha = std::exp2(m_[r] - m_new);
+      ops.scale_row(acc_ + r * d_, d_, alpha, acc_ + r * d_);
+      l_[r] *= alpha;
+    }
+    l_[r] += sum;
+    m_[r] = m_new;
+  }
+}
+
+void OnlineSoftmax::finish(const AttentionOps& ops, HeadRows<float> out, float* lse,
+                           int64_t bh) const {
+  float* op = out.head(bh) + q0_ * out.row_stride;
+  for (int64_t r = 0; r < qn_; ++r) {
+    ops.scale_row(acc_ + r * d_, d_, 1.0f / l_[r], op + r * out.row_stride);
+    lse[bh * s_.q_len + q0_ + r] = static_cast<float>(m_[r] * kLn2 + std::log(l_[r]));
+  }
+}
+
 const AttentionOps kAttentionOpsBaseline{gemm_nt_base, gemm_acc_base,  row_max_base, row_exp_base,
                                          row_ds_base,  scale_row_base, pack_t_base};
 
@@ -110,6 +146,7 @@ using detail::kB;
 using detail::kLn2;
 using detail::kLog2e;
 using detail::num_blocks;
+using detail::OnlineSoftmax;
 using detail::rows_k;
 using detail::rows_q;
 using detail::RowStats;
@@ -139,41 +176,16 @@ void forward_task(const AttentionShape& s, const AttentionOps& ops, ConstHeadRow
   float* sc = scratch.scores();
   float* acc = scratch.acc0();  // [qn, d]: the output rows before the division by l
   const float* qp = q.head(bh) + q0 * q.row_stride;
-  std::fill(acc, acc + qn * d, 0.0f);
-  float m[kB], l[kB];
-  for (int64_t r = 0; r < qn; ++r) {
-    m[r] = -std::numeric_limits<float>::infinity();
-    l[r] = 0;
-  }
+  OnlineSoftmax softmax(s, q0, qn, acc);
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
     ops.pack_t(k.head(bh) + k0 * k.row_stride, k.row_stride, kn, d, kt, kB);
     ops.gemm_nt(qn, kn, d, qp, q.row_stride, kt, kB, sc, kB, rows_q(s, q0, k0));
-    for (int64_t r = 0; r < qn; ++r) {
-      float* sr = sc + r * kB;
-      const int64_t n = visible_keys(s, q0 + r, k0, kn);
-      if (n == 0) {
-        std::fill(sr, sr + kn, 0.0f);
-        continue;
-      }
-      const float m_new = std::max(m[r], ops.row_max(sr, n, c));
-      const float sum = ops.row_exp(sr, n, kn, c, m_new, sr);
-      if (l[r] != 0 && m_new != m[r]) {
-        const float alpha = std::exp2(m[r] - m_new);
-        ops.scale_row(acc + r * d, d, alpha, acc + r * d);
-        l[r] *= alpha;
-      }
-      l[r] += sum;
-      m[r] = m_new;
-    }
+    softmax.add_tile(ops, sc, k0, kn, c);
     ops.gemm_acc(qn, d, kn, sc, kB, 1, v.head(bh) + k0 * v.row_stride, v.row_stride, acc, d,
                  rows_q(s, q0, k0));
   }
-  float* op = out.head(bh) + q0 * out.row_stride;
-  for (int64_t r = 0; r < qn; ++r) {
-    ops.scale_row(acc + r * d, d, 1.0f / l[r], op + r * out.row_stride);
-    lse[bh * s.q_len + q0 + r] = static_cast<float>(m[r] * kLn2 + std::log(l[r]));
-  }
+  softmax.finish(ops, out, lse, bh);
 }
 
 // The (qb, kb) tile of head bh: leaves P in scratch.scores and dS (scale

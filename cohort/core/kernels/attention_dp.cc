@@ -114,42 +114,17 @@ void forward_task_dp(const AttentionShape& s, const AttentionOps& ops, const Att
   float* sc = w.sc.data();
   float* acc = w.acc0.data();  // [qn, d]: the output rows before the division by l
   const uint16_t* qp = bits(q.head(bh) + q0 * q.row_stride);
-  std::fill(acc, acc + qn * d, 0.0f);
-  float m[kB], l[kB];
-  for (int64_t r = 0; r < qn; ++r) {
-    m[r] = -std::numeric_limits<float>::infinity();
-    l[r] = 0;
-  }
+  OnlineSoftmax softmax(s, q0, qn, acc);
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
     dp.dp_gemm(qn, kB, d / 2, qp, q.row_stride, 2, along(dp, w.k_along, k, bh, kb, kn, d), sc, kB,
                false);
-    for (int64_t r = 0; r < qn; ++r) {
-      float* sr = sc + r * kB;
-      const int64_t n = visible_keys(s, q0 + r, k0, kn);
-      if (n == 0) {
-        std::fill(sr, sr + kn, 0.0f);
-        continue;
-      }
-      const float m_new = std::max(m[r], ops.row_max(sr, n, c));
-      const float sum = ops.row_exp(sr, n, kn, c, m_new, sr);
-      if (l[r] != 0 && m_new != m[r]) {
-        const float alpha = std::exp2(m[r] - m_new);
-        ops.scale_row(acc + r * d, d, alpha, acc + r * d);
-        l[r] *= alpha;
-      }
-      l[r] += sum;
-      m[r] = m_new;
-    }
+    softmax.add_tile(ops, sc, k0, kn, c);
     dp.round_rows(sc, kB, qn, kn, w.p16.data());
     dp.dp_gemm(qn, d, pairs_of(kn), w.p16.data(), kB, 2, across(dp, w.v_across, v, bh, kb, kn, d),
                acc, d, true);
   }
-  float* op = out.head(bh) + q0 * out.row_stride;
-  for (int64_t r = 0; r < qn; ++r) {
-    ops.scale_row(acc + r * d, d, 1.0f / l[r], op + r * out.row_stride);
-    lse[bh * s.q_len + q0 + r] = static_cast<float>(m[r] * kLn2 + std::log(l[r]));
-  }
+  softmax.finish(ops, out, lse, bh);
 }
 
 void key_task_dp(const AttentionShape& s, const AttentionOps& ops, const AttentionDpOps& dp,

@@ -19,7 +19,9 @@
 // intrinsics (as cohort/base/isa.h notes for every ISA copy).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-namespace cohort::kernels::detail {
+// In a namespace under isa_avx512 (one compilation with AVX512-BF16 on top,
+// as native's bf16 GEMM), where tests/portability's check looks for AVX-512.
+namespace cohort::kernels::detail::isa_avx512::bf16 {
 namespace {
 
 constexpr int kMR = 8;
@@ -96,8 +98,13 @@ constexpr AttentionDpOps kDpOps{&dp_gemm, &round_rows, &round_transposed,
                                 &native::isa_avx512::bf16::pack_across_k};
 
 }  // namespace
+}  // namespace cohort::kernels::detail::isa_avx512::bf16
 
-const AttentionDpOps* attention_dp_ops() { return cpu_features().avx512_bf16 ? &kDpOps : nullptr; }
+namespace cohort::kernels::detail {
+
+const AttentionDpOps* attention_dp_ops() {
+  return cpu_features().avx512_bf16 ? &isa_avx512::bf16::kDpOps : nullptr;
+}
 
 }  // namespace cohort::kernels::detail
 

@@ -37,6 +37,26 @@ inline Band rows_k(const AttentionShape& s, int64_t q0, int64_t k0) {
   return s.causal ? Band{k0 - q0, kUnbounded} : Band{};
 }
 
+// A forward task's online softmax over its qn query rows: each row's running
+// maximum m (base 2) and sum l, and its output rows acc [qn, d] (float32,
+// before the division by l).
+class OnlineSoftmax {
+ public:
+  OnlineSoftmax(const AttentionShape& s, int64_t q0, int64_t qn, float* acc);
+  // The scores sc [qn, kB] of keys [k0, k0 + kn) become exp2(s c - m) in
+  // place (0 where masked), rescaling acc's rows when m grows; c = scale
+  // log2(e).
+  void add_tile(const AttentionOps& ops, float* sc, int64_t k0, int64_t kn, float c);
+  // out's rows = acc / l, lse = the natural log of each row's denominator.
+  void finish(const AttentionOps& ops, HeadRows<float> out, float* lse, int64_t bh) const;
+
+ private:
+  const AttentionShape& s_;
+  int64_t q0_, qn_, d_;
+  float* acc_;
+  float m_[kB], l_[kB];
+};
+
 // Per-row values the backward tiles need: lse in base 2 and delta.
 struct RowStats {
   const float* lse2;   // [bh * q_len]

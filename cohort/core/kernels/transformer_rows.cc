@@ -142,9 +142,9 @@ void add_to(const float* x, float* acc, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
-constexpr TransformerRows kReference{&gelu_tanh,      &gelu_tanh_backward,  &bias_gelu_tanh,
-                                     &layer_norm,     &layer_norm_backward, &log_sum_exp,
-                                     &softmax_scaled, &add_to};
+constexpr TransformerRows kReference{
+    &gelu_tanh,           &gelu_tanh_backward, &bias_gelu_tanh, &layer_norm,
+    &layer_norm_backward, &log_sum_exp,        &softmax_scaled, &add_to};
 
 }  // namespace
 

@@ -305,9 +305,9 @@ void add_to(const float* x, float* acc, int64_t n) {
 }  // namespace
 
 extern const TransformerRows kTransformerRows;
-const TransformerRows kTransformerRows{&gelu_tanh,      &gelu_tanh_backward,  &bias_gelu_tanh,
-                                       &layer_norm,     &layer_norm_backward, &log_sum_exp,
-                                       &softmax_scaled, &add_to};
+const TransformerRows kTransformerRows{
+    &gelu_tanh,           &gelu_tanh_backward, &bias_gelu_tanh, &layer_norm,
+    &layer_norm_backward, &log_sum_exp,        &softmax_scaled, &add_to};
 
 }  // namespace cohort::kernels::detail::COHORT_ISA_NS
 COHORT_ISA_END
