@@ -312,6 +312,14 @@ class Widened<BFloat16> {
   int64_t bh_ = -1;
 };
 
+// The row operations of the bf16-product tasks: the float32 kernels' with
+// the cheaper exp (attention_dp.h).
+AttentionOps with_dp_exp(const AttentionOps& ops, const detail::AttentionDpOps& dp) {
+  AttentionOps r = ops;
+  r.row_exp = dp.row_exp;
+  return r;
+}
+
 // dp: the bf16-product tasks (attention_dp.h; T = BFloat16 only).
 template <class T>
 void forward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T> k,
@@ -323,10 +331,11 @@ void forward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T
   parallel_for(0, s.batch_heads * nqb, 1, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, BFloat16>) {
       if (dp) {
+        const detail::AttentionDpOps& dpo = *detail::attention_dp_ops();
+        const AttentionOps rows = with_dp_exp(ops, dpo);
         detail::DpScratch scratch(s);
         for (int64_t t = b; t < e; ++t)
-          detail::forward_task_dp(s, ops, *detail::attention_dp_ops(), q, k, v, out, lse, t / nqb,
-                                  t % nqb, scratch);
+          detail::forward_task_dp(s, rows, dpo, q, k, v, out, lse, t / nqb, t % nqb, scratch);
         return;
       }
     }
@@ -359,8 +368,9 @@ struct WidenedArgs {
 };
 
 // The bf16-product tasks' two schedules (see backward_impl).
-void backward_dp(const AttentionShape& s, const AttentionOps& ops, const detail::DpArgs& a) {
+void backward_dp(const AttentionShape& s, const AttentionOps& fops, const detail::DpArgs& a) {
   const detail::AttentionDpOps& dp = *detail::attention_dp_ops();
+  const AttentionOps ops = with_dp_exp(fops, dp);
   const int64_t bh_n = s.batch_heads, nkb = num_blocks(s.kv_len), nqb = num_blocks(s.q_len);
   if (bh_n >= num_threads()) {
     parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {

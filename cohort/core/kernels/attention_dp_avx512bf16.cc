@@ -93,7 +93,41 @@ COHORT_DP_TARGET void round_transposed(const float* src, int64_t ld, int64_t row
   }
 }
 
-constexpr AttentionDpOps kDpOps{&dp_gemm, &round_rows, &round_transposed,
+COHORT_DP_TARGET inline __m512 exp2_fast(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);  // [-0.5, 0.5]: 2^f by its Taylor polynomial
+  __m512 p = _mm512_set1_ps(1.3333558146428443e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  // p 2^n; 0 below -127 (not less than -127 holds for NaN, which stays).
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-127.0f), _CMP_NLT_UQ),
+                             _mm512_scalef_ps(p, n));
+}
+
+COHORT_DP_TARGET float row_exp(const float* s, int64_t n, int64_t n_zero, float c, float m,
+                               float* p) {
+  const __m512 vc = _mm512_set1_ps(c), vm = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < std::max(n, n_zero); j += 16) {
+    const int64_t live = std::clamp<int64_t>(n - j, 0, 16);
+    const int64_t out = std::clamp<int64_t>(n_zero - j, live, 16);
+    const __mmask16 lm = live >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << live) - 1);
+    const __mmask16 om = out >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << out) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(
+        lm, exp2_fast(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(lm, s + j), vc, vm)));
+    _mm512_mask_storeu_ps(p + j, om, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+constexpr AttentionDpOps kDpOps{&dp_gemm,
+                                &round_rows,
+                                &round_transposed,
+                                &row_exp,
                                 &native::isa_avx512::bf16::pack_along_k,
                                 &native::isa_avx512::bf16::pack_across_k};
 
