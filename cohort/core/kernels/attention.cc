@@ -143,7 +143,6 @@ using detail::AttentionOps;
 using detail::Band;
 using detail::block_needed;
 using detail::kB;
-using detail::kLn2;
 using detail::kLog2e;
 using detail::num_blocks;
 using detail::OnlineSoftmax;

@@ -2,11 +2,6 @@
 #include "cohort/core/kernels/attention_dp.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-
-#include "cohort/base/cpu.h"
-#include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort::kernels::detail {
 namespace {
