@@ -366,32 +366,62 @@ struct WidenedArgs {
   }
 };
 
-// The bf16-product tasks' two schedules (see backward_impl).
-void backward_dp(const AttentionShape& s, const AttentionOps& fops, const detail::DpArgs& a) {
-  const detail::AttentionDpOps& dp = *detail::attention_dp_ops();
-  const AttentionOps ops = with_dp_exp(fops, dp);
+// Backward's two schedules (the file comment): one task per head running all
+// its key blocks with dq, or one per (head, key block) and then one per
+// (head, query block). make() gives each parallel chunk its worker (its
+// scratch), whose key(bh, kb, with_dq) and query(bh, qb) run the tasks.
+template <class MakeWorker>
+void backward_schedule(const AttentionShape& s, HeadRows<float> dq, MakeWorker make) {
   const int64_t bh_n = s.batch_heads, nkb = num_blocks(s.kv_len), nqb = num_blocks(s.q_len);
   if (bh_n >= num_threads()) {
     parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
-      detail::DpScratch scratch(s);
+      auto w = make();
       for (int64_t bh = b; bh < e; ++bh) {
-        zero_rows(a.dq.head(bh), a.dq.row_stride, s.q_len, s.head_dim);
-        for (int64_t kb = 0; kb < nkb; ++kb)
-          detail::key_task_dp(s, ops, dp, a, bh, kb, true, scratch);
+        zero_rows(dq.head(bh), dq.row_stride, s.q_len, s.head_dim);
+        for (int64_t kb = 0; kb < nkb; ++kb) w.key(bh, kb, true);
       }
     });
     return;
   }
   parallel_for(0, bh_n * nkb, 1, [&](int64_t b, int64_t e) {
-    detail::DpScratch scratch(s);
-    for (int64_t t = b; t < e; ++t)
-      detail::key_task_dp(s, ops, dp, a, t / nkb, t % nkb, false, scratch);
+    auto w = make();
+    for (int64_t t = b; t < e; ++t) w.key(t / nkb, t % nkb, false);
   });
   parallel_for(0, bh_n * nqb, 1, [&](int64_t b, int64_t e) {
-    detail::DpScratch scratch(s);
-    for (int64_t t = b; t < e; ++t) detail::query_task_dp(s, ops, dp, a, t / nqb, t % nqb, scratch);
+    auto w = make();
+    for (int64_t t = b; t < e; ++t) w.query(t / nqb, t % nqb);
   });
 }
+
+// The float32 tasks on (widened) operands.
+template <class T>
+struct WidenedWorker {
+  const AttentionShape& s;
+  const AttentionOps& ops;
+  const BackwardArgs& a;
+  HeadRows<const T> q, k, v, dout;
+  Scratch scratch{s};
+  WidenedArgs<T> w{};
+  void key(int64_t bh, int64_t kb, bool with_dq) {
+    key_task(s, ops, w.of(s, a, q, k, v, dout, bh), bh, kb, with_dq, scratch);
+  }
+  void query(int64_t bh, int64_t qb) {
+    query_task(s, ops, w.of(s, a, q, k, v, dout, bh), bh, qb, scratch);
+  }
+};
+
+// The bf16-product tasks (attention_dp.h).
+struct DpWorker {
+  const AttentionShape& s;
+  const AttentionOps& ops;  // with the products' exp (with_dp_exp)
+  const detail::AttentionDpOps& dp;
+  const detail::DpArgs& a;
+  detail::DpScratch scratch{s};
+  void key(int64_t bh, int64_t kb, bool with_dq) {
+    detail::key_task_dp(s, ops, dp, a, bh, kb, with_dq, scratch);
+  }
+  void query(int64_t bh, int64_t qb) { detail::query_task_dp(s, ops, dp, a, bh, qb, scratch); }
+};
 
 template <class T>
 void backward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const T> k,
@@ -429,36 +459,15 @@ void backward_impl(const AttentionShape& s, HeadRows<const T> q, HeadRows<const 
   });
   if constexpr (std::is_same_v<T, BFloat16>) {
     if (dp) {
-      backward_dp(s, ops, detail::DpArgs{q, k, v, dout, RowStats{lse2, delta}, dq, dk, dv});
+      const detail::AttentionDpOps& dpo = *detail::attention_dp_ops();
+      const AttentionOps rows = with_dp_exp(ops, dpo);
+      const detail::DpArgs a{q, k, v, dout, RowStats{lse2, delta}, dq, dk, dv};
+      backward_schedule(s, dq, [&] { return DpWorker{s, rows, dpo, a}; });
       return;
     }
   }
   const BackwardArgs a{{}, {}, {}, {}, RowStats{lse2, delta}, dq, dk, dv};
-  const int64_t nkb = num_blocks(s.kv_len), nqb = num_blocks(tq);
-  if (bh_n >= num_threads()) {
-    parallel_for(0, bh_n, 1, [&](int64_t b, int64_t e) {
-      Scratch scratch(s);
-      WidenedArgs<T> w;
-      for (int64_t bh = b; bh < e; ++bh) {
-        const BackwardArgs h = w.of(s, a, q, k, v, dout, bh);
-        zero_rows(dq.head(bh), dq.row_stride, tq, d);
-        for (int64_t kb = 0; kb < nkb; ++kb) key_task(s, ops, h, bh, kb, true, scratch);
-      }
-    });
-    return;
-  }
-  parallel_for(0, bh_n * nkb, 1, [&](int64_t b, int64_t e) {
-    Scratch scratch(s);
-    WidenedArgs<T> w;
-    for (int64_t t = b; t < e; ++t)
-      key_task(s, ops, w.of(s, a, q, k, v, dout, t / nkb), t / nkb, t % nkb, false, scratch);
-  });
-  parallel_for(0, bh_n * nqb, 1, [&](int64_t b, int64_t e) {
-    Scratch scratch(s);
-    WidenedArgs<T> w;
-    for (int64_t t = b; t < e; ++t)
-      query_task(s, ops, w.of(s, a, q, k, v, dout, t / nqb), t / nqb, t % nqb, scratch);
-  });
+  backward_schedule(s, dq, [&] { return WidenedWorker<T>{s, ops, a, q, k, v, dout}; });
 }
 
 }  // namespace
