@@ -1,10 +1,10 @@
 #include "cohort/optim/adam.h"
 
 #include <cmath>
+#include <functional>
 #include <type_traits>
 
 #include "cohort/autograd/grad_mode.h"
-#include "cohort/base/parallel.h"
 #include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
@@ -18,10 +18,11 @@ struct AdamStep {
   double step;
 };
 
-// float32 through the kernel path's loop (update_kernels.h), float64 through
-// the reference loop; chunks of kUpdateGrain over the thread budget.
+// The update of elements [b, e) of one parameter: float32 through the kernel
+// path's loop (update_kernels.h), float64 through the reference loop.
 template <typename T>
-void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamStep& s) {
+std::function<void(int64_t, int64_t)> adam_kernel(T* p, const T* g, T* m, T* v, T* vmax,
+                                                  const AdamStep& s) {
   const double bc1 = 1.0 - std::pow(s.beta1, s.step);
   const double bc2 = 1.0 - std::pow(s.beta2, s.step);
   AdamCoeffs<T> c;
@@ -43,9 +44,9 @@ void adam_kernel(T* p, const T* g, T* m, T* v, T* vmax, int64_t n, const AdamSte
       return static_cast<void (*)(T*, const T*, T*, T*, T*, int64_t, const AdamCoeffs<T>&)>(
           &adam_reference);
   }();
-  parallel_for(0, n, kUpdateGrain, [&](int64_t b, int64_t e) {
+  return [=](int64_t b, int64_t e) {
     loop(p + b, g + b, m + b, v + b, vmax != nullptr ? vmax + b : nullptr, e - b, c);
-  });
+  };
 }
 
 }  // namespace
@@ -106,6 +107,8 @@ std::vector<std::string> Adam::state_keys(const ParamGroup&) const {
 
 void Adam::step() {
   NoGradGuard no_grad;
+  std::vector<DenseUpdate> updates;
+  UpdateBatch batch;
   for (size_t gi = 0; gi < num_param_groups(); ++gi) {
     const ParamGroup& group = param_groups()[gi];
     AdamStep s{group.option("lr"),
@@ -135,16 +138,19 @@ void Adam::step() {
       s.step = step;
       Tensor m = st.at("exp_avg"), v = st.at("exp_avg_sq");
       Tensor vmax = s.amsgrad ? st.at("max_exp_avg_sq") : Tensor();
-      DenseUpdate u(p, grad, name().c_str());
+      const DenseUpdate& u = updates.emplace_back(p, grad, name().c_str());
       if (p.dtype() == kFloat64)
-        adam_kernel(u.param<double>(), u.grad<double>(), m.data_ptr<double>(), v.data_ptr<double>(),
-                    vmax.defined() ? vmax.data_ptr<double>() : nullptr, p.numel(), s);
+        batch.add(p.numel(), adam_kernel(u.param<double>(), u.grad<double>(), m.data_ptr<double>(),
+                                         v.data_ptr<double>(),
+                                         vmax.defined() ? vmax.data_ptr<double>() : nullptr, s));
       else
-        adam_kernel(u.param<float>(), u.grad<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-                    vmax.defined() ? vmax.data_ptr<float>() : nullptr, p.numel(), s);
-      u.finish();
+        batch.add(p.numel(), adam_kernel(u.param<float>(), u.grad<float>(), m.data_ptr<float>(),
+                                         v.data_ptr<float>(),
+                                         vmax.defined() ? vmax.data_ptr<float>() : nullptr, s));
     }
   }
+  batch.run();
+  for (DenseUpdate& u : updates) u.finish();
 }
 
 }  // namespace cohort::optim

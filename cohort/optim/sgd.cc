@@ -1,9 +1,9 @@
 #include "cohort/optim/sgd.h"
 
+#include <functional>
 #include <type_traits>
 
 #include "cohort/autograd/grad_mode.h"
-#include "cohort/base/parallel.h"
 #include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
@@ -29,10 +29,10 @@ SgdCoeffs<T> coeffs(const SgdStep& s) {
           s.nesterov};
 }
 
-// float32 through the kernel path's loop (update_kernels.h), float64 through
-// the reference loop; chunks of kUpdateGrain over the thread budget.
+// The update of elements [b, e) of one parameter: float32 through the kernel
+// path's loop (update_kernels.h), float64 through the reference loop.
 template <typename T>
-void sgd_kernel(T* p, const T* g, T* buf, int64_t n, const SgdStep& s) {
+std::function<void(int64_t, int64_t)> sgd_kernel(T* p, const T* g, T* buf, const SgdStep& s) {
   const SgdCoeffs<T> c = coeffs<T>(s);
   auto loop = [] {
     if constexpr (std::is_same_v<T, float>)
@@ -40,9 +40,9 @@ void sgd_kernel(T* p, const T* g, T* buf, int64_t n, const SgdStep& s) {
     else
       return static_cast<void (*)(T*, const T*, T*, int64_t, const SgdCoeffs<T>&)>(&sgd_reference);
   }();
-  parallel_for(0, n, kUpdateGrain, [&](int64_t b, int64_t e) {
+  return [=](int64_t b, int64_t e) {
     loop(p + b, g + b, buf != nullptr ? buf + b : nullptr, e - b, c);
-  });
+  };
 }
 
 }  // namespace
@@ -86,6 +86,8 @@ std::vector<std::string> SGD::state_keys(const ParamGroup&) const { return {"mom
 
 void SGD::step() {
   NoGradGuard no_grad;
+  std::vector<DenseUpdate> updates;
+  UpdateBatch batch;
   for (size_t gi = 0; gi < num_param_groups(); ++gi) {
     const ParamGroup& group = param_groups()[gi];
     SgdStep s{group.option("lr"),
@@ -107,16 +109,17 @@ void SGD::step() {
         if (s.first) st.insert("momentum_buffer", Tensor::empty(p.sizes(), p.dtype()));
         buf = st.at("momentum_buffer");
       }
-      DenseUpdate u(p, grad, "SGD");
+      const DenseUpdate& u = updates.emplace_back(p, grad, "SGD");
       if (p.dtype() == kFloat64)
-        sgd_kernel(u.param<double>(), u.grad<double>(),
-                   buf.defined() ? buf.data_ptr<double>() : nullptr, p.numel(), s);
+        batch.add(p.numel(), sgd_kernel(u.param<double>(), u.grad<double>(),
+                                        buf.defined() ? buf.data_ptr<double>() : nullptr, s));
       else
-        sgd_kernel(u.param<float>(), u.grad<float>(),
-                   buf.defined() ? buf.data_ptr<float>() : nullptr, p.numel(), s);
-      u.finish();
+        batch.add(p.numel(), sgd_kernel(u.param<float>(), u.grad<float>(),
+                                        buf.defined() ? buf.data_ptr<float>() : nullptr, s));
     }
   }
+  batch.run();
+  for (DenseUpdate& u : updates) u.finish();
 }
 
 }  // namespace cohort::optim

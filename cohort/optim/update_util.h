@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "cohort/core/tensor.h"
 
@@ -31,6 +33,23 @@ class DenseUpdate {
   Tensor param_;
   Tensor work_;
   Tensor grad_;
+};
+
+// The update loops of one optimizer step, one per parameter, run as one
+// range of elements split over the thread budget: a model's parameters are
+// mostly under kUpdateGrain each (a GPT's are all), and updated one after
+// another each would run on one thread while the others wait. The loops are
+// elementwise, so the bits do not depend on where the range is cut.
+class UpdateBatch {
+ public:
+  // loop(b, e) updates elements [b, e) of a tensor of n elements.
+  void add(int64_t n, std::function<void(int64_t, int64_t)> loop);
+  // Runs every loop over all of its elements, then forgets them.
+  void run();
+
+ private:
+  std::vector<int64_t> ends_;  // running totals of n
+  std::vector<std::function<void(int64_t, int64_t)>> loops_;
 };
 
 }  // namespace cohort::optim
