@@ -89,6 +89,12 @@ Tensor gelu(const Tensor& x, std::string_view approximate);
 // the GEMM's epilogue, per block of rows while it is in cache. Saves the
 // pre-activation for the backward. Shapes as linear.
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+// linear(linear_gelu(x, w1, b1), w2, b2): a transformer's MLP. Under a bf16
+// policy one node, whose backward makes GELU's gradient in the epilogue of
+// the GEMM that brings the gradient back through w2 (never a float32 matrix
+// of the hidden width); otherwise the two ops. Shapes as the two linears.
+Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                          const Tensor& b2 = Tensor());
 // The residual add and the LayerNorm after it in one pass: returns
 // (s = x + delta, layer_norm(s, {C}, weight, bias, eps)), x and delta of one
 // shape [..., C], weight and bias [C] (or undefined). Gradients reach x and

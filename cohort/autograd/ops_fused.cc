@@ -45,6 +45,39 @@ Tensor linear_gelu_bf16(const Tensor& x, const Tensor& w, const Tensor& b, nativ
       });
 }
 
+// linear_gelu_linear under a bf16 policy: the forward of linear_gelu_bf16
+// and of the linear after it, one node whose backward keeps what the two
+// would (x16, w1_16, pre16, out16, w2_16) and gives the same gradients, the
+// bias of the first linear summed in another order.
+Tensor linear_gelu_linear_bf16(const Tensor& x, const Tensor& w1, const Tensor& b1,
+                               const Tensor& w2, const Tensor& b2, native::Bf16Path path) {
+  Tensor x16 = native::to_bf16(x), w1_16 = native::to_bf16(w1), w2_16 = native::to_bf16(w2);
+  kernels::GeluBf16 h = kernels::linear_gelu_tanh_bf16(x16, w1_16, b1, path);
+  Tensor y = native::linear_bf16(h.out16, w2_16, b2, path);
+  Shape os(x.sizes().begin(), x.sizes().end() - 1);
+  os.push_back(w2_16.sizes()[0]);
+  y = y.reshape(os);
+  if (!autograd::any_requires_grad({x, w1, b1, w2, b2})) return y;
+  const bool has_b1 = b1.defined(), has_b2 = b2.defined();
+  return record(y, "linear_gelu_linear_bf16", {x, w1, b1, w2, b2},
+                [x16, w1_16, w2_16, pre16 = h.pre16, out16 = h.out16, has_b1, has_b2, path](
+                    const Tensor& g, const std::vector<bool>& needs) {
+                  const int64_t in = w1_16.sizes()[1], outf = w2_16.sizes()[0];
+                  kernels::Bf16Rows g16 =
+                      kernels::to_bf16_with_column_sums(g.reshape({-1, outf}), has_b2 && needs[4]);
+                  Tensor dx, dw1, dw2;
+                  if (needs[3]) dw2 = native::mm_bf16(g16.rounded.transpose(0, 1), out16, path);
+                  kernels::Bf16Rows dh;
+                  if (needs[0] || needs[1] || (has_b1 && needs[2]))
+                    dh = kernels::gelu_tanh_backward_through_linear_bf16(g16.rounded, w2_16, pre16,
+                                                                         has_b1 && needs[2], path);
+                  if (needs[0]) dx = native::mm_bf16(dh.rounded, w1_16, path).reshape(x16.sizes());
+                  if (needs[1])
+                    dw1 = native::mm_bf16(dh.rounded.transpose(0, 1), x16.reshape({-1, in}), path);
+                  return std::vector<Tensor>{dx, dw1, dh.sums, dw2, g16.sums};
+                });
+}
+
 }  // namespace
 
 Tensor gelu(const Tensor& x, std::string_view approximate) {
@@ -64,9 +97,7 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 }
 
 Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
-  if (current_precision().is_bf16() && x.dtype() == kFloat32 && w.dtype() == kFloat32 &&
-      (!b.defined() || b.dtype() == kFloat32))
-    return linear_gelu_bf16(x, w, b, current_precision().bf16_path);
+  if (bf16_operands({x, w, b})) return linear_gelu_bf16(x, w, b, current_precision().bf16_path);
   kernels::LinearGeluResult r = kernels::linear_gelu(x, w, b);
   if (!autograd::any_requires_grad({x, w, b})) return r.out;
   // pre is the op's own buffer (no caller holds it), so only x and w are
@@ -80,6 +111,17 @@ Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
                   return std::vector<Tensor>{gr.dx, gr.dw, gr.db};
                 },
                 {xd, wd});
+}
+
+Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                          const Tensor& b2) {
+  if (!bf16_operands({x, w1, b1, w2, b2})) return linear(linear_gelu(x, w1, b1), w2, b2);
+  COHORT_CHECK(x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.sizes()[1] &&
+                   w2.sizes()[1] == w1.sizes()[0],
+               "linear_gelu_linear: input {}, w1 {} and w2 {} do not chain (want [..., in], "
+               "[hidden, in] and [out, hidden])",
+               shape_str(x.sizes()), shape_str(w1.sizes()), shape_str(w2.sizes()));
+  return linear_gelu_linear_bf16(x, w1, b1, w2, b2, current_precision().bf16_path);
 }
 
 std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,

@@ -66,13 +66,6 @@ Tensor recorded_linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b,
                 });
 }
 
-bool bf16_operands(std::initializer_list<Tensor> ts) {
-  if (!current_precision().is_bf16()) return false;
-  for (const Tensor& t : ts)
-    if (t.defined() && t.dtype() != kFloat32) return false;
-  return true;
-}
-
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -28,4 +28,11 @@ PrecisionScope::PrecisionScope(const PrecisionPolicy& policy) : saved_(t_policy)
 
 PrecisionScope::~PrecisionScope() { t_policy = saved_; }
 
+bool bf16_operands(std::initializer_list<Tensor> operands) {
+  if (!t_policy.is_bf16()) return false;
+  for (const Tensor& t : operands)
+    if (t.defined() && t.dtype() != kFloat32) return false;
+  return true;
+}
+
 }  // namespace cohort

@@ -8,7 +8,8 @@
 //   Tensor loss = cross_entropy(model.forward(x), y);
 //   loss.backward();  // parameters' .grad are float32
 //
-// Under kBFloat16, matmul, linear and linear_gelu (the GEMMs) on float32
+// Under kBFloat16, matmul, linear, linear_gelu and linear_gelu_linear (the
+// GEMMs) on float32
 // inputs round their inputs to bfloat16 (nearest even), multiply with float32
 // accumulation (native/linalg_bf16.h, on the policy's bf16 path) and return
 // float32. Their backward computes in bf16 as well (the incoming gradient is
@@ -29,9 +30,11 @@
 // (naming the path and the CPU's features) when the scope opens.
 #pragma once
 
+#include <initializer_list>
 #include <string_view>
 
 #include "cohort/core/native/linalg_bf16.h"
+#include "cohort/core/tensor.h"
 
 namespace cohort {
 
@@ -55,6 +58,10 @@ struct PrecisionPolicy {
 
 // The policy in force on this thread (fp32 outside every scope).
 const PrecisionPolicy& current_precision();
+
+// Whether an op on these operands computes in bf16: the policy in force is
+// bf16 and every defined operand is float32 (float64 ones never round).
+bool bf16_operands(std::initializer_list<Tensor> operands);
 
 // RAII: `policy` for this thread until the scope ends, then the previous one.
 class PrecisionScope {

@@ -1,15 +1,16 @@
 // The precision policy (precision.h): the scope restores and is per thread; a
-// path the CPU lacks is refused when the scope opens; matmul, linear and
-// linear_gelu under bf16 on every path this CPU runs: float32 results equal to
-// the product of the rounded inputs, close to float32 within bf16 tolerance,
-// float32 gradients computed in bf16; what the graph keeps is the bf16 copy,
-// not the float32 input; float64 (gradcheck) is never rounded.
+// path the CPU lacks is refused when the scope opens; matmul, linear,
+// linear_gelu and linear_gelu_linear under bf16 on every path this CPU runs: float32 results equal
+// to the product of the rounded inputs, close to float32 within bf16 tolerance, float32 gradients
+// computed in bf16; what the graph keeps is the bf16 copy, not the float32 input; float64
+// (gradcheck) is never rounded.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <thread>
 
 #include "cohort/autograd/gradcheck.h"
+#include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
 #include "cohort/base/error.h"
@@ -100,11 +101,12 @@ struct OpRun {
 };
 template <typename F>
 OpRun run(F f, std::vector<Tensor> inputs, const Tensor& r) {
-  for (Tensor& t : inputs) t = t.detach().set_requires_grad(true);
+  for (Tensor& t : inputs)
+    if (t.defined()) t = t.detach().set_requires_grad(true);
   OpRun res;
   res.out = f(inputs);
   sum(res.out * r).backward();
-  for (const Tensor& t : inputs) res.grads.push_back(t.grad());
+  for (const Tensor& t : inputs) res.grads.push_back(t.defined() ? t.grad() : Tensor());
   return res;
 }
 
@@ -145,6 +147,63 @@ TEST(Bf16Ops, LinearMatmulAndLinearGeluOnEveryPath) {
     }
     for (size_t i = 0; i < 2; ++i)
       EXPECT_TRUE(allclose(m16.grads[i], mm32.grads[i], 2e-2, 1e-1)) << i;
+  }
+}
+
+// linear_gelu_linear under bf16 is one node with the gradients of its two
+// ops run one after another: the same bits but for the first bias (its sum
+// taken in another order), on every path and for every subset of inputs that
+// needs a gradient; without biases too. Under float32 it is the two ops.
+TEST(Bf16Ops, LinearGeluLinearIsOneNodeWithTheTwoOpsGradients) {
+  Tensor x = randn({3, 50, 40}, 1), w1 = randn({96, 40}, 2), b1 = randn({96}, 3);
+  Tensor w2 = randn({24, 96}, 4), b2 = randn({24}, 5);
+  Tensor r = randn({3, 50, 24}, 6, kFloat32, false);
+  auto fused = [](In v) { return linear_gelu_linear(v[0], v[1], v[2], v[3], v[4]); };
+  auto two = [](In v) { return linear(linear_gelu(v[0], v[1], v[2]), v[3], v[4]); };
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    return a.defined() == b.defined() &&
+           (!a.defined() ||
+            (a.sizes() == b.sizes() && a.to_vector<float>() == b.to_vector<float>()));
+  };
+  const OpRun f32 = run(fused, {x, w1, b1, w2, b2}, r), t32 = run(two, {x, w1, b1, w2, b2}, r);
+  EXPECT_TRUE(same_bits(f32.out, t32.out));
+  for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(same_bits(f32.grads[i], t32.grads[i])) << i;
+  for (native::Bf16Path path : native::supported_bf16_paths()) {
+    SCOPED_TRACE(native::bf16_path_name(path));
+    PrecisionScope bf16(PrecisionPolicy::bf16(path));
+    for (bool biases : {true, false}) {
+      const std::vector<Tensor> in = {x, w1, biases ? b1 : Tensor(), w2, biases ? b2 : Tensor()};
+      const OpRun f = run(fused, in, r), t = run(two, in, r);
+      ASSERT_EQ(f.out.sizes(), Shape({3, 50, 24}));
+      EXPECT_EQ(f.out.grad_fn()->name(), "linear_gelu_linear_bf16");
+      EXPECT_TRUE(same_bits(f.out, t.out));
+      for (size_t i : {0, 1, 3, 4}) EXPECT_TRUE(same_bits(f.grads[i], t.grads[i])) << i;
+      ASSERT_EQ(f.grads[2].defined(), biases);
+      if (biases) EXPECT_TRUE(allclose(f.grads[2], t.grads[2], 1e-5, 1e-5));
+    }
+    // Only some inputs need a gradient: the others get none.
+    const OpRun t = run(two, {x, w1, b1, w2, b2}, r);
+    for (int only : {0, 1, 3}) {
+      std::vector<Tensor> in = {x.detach(), w1.detach(), b1.detach(), w2.detach(), b2.detach()};
+      in[only] = in[only].clone().set_requires_grad(true);
+      Tensor y = linear_gelu_linear(in[0], in[1], in[2], in[3], in[4]);
+      sum(y * r).backward();
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(in[i].grad().defined(), i == only) << only << " " << i;
+      EXPECT_TRUE(same_bits(in[only].grad(), t.grads[only])) << only;
+    }
+  }
+}
+
+TEST(Bf16Ops, LinearGeluLinearNamesTheShapesThatDoNotChain) {
+  PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+  try {
+    linear_gelu_linear(randn({2, 8}, 1), randn({16, 8}, 2), Tensor(), randn({4, 15}, 3));
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_gelu_linear: input [2, 8], w1 [16, 8] and w2 "
+                                         "[4, 15] do not chain"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -193,6 +252,9 @@ TEST(Bf16Ops, Float64IsNeverRoundedSoGradcheckPasses) {
     auto res = gradcheck(f, {x, w, b});
     EXPECT_TRUE(res.ok) << res.message;
   }
+  auto mlp = gradcheck([](In v) { return linear_gelu_linear(v[0], v[1], v[2], v[3]); },
+                       {x, w, b, randn({3, 4}, 5, kFloat64)});
+  EXPECT_TRUE(mlp.ok) << mlp.message;
   auto res = gradcheck([](In v) { return matmul(v[0], v[1]); }, {x, q});
   EXPECT_TRUE(res.ok) << res.message;
 }

@@ -1,6 +1,7 @@
 #include "cohort/core/kernels/bf16_rows.h"
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "cohort/base/error.h"
@@ -105,6 +106,71 @@ Bf16Rows gelu_tanh_backward_bf16(const Tensor& g_in, const Tensor& pre16_in, boo
     k.gelu_tanh_backward(pg + row * n, pre.data(), dh.data(), acc, n);
     native::to_bf16(dh.data(), pd + row * n, n);
   });
+  return r;
+}
+
+Bf16Rows gelu_tanh_backward_through_linear_bf16(const Tensor& g16, const Tensor& w16,
+                                                const Tensor& pre16_in, bool need_sums,
+                                                native::Bf16Path path) {
+  const char* op = "gelu_tanh_backward_through_linear_bf16";
+  check_rows(g16, kBFloat16, op, "grad");
+  check_rows(w16, kBFloat16, op, "weight");
+  check_rows(pre16_in, kBFloat16, op, "pre16");
+  const int64_t rows = g16.sizes()[0], n = w16.sizes()[1];
+  COHORT_CHECK(g16.sizes()[1] == w16.sizes()[0] && pre16_in.sizes() == Shape({rows, n}),
+               "{}: grad {}, weight {} and pre16 {} do not match (want [rows, out], [out, n] "
+               "and [rows, n])",
+               op, shape_str(g16.sizes()), shape_str(w16.sizes()), shape_str(pre16_in.sizes()));
+  Tensor pre16 = pre16_in.contiguous();
+  Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
+  const BFloat16* pp = pre16.data_ptr<BFloat16>();
+  BFloat16* pd = r.rounded.data_ptr<BFloat16>();
+  const auto& k = detail::transformer_rows();
+  // Each block's column sums, in float over kFlushRows rows at a time, then
+  // double; added up in the order of the blocks' rows and columns.
+  struct BlockSums {
+    int64_t r0, c0;
+    std::vector<double> sums;
+  };
+  std::vector<BlockSums> blocks;
+  std::mutex mu;
+  // g16 (w16^T)^T = g16 w16: w16's transpose as linear_bf16's [n, out] weight.
+  native::linear_bf16(
+      g16, w16.transpose(0, 1), Tensor(), path,
+      [&](float* y, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        const int64_t len = c1 - c0;
+        thread_local std::vector<float> pre, dh, acc;
+        pre.resize(len);
+        dh.resize(len);
+        BlockSums bs{r0, c0, {}};
+        if (need_sums) {
+          acc.assign(len, 0.0f);
+          bs.sums.assign(len, 0.0);
+        }
+        for (int64_t row = r0; row < r1; ++row) {
+          const int64_t at = row * n + c0;
+          native::bf16_to_float(pp + at, pre.data(), len);
+          k.gelu_tanh_backward(y + at, pre.data(), dh.data(), need_sums ? acc.data() : nullptr,
+                               len);
+          native::to_bf16(dh.data(), pd + at, len);
+          if (need_sums && ((row - r0 + 1) % ColumnSums::kFlushRows == 0 || row + 1 == r1))
+            for (int64_t i = 0; i < len; ++i) {
+              bs.sums[i] += acc[i];
+              acc[i] = 0.0f;
+            }
+        }
+        if (!need_sums) return;
+        std::lock_guard<std::mutex> lock(mu);
+        blocks.push_back(std::move(bs));
+      });
+  if (!need_sums) return r;
+  std::sort(blocks.begin(), blocks.end(), [](const BlockSums& a, const BlockSums& b) {
+    return a.r0 != b.r0 ? a.r0 < b.r0 : a.c0 < b.c0;
+  });
+  std::vector<double> total(static_cast<size_t>(n), 0.0);
+  for (const BlockSums& b : blocks)
+    for (size_t i = 0; i < b.sums.size(); ++i) total[b.c0 + i] += b.sums[i];
+  r.sums = Tensor::from_vector(total, {n}).to(kFloat32);
   return r;
 }
 

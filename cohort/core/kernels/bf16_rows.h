@@ -12,6 +12,13 @@
 //    is in cache): pre itself is never kept in float32.
 //  - gelu_tanh_backward_bf16: dh = g * gelu_tanh'(pre16) rounded to bf16,
 //    and (need_sums) dh's column sums (before rounding).
+//  - gelu_tanh_backward_through_linear_bf16: the same where g = g16 w16 is
+//    the gradient coming back through the linear the GELU feeds (w16 its
+//    weight [out, n], g16 its output's gradient [rows, out]): dh made in that
+//    GEMM's epilogue, block by block while in cache, so g is never a float32
+//    matrix in memory. dh16 has the bits of gelu_tanh_backward_bf16 on
+//    mm_bf16(g16, w16); the sums are added in another order (per GEMM block,
+//    the blocks in order of their rows), so they differ in the last bits.
 // Shapes: 2-D float32 [rows, n] (pre16 / results bf16 of the same shape);
 // column sums [n]. Rounding to nearest even (native::to_bf16).
 // Thread safety: reentrant; each call uses at most cohort::num_threads().
@@ -41,5 +48,10 @@ GeluBf16 linear_gelu_tanh_bf16(const Tensor& x16, const Tensor& w16, const Tenso
 
 // g float32 [rows, n], pre16 bf16 [rows, n].
 Bf16Rows gelu_tanh_backward_bf16(const Tensor& g, const Tensor& pre16, bool need_sums);
+
+// g16 bf16 [rows, out], w16 bf16 [out, n], pre16 bf16 [rows, n].
+Bf16Rows gelu_tanh_backward_through_linear_bf16(const Tensor& g16, const Tensor& w16,
+                                                const Tensor& pre16, bool need_sums,
+                                                native::Bf16Path path);
 
 }  // namespace cohort::kernels

@@ -192,8 +192,14 @@ MLP::MLP(const GPTConfig& config, Generator& gen) : Cloneable("MLP"), config_(co
 }
 
 Tensor MLP::forward(const Tensor& x) {
-  if (config_.kernels == GPTKernels::kFused)
-    return c_proj_(linear_gelu(x, c_fc_->weight(), c_fc_->bias()));
+  if (config_.kernels == GPTKernels::kFused) {
+    // c_proj's forward hooks see its call; without hooks the two linears are
+    // one op (under bf16, GELU's gradient made inside c_proj's backward GEMM).
+    if (c_proj_->has_forward_hooks())
+      return c_proj_(linear_gelu(x, c_fc_->weight(), c_fc_->bias()));
+    return linear_gelu_linear(x, c_fc_->weight(), c_fc_->bias(), c_proj_->weight(),
+                              c_proj_->bias());
+  }
   return c_proj_(gelu_tanh_composed(c_fc_(x)));
 }
 

@@ -29,8 +29,9 @@
 //
 // Kernels: GPTConfig::kernels chooses how the blocks compute: kFused (the
 // default) runs attention as scaled_dot_product_attention (blocked, online
-// softmax, no T x T matrix), c_fc with its GELU as linear_gelu, and the
-// attention residual with ln_2 as add_layer_norm; kComposed builds each from
+// softmax, no T x T matrix), the MLP as linear_gelu_linear (c_fc's GELU in its
+// GEMM's epilogue; c_proj as linear after linear_gelu when c_proj has forward
+// hooks), and the attention residual with ln_2 as add_layer_norm; kComposed builds each from
 // generic ops (matmul, softmax over an additive causal mask, GELU from tanh and
 // arithmetic), as nanoGPT's manual path. Both give the same results to float32
 // rounding; the composed form stays as a second check. The loss is
@@ -64,7 +65,7 @@ namespace cohort::nn {
 
 // How the blocks compute; all give the same numbers to float32 rounding.
 enum class GPTKernels {
-  kFused,     // scaled_dot_product_attention (memory O(T)), linear_gelu, add_layer_norm
+  kFused,     // scaled_dot_product_attention (memory O(T)), linear_gelu_linear, add_layer_norm
   kComposed,  // generic ops: matmul, softmax over an additive causal mask, composed tanh GELU
 };
 
@@ -132,7 +133,8 @@ class MLP : public Cloneable<MLP> {
  public:
   // Initialises c_fc.weight, then c_proj.weight from gen (GPT's init).
   MLP(const GPTConfig& config, Generator& gen);
-  // x [B, T, C] -> c_proj(gelu_tanh(c_fc(x))) [B, T, C] (kFused: linear_gelu).
+  // x [B, T, C] -> c_proj(gelu_tanh(c_fc(x))) [B, T, C] (kFused:
+  // linear_gelu_linear).
   Tensor forward(const Tensor& x) override;
 
   Linear& c_fc() const { return *c_fc_; }

@@ -148,6 +148,26 @@ TEST(GPT, FusedAndComposedKernelsAgree) {
   EXPECT_STREQ(gpt_kernels_name(GPTKernels::kComposed), "composed");
 }
 
+// The fused MLP runs c_proj inside one op; a forward hook on c_proj still
+// sees c_proj's own call (and changes nothing it does not change).
+TEST(GPT, ForwardHooksOnTheMlpProjectionStillRun) {
+  GPTConfig cfg = tiny();
+  Generator g1(23), gen(24);
+  MLP mlp(cfg, g1);
+  Tensor x = randn({2, 8, cfg.n_embd}, gen);
+  Tensor plain = mlp(x);
+  int calls = 0;
+  Shape seen;
+  mlp.c_proj().register_forward_hook([&](Module&, Tensor& out) {
+    ++calls;
+    seen = out.sizes();
+  });
+  Tensor hooked = mlp(x);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, Shape({2, 8, cfg.n_embd}));
+  EXPECT_EQ(hooked.to_vector<float>(), plain.to_vector<float>());
+}
+
 TEST(GPT, InitialisationStatistics) {
   Generator gen(4);
   GPT model(GPTConfig::reference(), gen);
