@@ -94,9 +94,21 @@ void pack_along_k(const uint16_t* src, int64_t ld, int rows, int64_t kc, int wid
       const int words = static_cast<int>(std::min<int64_t>(16, full - q0));
       const __mmask16 load = first_lanes(words);
       __m512i r[16];
-      for (int i = 0; i < 16; ++i)
+      for (int i = 0; i < 16; ++i) {
+        // The next panel's rows at the same k: each row gives a panel only
+        // kc / 32 lines, too short a stream for the hardware prefetcher, and
+        // these loads stalled on memory (perf: a third of the step's
+        // packing; 6.6 % -> 2.7 % of a bf16 GPT step on one Zen 5 core).
+        // A prefetch past the matrix's end does not fault (the address is
+        // formed as an integer: no out-of-range pointer arithmetic).
+        if (i < lanes)
+          _mm_prefetch(reinterpret_cast<const char*>(
+                           reinterpret_cast<uintptr_t>(base) +
+                           sizeof(uint16_t) * static_cast<uintptr_t>((i + width) * ld + 2 * q0)),
+                       _MM_HINT_T0);
         r[i] = i < valid ? _mm512_maskz_loadu_epi32(load, base + i * ld + 2 * q0)
                          : _mm512_setzero_si512();
+      }
       transpose16(r);
       for (int t = 0; t < words; ++t)
         _mm512_mask_storeu_epi32(dst + (q0 + t) * width + g, store, r[t]);
