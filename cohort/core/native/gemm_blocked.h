@@ -44,15 +44,27 @@ inline constexpr int64_t kBlockKC = 256, kBlockNC = 3072;
 // elementwise epilogue without another pass over C. Blocks are disjoint.
 using BlockDone = std::function<void(int64_t, int64_t, int64_t, int64_t)>;
 
-// One register tile; `bias` reaches kernels whose micro takes one.
+// C's rows [ic, ic + mc) x columns [jc, jc + nc) from one pass over k: A's
+// panels in ap, B's in bp (kcp deep), tile by tile. `bias` reaches kernels
+// whose micro takes one.
 template <typename Kernels, typename T>
-inline void micro_tile(const Kernels& kr, int64_t kc, const T* ap, const T* bp, float* ct,
-                       int64_t ldc, int m, int n, float alpha, float beta, bool first,
-                       const float* bias) {
-  if constexpr (requires { kr.micro(kc, ap, bp, ct, ldc, m, n, alpha, beta, first, bias); })
-    kr.micro(kc, ap, bp, ct, ldc, m, n, alpha, beta, first, bias);
-  else
-    kr.micro(kc, ap, bp, ct, ldc, m, n, alpha, beta, first);
+void block_product(const Kernels& kr, int64_t kc, int64_t kcp, const T* ap, const T* bp, float* c,
+                   int64_t ldc, int64_t ic, int64_t mc, int64_t jc, int64_t nc, float alpha,
+                   float beta, bool first, const float* bias) {
+  for (int64_t jr = 0; jr < nc; jr += kr.nr) {
+    const int n = static_cast<int>(std::min<int64_t>(kr.nr, nc - jr));
+    const float* tile_bias = bias ? bias + jc + jr : nullptr;
+    for (int64_t ir = 0; ir < mc; ir += kr.mr) {
+      const int m = static_cast<int>(std::min<int64_t>(kr.mr, mc - ir));
+      float* ct = c + (ic + ir) * ldc + jc + jr;
+      if constexpr (requires {
+                      kr.micro(kc, ap, bp, ct, ldc, m, n, alpha, beta, first, tile_bias);
+                    })
+        kr.micro(kc, ap + ir * kcp, bp + jr * kcp, ct, ldc, m, n, alpha, beta, first, tile_bias);
+      else
+        kr.micro(kc, ap + ir * kcp, bp + jr * kcp, ct, ldc, m, n, alpha, beta, first);
+    }
+  }
 }
 
 // One thread's part: C rows [r0, r1) x columns [c0, c1).
@@ -81,15 +93,8 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
       for (int64_t ic = r0; ic < r1; ic += mc_max) {
         const int64_t mc = std::min(mc_max, r1 - ic);
         kr.pack_a(ta, a, lda, ic, mc, pc, kc, abuf.data());
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const int n = static_cast<int>(std::min<int64_t>(nr, nc - jr));
-          for (int64_t ir = 0; ir < mc; ir += mr) {
-            const int m = static_cast<int>(std::min<int64_t>(mr, mc - ir));
-            float* ct = c + (ic + ir) * ldc + jc + jr;
-            micro_tile(kr, kc, abuf.data() + ir * kcp, bbuf.data() + jr * kcp, ct, ldc, m, n, alpha,
-                       beta, first, bias ? bias + jc + jr : nullptr);
-          }
-        }
+        block_product(kr, kc, kcp, abuf.data(), bbuf.data(), c, ldc, ic, mc, jc, nc, alpha, beta,
+                      first, bias);
         if (last && done && *done) (*done)(ic, ic + mc, jc, jc + nc);
       }
     }
@@ -183,15 +188,8 @@ void stealing_rows(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, in
               }
             const int64_t ic = t0 * mr, mc = std::min(t1 * mr, m) - ic;
             kr.pack_a(ta, a, lda, ic, mc, pc, kc, abuf.data());
-            for (int64_t jr = 0; jr < nc; jr += nr) {
-              const int nn = static_cast<int>(std::min<int64_t>(nr, nc - jr));
-              for (int64_t ir = 0; ir < mc; ir += mr) {
-                const int mm = static_cast<int>(std::min<int64_t>(mr, mc - ir));
-                float* ct = c + (ic + ir) * ldc + jc + jr;
-                micro_tile(kr, kc, abuf.data() + ir * kcp, bbuf.data() + jr * kcp, ct, ldc, mm, nn,
-                           alpha, beta, first, bias ? bias + jc + jr : nullptr);
-              }
-            }
+            block_product(kr, kc, kcp, abuf.data(), bbuf.data(), c, ldc, ic, mc, jc, nc, alpha,
+                          beta, first, bias);
             if (last && done && *done) (*done)(ic, ic + mc, jc, jc + nc);
             for (int64_t t = t0; t < t1; ++t)
               passes[jb * tiles + t].store(pb + 1, std::memory_order_release);
