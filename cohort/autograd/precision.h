@@ -9,16 +9,15 @@
 //   loss.backward();  // parameters' .grad are float32
 //
 // Under kBFloat16, matmul, linear, linear_gelu and linear_gelu_linear (the
-// GEMMs) on float32
-// inputs round their inputs to bfloat16 (nearest even), multiply with float32
-// accumulation (native/linalg_bf16.h, on the policy's bf16 path) and return
-// float32. Their backward computes in bf16 as well (the incoming gradient is
-// rounded, products accumulate in float32) and gives float32 gradients; what
-// the graph keeps for backward are the bf16 copies (half the bytes of the
-// float32 activations). Everything else (LayerNorm, softmax, GELU's
-// elementwise part, losses, reductions, optimizer) stays float32, and so do
-// parameters, gradients and optimizer state (master weights). float64 inputs
-// (gradcheck) are never rounded.
+// GEMMs) on float32 inputs round their inputs to bfloat16 (nearest even),
+// multiply with float32 accumulation (native/linalg_bf16.h, on the policy's
+// bf16 path) and return float32. Their backward computes in bf16 as well (the
+// incoming gradient is rounded, products accumulate in float32) and gives
+// float32 gradients; what the graph keeps for backward are the bf16 copies
+// (half the bytes of the float32 activations). Everything else (LayerNorm,
+// softmax, GELU's elementwise part, losses, reductions, optimizer) stays
+// float32, and so do parameters, gradients and optimizer state (master
+// weights). float64 inputs (gradcheck) are never rounded.
 // Where this differs from autocast: autocast returns linear's output as a
 // bf16 tensor and the pointwise ops that follow run in bf16; here the output
 // is the float32 accumulator, unrounded, since the following ops are float32
