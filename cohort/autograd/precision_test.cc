@@ -179,7 +179,9 @@ TEST(Bf16Ops, LinearGeluLinearIsOneNodeWithTheTwoOpsGradients) {
       EXPECT_TRUE(same_bits(f.out, t.out));
       for (size_t i : {0, 1, 3, 4}) EXPECT_TRUE(same_bits(f.grads[i], t.grads[i])) << i;
       ASSERT_EQ(f.grads[2].defined(), biases);
-      if (biases) EXPECT_TRUE(allclose(f.grads[2], t.grads[2], 1e-5, 1e-5));
+      if (biases) {
+        EXPECT_TRUE(allclose(f.grads[2], t.grads[2], 1e-5, 1e-5));
+      }
     }
     // Only some inputs need a gradient: the others get none.
     const OpRun t = run(two, {x, w1, b1, w2, b2}, r);
