@@ -13,6 +13,7 @@
 
 #include "cohort/base/parallel.h"
 #include "cohort/core/kernels/attention.h"
+#include "cohort/core/kernels/attention_dp.h"
 
 namespace cohort::kernels {
 namespace {
@@ -150,7 +151,9 @@ TEST(AttentionBf16Products, MatchTheReferenceWithinBf16RoundingOnAnyBudget) {
           first = got;
           // Not the widened tasks under another name: P is rounded here
           // (with one key P is 1, exact in bf16).
-          if (c.tk > 1) EXPECT_NE(got.out, run(s, q, k, v, g, false).out) << what;
+          if (c.tk > 1) {
+            EXPECT_NE(got.out, run(s, q, k, v, g, false).out) << what;
+          }
           continue;
         }
         expect_same_bits(got, first, what);
@@ -166,6 +169,60 @@ TEST(AttentionBf16Products, OtherHeadDimsTakeTheWidenedTasks) {
   const Operand q = random_operand(2, 70, 24, 5), k = random_operand(2, 70, 24, 6);
   const Operand v = random_operand(2, 70, 24, 7), g = random_operand(2, 70, 24, 8);
   expect_same_bits(run(s, q, k, v, g, true), run(s, q, k, v, g, false), "head_dim 24");
+}
+
+// The products' register tiles (6 x 64 and 8 x 32, and every shorter last
+// tile) against the sum of pair products in double, for both A layouts, with
+// and without accumulation; nothing written past m rows or n columns.
+TEST(AttentionDpGemm, EveryRowCountAndPanelCountGivesTheSumOfPairProducts) {
+  const detail::AttentionDpOps* dp = detail::attention_dp_ops();
+  if (dp == nullptr) GTEST_SKIP() << "no avx512_bf16 here: dp_gemm is not handed out";
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const auto bf16_bits = [&] { return BFloat16(dist(rng)).bits; };
+  const auto value = [](uint16_t bits) {
+    BFloat16 x;
+    x.bits = bits;
+    return static_cast<double>(static_cast<float>(x));
+  };
+  const int64_t ldc = 128;
+  for (int64_t pairs : {1, 5, 32})
+    for (int64_t n : {32, 64, 96})
+      for (int64_t m = 1; m <= 14; ++m)
+        for (bool accumulate : {false, true})
+          for (bool transposed : {false, true}) {
+            // Rows of words (a_qs 2) or panel words read as rows (a_rs 2).
+            const int64_t a_rs = transposed ? 2 : 2 * pairs, a_qs = transposed ? 2 * m : 2;
+            std::vector<uint16_t> a(static_cast<size_t>(2 * m * pairs));
+            std::vector<uint32_t> b(static_cast<size_t>(n * pairs));
+            for (auto& x : a) x = bf16_bits();
+            for (auto& w : b) w = bf16_bits() | (uint32_t{bf16_bits()} << 16);
+            std::vector<float> c(static_cast<size_t>((m + 2) * ldc));
+            for (auto& x : c) x = dist(rng);
+            const std::vector<float> before = c;
+            dp->dp_gemm(m, n, pairs, a.data(), a_rs, a_qs, b.data(), c.data(), ldc, accumulate);
+            const std::string what = "m " + std::to_string(m) + " n " + std::to_string(n) +
+                                     " pairs " + std::to_string(pairs) +
+                                     (accumulate ? " accumulate" : "") +
+                                     (transposed ? " transposed" : "");
+            for (int64_t r = 0; r < m + 2; ++r)
+              for (int64_t x = 0; x < ldc; ++x) {
+                const size_t at = static_cast<size_t>(r * ldc + x);
+                if (r >= m || x >= n) {
+                  ASSERT_EQ(c[at], before[at]) << what << " wrote (" << r << ", " << x << ")";
+                  continue;
+                }
+                double want = accumulate ? before[at] : 0.0;
+                for (int64_t q = 0; q < pairs; ++q) {
+                  const uint32_t w =
+                      b[static_cast<size_t>((x / 32) * pairs * 32 + q * 32 + x % 32)];
+                  for (int e = 0; e < 2; ++e)
+                    want += value(a[static_cast<size_t>(r * a_rs + q * a_qs + e)]) *
+                            value(static_cast<uint16_t>(w >> (16 * e)));
+                }
+                ASSERT_NEAR(c[at], want, 1e-5 * (1 + static_cast<double>(pairs))) << what;
+              }
+          }
 }
 
 }  // namespace
