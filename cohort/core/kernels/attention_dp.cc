@@ -33,14 +33,17 @@ void pack_rows_across(const AttentionDpOps& dp, Bf16HeadRows x, int64_t bh, int6
                    dst + (c / kPanel) * pairs_of(n) * kPanel);
 }
 
-// c[kn, d] += tile^T b: the transposed tile's panels times b's (over qn).
+// c[kn, d] += tile^T b: the transposed tile's panels times b's (over qn);
+// band: key row j needs the query columns [j + band.lo, j + 1 + band.hi).
 void acc_transposed(const AttentionDpOps& dp, const uint32_t* tt, int64_t kn, int64_t qn, int64_t d,
-                    const uint32_t* b, float* c) {
+                    const uint32_t* b, float* c, Band band) {
   const int64_t pq = pairs_of(qn);
-  for (int64_t p = 0; p * kPanel < kn; ++p)
-    dp.dp_gemm(std::min(kPanel, kn - p * kPanel), d, pq,
-               reinterpret_cast<const uint16_t*>(tt + p * pq * kPanel), 2, 2 * kPanel, b,
-               c + p * kPanel * d, d, true);
+  for (int64_t p = 0; p * kPanel < kn; ++p) {
+    const int64_t j0 = p * kPanel;  // the panel's rows start at key j0
+    dp.dp_acc(std::min(kPanel, kn - j0), d, pq,
+              reinterpret_cast<const uint16_t*>(tt + p * pq * kPanel), 2, 2 * kPanel, b, c + j0 * d,
+              d, Band{band.lo + j0, band.hi + j0});
+  }
 }
 
 // Block b (of keys or queries, n rows from b kB) of x's head bh as panels
@@ -62,10 +65,11 @@ void grad_tile_dp(const AttentionShape& s, const AttentionOps& ops, const Attent
   const int64_t d = s.head_dim, q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
   const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
   const float c = static_cast<float>(s.scale * kLog2e);
-  dp.dp_gemm(qn, kB, d / 2, bits(a.q.head(bh) + q0 * a.q.row_stride), a.q.row_stride, 2,
-             along(dp, w.k_along, a.k, bh, kb, kn, d), w.sc.data(), kB, false);
-  dp.dp_gemm(qn, kB, d / 2, bits(a.dout.head(bh) + q0 * a.dout.row_stride), a.dout.row_stride, 2,
-             along(dp, w.v_along, a.v, bh, kb, kn, d), w.dsc.data(), kB, false);
+  const Band band = rows_q(s, q0, k0);
+  dp.dp_scores(qn, kB, d / 2, bits(a.q.head(bh) + q0 * a.q.row_stride), a.q.row_stride, 2,
+               along(dp, w.k_along, a.k, bh, kb, kn, d), w.sc.data(), kB, band);
+  dp.dp_scores(qn, kB, d / 2, bits(a.dout.head(bh) + q0 * a.dout.row_stride), a.dout.row_stride, 2,
+               along(dp, w.v_along, a.v, bh, kb, kn, d), w.dsc.data(), kB, band);
   const float* lse2 = a.rows.lse2 + bh * s.q_len + q0;
   const float* delta = a.rows.delta + bh * s.q_len + q0;
   for (int64_t r = 0; r < qn; ++r) {
@@ -112,12 +116,13 @@ void forward_task_dp(const AttentionShape& s, const AttentionOps& ops, const Att
   OnlineSoftmax softmax(s, q0, qn, acc);
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
     const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
-    dp.dp_gemm(qn, kB, d / 2, qp, q.row_stride, 2, along(dp, w.k_along, k, bh, kb, kn, d), sc, kB,
-               false);
+    const Band band = rows_q(s, q0, k0);
+    dp.dp_scores(qn, kB, d / 2, qp, q.row_stride, 2, along(dp, w.k_along, k, bh, kb, kn, d), sc, kB,
+                 band);
     softmax.add_tile(ops, sc, k0, kn, c);
     dp.round_rows(sc, kB, qn, kn, w.p16.data());
-    dp.dp_gemm(qn, d, pairs_of(kn), w.p16.data(), kB, 2, across(dp, w.v_across, v, bh, kb, kn, d),
-               acc, d, true);
+    dp.dp_acc(qn, d, pairs_of(kn), w.p16.data(), kB, 2, across(dp, w.v_across, v, bh, kb, kn, d),
+              acc, d, band);
   }
   softmax.finish(ops, out, lse, bh);
 }
@@ -133,13 +138,15 @@ void key_task_dp(const AttentionShape& s, const AttentionOps& ops, const Attenti
     if (!block_needed(s, qb, kb)) continue;
     const int64_t q0 = qb * kB, qn = std::min(kB, s.q_len - q0);
     grad_tile_dp(s, ops, dp, a, bh, qb, kb, w);
+    const Band bk = rows_k(s, q0, k0);
     acc_transposed(dp, w.pt.data(), kn, qn, d, across(dp, w.dout_across, a.dout, bh, qb, qn, d),
-                   dvt);
-    acc_transposed(dp, w.dst.data(), kn, qn, d, across(dp, w.q_across, a.q, bh, qb, qn, d), dkt);
+                   dvt, bk);
+    acc_transposed(dp, w.dst.data(), kn, qn, d, across(dp, w.q_across, a.q, bh, qb, qn, d), dkt,
+                   bk);
     if (with_dq)
-      dp.dp_gemm(qn, d, pairs_of(kn), w.ds16.data(), kB, 2,
-                 across(dp, w.k_across, a.k, bh, kb, kn, d), a.dq.head(bh) + q0 * a.dq.row_stride,
-                 a.dq.row_stride, true);
+      dp.dp_acc(qn, d, pairs_of(kn), w.ds16.data(), kB, 2,
+                across(dp, w.k_across, a.k, bh, kb, kn, d), a.dq.head(bh) + q0 * a.dq.row_stride,
+                a.dq.row_stride, rows_q(s, q0, k0));
   }
   float* dkp = a.dk.head(bh) + k0 * a.dk.row_stride;
   float* dvp = a.dv.head(bh) + k0 * a.dv.row_stride;
@@ -156,10 +163,10 @@ void query_task_dp(const AttentionShape& s, const AttentionOps& ops, const Atten
   for (int64_t r = 0; r < qn; ++r)
     std::fill(dqp + r * a.dq.row_stride, dqp + r * a.dq.row_stride + d, 0.0f);
   for (int64_t kb = 0, nkb = num_blocks(s.kv_len); kb < nkb && block_needed(s, qb, kb); ++kb) {
-    const int64_t kn = std::min(kB, s.kv_len - kb * kB);
+    const int64_t k0 = kb * kB, kn = std::min(kB, s.kv_len - k0);
     grad_tile_dp(s, ops, dp, a, bh, qb, kb, w);
-    dp.dp_gemm(qn, d, pairs_of(kn), w.ds16.data(), kB, 2,
-               across(dp, w.k_across, a.k, bh, kb, kn, d), dqp, a.dq.row_stride, true);
+    dp.dp_acc(qn, d, pairs_of(kn), w.ds16.data(), kB, 2, across(dp, w.k_across, a.k, bh, kb, kn, d),
+              dqp, a.dq.row_stride, rows_q(s, q0, k0));
   }
 }
 

@@ -8,10 +8,11 @@
 // do. P = exp(s - m) is rounded to bf16 before P v (forward) and P^T dout;
 // dS before dS k and dS^T q (by vcvtneps2bf16: to nearest even, subnormal
 // values to zero). The row sums l stay those of the float32 P.
-// Products run over whole tiles (a causal tile's masked part adds zeros:
-// P and dS are zero there).
+// A causal tile's products leave out what its mask leaves out, in whole
+// register tiles and pairs (Band, attention_blocks.h): P and dS are zero
+// there.
 //
-// Operand layouts of dp_gemm: A is bf16, element (r, 2q + e) at
+// Operand layouts of the products (dp_scores, dp_acc): A is bf16, element (r, 2q + e) at
 // a[r * a_rs + q * a_qs + e] (rows of q or P as stored: a_qs = 2; a panel
 // of pack_across_k read as rows: a_rs = 2, a_qs = 64); B comes as word
 // panels of 32 columns (native/bf16_panels.h), panel p at bp + p * pairs *
@@ -29,10 +30,16 @@
 namespace cohort::kernels::detail {
 
 struct AttentionDpOps {
-  // c[r * ldc + x] (accumulate ? += : =) sum over q < pairs of the two
-  // products of pair q, for r < m and x < n (n a multiple of 32).
-  void (*dp_gemm)(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs,
-                  int64_t a_qs, const uint32_t* bp, float* c, int64_t ldc, bool accumulate);
+  // c[r * ldc + x] = the sum over q < pairs of the two products of pair q,
+  // for r < m and x < n (n a multiple of 32), at least for x < r + 1 +
+  // band.hi (band.lo is not used): other columns hold their sums or 0.
+  void (*dp_scores)(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs,
+                    int64_t a_qs, const uint32_t* bp, float* c, int64_t ldc, Band band);
+  // c[r * ldc + x] += the same sums; pairs of row r wholly outside the inner
+  // elements [r + band.lo, r + 1 + band.hi) may be left out (a must be zero
+  // there).
+  void (*dp_acc)(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_qs,
+                 const uint32_t* bp, float* c, int64_t ldc, Band band);
   // dst[r * ld + j] = bf16(src[r * ld + j]) for r < rows, j < cols, 0 for
   // cols <= j < ld (ld a multiple of 16).
   void (*round_rows)(const float* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst);

@@ -32,18 +32,18 @@ namespace {
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")))
 
 // c[r * ldc + x] (accumulate ? += : =) the products of R rows of a with V
-// vectors of 16 columns; vectors 2j and 2j + 1 come from panels[j] (32
-// columns each).
+// vectors of 16 columns over the pairs [q_begin, q_end); vectors 2j and
+// 2j + 1 come from panels[j] (32 columns each).
 template <int R, int V>
-COHORT_DP_TARGET inline void dp_tile(int64_t pairs, const uint16_t* a, int64_t a_rs, int64_t a_qs,
-                                     const uint32_t* const* panels, float* c, int64_t ldc,
-                                     bool accumulate) {
+COHORT_DP_TARGET inline void dp_tile(int64_t q_begin, int64_t q_end, const uint16_t* a,
+                                     int64_t a_rs, int64_t a_qs, const uint32_t* const* panels,
+                                     float* c, int64_t ldc, bool accumulate) {
   __m512 acc[R][V];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[i][v] = _mm512_setzero_ps();
-  for (int64_t q = 0; q < pairs; ++q) {
+  for (int64_t q = q_begin; q < q_end; ++q) {
     __m512bh b[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v)
@@ -68,43 +68,78 @@ COHORT_DP_TARGET inline void dp_tile(int64_t pairs, const uint16_t* a, int64_t a
     }
 }
 
-// The last `rows` (< K + 1) rows: a tile of exactly that many.
+// dp_tile with rows (1 <= rows <= K) fixed at compile time.
 template <int K, int V>
-COHORT_DP_TARGET inline void dp_last(int64_t rows, int64_t pairs, const uint16_t* a, int64_t a_rs,
-                                     int64_t a_qs, const uint32_t* const* panels, float* c,
-                                     int64_t ldc, bool accumulate) {
+COHORT_DP_TARGET inline void dp_tile_of(int64_t rows, int64_t q_begin, int64_t q_end,
+                                        const uint16_t* a, int64_t a_rs, int64_t a_qs,
+                                        const uint32_t* const* panels, float* c, int64_t ldc,
+                                        bool accumulate) {
   if constexpr (K > 0) {
     if (rows == K)
-      dp_tile<K, V>(pairs, a, a_rs, a_qs, panels, c, ldc, accumulate);
+      dp_tile<K, V>(q_begin, q_end, a, a_rs, a_qs, panels, c, ldc, accumulate);
     else
-      dp_last<K - 1, V>(rows, pairs, a, a_rs, a_qs, panels, c, ldc, accumulate);
+      dp_tile_of<K - 1, V>(rows, q_begin, q_end, a, a_rs, a_qs, panels, c, ldc, accumulate);
   }
 }
 
-// All m rows against the panels, in tiles of R rows (the last one shorter).
+// Rows [r_begin, r_end) against the panels, in tiles of R rows (the last
+// one shorter). A tile's rows need only the inner elements [r + band.lo,
+// r + 1 + band.hi): its pairs outside them are left out.
 template <int R, int V>
-COHORT_DP_TARGET void dp_rows(int64_t m, int64_t pairs, const uint16_t* a, int64_t a_rs,
-                              int64_t a_qs, const uint32_t* const* panels, float* c, int64_t ldc,
+COHORT_DP_TARGET void dp_rows(int64_t r_begin, int64_t r_end, int64_t pairs, Band band,
+                              const uint16_t* a, int64_t a_rs, int64_t a_qs,
+                              const uint32_t* const* panels, float* c, int64_t ldc,
                               bool accumulate) {
-  int64_t r0 = 0;
-  for (; r0 + R <= m; r0 += R)
-    dp_tile<R, V>(pairs, a + r0 * a_rs, a_rs, a_qs, panels, c + r0 * ldc, ldc, accumulate);
-  dp_last<R - 1, V>(m - r0, pairs, a + r0 * a_rs, a_rs, a_qs, panels, c + r0 * ldc, ldc,
-                    accumulate);
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += R) {
+    const int64_t rows = std::min<int64_t>(R, r_end - r0);
+    const int64_t q_begin = std::max<int64_t>(0, r0 + band.lo) / 2;
+    const int64_t q_end = std::clamp<int64_t>((r0 + rows + band.hi + 1) / 2, 0, pairs);
+    if (accumulate && q_end <= q_begin) continue;
+    dp_tile_of<R, V>(rows, q_begin, q_end, a + r0 * a_rs, a_rs, a_qs, panels, c + r0 * ldc, ldc,
+                     accumulate);
+  }
 }
 
-COHORT_DP_TARGET void dp_gemm(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs,
-                              int64_t a_qs, const uint32_t* bp, float* c, int64_t ldc,
-                              bool accumulate) {
+void zero_block(float* c, int64_t ldc, int64_t r_begin, int64_t r_end, int64_t cols) {
+  for (int64_t r = r_begin; r < r_end; ++r) std::fill(c + r * ldc, c + r * ldc + cols, 0.0f);
+}
+
+COHORT_DP_TARGET void dp_scores(int64_t m, int64_t n, int64_t pairs, const uint16_t* a,
+                                int64_t a_rs, int64_t a_qs, const uint32_t* bp, float* c,
+                                int64_t ldc, Band band) {
+  const int64_t panel_words = pairs * 32;
+  // The first row that needs column x: r + 1 + band.hi > x.
+  const auto first_row = [&](int64_t x) { return std::clamp<int64_t>(x - band.hi, 0, m); };
+  int64_t p = 0;
+  for (; (p + 2) * 32 <= n; p += 2) {
+    const uint32_t* panels[2] = {bp + p * panel_words, bp + (p + 1) * panel_words};
+    float* cp = c + p * 32;
+    const int64_t one = first_row(p * 32), both = first_row((p + 1) * 32);
+    zero_block(cp, ldc, 0, one, 64);
+    // Rows that need only the first of the two panels.
+    dp_rows<8, 2>(one, both, pairs, Band{}, a, a_rs, a_qs, panels, cp, ldc, false);
+    zero_block(cp + 32, ldc, one, both, 32);
+    dp_rows<6, 4>(both, m, pairs, Band{}, a, a_rs, a_qs, panels, cp, ldc, false);
+  }
+  if (p * 32 < n) {
+    const uint32_t* panels[1] = {bp + p * panel_words};
+    const int64_t one = first_row(p * 32);
+    zero_block(c + p * 32, ldc, 0, one, 32);
+    dp_rows<8, 2>(one, m, pairs, Band{}, a, a_rs, a_qs, panels, c + p * 32, ldc, false);
+  }
+}
+
+COHORT_DP_TARGET void dp_acc(int64_t m, int64_t n, int64_t pairs, const uint16_t* a, int64_t a_rs,
+                             int64_t a_qs, const uint32_t* bp, float* c, int64_t ldc, Band band) {
   const int64_t panel_words = pairs * 32;
   int64_t p = 0;
   for (; (p + 2) * 32 <= n; p += 2) {
     const uint32_t* panels[2] = {bp + p * panel_words, bp + (p + 1) * panel_words};
-    dp_rows<6, 4>(m, pairs, a, a_rs, a_qs, panels, c + p * 32, ldc, accumulate);
+    dp_rows<6, 4>(0, m, pairs, band, a, a_rs, a_qs, panels, c + p * 32, ldc, true);
   }
   if (p * 32 < n) {
     const uint32_t* panels[1] = {bp + p * panel_words};
-    dp_rows<8, 2>(m, pairs, a, a_rs, a_qs, panels, c + p * 32, ldc, accumulate);
+    dp_rows<8, 2>(0, m, pairs, band, a, a_rs, a_qs, panels, c + p * 32, ldc, true);
   }
 }
 
@@ -167,7 +202,8 @@ COHORT_DP_TARGET float row_exp(const float* s, int64_t n, int64_t n_zero, float 
   return _mm512_reduce_add_ps(sum);
 }
 
-constexpr AttentionDpOps kDpOps{&dp_gemm,
+constexpr AttentionDpOps kDpOps{&dp_scores,
+                                &dp_acc,
                                 &round_rows,
                                 &round_transposed,
                                 &row_exp,

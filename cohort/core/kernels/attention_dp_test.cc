@@ -172,11 +172,13 @@ TEST(AttentionBf16Products, OtherHeadDimsTakeTheWidenedTasks) {
 }
 
 // The products' register tiles (6 x 64 and 8 x 32, and every shorter last
-// tile) against the sum of pair products in double, for both A layouts, with
-// and without accumulation; nothing written past m rows or n columns.
-TEST(AttentionDpGemm, EveryRowCountAndPanelCountGivesTheSumOfPairProducts) {
+// tile) against the sum of pair products in double, for both A layouts,
+// with and without a causal band; nothing written past m rows or n columns.
+// dp_scores: the columns the band needs hold the sums, the others their
+// sums or 0; dp_acc: a is zero outside the band, the sums are added to c.
+TEST(AttentionDpProducts, EveryRowCountPanelCountAndBandGivesTheSumOfPairProducts) {
   const detail::AttentionDpOps* dp = detail::attention_dp_ops();
-  if (dp == nullptr) GTEST_SKIP() << "no avx512_bf16 here: dp_gemm is not handed out";
+  if (dp == nullptr) GTEST_SKIP() << "no avx512_bf16 here: the products are not handed out";
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const auto bf16_bits = [&] { return BFloat16(dist(rng)).bits; };
@@ -186,43 +188,59 @@ TEST(AttentionDpGemm, EveryRowCountAndPanelCountGivesTheSumOfPairProducts) {
     return static_cast<double>(static_cast<float>(x));
   };
   const int64_t ldc = 128;
+  const detail::Band bands[] = {{},
+                                {-detail::kUnbounded, 0},
+                                {-detail::kUnbounded, 37},
+                                {-detail::kUnbounded, -3},
+                                {5, detail::kUnbounded},
+                                {-20, 9}};
   for (int64_t pairs : {1, 5, 32})
     for (int64_t n : {32, 64, 96})
       for (int64_t m = 1; m <= 14; ++m)
-        for (bool accumulate : {false, true})
-          for (bool transposed : {false, true}) {
-            // Rows of words (a_qs 2) or panel words read as rows (a_rs 2).
-            const int64_t a_rs = transposed ? 2 : 2 * pairs, a_qs = transposed ? 2 * m : 2;
-            std::vector<uint16_t> a(static_cast<size_t>(2 * m * pairs));
-            std::vector<uint32_t> b(static_cast<size_t>(n * pairs));
-            for (auto& x : a) x = bf16_bits();
-            for (auto& w : b) w = bf16_bits() | (uint32_t{bf16_bits()} << 16);
-            std::vector<float> c(static_cast<size_t>((m + 2) * ldc));
-            for (auto& x : c) x = dist(rng);
-            const std::vector<float> before = c;
-            dp->dp_gemm(m, n, pairs, a.data(), a_rs, a_qs, b.data(), c.data(), ldc, accumulate);
-            const std::string what = "m " + std::to_string(m) + " n " + std::to_string(n) +
-                                     " pairs " + std::to_string(pairs) +
-                                     (accumulate ? " accumulate" : "") +
-                                     (transposed ? " transposed" : "");
-            for (int64_t r = 0; r < m + 2; ++r)
-              for (int64_t x = 0; x < ldc; ++x) {
-                const size_t at = static_cast<size_t>(r * ldc + x);
-                if (r >= m || x >= n) {
-                  ASSERT_EQ(c[at], before[at]) << what << " wrote (" << r << ", " << x << ")";
-                  continue;
+        for (const detail::Band& band : bands)
+          for (bool accumulate : {false, true})
+            for (bool transposed : {false, true}) {
+              // Rows of words (a_qs 2) or panel words read as rows (a_rs 2).
+              const int64_t a_rs = transposed ? 2 : 2 * pairs, a_qs = transposed ? 2 * m : 2;
+              std::vector<uint16_t> a(static_cast<size_t>(2 * m * pairs));
+              for (int64_t r = 0; r < m; ++r)
+                for (int64_t e = 0; e < 2 * pairs; ++e) {
+                  const bool in_band = e >= r + band.lo && e < r + 1 + band.hi;
+                  a[static_cast<size_t>(r * a_rs + e / 2 * a_qs + e % 2)] =
+                      accumulate && !in_band ? 0 : bf16_bits();
                 }
-                double want = accumulate ? before[at] : 0.0;
-                for (int64_t q = 0; q < pairs; ++q) {
-                  const uint32_t w =
-                      b[static_cast<size_t>((x / 32) * pairs * 32 + q * 32 + x % 32)];
-                  for (int e = 0; e < 2; ++e)
-                    want += value(a[static_cast<size_t>(r * a_rs + q * a_qs + e)]) *
-                            value(static_cast<uint16_t>(w >> (16 * e)));
+              std::vector<uint32_t> b(static_cast<size_t>(n * pairs));
+              for (auto& w : b) w = bf16_bits() | (uint32_t{bf16_bits()} << 16);
+              std::vector<float> c(static_cast<size_t>((m + 2) * ldc));
+              for (auto& x : c) x = dist(rng);
+              const std::vector<float> before = c;
+              (accumulate ? dp->dp_acc : dp->dp_scores)(m, n, pairs, a.data(), a_rs, a_qs, b.data(),
+                                                        c.data(), ldc, band);
+              const std::string what = "m " + std::to_string(m) + " n " + std::to_string(n) +
+                                       " pairs " + std::to_string(pairs) + " band " +
+                                       std::to_string(band.lo) + " " + std::to_string(band.hi) +
+                                       (accumulate ? " dp_acc" : " dp_scores") +
+                                       (transposed ? " transposed" : "");
+              for (int64_t r = 0; r < m + 2; ++r)
+                for (int64_t x = 0; x < ldc; ++x) {
+                  const size_t at = static_cast<size_t>(r * ldc + x);
+                  if (r >= m || x >= n) {
+                    ASSERT_EQ(c[at], before[at]) << what << " wrote (" << r << ", " << x << ")";
+                    continue;
+                  }
+                  double want = accumulate ? before[at] : 0.0;
+                  for (int64_t q = 0; q < pairs; ++q) {
+                    const uint32_t w =
+                        b[static_cast<size_t>((x / 32) * pairs * 32 + q * 32 + x % 32)];
+                    for (int e = 0; e < 2; ++e)
+                      want += value(a[static_cast<size_t>(r * a_rs + q * a_qs + e)]) *
+                              value(static_cast<uint16_t>(w >> (16 * e)));
+                  }
+                  if (!accumulate && x >= r + 1 + band.hi && c[at] == 0.0f) continue;
+                  ASSERT_NEAR(c[at], want, 1e-5 * (1 + static_cast<double>(pairs)))
+                      << what << " at (" << r << ", " << x << ")";
                 }
-                ASSERT_NEAR(c[at], want, 1e-5 * (1 + static_cast<double>(pairs))) << what;
-              }
-          }
+            }
 }
 
 }  // namespace
