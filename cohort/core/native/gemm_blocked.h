@@ -44,6 +44,13 @@ inline constexpr int64_t kBlockKC = 256, kBlockNC = 3072;
 // elementwise epilogue without another pass over C. Blocks are disjoint.
 using BlockDone = std::function<void(int64_t, int64_t, int64_t, int64_t)>;
 
+// The depth of a packed panel holding kc steps of k: kc rounded up to the
+// kernels' kpack (bf16 panels hold k in pairs).
+template <typename Kernels>
+int64_t panel_depth(const Kernels& kr, int64_t kc) {
+  return (kc + kr.kpack - 1) / kr.kpack * kr.kpack;
+}
+
 // C's rows [ic, ic + mc) x columns [jc, jc + nc) from one pass over k: A's
 // panels in ap, B's in bp (kcp deep), tile by tile. `bias` reaches kernels
 // whose micro takes one.
@@ -78,7 +85,7 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
                         const BlockDone* done = nullptr) {
   const int mr = kr.mr, nr = kr.nr;
   const int64_t mc_max = 16 * mr;
-  const int64_t kc_max = (std::min(kBlockKC, k) + kr.kpack - 1) / kr.kpack * kr.kpack;
+  const int64_t kc_max = panel_depth(kr, std::min(kBlockKC, k));
   thread_local std::vector<T> abuf, bbuf;
   const int64_t nc_max = std::min<int64_t>(kBlockNC, (c1 - c0 + nr - 1) / nr * nr);
   abuf.resize(static_cast<size_t>(mc_max * kc_max + kPackSlack));
@@ -87,7 +94,7 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
     const int64_t nc = std::min(kBlockNC, c1 - jc);
     for (int64_t pc = 0; pc < k; pc += kBlockKC) {
       const int64_t kc = std::min(kBlockKC, k - pc);
-      const int64_t kcp = (kc + kr.kpack - 1) / kr.kpack * kr.kpack;  // panel depth
+      const int64_t kcp = panel_depth(kr, kc);
       const bool first = pc == 0, last = pc + kc >= k;
       kr.pack_b(tb, b, ldb, pc, kc, jc, nc, bbuf.data());
       for (int64_t ic = r0; ic < r1; ic += mc_max) {
@@ -142,7 +149,7 @@ void stealing_rows(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, in
   const int64_t tiles = (m + mr - 1) / mr;
   const int64_t col_blocks = (n + kBlockNC - 1) / kBlockNC;
   const int64_t k_blocks = (k + kBlockKC - 1) / kBlockKC;
-  const int64_t kc_max = (std::min(kBlockKC, k) + kr.kpack - 1) / kr.kpack * kr.kpack;
+  const int64_t kc_max = panel_depth(kr, std::min(kBlockKC, k));
   const int64_t nc_max = std::min<int64_t>(kBlockNC, (n + nr - 1) / nr * nr);
   auto first_tile = [&](int64_t p) { return tiles * p / threads; };
   // claims[pass * threads + p]: thread p's blocks in a pass; passes[jc block
@@ -163,7 +170,7 @@ void stealing_rows(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, in
         const int64_t jc = jb * kBlockNC, nc = std::min(kBlockNC, n - jc);
         for (int64_t pb = 0; pb < k_blocks; ++pb) {
           const int64_t pc = pb * kBlockKC, kc = std::min(kBlockKC, k - pc);
-          const int64_t kcp = (kc + kr.kpack - 1) / kr.kpack * kr.kpack;
+          const int64_t kcp = panel_depth(kr, kc);
           const bool first = pb == 0, last = pb + 1 == k_blocks;
           BlockClaims* pass_claims = &claims[(jb * k_blocks + pb) * threads];
           bool packed = false;
