@@ -1,12 +1,13 @@
 // attention_dp.h's products on AVX512-BF16: register tiles of 6 rows x 64
 // columns (24 accumulators: per pair of the inner dimension four loads of
 // B's two panels and 6 broadcasts of A's words), and of 8 rows x 32 columns
-// for a last single panel. The row count is a template argument so that the
-// accumulators stay in registers through the stores (with a run-time count
-// they went through the stack: 82 % of the peak on q k^T against 92 %).
-// Compiled with function target attributes like native's bf16 GEMM
-// (gemm_bf16_avx512.cc): the table is handed out only where the CPU has
-// avx512_bf16.
+// where one panel is left (a last lone panel, or rows of a causal tile that
+// need only the first). Row counts are template arguments, so the
+// accumulators stay in registers through the stores: the 8 x 32 tile with a
+// run-time row count went through the stack, 82 % of one core's peak on
+// q k^T against these tiles' 92 %. Compiled with function target attributes
+// like native's bf16 GEMM (gemm_bf16_avx512.cc): the table is handed out
+// only where the CPU has avx512_bf16.
 #include "cohort/core/kernels/attention_dp.h"
 
 #if defined(__x86_64__)
