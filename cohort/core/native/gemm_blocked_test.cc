@@ -21,9 +21,10 @@ namespace cohort::native::detail {
 namespace {
 
 // Panels: A's tile t at ap[t * mr * kc + p * mr + i], B's at bp[t * nr * kc +
-// p * nr + j] (zero past the matrix). The first pack_a on `slow` throws, or
-// waits (10 s at most) until another thread has packed a tile of slow's own
-// share [0, slow_share_end) in the first pass: held up inside that pass.
+// p * nr + j] (zero past the matrix). The first pack_a on `slow` (on any
+// thread with throw_instead) throws, or waits (10 s at most) until another
+// thread has packed a tile of slow's own share [0, slow_share_end) in the
+// first pass: held up inside that pass.
 struct ScalarKernels {
   static constexpr int mr = 3, nr = 4, kpack = 1;
   static inline std::thread::id slow;
@@ -37,7 +38,7 @@ struct ScalarKernels {
   static void pack_a(bool ta, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0,
                      int64_t kc, float* ap) {
     const bool on_slow = std::this_thread::get_id() == slow;
-    if (on_slow && slow_left.fetch_sub(1) > 0) {
+    if ((on_slow || throw_instead) && slow_left.fetch_sub(1) > 0) {
       if (throw_instead) throw std::runtime_error("pack_a failed on purpose");
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       while (!share_taken && std::chrono::steady_clock::now() < until)
@@ -136,10 +137,12 @@ TEST(BlockedGemmStealing, AHeldUpThreadsRowsAreTakenAndTheBitsStayTheSame) {
   EXPECT_GT(taken, 0) << "no row of the held-up thread was taken";
 }
 
+// Whichever thread packs first throws (the caller may find every block
+// taken before it starts, on a loaded host).
 TEST(BlockedGemmStealing, AThrowingThreadEndsTheCallWithItsError) {
   const Problem pr;
   ThreadBudgetGuard budget(2);
-  ScalarKernels::slow = std::this_thread::get_id();
+  ScalarKernels::slow = std::thread::id();
   ScalarKernels::slow_left = 1;
   ScalarKernels::throw_instead = true;
   try {
