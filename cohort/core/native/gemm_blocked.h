@@ -37,6 +37,8 @@
 namespace cohort::native::detail {
 
 inline constexpr int64_t kBlockKC = 256, kBlockNC = 3072;
+// Register tiles of A's rows per packed block.
+inline constexpr int64_t kBlockTiles = 16;
 
 // done(r0, r1, c0, c1), when given, runs on the thread that computed it for
 // each block of C (rows [r0, r1) x columns [c0, c1)) right after the block's
@@ -49,6 +51,24 @@ using BlockDone = std::function<void(int64_t, int64_t, int64_t, int64_t)>;
 template <typename Kernels>
 int64_t panel_depth(const Kernels& kr, int64_t kc) {
   return (kc + kr.kpack - 1) / kr.kpack * kr.kpack;
+}
+
+// This thread's packing buffers (kept between calls), sized for passes over
+// k of at most kBlockKC, blocks of kBlockTiles register tiles of A's rows and up to
+// `cols` columns of B.
+template <typename Kernels, typename T>
+struct PackBuffers {
+  T* a;
+  T* b;
+};
+template <typename T, typename Kernels>
+PackBuffers<Kernels, T> pack_buffers(const Kernels& kr, int64_t k, int64_t cols) {
+  thread_local std::vector<T> abuf, bbuf;
+  const int64_t kc_max = panel_depth(kr, std::min(kBlockKC, k));
+  const int64_t nc_max = std::min<int64_t>(kBlockNC, (cols + kr.nr - 1) / kr.nr * kr.nr);
+  abuf.resize(static_cast<size_t>(kBlockTiles * kr.mr * kc_max + kPackSlack));
+  bbuf.resize(static_cast<size_t>(nc_max * kc_max + kPackSlack));
+  return {abuf.data(), bbuf.data()};
 }
 
 // C's rows [ic, ic + mc) x columns [jc, jc + nc) from one pass over k: A's
@@ -83,25 +103,19 @@ void blocked_gemm_range(const Kernels& kr, bool ta, bool tb, int64_t r0, int64_t
                         int64_t c1, int64_t k, float alpha, const T* a, int64_t lda, const T* b,
                         int64_t ldb, float beta, float* c, int64_t ldc, const float* bias = nullptr,
                         const BlockDone* done = nullptr) {
-  const int mr = kr.mr, nr = kr.nr;
-  const int64_t mc_max = 16 * mr;
-  const int64_t kc_max = panel_depth(kr, std::min(kBlockKC, k));
-  thread_local std::vector<T> abuf, bbuf;
-  const int64_t nc_max = std::min<int64_t>(kBlockNC, (c1 - c0 + nr - 1) / nr * nr);
-  abuf.resize(static_cast<size_t>(mc_max * kc_max + kPackSlack));
-  bbuf.resize(static_cast<size_t>(nc_max * kc_max + kPackSlack));
+  const int64_t mc_max = kBlockTiles * kr.mr;
+  const PackBuffers<Kernels, T> buf = pack_buffers<T>(kr, k, c1 - c0);
   for (int64_t jc = c0; jc < c1; jc += kBlockNC) {
     const int64_t nc = std::min(kBlockNC, c1 - jc);
     for (int64_t pc = 0; pc < k; pc += kBlockKC) {
       const int64_t kc = std::min(kBlockKC, k - pc);
       const int64_t kcp = panel_depth(kr, kc);
       const bool first = pc == 0, last = pc + kc >= k;
-      kr.pack_b(tb, b, ldb, pc, kc, jc, nc, bbuf.data());
+      kr.pack_b(tb, b, ldb, pc, kc, jc, nc, buf.b);
       for (int64_t ic = r0; ic < r1; ic += mc_max) {
         const int64_t mc = std::min(mc_max, r1 - ic);
-        kr.pack_a(ta, a, lda, ic, mc, pc, kc, abuf.data());
-        block_product(kr, kc, kcp, abuf.data(), bbuf.data(), c, ldc, ic, mc, jc, nc, alpha, beta,
-                      first, bias);
+        kr.pack_a(ta, a, lda, ic, mc, pc, kc, buf.a);
+        block_product(kr, kc, kcp, buf.a, buf.b, c, ldc, ic, mc, jc, nc, alpha, beta, first, bias);
         if (last && done && *done) (*done)(ic, ic + mc, jc, jc + nc);
       }
     }
@@ -144,27 +158,22 @@ void stealing_rows(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, in
                    float alpha, const T* a, int64_t lda, const T* b, int64_t ldb, float beta,
                    float* c, int64_t ldc, const float* bias, const BlockDone* done,
                    int64_t threads) {
-  const int mr = kr.mr, nr = kr.nr;
-  const int64_t block_tiles = 16, mc_max = block_tiles * mr;
+  const int mr = kr.mr;
   const int64_t tiles = (m + mr - 1) / mr;
   const int64_t col_blocks = (n + kBlockNC - 1) / kBlockNC;
   const int64_t k_blocks = (k + kBlockKC - 1) / kBlockKC;
-  const int64_t kc_max = panel_depth(kr, std::min(kBlockKC, k));
-  const int64_t nc_max = std::min<int64_t>(kBlockNC, (n + nr - 1) / nr * nr);
   auto first_tile = [&](int64_t p) { return tiles * p / threads; };
   // claims[pass * threads + p]: thread p's blocks in a pass; passes[jc block
   // * tiles + t]: the passes over k that tile t's rows of C have had.
   std::vector<BlockClaims> claims(static_cast<size_t>(col_blocks * k_blocks * threads));
   for (int64_t pass = 0; pass < col_blocks * k_blocks; ++pass)
     for (int64_t p = 0; p < threads; ++p)
-      claims[pass * threads + p].reset((first_tile(p + 1) - first_tile(p) + block_tiles - 1) /
-                                       block_tiles);
+      claims[pass * threads + p].reset((first_tile(p + 1) - first_tile(p) + kBlockTiles - 1) /
+                                       kBlockTiles);
   std::vector<std::atomic<int64_t>> passes(static_cast<size_t>(col_blocks * tiles));
   std::atomic<bool> failed{false};
   parallel_for(0, threads, 1, [&](int64_t p, int64_t) {
-    thread_local std::vector<T> abuf, bbuf;
-    abuf.resize(static_cast<size_t>(mc_max * kc_max + kPackSlack));
-    bbuf.resize(static_cast<size_t>(nc_max * kc_max + kPackSlack));
+    const PackBuffers<Kernels, T> buf = pack_buffers<T>(kr, k, n);
     try {
       for (int64_t jb = 0; jb < col_blocks; ++jb) {
         const int64_t jc = jb * kBlockNC, nc = std::min(kBlockNC, n - jc);
@@ -184,9 +193,9 @@ void stealing_rows(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, in
               if (victim == threads) break;
             }
             const int64_t owner = (p + victim) % threads;
-            const int64_t t0 = first_tile(owner) + block * block_tiles;
-            const int64_t t1 = std::min(first_tile(owner + 1), t0 + block_tiles);
-            if (!packed) kr.pack_b(tb, b, ldb, pc, kc, jc, nc, bbuf.data());
+            const int64_t t0 = first_tile(owner) + block * kBlockTiles;
+            const int64_t t1 = std::min(first_tile(owner + 1), t0 + kBlockTiles);
+            if (!packed) kr.pack_b(tb, b, ldb, pc, kc, jc, nc, buf.b);
             packed = true;
             for (int64_t t = t0; t < t1; ++t)
               while (passes[jb * tiles + t].load(std::memory_order_acquire) != pb) {
@@ -194,9 +203,9 @@ void stealing_rows(const Kernels& kr, bool ta, bool tb, int64_t m, int64_t n, in
                 cpu_relax();
               }
             const int64_t ic = t0 * mr, mc = std::min(t1 * mr, m) - ic;
-            kr.pack_a(ta, a, lda, ic, mc, pc, kc, abuf.data());
-            block_product(kr, kc, kcp, abuf.data(), bbuf.data(), c, ldc, ic, mc, jc, nc, alpha,
-                          beta, first, bias);
+            kr.pack_a(ta, a, lda, ic, mc, pc, kc, buf.a);
+            block_product(kr, kc, kcp, buf.a, buf.b, c, ldc, ic, mc, jc, nc, alpha, beta, first,
+                          bias);
             if (last && done && *done) (*done)(ic, ic + mc, jc, jc + nc);
             for (int64_t t = t0; t < t1; ++t)
               passes[jb * tiles + t].store(pb + 1, std::memory_order_release);
