@@ -1,7 +1,8 @@
 // DistributedDataParallel for torch::nn::Module: model check and broadcast at
-// construction, then the reducer (buckets, accumulator post hooks, launch in
-// bucket order, finalize in the last hook), following
-// cohort/parallel/reducer.cc on LibTorch's tensors and autograd graph.
+// construction (parallel/model_check.h), then buckets over LibTorch's tensors
+// and accumulator post hooks driving the ReductionScheduler that cohort's own
+// reducer uses (parallel/reduction_scheduler.h: launch in bucket order,
+// finalize in the last hook, name what got no gradient).
 #include "cohort/libtorch/distributed_data_parallel.h"
 
 #include <ATen/ATen.h>
@@ -21,6 +22,8 @@
 #include "cohort/base/error.h"
 #include "cohort/libtorch/ready_hook.h"
 #include "cohort/parallel/buckets.h"
+#include "cohort/parallel/model_check.h"
+#include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::libtorch {
 
@@ -28,60 +31,19 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string describe_tensor(const std::string& name, const at::Tensor& t) {
-  std::ostringstream s;
-  s << name << " " << c10::toString(t.scalar_type()) << " " << t.sizes();
-  return s.str();
-}
-
-// Collective: every rank's description of its model, as rank 0's list of
-// lines against each other rank's; throws on every rank at the first
-// difference.
-void verify_same_model(const ProcessGroup& pg, const torch::nn::Module& module) {
-  std::vector<std::string> lines;
+// The entries parallel::verify_same_entries compares, in the form
+// parallel::model_entries writes for cohort's modules.
+std::vector<std::string> model_entries(const torch::nn::Module& module) {
+  auto entry = [](const char* kind, const std::string& name, const at::Tensor& t) {
+    std::ostringstream s;
+    s << kind << " '" << name << "' " << c10::toString(t.scalar_type()) << " " << t.sizes();
+    return s.str();
+  };
+  std::vector<std::string> out;
   for (const auto& p : module.named_parameters())
-    lines.push_back(describe_tensor(p.key(), p.value()));
-  for (const auto& b : module.named_buffers())
-    lines.push_back("buffer " + describe_tensor(b.key(), b.value()));
-  std::string mine;
-  for (const auto& l : lines) mine += l + "\n";
-  const auto n = static_cast<size_t>(pg.size());
-  // Lengths first, then the texts padded to the longest.
-  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  at::Tensor lens = at::empty({static_cast<int64_t>(n)}, at::kLong);
-  pg.all_gather_into_tensor(lens, len);
-  const int64_t longest = lens.max().item<int64_t>();
-  at::Tensor text = at::zeros({longest}, at::kByte);
-  if (!mine.empty()) std::memcpy(text.data_ptr(), mine.data(), mine.size());
-  at::Tensor texts = at::empty({static_cast<int64_t>(n) * longest}, at::kByte);
-  pg.all_gather_into_tensor(texts, text);
-  auto text_of = [&](size_t r) {
-    const auto* p = static_cast<const char*>(texts.data_ptr()) + r * static_cast<size_t>(longest);
-    return std::string(p, static_cast<size_t>(lens[static_cast<int64_t>(r)].item<int64_t>()));
-  };
-  auto split = [](const std::string& s) {
-    std::vector<std::string> out;
-    std::istringstream in(s);
-    for (std::string l; std::getline(in, l);) out.push_back(l);
-    return out;
-  };
-  const std::vector<std::string> ref = split(text_of(0));
-  for (size_t r = 1; r < n; ++r) {
-    const std::vector<std::string> other = split(text_of(r));
-    if (other == ref) continue;
-    size_t i = 0;
-    while (i < ref.size() && i < other.size() && ref[i] == other[i]) ++i;
-    auto at_i = [&](const std::vector<std::string>& v) {
-      return i < v.size()
-                 ? "'" + v[i] + "'"
-                 : std::string("nothing (") + std::to_string(v.size()) + " parameters and buffers)";
-    };
-    throw InvalidArgument(fmt::format(
-        "DistributedDataParallel (rank {}): the ranks wrap different models: entry {} is {} on "
-        "rank 0 and {} on rank {}; every rank must construct the same model (names, dtypes, "
-        "shapes)",
-        pg.rank(), i, at_i(ref), at_i(other), r));
-  }
+    out.push_back(entry("parameter", p.key(), p.value()));
+  for (const auto& b : module.named_buffers()) out.push_back(entry("buffer", b.key(), b.value()));
+  return out;
 }
 
 // Collective: rank 0's values of `tensors` on every rank, one broadcast per dtype.
@@ -117,8 +79,6 @@ struct DistributedDataParallel::Impl {
     at::Tensor buffer;
     std::vector<size_t> params;
     DataType dtype = DataType::kFloat32;
-    size_t pending = 0;
-    distributed::Work work;
     Clock::time_point launched;
   };
 
@@ -127,26 +87,21 @@ struct DistributedDataParallel::Impl {
   std::vector<Param> params;
   std::vector<Bucket> buckets;
   std::mutex mu;
-  bool armed = false;
-  bool any_ready = false;
-  bool unused_marked = false;
-  std::vector<bool> ready;
-  std::vector<size_t> unused;
-  size_t next_launch = 0;
-  int64_t num_reductions = 0;
+  // After buckets: goes first, waiting for what still writes into them.
+  std::unique_ptr<parallel::ReductionScheduler> scheduler;
   ReductionTrace trace, last_trace;
 
   void build_buckets(size_t cap_bytes);
+  void make_scheduler();
   at::Tensor& grad_of(Param& p) { return p.tensor.mutable_grad(); }
   void restore_view(Param& p);
   void begin_iteration();
   void reset_iteration();
   void prepare_for_backward(const std::vector<at::Tensor>& outputs);
   void on_grad_ready(size_t index);
-  void mark_ready(size_t index);
-  void launch_ready_buckets();
+  void on_ready(size_t index);
+  parallel::BucketReduction launch(size_t i);
   void finalize();
-  std::string describe_unready() const;
 };
 
 void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
@@ -197,43 +152,41 @@ void DistributedDataParallel::Impl::restore_view(Param& p) {
   g = p.view;
 }
 
-std::string DistributedDataParallel::Impl::describe_unready() const {
-  std::string names;
-  size_t count = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (ready[i]) continue;
-    if (count < 8) names += (count ? ", " : "") + ("'" + params[i].name + "'");
-    ++count;
-  }
-  if (count > 8) names += fmt::format(" and {} more", count - 8);
-  return fmt::format("{} parameter(s) received no gradient: {}", count, names);
+void DistributedDataParallel::Impl::make_scheduler() {
+  std::vector<std::string> names;
+  for (const Param& p : params) names.push_back(p.name);
+  std::vector<std::vector<size_t>> groups;
+  for (const Bucket& b : buckets) groups.push_back(b.params);
+  const size_t num_buckets = buckets.size();
+  scheduler = std::make_unique<parallel::ReductionScheduler>(
+      std::move(names), std::move(groups),
+      parallel::ReductionSchedulerOptions{
+          .what = "DistributedDataParallel",
+          .rank = pg.rank(),
+          .twice_hint = "backward ran twice through one forward, or a parameter is shared with "
+                        "find_unused_parameters marking it unused",
+          .unfinished_advice =
+              "Construct DDP with find_unused_parameters = true when parts of the model take no "
+              "part in some iterations, and make every output of forward take part in the loss"},
+      parallel::ReductionCallbacks{
+          .launch = [this](size_t i) { return launch(i); },
+          .on_ready = [this](size_t k) { on_ready(k); },
+          .describe =
+              [num_buckets](size_t i, int) {
+                return fmt::format("DistributedDataParallel: gradient reduction of bucket {} of {}",
+                                   i, num_buckets);
+              }});
 }
 
 void DistributedDataParallel::Impl::reset_iteration() {
-  armed = false;
-  any_ready = false;
-  unused_marked = false;
-  std::fill(ready.begin(), ready.end(), false);
-  unused.clear();
-  next_launch = 0;
-  for (Bucket& b : buckets) {
-    b.pending = b.params.size();
-    b.work = distributed::Work();
-  }
+  scheduler->reset();
   trace = ReductionTrace{};
 }
 
 void DistributedDataParallel::Impl::begin_iteration() {
   std::lock_guard<std::mutex> lock(mu);
-  if (armed && any_ready) {
-    std::string unready = describe_unready();
-    reset_iteration();
-    throw InvalidArgument(fmt::format(
-        "DistributedDataParallel (rank {}): the previous iteration's gradient reduction did not "
-        "finish: {}. Construct DDP with find_unused_parameters = true when parts of the model "
-        "take no part in some iterations, and make every output of forward take part in the loss",
-        pg.rank(), unready));
-  }
+  if (scheduler->unfinished()) trace = ReductionTrace{};
+  scheduler->throw_if_unfinished();
   reset_iteration();
   for (Param& p : params) restore_view(p);
 }
@@ -241,8 +194,10 @@ void DistributedDataParallel::Impl::begin_iteration() {
 void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mu);
   reset_iteration();
-  armed = true;
-  if (!options.find_unused_parameters) return;
+  if (!options.find_unused_parameters) {
+    scheduler->arm();
+    return;
+  }
   // Walk the graph from the outputs; parameters whose accumulator is not
   // reached get no gradient in this backward.
   std::unordered_map<const torch::autograd::Node*, size_t> index;
@@ -268,110 +223,81 @@ void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::T
     if (it != index.end()) used[it->second] = true;
     for (const torch::autograd::Edge& e : n->next_edges()) visit(e.function.get());
   }
+  std::vector<size_t> unused;
   for (size_t i = 0; i < params.size(); ++i)
     if (!used[i]) unused.push_back(i);
+  // Marked at the first hook, not now, so that a forward without a backward
+  // launches nothing.
+  scheduler->arm(std::move(unused));
 }
 
 void DistributedDataParallel::Impl::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!armed) return;  // no_sync, or no forward through DDP
+  if (!scheduler->armed()) return;  // no_sync, or no forward through DDP
   try {
     const auto now = Clock::now();
-    if (!any_ready) trace.first_gradient = now;
+    if (!scheduler->unfinished()) trace.first_gradient = now;
     trace.last_gradient = now;
-    any_ready = true;
-    if (!unused_marked) {
-      // Marked at the first hook, not in forward, so that a forward without a
-      // backward launches nothing.
-      unused_marked = true;
-      for (size_t u : unused) mark_ready(u);
-    }
-    mark_ready(index);
+    if (scheduler->mark_ready(index)) finalize();
     // The last hook's finalize records its own time apart (all_done).
-    if (armed) trace.in_hooks += Clock::now() - now;
+    if (scheduler->armed()) trace.in_hooks += Clock::now() - now;
   } catch (...) {
     reset_iteration();
     throw;
   }
 }
 
-void DistributedDataParallel::Impl::mark_ready(size_t index) {
+void DistributedDataParallel::Impl::on_ready(size_t index) {
   Param& p = params[index];
-  if (ready[index]) {
-    throw InvalidArgument(fmt::format(
-        "DistributedDataParallel (rank {}): parameter '{}' got its gradient twice in one "
-        "iteration (backward ran twice through one forward, or a parameter is shared with "
-        "find_unused_parameters marking it unused)",
-        pg.rank(), p.name));
-  }
-  ready[index] = true;
   if (options.gradient_as_bucket_view) {
     restore_view(p);
-  } else {
-    at::NoGradGuard no_grad;
-    const at::Tensor& g = grad_of(p);
-    if (g.defined()) {
-      p.view.copy_(g);
-    } else {
-      p.view.zero_();
-    }
+    return;
   }
-  Bucket& b = buckets[p.bucket];
-  if (--b.pending == 0) launch_ready_buckets();
+  at::NoGradGuard no_grad;
+  const at::Tensor& g = grad_of(p);
+  if (g.defined()) {
+    p.view.copy_(g);
+  } else {
+    p.view.zero_();
+  }
 }
 
-void DistributedDataParallel::Impl::launch_ready_buckets() {
+parallel::BucketReduction DistributedDataParallel::Impl::launch(size_t i) {
+  Bucket& b = buckets[i];
+  b.launched = Clock::now();
+  if (i + 1 < buckets.size()) {
+    distributed::Work work =
+        pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
+                       {.op = ReduceOp::kAvg}, async_op);
+    return parallel::BucketReduction{
+        work,
+        [this, i, work] {
+          trace.buckets.push_back(BucketTrace{i, buckets[i].buffer.nbytes(), buckets[i].launched,
+                                              work.started_at(), work.finished_at()});
+        },
+        0};
+  }
   // The last bucket is not handed to the group's thread: finalize runs it on
   // this thread right after the others, as the hook would only wait for it
   // (no wake-up of another thread that, on a rank pinned to one CPU, takes
   // the CPU from this one).
-  while (next_launch + 1 < buckets.size() && buckets[next_launch].pending == 0) {
-    Bucket& b = buckets[next_launch++];
-    b.launched = Clock::now();
-    b.work = pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
-                            {.op = ReduceOp::kAvg}, async_op);
-  }
-  if (next_launch + 1 == buckets.size() && buckets[next_launch].pending == 0) {
-    buckets[next_launch++].launched = Clock::now();
-    finalize();
-  }
+  return parallel::BucketReduction{
+      distributed::Work(),
+      [this, i] {
+        Bucket& last = buckets[i];
+        const auto started = Clock::now();
+        pg->all_reduce(last.buffer.data_ptr(), static_cast<size_t>(last.buffer.numel()), last.dtype,
+                       {.op = ReduceOp::kAvg});
+        trace.buckets.push_back(
+            BucketTrace{i, last.buffer.nbytes(), last.launched, started, Clock::now()});
+      },
+      0};
 }
 
 void DistributedDataParallel::Impl::finalize() {
   const auto wait_began = Clock::now();
   trace.in_hooks += wait_began - trace.last_gradient;
-  const size_t last = buckets.size() - 1;
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    Bucket& b = buckets[i];
-    std::optional<Clock::time_point> started, finished;
-    try {
-      if (i < last) {
-        b.work.wait();
-        started = b.work.started_at();
-        finished = b.work.finished_at();
-      } else {
-        started = Clock::now();
-        pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
-                       {.op = ReduceOp::kAvg});
-        finished = Clock::now();
-      }
-    } catch (...) {
-      // Let the other launched ops end before reporting (their buffers are ours).
-      for (size_t j = i + 1; j < last; ++j) {
-        try {
-          buckets[j].work.wait();
-        } catch (...) {
-        }
-      }
-      std::exception_ptr e = distributed::detail::with_context(
-          std::current_exception(),
-          fmt::format("DistributedDataParallel: gradient reduction of bucket {} of {}", i,
-                      buckets.size()));
-      reset_iteration();
-      std::rethrow_exception(e);
-    }
-    trace.buckets.push_back(BucketTrace{i, b.buffer.nbytes(), b.launched, started, finished});
-  }
+  scheduler->wait_all();
   trace.all_done = Clock::now();
   trace.waiting = trace.all_done - wait_began;
   if (!options.gradient_as_bucket_view) {
@@ -387,9 +313,6 @@ void DistributedDataParallel::Impl::finalize() {
   }
   trace.reduced = Clock::now();
   last_trace = trace;
-  armed = false;
-  any_ready = false;
-  ++num_reductions;
 }
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
@@ -423,7 +346,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     to_data_type(item.value().scalar_type(), "DistributedDataParallel", item.key());
     state.push_back(item.value());
   }
-  verify_same_model(pg_, *module_);
+  parallel::verify_same_entries(*pg_.group(), model_entries(*module_), "DistributedDataParallel");
   broadcast_coalesced(pg_, state);
 
   size_t cap = parallel::bucket_cap_bytes(options.bucket_cap_mb, grad_bytes);
@@ -433,7 +356,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   // docs/libtorch.md, Benchmark).
   if (!options.bucket_cap_mb && grad_bytes <= cap) cap = std::max<size_t>(grad_bytes / 4, 1);
   im.build_buckets(cap);
-  im.ready.assign(im.params.size(), false);
+  im.make_scheduler();
   for (size_t i = 0; i < im.params.size(); ++i) {
     Impl::Param& p = im.params[i];
     if (options.gradient_as_bucket_view) {
@@ -453,16 +376,9 @@ DistributedDataParallel::~DistributedDataParallel() {
   if (!impl_) return;
   for (Impl::Param& p : impl_->params)
     if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
-  // A reduction left half-way (an exception during backward): let the
-  // launched ops end before their buffers go away.
-  for (Impl::Bucket& b : impl_->buckets) {
-    if (!b.work.defined()) continue;
-    try {
-      b.work.wait();
-    } catch (const std::exception&) {
-      // Already reported to whoever ran backward.
-    }
-  }
+  // A reduction left half-way (an exception during backward): the scheduler
+  // lets the launched ops end before their buffers go away.
+  impl_->scheduler.reset();
 }
 
 void DistributedDataParallel::before_forward() {
@@ -478,7 +394,7 @@ void DistributedDataParallel::after_forward(const std::vector<at::Tensor>& outpu
     impl_->prepare_for_backward(outputs);
   } else {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->armed = false;
+    impl_->scheduler->disarm();
   }
 }
 
@@ -511,10 +427,12 @@ const at::Tensor& DistributedDataParallel::bucket_buffer(size_t i) const {
 distributed::Work DistributedDataParallel::bucket_work(size_t i) const {
   COHORT_CHECK(i < impl_->buckets.size(), "DistributedDataParallel::bucket_work: bucket {} of {}",
                i, impl_->buckets.size());
-  return impl_->buckets[i].work;
+  return impl_->scheduler->work(i);
 }
 
-int64_t DistributedDataParallel::num_reductions() const { return impl_->num_reductions; }
+int64_t DistributedDataParallel::num_reductions() const {
+  return impl_->scheduler->num_completed();
+}
 
 ReductionTrace DistributedDataParallel::last_trace() const { return impl_->last_trace; }
 

@@ -16,6 +16,7 @@
 
 #include "cohort/core/tensor.h"
 #include "cohort/distributed/process_group.h"
+#include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::parallel {
 
@@ -26,16 +27,11 @@ struct GradBucket {
   bool is_last = false;  // the last bucket of the iteration
 };
 
-// A started reduction: wait for `work`, then call `finish` (may be empty).
-// bytes: the size of the tensor the hook handed to the collective, i.e. what
-// this rank puts on the wire for the bucket (times the algorithm's factor,
-// 2 (n - 1) / n for a ring); the reducer sums it (Reducer::reduced_bytes).
-struct BucketReduction {
-  distributed::Work work;
-  std::function<void()> finish;
-  size_t bytes = 0;
-};
-
+// BucketReduction (reduction_scheduler.h): the started reduction a hook
+// returns; `bytes` is the size of the tensor the hook handed to the
+// collective, i.e. what this rank puts on the wire for the bucket (times the
+// algorithm's factor, 2 (n - 1) / n for a ring); the reducer sums it
+// (Reducer::reduced_bytes).
 using CommHook = std::function<BucketReduction(distributed::ProcessGroup& pg, GradBucket& bucket)>;
 
 // The default: all_reduce(average) directly in the bucket; no copy.

@@ -47,6 +47,7 @@
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
 #include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/model_check.h"
 #include "cohort/parallel/reducer.h"
 
 namespace cohort::parallel {
@@ -128,14 +129,5 @@ class DistributedDataParallel : public nn::Module {
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
 };
-
-// Collective: throws InvalidArgument on every rank unless every rank's
-// `module` has the same parameter and buffer names, dtypes and shapes (the
-// message names the first difference and the ranks). `what` prefixes errors.
-void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
-                       const std::string& what);
-
-// Collective: copies rank `root`'s parameters and buffers into every rank's.
-void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& module, int root = 0);
 
 }  // namespace cohort::parallel

@@ -1,23 +1,10 @@
-// verify_same_model and broadcast_module_state (declared in
-// distributed_data_parallel.h).
-#include <cstring>
+#include "cohort/parallel/model_check.h"
 
-#include "cohort/parallel/distributed_data_parallel.h"
+#include <algorithm>
+#include <cstring>
 
 namespace cohort::parallel {
 namespace {
-
-// One line per parameter, then per buffer: "param fc1.weight float32 [50, 2000]".
-std::vector<std::string> model_entries(const nn::Module& module) {
-  std::vector<std::string> out;
-  for (const auto& [name, t] : module.named_parameters())
-    out.push_back(
-        fmt::format("parameter '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
-  for (const auto& [name, t] : module.named_buffers())
-    out.push_back(
-        fmt::format("buffer '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
-  return out;
-}
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -50,11 +37,26 @@ std::vector<std::string> split_lines(const char* p, size_t n) {
 
 }  // namespace
 
+std::vector<std::string> model_entries(const nn::Module& module) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : module.named_parameters())
+    out.push_back(
+        fmt::format("parameter '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
+  for (const auto& [name, t] : module.named_buffers())
+    out.push_back(
+        fmt::format("buffer '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
+  return out;
+}
+
 void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
                        const std::string& what) {
+  verify_same_entries(pg, model_entries(module), what);
+}
+
+void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::string>& entries,
+                         const std::string& what) {
   const int n = pg.size();
   const int rank = pg.rank();
-  std::vector<std::string> entries = model_entries(module);
   std::string blob;
   for (const auto& e : entries) blob += e + "\n";
   std::vector<int64_t> mine = {static_cast<int64_t>(entries.size()),

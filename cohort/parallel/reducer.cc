@@ -22,7 +22,29 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
     params_.push_back(Param{name, t, Tensor(), 0, GradHookHandle()});
   }
   build_buckets(options_.bucket_cap_bytes);
-  ready_.assign(params_.size(), false);
+  std::vector<std::string> names;
+  for (const Param& p : params_) names.push_back(p.name);
+  std::vector<std::vector<size_t>> groups;
+  for (const Bucket& b : buckets_) groups.push_back(b.params);
+  const size_t num_buckets = buckets_.size();
+  scheduler_ = std::make_unique<ReductionScheduler>(
+      std::move(names), std::move(groups),
+      ReductionSchedulerOptions{
+          .what = "DistributedDataParallel",
+          .rank = pg_->rank(),
+          .twice_hint = "backward ran twice through one forward, or a parameter is shared with "
+                        "find_unused_parameters marking it unused",
+          .unfinished_advice =
+              "Construct DDP with find_unused_parameters = true when parts of the model take no "
+              "part in some iterations, and make every output of forward take part in the loss"},
+      ReductionCallbacks{.launch = [this](size_t i) { return launch(i); },
+                         .on_ready = [this](size_t k) { restore_view(params_[k]); },
+                         .describe =
+                             [num_buckets](size_t i, int) {
+                               return fmt::format(
+                                   "DistributedDataParallel: gradient reduction of bucket {} of {}",
+                                   i, num_buckets);
+                             }});
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
     // Keep whatever gradient the parameter already has.
@@ -35,16 +57,9 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
 
 Reducer::~Reducer() {
   for (Param& p : params_) p.hook.remove();
-  // A reduction left half-way (an exception during backward): let the
-  // launched ops end before their buffers go away.
-  for (Bucket& b : buckets_) {
-    if (!b.reduction.work.defined()) continue;
-    try {
-      b.reduction.work.wait();
-    } catch (const std::exception&) {
-      // Already reported to whoever ran backward.
-    }
-  }
+  // A reduction left half-way (an exception during backward): the scheduler
+  // lets the launched ops end before their buffers go away.
+  scheduler_.reset();
 }
 
 void Reducer::build_buckets(size_t cap_bytes) {
@@ -81,7 +96,8 @@ std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
 
 void Reducer::set_comm_hook(CommHook hook) {
   std::lock_guard<std::mutex> lock(mu_);
-  COHORT_CHECK(!armed_, "DistributedDataParallel: register_comm_hook between forward and backward");
+  COHORT_CHECK(!scheduler_->armed(),
+               "DistributedDataParallel: register_comm_hook between forward and backward");
   options_.comm_hook = hook ? std::move(hook) : allreduce_hook();
 }
 
@@ -96,56 +112,24 @@ void Reducer::restore_view(Param& p) {
   p.tensor.set_grad(p.view);
 }
 
-std::string Reducer::describe_unready() const {
-  std::string names;
-  size_t count = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (ready_[i]) continue;
-    if (count < 8) names += (count ? ", " : "") + ("'" + params_[i].name + "'");
-    ++count;
-  }
-  if (count > 8) names += fmt::format(" and {} more", count - 8);
-  return fmt::format("{} parameter(s) received no gradient: {}", count, names);
-}
-
 void Reducer::begin_iteration() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (armed_ && any_ready_) {
-    std::string unready = describe_unready();
-    reset_iteration();
-    throw InvalidArgument(fmt::format(
-        "DistributedDataParallel (rank {}): the previous iteration's gradient reduction did not "
-        "finish: {}. Construct DDP with find_unused_parameters = true when parts of the model "
-        "take no part in some iterations, and make every output of forward take part in the loss",
-        pg_->rank(), unready));
-  }
-  reset_iteration();
+  scheduler_->throw_if_unfinished();
+  scheduler_->reset();
   for (Param& p : params_) restore_view(p);
-}
-
-void Reducer::reset_iteration() {
-  armed_ = false;
-  any_ready_ = false;
-  unused_marked_ = false;
-  std::fill(ready_.begin(), ready_.end(), false);
-  unused_.clear();
-  next_launch_ = 0;
-  for (Bucket& b : buckets_) {
-    b.pending = b.params.size();
-    b.reduction = BucketReduction{};
-  }
 }
 
 void Reducer::skip_sync() {
   std::lock_guard<std::mutex> lock(mu_);
-  armed_ = false;
+  scheduler_->disarm();
 }
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mu_);
-  reset_iteration();
-  armed_ = true;
-  if (!options_.find_unused_parameters) return;
+  if (!options_.find_unused_parameters) {
+    scheduler_->arm();
+    return;
+  }
   // Walk the graph from the outputs; parameters whose AccumulateGrad is not
   // reached will get no gradient in this backward.
   std::unordered_map<const TensorImpl*, size_t> index;
@@ -175,93 +159,45 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
       }
     }
   }
+  std::vector<size_t> unused;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!used[i]) unused_.push_back(i);
+    if (!used[i]) unused.push_back(i);
+  // Marked at the first hook, not now, so that a forward without a backward
+  // (evaluation with grad mode on) launches nothing.
+  scheduler_->arm(std::move(unused));
 }
 
 void Reducer::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!armed_) return;  // no_sync, or no forward through DDP
-  try {
-    any_ready_ = true;
-    if (!unused_marked_) {
-      // Marked at the first hook, not in forward, so that a forward without a
-      // backward (evaluation with grad mode on) launches nothing.
-      unused_marked_ = true;
-      for (size_t u : unused_) mark_ready(u);
-    }
-    mark_ready(index);
-  } catch (...) {
-    reset_iteration();
-    throw;
-  }
+  if (scheduler_->mark_ready(index)) finalize();
 }
 
-void Reducer::mark_ready(size_t index) {
-  Param& p = params_[index];
-  if (ready_[index]) {
-    throw InvalidArgument(fmt::format(
-        "DistributedDataParallel (rank {}): parameter '{}' got its gradient twice in one "
-        "iteration (backward ran twice through one forward, or a parameter is shared with "
-        "find_unused_parameters marking it unused)",
-        pg_->rank(), p.name));
-  }
-  ready_[index] = true;
-  restore_view(p);
-  Bucket& b = buckets_[p.bucket];
-  if (--b.pending == 0) launch_ready_buckets();
-}
-
-void Reducer::launch_ready_buckets() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    size_t i = next_launch_++;
-    GradBucket view{i, buckets_[i].buffer, i + 1 == buckets_.size()};
-    if (options_.tracer != nullptr) buckets_[i].launched = Tracer::Clock::now();
-    buckets_[i].reduction = options_.comm_hook(*pg_, view);
-    reduced_bytes_ += buckets_[i].reduction.bytes;
-  }
-  if (next_launch_ == buckets_.size()) finalize();
+BucketReduction Reducer::launch(size_t i) {
+  Bucket& b = buckets_[i];
+  GradBucket view{i, b.buffer, i + 1 == buckets_.size()};
+  if (options_.tracer == nullptr) return options_.comm_hook(*pg_, view);
+  b.launched = Tracer::Clock::now();
+  BucketReduction r = options_.comm_hook(*pg_, view);
+  r.finish = [this, i, work = r.work, bytes = r.bytes, finish = std::move(r.finish)] {
+    trace_bucket(i, work, bytes);
+    if (finish) finish();
+  };
+  return r;
 }
 
 void Reducer::finalize() {
   // Backward's gradients are all computed once the last bucket is launched:
   // from then on backward only waits, whichever thread had the CPU.
   const auto all_launched = buckets_.empty() ? Tracer::Clock::now() : buckets_.back().launched;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    Bucket& b = buckets_[i];
-    try {
-      b.reduction.work.wait();
-      if (options_.tracer != nullptr) trace_bucket(i);
-      if (b.reduction.finish) b.reduction.finish();
-    } catch (...) {
-      // Let the other launched ops end before reporting (their buffers are ours).
-      for (size_t j = i + 1; j < buckets_.size(); ++j) {
-        try {
-          buckets_[j].reduction.work.wait();
-        } catch (...) {
-        }
-      }
-      std::exception_ptr e = distributed::detail::with_context(
-          std::current_exception(),
-          fmt::format("DistributedDataParallel: gradient reduction of bucket {} of {}", i,
-                      buckets_.size()));
-      reset_iteration();
-      std::rethrow_exception(e);
-    }
-    b.reduction = BucketReduction{};
-  }
+  scheduler_->wait_all();
   if (options_.tracer != nullptr) {
     options_.tracer->span("main", "wait for gradient reduction", "comm", all_launched,
                           Tracer::Clock::now());
   }
-  armed_ = false;
-  any_ready_ = false;
-  ++num_reductions_;
 }
 
-void Reducer::trace_bucket(size_t i) {
+void Reducer::trace_bucket(size_t i, const distributed::Work& w, size_t wire_bytes) {
   const Bucket& b = buckets_[i];
-  const distributed::Work& w = b.reduction.work;
   // An op the waiting thread ran itself has no times of its own: it ran
   // between the launch and now.
   const auto now = Tracer::Clock::now();
@@ -271,7 +207,7 @@ void Reducer::trace_bucket(size_t i) {
       "comm", fmt::format("{} bucket {}", w.op(), i), "comm", start, end,
       fmt::format(
           "\"bucket\":{},\"bytes\":{},\"wire_bytes\":{},\"params\":{},\"queued_us\":{}", i,
-          b.buffer.nbytes(), b.reduction.bytes, b.params.size(),
+          b.buffer.nbytes(), wire_bytes, b.params.size(),
           std::chrono::duration_cast<std::chrono::microseconds>(start - b.launched).count()));
 }
 

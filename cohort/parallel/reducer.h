@@ -34,6 +34,9 @@
 // found by walking the autograd graph from forward's outputs and marked ready
 // (their bucket slices keep their local value: zero after zero_grad), else the
 // next prepare_for_backward throws, naming them.
+// The counting, ordering, waiting and naming are the ReductionScheduler's
+// (reduction_scheduler.h), shared with ZeRO and the LibTorch adapter; the
+// Reducer owns the buckets and the views.
 // Thread safety: hooks run on the thread that runs backward; calls from
 // several threads are serialised by an internal mutex.
 #pragma once
@@ -48,6 +51,7 @@
 #include "cohort/core/tensor.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::parallel {
 
@@ -89,9 +93,9 @@ class Reducer {
   // The flat storage of bucket i (what the hooks reduce).
   const Tensor& bucket_buffer(size_t i) const { return buckets_[i].buffer; }
   // Number of synchronised backward passes finished so far.
-  int64_t num_reductions() const { return num_reductions_; }
+  int64_t num_reductions() const { return scheduler_->num_completed(); }
   // Bytes the comm hooks handed to the collectives so far (BucketReduction::bytes).
-  size_t reduced_bytes() const { return reduced_bytes_; }
+  size_t reduced_bytes() const { return scheduler_->launched_bytes(); }
 
  private:
   struct Param {
@@ -104,36 +108,23 @@ class Reducer {
   struct Bucket {
     Tensor buffer;
     std::vector<size_t> params;
-    size_t pending = 0;
-    BucketReduction reduction;
     Tracer::Clock::time_point launched;  // for the trace
   };
 
   void build_buckets(size_t cap_bytes);
   void on_grad_ready(size_t index);
-  void mark_ready(size_t index);
-  void launch_ready_buckets();
+  BucketReduction launch(size_t i);
   void finalize();
-  void trace_bucket(size_t i);
-  void reset_iteration();
+  void trace_bucket(size_t i, const distributed::Work& w, size_t wire_bytes);
   void restore_view(Param& p);
-  std::string describe_unready() const;
 
   std::shared_ptr<distributed::ProcessGroup> pg_;
   ReducerOptions options_;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   std::mutex mu_;
-
-  // Per-iteration state.
-  bool armed_ = false;
-  bool any_ready_ = false;
-  bool unused_marked_ = false;
-  std::vector<bool> ready_;
-  std::vector<size_t> unused_;
-  size_t next_launch_ = 0;
-  int64_t num_reductions_ = 0;
-  size_t reduced_bytes_ = 0;
+  // After buckets_: goes first, waiting for what still writes into them.
+  std::unique_ptr<ReductionScheduler> scheduler_;
 };
 
 }  // namespace cohort::parallel

@@ -1,27 +1,20 @@
 #include "cohort/parallel/pipeline/pipeline.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
-#include <optional>
 #include <unordered_set>
 
-#include "cohort/autograd/engine.h"
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/error.h"
 #include "cohort/optim/clip_grad.h"
+#include "cohort/parallel/buckets.h"
 #include "cohort/parallel/pipeline/partition.h"
+#include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::parallel::pipeline {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Row ranges of m micro-batches over n rows: the first n % m get one more.
 std::vector<std::pair<int64_t, int64_t>> split_rows(int64_t n, int m) {
@@ -51,17 +44,6 @@ distributed::ProcessGroup& checked_pp(const PipelineGrid& grid) {
 
 Tensor nll_loss_fn(const Tensor& output, const Tensor& target) { return nll_loss(output, target); }
 Tensor mse_loss_fn(const Tensor& output, const Tensor& target) { return mse_loss(output, target); }
-
-// One (micro-batch, chunk) of a step.
-struct Pipeline::MicroState {
-  Tensor input;        // received activation (a leaf) or the micro-batch (first stage)
-  Tensor output;       // the stage's output, with its graph (not on the last stage)
-  Tensor loss;         // last stage: the scaled loss, with its graph
-  Tensor grad_output;  // received gradient of output
-  Tensor grad_input;   // gradient of input, to send
-  autograd::DeferredGradients deferred;  // ZB: the W half
-  int64_t bytes = 0;                     // layer outputs kept for backward
-};
 
 Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid,
                    PipelineOptions options)
@@ -310,228 +292,56 @@ Tensor Pipeline::forward(const Tensor& input) {
   return m == 1 ? outputs[0] : cat(outputs, 0);
 }
 
-void Pipeline::run_plan(const SchedulePlan& plan, const std::vector<Tensor>& inputs,
-                        const std::vector<Tensor>& targets, const LossFn* loss_fn,
-                        std::vector<Tensor>* outputs, int64_t batch) {
-  ++step_count_;
-  const auto t0 = Clock::now();
-  stats_ = PipelineStats{};
-  stats_loss_ = 0;
-  in_flight_ = 0;
-  in_flight_bytes_ = 0;
-  channel_.reset_timers();
-  std::vector<MicroState> st(static_cast<size_t>(plan.micro_batches * plan.chunks));
-  const auto& list = plan.actions[static_cast<size_t>(rank_)];
-  for (size_t i = 0; i < list.size(); ++i) {
-    const Action& a = list[i];
-    try {
-      run_action(plan, a, st, inputs, targets, loss_fn, outputs, batch);
-    } catch (const std::exception& e) {
-      fail(e, a, i);
-    }
-    recent_[recent_count_++ % recent_.size()] = {step_count_, i, a};
-    ++stats_.actions;
-  }
-  try {
-    channel_.wait_sends();
-  } catch (const std::exception& e) {
-    fail(e, Action{ActionKind::kSendForward, -1, -1, -1}, list.size());
-  }
-  stats_.step_seconds = seconds_since(t0);
-  stats_.recv_seconds = channel_.recv_seconds();
-  stats_.send_wait_seconds = channel_.send_wait_seconds();
-  stats_.bubble_fraction =
-      stats_.step_seconds > 0 ? 1.0 - stats_.compute_seconds / stats_.step_seconds : 0.0;
-}
-
-void Pipeline::run_action(const SchedulePlan& plan, const Action& a, std::vector<MicroState>& st,
-                          const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
-                          const LossFn* loss_fn, std::vector<Tensor>* outputs, int64_t batch) {
-  const int S = plan.num_stages();
-  const int s = plan.stage_of(rank_, a.chunk);
-  auto at = [&](int mb, int chunk) -> MicroState& {
-    return st[static_cast<size_t>(mb * plan.chunks + chunk)];
-  };
-  MicroState& ms = at(a.mb, a.chunk);
-  const bool training = outputs == nullptr;
-  auto backward_roots = [&](std::vector<Tensor>& roots, std::vector<Tensor>& grads) {
-    if (s == S - 1) {
-      roots = {ms.loss};
-      grads = {Tensor()};
-    } else {
-      COHORT_CHECK(ms.grad_output.defined(), "no gradient for the output of micro-batch {}", a.mb);
-      roots = {ms.output};
-      grads = {ms.grad_output};
-    }
-  };
-  // After B or BW: the input's gradient, handed to a local previous stage.
-  auto take_input_grad = [&]() {
-    if (s > 0 && ms.input.defined() && ms.input.requires_grad()) ms.grad_input = ms.input.grad();
-    if (s > 0 && plan.rank_of_stage(s - 1) == rank_)
-      at(a.mb, plan.chunk_of_stage(s - 1)).grad_output = ms.grad_input;
-    ms.grad_output = Tensor();
-  };
-  auto release = [&]() {
-    ms.output = Tensor();
-    ms.loss = Tensor();
-    ms.input = Tensor();
-    --in_flight_;
-    in_flight_bytes_ -= ms.bytes;
-  };
-  const auto t0 = Clock::now();
-  switch (a.kind) {
-    case ActionKind::kForward: {
-      Tensor x = s == 0 ? inputs[static_cast<size_t>(a.mb)] : ms.input;
-      COHORT_CHECK(x.defined(), "no input for micro-batch {}", a.mb);
-      std::optional<EnableGradGuard> grad_on;
-      if (training) grad_on.emplace();
-      int64_t bytes = x.nbytes();
-      for (const auto& child : stages_[static_cast<size_t>(a.chunk)]->children()) {
-        x = child->forward(x);
-        bytes += static_cast<int64_t>(x.nbytes());
-      }
-      if (s + 1 < S) {
-        ms.output = x;
-        if (plan.rank_of_stage(s + 1) == rank_) {
-          Tensor next = x.detach();
-          if (training) next.set_requires_grad(true);
-          at(a.mb, plan.chunk_of_stage(s + 1)).input = next;
-        }
-      } else if (training) {
-        const Tensor& y = targets[static_cast<size_t>(a.mb)];
-        Tensor loss = (*loss_fn)(x, y);
-        COHORT_CHECK(loss.numel() == 1, "the loss function returned {} elements, not 1",
-                     loss.numel());
-        ms.loss = mul(loss, double(y.size(0)) / double(batch));
-        stats_loss_ += ms.loss.item<double>();
-      } else {
-        (*outputs)[static_cast<size_t>(a.mb)] = x;
-      }
-      if (training) {
-        ms.bytes = bytes;
-        stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight_);
-        in_flight_bytes_ += bytes;
-        stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, in_flight_bytes_);
-      }
-      stats_.compute_seconds += seconds_since(t0);
-      break;
-    }
-    case ActionKind::kBackward: {
-      std::vector<Tensor> roots, grads;
-      backward_roots(roots, grads);
-      if (roots[0].requires_grad()) autograd::run_backward(roots, grads);
-      take_input_grad();
-      release();
-      stats_.compute_seconds += seconds_since(t0);
-      break;
-    }
-    case ActionKind::kBackwardInput: {
-      std::vector<Tensor> roots, grads;
-      backward_roots(roots, grads);
-      std::vector<Tensor> wrt;
-      if (s > 0 && ms.input.requires_grad()) wrt.push_back(ms.input);
-      if (roots[0].requires_grad()) ms.deferred = autograd::run_backward_split(roots, grads, wrt);
-      take_input_grad();
-      // The graph lives on in `deferred` until W; drop the handles now.
-      ms.output = Tensor();
-      ms.loss = Tensor();
-      ms.input = Tensor();
-      stats_.compute_seconds += seconds_since(t0);
-      break;
-    }
-    case ActionKind::kBackwardWeight:
-      ms.deferred.run();
-      ms.deferred = autograd::DeferredGradients();
-      release();
-      stats_.compute_seconds += seconds_since(t0);
-      break;
-    case ActionKind::kSendForward:
-      channel_.send(ms.output.detach(), {false, a.mb, s + 1, step_count_}, a.peer);
-      break;
-    case ActionKind::kRecvForward: {
-      Tensor t = channel_.recv({false, a.mb, s, step_count_}, a.peer);
-      if (training) t.set_requires_grad(true);
-      ms.input = t;
-      break;
-    }
-    case ActionKind::kSendBackward:
-      COHORT_CHECK(ms.grad_input.defined(),
-                   "no input gradient for micro-batch {} (does the "
-                   "stage's output depend on its input?)",
-                   a.mb);
-      channel_.send(ms.grad_input, {true, a.mb, s - 1, step_count_}, a.peer);
-      ms.grad_input = Tensor();
-      break;
-    case ActionKind::kRecvBackward: {
-      Shape shape = ms.output.defined() ? ms.output.sizes() : Shape{};
-      ms.grad_output = channel_.recv({true, a.mb, s, step_count_}, a.peer,
-                                     ms.output.defined() ? &shape : nullptr);
-      break;
-    }
-  }
-}
-
-void Pipeline::fail(const std::exception& e, const Action& a, size_t index) {
-  broken_ = true;
-  channel_.drop_sends();
-  std::string what = index == SIZE_MAX ? "the loss/gradient exchange after the schedule"
-                     : a.mb < 0        ? "waiting for the step's sends"
-                                       : fmt::format("action {} {}", index, to_string(a));
-  std::string recent;
-  const size_t n = std::min(recent_count_, recent_.size());
-  for (size_t k = recent_count_ - n; k < recent_count_; ++k) {
-    const auto& [call, i, act] = recent_[k % recent_.size()];
-    recent += fmt::format("{}{}:{} {}", recent.empty() ? "" : ", ", call, i, to_string(act));
-  }
-  std::string stages;
-  for (int c = 0; c < plan_.chunks; ++c)
-    stages += fmt::format("{}{}", c ? "," : "", plan_.stage_of(rank_, c));
-  const std::string msg = fmt::format(
-      "pipeline {} rank {} (stage {}, step {}): {} failed: {} [last actions: {}]", plan_.describe(),
-      rank_, stages, step_count_, what, e.what(), recent.empty() ? "none" : recent);
-  // The peers may wait on this rank: fail their ops now, not at the timeout.
-  try {
-    grid_.pp->abort(msg);
-  } catch (...) {
-  }
-  if (dynamic_cast<const PeerLost*>(&e)) throw PeerLost(msg);
-  if (dynamic_cast<const IoError*>(&e)) throw IoError(msg);
-  if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(msg);
-  if (dynamic_cast<const InvalidArgument*>(&e)) throw InvalidArgument(msg);
-  if (dynamic_cast<const NotSupported*>(&e)) throw NotSupported(msg);
-  throw Error(msg);
-}
-
 void Pipeline::average_over_replicas() {
-  std::vector<Tensor> params = parameters();
-  for (Tensor& p : params)
-    if (!p.grad().defined()) p.set_grad(zeros_like(p));
-  const size_t cap = std::max<size_t>(1, static_cast<size_t>(options_.bucket_cap_mb * 1024 * 1024));
-  size_t begin = 0;
-  while (begin < params.size()) {
-    size_t end = begin, bytes = 0;
-    int64_t numel = 0;
-    while (end < params.size() && (end == begin || bytes + params[end].nbytes() <= cap)) {
-      bytes += params[end].nbytes();
-      numel += params[end].numel();
-      ++end;
-    }
-    Tensor flat = Tensor::empty({numel}, params[begin].dtype());
-    int64_t off = 0;
-    for (size_t k = begin; k < end; ++k) {
-      const int64_t n = params[k].numel();
-      flat.narrow(0, off, n).copy_(params[k].grad().reshape({n}));
-      off += n;
-    }
-    grid_.dp->all_reduce(flat, {.op = distributed::ReduceOp::kAvg});
-    off = 0;
-    for (size_t k = begin; k < end; ++k) {
-      const int64_t n = params[k].numel();
-      params[k].grad().copy_(flat.narrow(0, off, n).view(params[k].sizes()));
-      off += n;
-    }
-    begin = end;
+  std::vector<Tensor> params;
+  std::vector<std::string> names;
+  for (auto& [name, t] : named_parameters()) {
+    if (!t.grad().defined()) t.set_grad(zeros_like(t));
+    params.push_back(t);
+    names.push_back(name);
   }
+  const size_t cap = std::max<size_t>(1, static_cast<size_t>(options_.bucket_cap_mb * 1024 * 1024));
+  // DDP's buckets (buckets.h) over the parameters in reverse, so that they
+  // come out in registration order: the first bucket holds the first
+  // parameters, as the replicas' stages hold them.
+  std::vector<BucketParam> sizes;
+  for (size_t k = params.size(); k-- > 0;)
+    sizes.push_back({params[k].nbytes(), static_cast<int>(params[k].dtype())});
+  std::vector<std::vector<size_t>> groups = assign_buckets(sizes, cap);
+  for (auto& g : groups)
+    for (size_t& k : g) k = params.size() - 1 - k;
+  // One bucket in flight: its flat copy is the only extra memory, and the
+  // gradients are all there already (no backward to overlap).
+  ReductionScheduler scheduler(
+      std::move(names), groups,
+      ReductionSchedulerOptions{.what = "Pipeline", .rank = rank_, .max_in_flight = 1},
+      ReductionCallbacks{.launch = [&](size_t g) {
+        const std::vector<size_t>& members = groups[g];
+        int64_t numel = 0;
+        for (size_t k : members) numel += params[k].numel();
+        Tensor flat = Tensor::empty({numel}, params[members.front()].dtype());
+        int64_t off = 0;
+        for (size_t k : members) {
+          const int64_t n = params[k].numel();
+          flat.narrow(0, off, n).copy_(params[k].grad().reshape({n}));
+          off += n;
+        }
+        distributed::Work work =
+            grid_.dp->all_reduce(flat, {.op = distributed::ReduceOp::kAvg}, distributed::async_op);
+        return BucketReduction{
+            std::move(work),
+            [&params, &members, flat] {
+              int64_t at = 0;
+              for (size_t k : members) {
+                const int64_t n = params[k].numel();
+                params[k].grad().copy_(flat.narrow(0, at, n).view(params[k].sizes()));
+                at += n;
+              }
+            },
+            flat.nbytes()};
+      }});
+  scheduler.arm();
+  if (scheduler.mark_all_ready()) scheduler.wait_all();
 }
 
 void Pipeline::broadcast_from_replica_zero() {

@@ -193,6 +193,8 @@ class Pipeline {
   void run_action(const SchedulePlan& plan, const Action& a, std::vector<MicroState>& st,
                   const std::vector<Tensor>& inputs, const std::vector<Tensor>& targets,
                   const LossFn* loss_fn, std::vector<Tensor>* outputs, int64_t batch);
+  // From the catch block handling e (schedule_interpreter.cc): breaks the
+  // pipeline, aborts the group and rethrows e with its type and context.
   [[noreturn]] void fail(const std::exception& e, const Action& a, size_t index);
   void average_over_replicas();
   void setup_zero();

@@ -8,6 +8,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/model_check.h"
 
 namespace cohort::parallel {
 
@@ -44,11 +45,15 @@ ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
   rank_ = shard_pg_->rank();
   world_ = shard_pg_->size();
   build_units();
+  make_scheduler();
   install_hooks();
 }
 
 ShardedDataParallel::~ShardedDataParallel() {
   for (Param& p : params_) p.hook.remove();
+  // Lets a reduction left half-way (an exception during backward) end
+  // before its buffers go.
+  scheduler_.reset();
   for (Unit& u : units_) {
     // The module may outlive the buffers: gathered parameters go home.
     if (u.buffer >= 0) {
@@ -57,13 +62,11 @@ ShardedDataParallel::~ShardedDataParallel() {
     }
     if (u.module != nullptr)
       for (uint64_t id : u.hook_ids) u.module->remove_forward_hook(id);
-    for (distributed::Work* w : {&u.rs_work, &u.ar_work, &u.ag_work}) {
-      if (!w->defined()) continue;
-      try {
-        w->wait();
-      } catch (const std::exception&) {
-        // Already reported to whoever ran backward.
-      }
+    if (!u.ag_work.defined()) continue;
+    try {
+      u.ag_work.wait();
+    } catch (const std::exception&) {
+      // Already reported to whoever ran forward.
     }
   }
 }
@@ -162,7 +165,39 @@ void ShardedDataParallel::build_units() {
   // embedding-like first layers get their gradients at the end of backward.
   if (!units_.empty() && units_.back().module == nullptr && units_.back().trainable > 0)
     reduce_order_.push_back(units_.size() - 1);
-  ready_.assign(params_.size(), false);
+}
+
+void ShardedDataParallel::make_scheduler() {
+  std::vector<std::string> names;
+  for (const Param& p : params_) names.push_back(p.name);
+  std::vector<std::vector<size_t>> groups;
+  for (size_t ui : reduce_order_) {
+    groups.emplace_back();
+    for (size_t k : units_[ui].params)
+      if (params_[k].tensor.requires_grad()) groups.back().push_back(k);
+  }
+  scheduler_ = std::make_unique<ReductionScheduler>(
+      std::move(names), std::move(groups),
+      ReductionSchedulerOptions{
+          .what = "ShardedDataParallel",
+          .rank = pg_->rank(),
+          .max_in_flight = kMaxReductionsInFlight,
+          .twice_hint = "backward ran twice through one forward",
+          .unfinished_advice = "Every trainable parameter must take part in the loss"},
+      ReductionCallbacks{
+          .launch = [this](size_t n) { return launch_reduce_scatter(n); },
+          .on_ready =
+              [this](size_t k) {
+                if (options_.stage == 1) restore_grad_view(params_[k]);
+              },
+          .on_accumulated = [this](size_t n) { on_unit_accumulated(reduce_order_[n]); },
+          .describe =
+              [this](size_t n, int stage) {
+                return fmt::format(
+                    "ShardedDataParallel: {} of the gradients of unit '{}' ({} of {})",
+                    stage == 0 ? "reduce_scatter" : "the replicas' all_reduce",
+                    units_[reduce_order_[n]].name, n, reduce_order_.size());
+              }});
 }
 
 void ShardedDataParallel::setup_stage3(Unit& u) {
@@ -262,8 +297,8 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
       for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
     }
   }
-  armed_ = grad;
-  sync_ = require_sync_;
+  // Without grad mode no backward follows: the hooks stay disarmed.
+  if (grad) scheduler_->arm({}, require_sync_);
   return out;
 }
 
@@ -280,28 +315,9 @@ void ShardedDataParallel::sync_buffers() {
   }
 }
 
-std::string ShardedDataParallel::describe_unready() const {
-  std::string names;
-  size_t count = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (ready_[i] || !params_[i].tensor.requires_grad()) continue;
-    if (count < 8) names += (count ? ", " : "") + ("'" + params_[i].name + "'");
-    ++count;
-  }
-  if (count > 8) names += fmt::format(" and {} more", count - 8);
-  return fmt::format("{} parameter(s) received no gradient: {}", count, names);
-}
-
 void ShardedDataParallel::begin_iteration() {
-  if (armed_ && any_ready_) {
-    std::string unready = describe_unready();
-    reset_iteration();
-    throw InvalidArgument(fmt::format(
-        "ShardedDataParallel (rank {}): the previous iteration's gradient reduction did not "
-        "finish: {}. Every trainable parameter must take part in the loss",
-        pg_->rank(), unready));
-  }
-  reset_iteration();
+  scheduler_->throw_if_unfinished();
+  scheduler_->reset();
   if (options_.stage == 1)
     for (Param& p : params_)
       if (p.grad_view.defined()) restore_grad_view(p);
@@ -320,180 +336,104 @@ void ShardedDataParallel::restore_grad_view(Param& p) {
   p.tensor.set_grad(p.grad_view);
 }
 
-void ShardedDataParallel::reset_iteration() {
-  armed_ = false;
-  any_ready_ = false;
-  std::fill(ready_.begin(), ready_.end(), false);
-  next_launch_ = 0;
-  next_finish_ = 0;
-  accumulated_units_ = 0;
-  for (Unit& u : units_) {
-    u.pending = u.trainable;
-    u.rs_send = Tensor();
-    u.rs_recv = Tensor();
-    u.rs_work = distributed::Work();
-    u.ar_work = distributed::Work();
-  }
-}
-
 // ---- backward ----
 
 void ShardedDataParallel::on_grad_ready(size_t index) {
-  if (!armed_) return;
-  try {
-    any_ready_ = true;
-    Param& p = params_[index];
-    if (ready_[index]) {
-      throw InvalidArgument(fmt::format(
-          "ShardedDataParallel (rank {}): parameter '{}' got its gradient twice in one iteration "
-          "(backward ran twice through one forward)",
-          pg_->rank(), p.name));
-    }
-    ready_[index] = true;
-    if (options_.stage == 1) restore_grad_view(p);
-    if (--units_[p.unit].pending == 0) {
-      if (sync_) {
-        launch_ready_units();
-      } else {
-        on_unit_accumulated(p.unit);
-      }
-    }
-  } catch (...) {
-    reset_iteration();
-    throw;
+  if (!scheduler_->mark_ready(index)) return;
+  if (scheduler_->launching()) {
+    finalize_backward();
+  } else {
+    end_accumulation();
   }
-}
-
-void ShardedDataParallel::launch_ready_units() {
-  while (next_launch_ < reduce_order_.size() && units_[reduce_order_[next_launch_]].pending == 0) {
-    // At most two reductions in flight: their buffers (a unit's gradients
-    // in rank-major order) are the memory that ZeRO saves elsewhere.
-    while (next_launch_ - next_finish_ >= kMaxReductionsInFlight) finish_reduction();
-    launch_reduce_scatter(units_[reduce_order_[next_launch_++]]);
-  }
-  if (next_launch_ == reduce_order_.size()) finalize_backward();
 }
 
 void ShardedDataParallel::on_unit_accumulated(size_t ui) {
   // no_sync: the unit's full gradients stay in .grad (accumulated by
   // autograd); under stage 3 its parameters go as after a reduction.
   if (options_.stage == 3 && !units_[ui].has_frozen) free_unit(ui);
-  if (++accumulated_units_ < reduce_order_.size()) return;
-  if (options_.stage == 3)
-    for (size_t u = 0; u < units_.size(); ++u) free_unit(u);
-  armed_ = false;
-  any_ready_ = false;
 }
 
-void ShardedDataParallel::launch_reduce_scatter(Unit& u) {
+void ShardedDataParallel::end_accumulation() {
+  if (options_.stage == 3)
+    for (size_t u = 0; u < units_.size(); ++u) free_unit(u);
+  scheduler_->reset();
+}
+
+BucketReduction ShardedDataParallel::launch_reduce_scatter(size_t n) {
+  Unit& u = units_[reduce_order_[n]];
   const DType dtype = params_[u.params.front()].tensor.dtype();
   const size_t es = dtype_size(dtype);
   std::vector<Tensor> grads;
   for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-  u.rs_send = Tensor::empty({u.layout.total_numel()}, dtype);
-  u.layout.pack(grads, u.rs_send.raw_data(), es);
-  // bf16 on the wire: summed there, averaged once widened (finish_reduction).
+  Tensor send = Tensor::empty({u.layout.total_numel()}, dtype);
+  u.layout.pack(grads, send.raw_data(), es);
+  // bf16 on the wire: summed there, averaged once widened (apply_reduced).
   const bool narrow = options_.reduce_dtype != dtype;
-  if (narrow) u.rs_send = u.rs_send.to(options_.reduce_dtype);
+  if (narrow) send = send.to(options_.reduce_dtype);
   if (options_.stage >= 2) {
     // The full gradients are not kept.
     for (size_t k : u.params)
       if (params_[k].tensor.requires_grad()) params_[k].tensor.set_grad(Tensor());
   }
   if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
-  const DType wire = u.rs_send.dtype();
-  u.rs_recv = Tensor::empty({u.layout.shard_numel()}, wire);
-  u.rs_work = shard_pg_->reduce_scatter(
-      u.rs_send.raw_data(), u.rs_recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
+  const DType wire = send.dtype();
+  Tensor recv = Tensor::empty({u.layout.shard_numel()}, wire);
+  distributed::Work work = shard_pg_->reduce_scatter(
+      send.raw_data(), recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
       distributed::to_data_type(wire),
       {.op = narrow ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
       distributed::async_op);
-  traffic_.reduce_scatter_bytes += u.rs_send.nbytes();
+  traffic_.reduce_scatter_bytes += send.nbytes();
+  // The buffers live in the finish step until the reduction is done.
+  return BucketReduction{std::move(work),
+                         [this, n, send, recv]() mutable {
+                           send = Tensor();
+                           finish_reduction(n, std::move(recv));
+                         },
+                         0};
 }
 
-void ShardedDataParallel::finish_reduction() {
-  const size_t n = next_finish_;
+void ShardedDataParallel::finish_reduction(size_t n, Tensor recv) {
   Unit& u = units_[reduce_order_[n]];
-  try {
-    u.rs_work.wait();
-  } catch (...) {
-    fail_reduction(n, "reduce_scatter");
-  }
-  u.rs_send = Tensor();
-  u.rs_work = distributed::Work();
-  ++next_finish_;
   if (replicate_pg_ == nullptr) {
-    apply_reduced(u);
+    apply_reduced(u, std::move(recv));
     return;
   }
   // HSDP: the replicas' segments, summed (bf16) or averaged (float32), while
-  // backward goes on; finalize_backward waits and applies.
-  const bool sum = u.rs_recv.dtype() != params_[u.params.front()].tensor.dtype();
-  u.ar_work = replicate_pg_->all_reduce(
-      u.rs_recv, {.op = sum ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
+  // backward goes on; wait_all waits and applies.
+  const bool sum = recv.dtype() != params_[u.params.front()].tensor.dtype();
+  distributed::Work work = replicate_pg_->all_reduce(
+      recv, {.op = sum ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
       distributed::async_op);
-  traffic_.all_reduce_bytes += 2 * u.rs_recv.nbytes();
+  traffic_.all_reduce_bytes += 2 * recv.nbytes();
+  scheduler_->then(
+      n, BucketReduction{std::move(work),
+                         [this, n, recv] { apply_reduced(units_[reduce_order_[n]], recv); }, 0});
 }
 
-void ShardedDataParallel::fail_reduction(size_t n, const char* op) {
-  // Let the other launched ops end before their buffers go.
-  for (size_t m = 0; m < next_launch_; ++m) {
-    for (distributed::Work* w :
-         {&units_[reduce_order_[m]].rs_work, &units_[reduce_order_[m]].ar_work}) {
-      if (!w->defined()) continue;
-      try {
-        w->wait();
-      } catch (...) {
-      }
-    }
-  }
-  std::exception_ptr e = distributed::detail::with_context(
-      std::current_exception(),
-      fmt::format("ShardedDataParallel: {} of the gradients of unit '{}' ({} of {})", op,
-                  units_[reduce_order_[n]].name, n, reduce_order_.size()));
-  reset_iteration();
-  std::rethrow_exception(e);
-}
-
-void ShardedDataParallel::apply_reduced(Unit& u) {
+void ShardedDataParallel::apply_reduced(Unit& u, Tensor recv) {
   const DType dtype = params_[u.params.front()].tensor.dtype();
-  if (u.rs_recv.dtype() != dtype) {
+  if (recv.dtype() != dtype) {
     // A bf16 sum: widened, then averaged in float32.
-    u.rs_recv = u.rs_recv.to(dtype);
-    u.rs_recv.mul_(1.0 / static_cast<double>(pg_->size()));
+    recv = recv.to(dtype);
+    recv.mul_(1.0 / static_cast<double>(pg_->size()));
   }
   if (options_.stage == 1) {
     // This rank's averaged chunk goes back into the full gradients.
     std::vector<Tensor> grads;
     for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-    u.layout.unpack_segment(u.rs_recv.raw_data(), rank_, grads, dtype_size(dtype));
+    u.layout.unpack_segment(recv.raw_data(), rank_, grads, dtype_size(dtype));
     u.full_grad.storage()->bump_version();
   } else {
-    u.grad_shard.add_(u.rs_recv);
+    u.grad_shard.add_(recv);
   }
-  u.rs_recv = Tensor();
 }
 
 void ShardedDataParallel::finalize_backward() {
-  while (next_finish_ < reduce_order_.size()) finish_reduction();
-  if (replicate_pg_ != nullptr) {
-    for (size_t n = 0; n < reduce_order_.size(); ++n) {
-      Unit& u = units_[reduce_order_[n]];
-      try {
-        u.ar_work.wait();
-      } catch (...) {
-        fail_reduction(n, "the replicas' all_reduce");
-      }
-      u.ar_work = distributed::Work();
-      apply_reduced(u);
-    }
-  }
+  scheduler_->wait_all();
   if (options_.stage == 3) {
     for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
   }
-  armed_ = false;
-  any_ready_ = false;
-  ++num_reductions_;
 }
 
 // ---- after the optimizer ----
@@ -564,20 +504,13 @@ void ShardedDataParallel::reduce_gradients() {
                "ShardedDataParallel::reduce_gradients (rank {}): stage 3 gathers its parameters "
                "in forward_with, so its gradients are reduced there; use stage 1 or 2",
                pg_->rank());
-  COHORT_CHECK(!(armed_ && any_ready_),
+  COHORT_CHECK(!scheduler_->unfinished(),
                "ShardedDataParallel::reduce_gradients (rank {}): a forward_with iteration's "
                "reduction is pending ({})",
-               pg_->rank(), describe_unready());
-  reset_iteration();
-  for (Param& p : params_) {
-    if (!p.tensor.requires_grad()) continue;
-    if (options_.stage == 1) restore_grad_view(p);
-    ready_[static_cast<size_t>(&p - params_.data())] = true;
-  }
-  for (Unit& u : units_) u.pending = 0;
-  armed_ = true;
-  sync_ = true;
-  launch_ready_units();  // every unit, in reduce order; finalize_backward ends it
+               pg_->rank(), scheduler_->describe_unready());
+  scheduler_->arm();
+  // Every unit, in reduce order; finalize_backward ends it.
+  if (scheduler_->mark_all_ready()) finalize_backward();
 }
 
 double ShardedDataParallel::all_reduce_sum(double value) {

@@ -81,6 +81,7 @@
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
 #include "cohort/parallel/flat_layout.h"
+#include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::parallel {
 
@@ -297,7 +298,7 @@ class ShardedDataParallel : public nn::Module {
   const ZeroTrafficStats& traffic() const { return traffic_; }
   // Number of parameter elements (trainable and frozen), unpadded: Psi.
   int64_t num_parameter_elements() const;
-  int64_t num_reductions() const { return num_reductions_; }
+  int64_t num_reductions() const { return scheduler_->num_completed(); }
 
  protected:
   nn::ModulePtr copy_shell() const override;
@@ -328,11 +329,6 @@ class ShardedDataParallel : public nn::Module {
     Tensor shard;       // stage 3: this rank's segment of the parameters
     Tensor grad_shard;  // stages 2, 3: this rank's averaged gradient segment
     Tensor full_grad;   // stage 1: natural-layout gradients (.grad views)
-    // Per iteration.
-    size_t pending = 0;
-    Tensor rs_send, rs_recv;
-    distributed::Work rs_work;
-    distributed::Work ar_work;  // HSDP: the replicas' all_reduce of rs_recv
     // Stage 3 gather state.
     bool gathered = false;
     Tensor ag_recv;
@@ -342,25 +338,22 @@ class ShardedDataParallel : public nn::Module {
   };
 
   void build_units();
+  void make_scheduler();
   void setup_stage3(Unit& u);
   void install_hooks();
   void begin_iteration();
   void sync_buffers();
   void on_grad_ready(size_t param_index);
-  void launch_ready_units();
   void on_unit_accumulated(size_t u);  // no_sync: a unit's gradients are all ready
-  void launch_reduce_scatter(Unit& u);
-  // Waits for reduce_order_[next_finish_]'s reduce_scatter and applies it
-  // (HSDP: issues the replicas' all_reduce; finalize_backward applies).
-  void finish_reduction();
-  void apply_reduced(Unit& u);  // rs_recv into the gradient shard (stage 1: chunk)
-  // From a catch block: waits for every launched op, then rethrows the
-  // current exception naming `op` and unit reduce_order_[n].
-  [[noreturn]] void fail_reduction(size_t n, const char* op);
+  void end_accumulation();             // no_sync: every unit's are
+  // Packs unit reduce_order_[n]'s gradients and starts their reduce_scatter.
+  BucketReduction launch_reduce_scatter(size_t n);
+  // Its reduce_scatter done: applies `recv` (HSDP: first starts the replicas'
+  // all_reduce of it, a follow-up that wait_all applies).
+  void finish_reduction(size_t n, Tensor recv);
+  void apply_reduced(Unit& u, Tensor recv);  // into the gradient shard (stage 1: chunk)
   void finalize_backward();
-  void reset_iteration();
   void restore_grad_view(Param& p);
-  std::string describe_unready() const;
   // Stage 3.
   void issue_gather(size_t u);
   void ensure_gathered(size_t u);
@@ -388,17 +381,12 @@ class ShardedDataParallel : public nn::Module {
   ZeroTrafficStats traffic_;
   ZeroMemoryStats mem_;
 
-  // Per iteration.
-  bool armed_ = false;
-  bool any_ready_ = false;
-  bool require_sync_ = true;  // false inside no_sync()
-  bool sync_ = true;          // this iteration's backward reduces (forward outside no_sync)
-  size_t accumulated_units_ = 0;
-  std::vector<bool> ready_;
-  size_t next_launch_ = 0;
-  size_t next_finish_ = 0;
+  // Groups: the units in reduce_order_, keys: params_ (the frozen in none).
+  // At most two reductions in flight: their buffers (a unit's gradients in
+  // rank-major order) are the memory that ZeRO saves elsewhere.
+  std::unique_ptr<ReductionScheduler> scheduler_;
   static constexpr size_t kMaxReductionsInFlight = 2;
-  int64_t num_reductions_ = 0;
+  bool require_sync_ = true;  // false inside no_sync()
   // Stage 3: resident gather buffers (ZeroOptions::resident_gather_buffers).
   struct GatherBuffer {
     Tensor bytes;
