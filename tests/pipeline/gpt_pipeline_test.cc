@@ -21,15 +21,14 @@
 #include "cohort/optim/adam.h"
 #include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/pipeline/gpt_pipeline.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 namespace cohort::parallel::pipeline {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::shared_ptr<distributed::ProcessGroup> join() {
-  return distributed::init_process_group("native", "env://", -1, -1, 60s);
-}
+using namespace testing_util;
 
 nn::GPTConfig tiny(int64_t layers) {
   nn::GPTConfig c;
@@ -50,29 +49,7 @@ std::shared_ptr<nn::GPT> make_gpt(int64_t layers, uint64_t seed) {
 // the next tokens.
 std::pair<Tensor, Tensor> batch_of(int step, int64_t rows) {
   Generator gen(900 + static_cast<uint64_t>(step));
-  Tensor seq = randint(0, 64, {rows, 17}, gen);
-  return {seq.narrow(1, 0, 16).contiguous(), seq.narrow(1, 1, 16).contiguous()};
-}
-
-// nanoGPT's optimizer over `named` (matrices decayed, the rest not; a
-// stage of LayerNorms alone has no matrices). eps 1e-6, not 1e-8: the key
-// bias's gradient is zero in exact arithmetic (softmax ignores a constant
-// added to every score) and rounding noise of 1e-9 there, which depends on
-// the order of sums, would take full Adam steps.
-std::unique_ptr<optim::AdamW> make_adamw(const nn::NamedTensors& named) {
-  std::vector<Tensor> decay, no_decay;
-  for (const auto& [name, p] : named) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  optim::AdamWOptions o{.lr = 3e-3, .beta2 = 0.95, .eps = 1e-6};
-  std::unique_ptr<optim::AdamW> opt;
-  for (auto [group, wd] : {std::pair{&decay, 0.1}, std::pair{&no_decay, 0.0}}) {
-    if (group->empty()) continue;
-    o.weight_decay = wd;
-    if (opt == nullptr)
-      opt = std::make_unique<optim::AdamW>(*group, o);
-    else
-      opt->add_param_group(*group, o);
-  }
-  return opt;
+  return token_windows(gen, rows);
 }
 
 constexpr double kClip = 1.0;
@@ -98,19 +75,6 @@ Reference train_reference(int64_t layers, int64_t rows) {
   }
   for (auto& [name, t] : model->state_dict()) ref.state.insert(name, t.clone());
   return ref;
-}
-
-void check_close(const Tensor& got, const Tensor& want, const std::string& what, int rank) {
-  if (got.sizes() != want.sizes())
-    throw Error(fmt::format("rank {}: {}: shape {} vs {}", rank, what, shape_str(got.sizes()),
-                            shape_str(want.sizes())));
-  if (!allclose(got, want, 1e-3, 1e-5)) {
-    std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
-    double worst = 0;
-    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
-    throw Error(
-        fmt::format("rank {}: {} differs from one process (max |diff| {})", rank, what, worst));
-  }
 }
 
 struct Case {

@@ -19,6 +19,7 @@
 #include "cohort/optim/clip_grad.h"
 #include "cohort/optim/sgd.h"
 #include "cohort/parallel/pipeline/pipeline.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 namespace cohort::parallel::pipeline {
 namespace {
@@ -27,9 +28,7 @@ using namespace std::chrono_literals;
 
 enum class ModelKind { kMlp, kNet };
 
-std::shared_ptr<distributed::ProcessGroup> join() {
-  return distributed::init_process_group("native", "env://", -1, -1, 60s);
-}
+using namespace testing_util;
 
 std::shared_ptr<nn::Sequential> make_model(ModelKind kind, uint64_t seed) {
   Generator gen(seed);
@@ -69,19 +68,6 @@ Reference train_reference(ModelKind kind, int steps, int64_t rows) {
   }
   for (auto& [name, t] : model->named_parameters()) ref.params.insert(name, t.clone());
   return ref;
-}
-
-void check_close(const Tensor& got, const Tensor& want, const std::string& what, int rank) {
-  if (got.sizes() != want.sizes())
-    throw Error(fmt::format("rank {}: {}: shape {} vs {}", rank, what, shape_str(got.sizes()),
-                            shape_str(want.sizes())));
-  if (!allclose(got, want, 1e-3, 1e-5)) {
-    std::vector<float> a = got.to_vector<float>(), b = want.to_vector<float>();
-    double worst = 0;
-    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
-    throw Error(
-        fmt::format("rank {}: {} differs from one process (max |diff| {})", rank, what, worst));
-  }
 }
 
 struct Case {

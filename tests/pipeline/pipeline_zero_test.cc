@@ -27,6 +27,7 @@
 #include "cohort/parallel/pipeline/gpt_pipeline.h"
 #include "cohort/parallel/pipeline/pipeline.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
+#include "tests/pipeline/pipeline_test_util.h"
 
 namespace cohort::parallel::pipeline {
 namespace {
@@ -37,9 +38,7 @@ constexpr int kSteps = 20;
 constexpr double kClip = 0.5;
 constexpr int64_t kRows = 16;  // global batch, 8 per replica
 
-std::shared_ptr<distributed::ProcessGroup> join() {
-  return distributed::init_process_group("native", "env://", -1, -1, 60s);
-}
+using namespace testing_util;
 
 enum class Model { kMlp, kGpt };
 
@@ -56,27 +55,7 @@ nn::GPTConfig tiny_gpt() {
 std::pair<Tensor, Tensor> batch_of(Model model, int step) {
   Generator gen(700 + static_cast<uint64_t>(step));
   if (model == Model::kMlp) return {rand({kRows, 1, 28, 28}, gen), randint(0, 10, {kRows}, gen)};
-  Tensor seq = randint(0, 64, {kRows, 17}, gen);
-  return {seq.narrow(1, 0, 16).contiguous(), seq.narrow(1, 1, 16).contiguous()};
-}
-
-// nanoGPT's groups (matrices decayed), chosen from the full tensors and
-// handed `to_train(p)`: the parameter itself, or its shard under ZeRO.
-std::unique_ptr<optim::AdamW> make_adamw(const nn::NamedTensors& named,
-                                         const std::function<Tensor(const Tensor&)>& to_train) {
-  std::vector<Tensor> decay, no_decay;
-  for (const auto& [name, p] : named) (p.dim() >= 2 ? decay : no_decay).push_back(to_train(p));
-  optim::AdamWOptions o{.lr = 3e-3, .beta2 = 0.95, .eps = 1e-6};
-  std::unique_ptr<optim::AdamW> opt;
-  for (auto [group, wd] : {std::pair{&decay, 0.1}, std::pair{&no_decay, 0.0}}) {
-    if (group->empty()) continue;
-    o.weight_decay = wd;
-    if (opt == nullptr)
-      opt = std::make_unique<optim::AdamW>(*group, o);
-    else
-      opt->add_param_group(*group, o);
-  }
-  return opt;
+  return token_windows(gen, kRows);
 }
 
 struct Run {

@@ -21,6 +21,7 @@
 #include "cohort/nn/nn.h"
 #include "cohort/optim/adam.h"
 #include "cohort/optim/clip_grad.h"
+#include "tests/zero/zero_test_models.h"
 
 namespace cohort::parallel {
 namespace {
@@ -28,18 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-constexpr int64_t kBatch = 16;
-constexpr double kClip = 0.5;
-
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 16;
-  return c;
-}
+using zero_testing::kBatch;
+using zero_testing::kClip;
+using zero_testing::tiny_gpt;
 
 // A GPT (AdamW in two groups, clipping): tensors of every size, scalars and
 // group options in the optimizer state. `seed` differs per run and rank so
@@ -49,27 +41,8 @@ std::shared_ptr<nn::GPT> make_gpt(uint64_t seed) {
   return std::make_shared<nn::GPT>(tiny_gpt(), gen);
 }
 
-template <typename Map>
-std::unique_ptr<optim::Optimizer> make_opt(const nn::Module& model, Map map) {
-  nn::WeightDecayGroups g = nn::weight_decay_groups(model);
-  std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : g.decay) decay.push_back(map(p));
-  for (const Tensor& p : g.no_decay) no_decay.push_back(map(p));
-  optim::AdamWOptions o{.lr = 3e-3, .weight_decay = 0.1};
-  auto opt = std::make_unique<optim::AdamW>(decay, o);
-  o.weight_decay = 0;
-  opt->add_param_group(no_decay, o);
-  return opt;
-}
-
-struct Batch {
-  Tensor x, y;
-};
-
-Batch batch_of(int step) {
-  Generator gen(1000 + static_cast<uint64_t>(step));
-  return {randint(0, 16, {kBatch, 8}, gen), randint(0, 16, {kBatch, 8}, gen)};
-}
+using zero_testing::Batch;
+Batch batch_of(int step) { return zero_testing::batch_of(zero_testing::Model::kGpt, step); }
 
 // One process, the whole batch, `steps` steps: the loss of every step and
 // the parameters after.
@@ -80,7 +53,7 @@ struct Reference {
 
 Reference train_reference(int steps) {
   auto model = make_gpt(42);
-  auto opt = make_opt(*model, [](const Tensor& t) { return t; });
+  auto opt = zero_testing::gpt_adamw(*model, [](const Tensor& t) { return t; });
   Reference r;
   for (int s = 0; s < steps; ++s) {
     opt->zero_grad();
@@ -106,7 +79,8 @@ void zero_run(int stage, const std::string& resume, int from, int to, const std:
   auto model = make_gpt(rank == 0 && resume.empty() ? 42 : 77 + static_cast<uint64_t>(rank));
   ShardedDataParallel zero(model, pg,
                            {.stage = stage, .unit_policy = module_type_policy({"Block"})});
-  ShardedOptimizer opt(zero, make_opt(*model, [&](const Tensor& t) { return zero.shard_of(t); }));
+  ShardedOptimizer opt(
+      zero, zero_testing::gpt_adamw(*model, [&](const Tensor& t) { return zero.shard_of(t); }));
   if (!resume.empty()) {
     auto src = checkpoint::open_checkpoint(resume);
     if (src->state().step != from) throw Error("resumed at the wrong step");
@@ -213,7 +187,7 @@ TEST_F(ZeroCheckpoint, ShardsConvertToAWholeCheckpointThatLoadsInOneProcess) {
   spawn([&](int) { zero_run(3, "", 0, 2, path("w4")); }, 4);
   checkpoint::reshard_checkpoint(path("w4/step-00000002"), path("whole"), 0);
   auto model = make_gpt(5);
-  auto opt = make_opt(*model, [](const Tensor& t) { return t; });
+  auto opt = zero_testing::gpt_adamw(*model, [](const Tensor& t) { return t; });
   checkpoint::TrainingState st = checkpoint::load_checkpoint(path("whole"), *model, opt.get());
   EXPECT_EQ(st.step, 2);
   const Reference ref = train_reference(2);
@@ -254,8 +228,8 @@ TEST_F(ZeroCheckpoint, HybridShardingIsRefusedNamingTheWholeFormat) {
         auto pg = distributed::init_process_group("native", "env://", -1, -1, 60s);
         auto gpt = make_gpt(1);
         ShardedDataParallel zero(gpt, pg, {.stage = 2, .hybrid_shard_size = 2});
-        ShardedOptimizer opt(zero,
-                             make_opt(*gpt, [&](const Tensor& t) { return zero.shard_of(t); }));
+        ShardedOptimizer opt(
+            zero, zero_testing::gpt_adamw(*gpt, [&](const Tensor& t) { return zero.shard_of(t); }));
         int refused = 0;
         for (int save = 0; save < 2; ++save) {
           try {

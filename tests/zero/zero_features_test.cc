@@ -19,90 +19,14 @@
 #include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
+#include "tests/zero/zero_test_models.h"
 
 namespace cohort::parallel {
 namespace {
 
 using namespace std::chrono_literals;
 
-enum class Model { kMlp, kGpt };
-
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 16;
-  return c;
-}
-
-// Rank 0's model; other ranks start elsewhere and are overwritten by the
-// wrappers' broadcast.
-nn::ModulePtr make_model(Model m, int rank) {
-  Generator gen(rank == 0 ? 42 : 4242 + static_cast<uint64_t>(rank));
-  if (m == Model::kMlp)
-    return nn::make_mlp(gen, {.in_features = 20, .width = 32, .hidden_layers = 2, .classes = 5});
-  return std::make_shared<nn::GPT>(tiny_gpt(), gen);
-}
-
-struct Batch {
-  Tensor x, y;
-};
-
-constexpr int64_t kBatch = 16;
-
-Batch batch_of(Model m, int step) {
-  Generator gen(1000 + static_cast<uint64_t>(step));
-  if (m == Model::kMlp) return {rand({kBatch, 20}, gen), randint(0, 5, {kBatch}, gen)};
-  return {randint(0, 16, {kBatch, 8}, gen), randint(0, 16, {kBatch, 8}, gen)};
-}
-
-Batch slice(const Batch& b, int64_t part, int64_t parts) {
-  const int64_t n = b.x.size(0) / parts;
-  return {b.x.narrow(0, part * n, n), b.y.narrow(0, part * n, n)};
-}
-
-Tensor loss_of(Model m, nn::Module& model, const Batch& b) {
-  if (m == Model::kMlp) return nll_loss(model(b.x), b.y);
-  return static_cast<nn::GPT&>(model).forward(b.x, b.y);
-}
-
-// AdamW (the GPT's in its two weight-decay groups) over `map(p)` of every
-// trainable parameter.
-std::unique_ptr<optim::Optimizer> make_opt(Model m, const nn::Module& model,
-                                           const std::function<Tensor(const Tensor&)>& map) {
-  if (m == Model::kMlp) {
-    std::vector<Tensor> all;
-    for (const Tensor& p : model.parameters()) all.push_back(map(p));
-    return std::make_unique<optim::AdamW>(all, optim::AdamWOptions{.lr = 1e-3});
-  }
-  nn::WeightDecayGroups g = nn::weight_decay_groups(model);
-  std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : g.decay) decay.push_back(map(p));
-  for (const Tensor& p : g.no_decay) no_decay.push_back(map(p));
-  optim::AdamWOptions o{.lr = 3e-3, .weight_decay = 0.1};
-  auto opt = std::make_unique<optim::AdamW>(decay, o);
-  o.weight_decay = 0;
-  opt->add_param_group(no_decay, o);
-  return opt;
-}
-
-constexpr double kClip = 0.5;  // the GPT runs clip at this global norm
-
-UnitPolicy policy_of(Model m) {
-  return m == Model::kGpt ? module_type_policy({"Block"}) : child_unit_policy();
-}
-
-std::shared_ptr<distributed::ProcessGroup> join() {
-  return distributed::init_process_group("native", "env://", -1, -1, 60s);
-}
-
-nn::NamedTensors snapshot(const nn::Module& m) {
-  nn::NamedTensors out;
-  for (const auto& [name, t] : m.named_parameters()) out.emplace_back(name, t.clone());
-  return out;
-}
+using namespace zero_testing;
 
 struct Run {
   std::vector<double> losses;  // this rank's loss at each step
@@ -227,18 +151,6 @@ void accumulate_step(Model m, Wrapper& w, const Batch& share,
       run();
     }
   }
-}
-
-nn::NamedTensors train_reference(Model m, int steps) {
-  auto model = make_model(m, 0);
-  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
-  for (int s = 0; s < steps; ++s) {
-    opt->zero_grad();
-    loss_of(m, *model, batch_of(m, s)).backward();
-    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
-    opt->step();
-  }
-  return snapshot(*model);
 }
 
 nn::NamedTensors train_ddp_no_sync(Model m, int steps,

@@ -23,147 +23,14 @@
 #include "cohort/optim/sgd.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
+#include "tests/zero/zero_test_models.h"
 
 namespace cohort::parallel {
 namespace {
 
 using namespace std::chrono_literals;
 
-enum class Model { kNet, kMlp, kGpt, kOdd };
-
-// Tensors smaller than 4 (empty chunks at 4 ranks), a frozen tensor in the
-// root unit and a frozen bias inside unit "a".
-class Odd : public nn::Cloneable<Odd> {
- public:
-  explicit Odd(Generator& gen) : Cloneable("Odd") {
-    a_ = register_module("a", std::make_shared<nn::Linear>(6, 5, gen));
-    b_ = register_module("b", std::make_shared<nn::Linear>(5, 1, gen));  // 5 + 1 elements
-    frozen_ = register_parameter("frozen", rand({5}, gen), false);
-    scale_ = register_parameter("scale", Tensor::ones({1}));
-    a_->bias().set_requires_grad(false);
-  }
-  Tensor forward(const Tensor& x) override {
-    return mul(b_(mul(relu(a_(x)), param(frozen_))), param(scale_));
-  }
-
- private:
-  nn::Child<nn::Linear> a_, b_;
-  size_t frozen_ = 0, scale_ = 0;
-};
-
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 8;
-  c.vocab_size = 16;
-  return c;
-}
-
-// Rank 0's model; other ranks start elsewhere and must be overwritten.
-nn::ModulePtr make_model(Model m, int rank) {
-  Generator gen(rank == 0 ? 42 : 4242 + static_cast<uint64_t>(rank));
-  switch (m) {
-    case Model::kNet:
-      return std::make_shared<nn::Net>(gen);
-    case Model::kMlp:
-      return nn::make_mlp(gen, {.in_features = 20, .width = 32, .hidden_layers = 2, .classes = 5});
-    case Model::kGpt:
-      return std::make_shared<nn::GPT>(tiny_gpt(), gen);
-    case Model::kOdd:
-      return std::make_shared<Odd>(gen);
-  }
-  return nullptr;
-}
-
-constexpr int64_t kBatch = 16;
-
-struct Batch {
-  Tensor x, y;
-};
-
-Batch batch_of(Model m, int step) {
-  Generator gen(1000 + static_cast<uint64_t>(step));
-  switch (m) {
-    case Model::kNet:
-      return {rand({kBatch, 1, 28, 28}, gen), randint(0, 10, {kBatch}, gen)};
-    case Model::kMlp:
-      return {rand({kBatch, 20}, gen), randint(0, 5, {kBatch}, gen)};
-    case Model::kGpt:
-      return {randint(0, 16, {kBatch, 8}, gen), randint(0, 16, {kBatch, 8}, gen)};
-    case Model::kOdd:
-      return {rand({kBatch, 6}, gen), rand({kBatch, 1}, gen)};
-  }
-  return {};
-}
-
-Batch slice(const Batch& b, int rank, int world) {
-  const int64_t n = kBatch / world;
-  return {b.x.narrow(0, rank * n, n), b.y.narrow(0, rank * n, n)};
-}
-
-Tensor loss_of(Model m, nn::Module& model, const Batch& b) {
-  switch (m) {
-    case Model::kNet:
-    case Model::kMlp:
-      return nll_loss(model(b.x), b.y);
-    case Model::kGpt:
-      return static_cast<nn::GPT&>(model).forward(b.x, b.y);
-    case Model::kOdd:
-      return mse_loss(model(b.x), b.y);
-  }
-  return {};
-}
-
-// The optimizer of each model over `params` (full tensors or their shards,
-// mapped by `map`), with GPT's two weight-decay groups.
-std::unique_ptr<optim::Optimizer> make_opt(Model m, const nn::Module& model,
-                                           const std::function<Tensor(const Tensor&)>& map) {
-  std::vector<Tensor> all;
-  for (const Tensor& p : model.parameters())
-    if (p.requires_grad()) all.push_back(map(p));
-  switch (m) {
-    case Model::kNet:
-      return std::make_unique<optim::SGD>(all, optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
-    case Model::kMlp:
-      return std::make_unique<optim::AdamW>(all, optim::AdamWOptions{.lr = 1e-3});
-    case Model::kGpt: {
-      nn::WeightDecayGroups g = nn::weight_decay_groups(model);
-      std::vector<Tensor> decay, no_decay;
-      for (const Tensor& p : g.decay) decay.push_back(map(p));
-      for (const Tensor& p : g.no_decay) no_decay.push_back(map(p));
-      optim::AdamWOptions o{.lr = 3e-3, .weight_decay = 0.1};
-      auto opt = std::make_unique<optim::AdamW>(decay, o);
-      o.weight_decay = 0;
-      opt->add_param_group(no_decay, o);
-      return opt;
-    }
-    case Model::kOdd:
-      return std::make_unique<optim::Adam>(all, optim::AdamOptions{.lr = 1e-2});
-  }
-  return nullptr;
-}
-
-constexpr double kClip = 0.5;  // the GPT runs clip at this global norm
-
-nn::NamedTensors snapshot(const nn::Module& m) {
-  nn::NamedTensors out;
-  for (const auto& [name, t] : m.named_parameters()) out.emplace_back(name, t.clone());
-  return out;
-}
-
-nn::NamedTensors train_reference(Model m, int steps) {
-  auto model = make_model(m, 0);
-  auto opt = make_opt(m, *model, [](const Tensor& t) { return t; });
-  for (int s = 0; s < steps; ++s) {
-    opt->zero_grad();
-    loss_of(m, *model, batch_of(m, s)).backward();
-    if (m == Model::kGpt) optim::clip_grad_norm(model->parameters(), kClip);
-    opt->step();
-  }
-  return snapshot(*model);
-}
+using namespace zero_testing;
 
 nn::NamedTensors train_ddp(Model m, int steps,
                            const std::shared_ptr<distributed::ProcessGroup>& pg) {
@@ -178,11 +45,6 @@ nn::NamedTensors train_ddp(Model m, int steps,
     opt->step();
   }
   return snapshot(*model);
-}
-
-UnitPolicy policy_of(Model m) {
-  if (m == Model::kGpt) return module_type_policy({"Block"});
-  return child_unit_policy();
 }
 
 nn::NamedTensors train_zero(Model m, int stage, int steps,
@@ -222,10 +84,6 @@ void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want,
     for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
     throw Error(fmt::format("{}: parameter {} differs (max |diff| {})", what, got[i].first, worst));
   }
-}
-
-std::shared_ptr<distributed::ProcessGroup> join() {
-  return distributed::init_process_group("native", "env://", -1, -1, 60s);
 }
 
 void run_equivalence(Model m, int stage, int steps = 20, bool reshard = true) {
