@@ -20,6 +20,7 @@
 #include "cohort/parallel/tensor_parallel/parallel_mlp.h"
 #include "cohort/parallel/tensor_parallel/row_parallel_linear.h"
 #include "cohort/parallel/tensor_parallel/tensor_parallel_models.h"
+#include "cohort/parallel/tensor_parallel/tensor_parallel_testing.h"
 #include "cohort/rendezvous/hash_store.h"
 
 namespace cohort::parallel {
@@ -27,28 +28,9 @@ namespace {
 
 using distributed::ProcessGroup;
 
-// Runs fn on n ranks, one thread each, over one in-process store.
+// Every rank a thread, over one in-process store.
 void run_ranks(int n, const std::function<void(std::shared_ptr<ProcessGroup>)>& fn) {
-  static int counter = 0;
-  auto store = std::make_shared<rendezvous::HashStore>();
-  const std::string name = fmt::format("tp-{}-{}", ::getpid(), counter++);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        distributed::ProcessGroupOptions o;
-        o.name = name;
-        o.timeout = std::chrono::seconds(30);
-        fn(ProcessGroup::create(distributed::BackendKind::kNative, store, r, n, o));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  testing::run_ranks("tp", n, fn);
 }
 
 std::shared_ptr<ProcessGroup> solo() {
