@@ -75,6 +75,40 @@ void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want, dou
   }
 }
 
+// Two copies of rank 0's Net, `a` under DDP with float32 options, `b` with
+// the bf16 ones, after one backward of this rank's 32 rows of batch 0.
+struct Bf16Pair {
+  Bf16Pair(int rank, const std::shared_ptr<distributed::ProcessGroup>& pg,
+           DistributedDataParallelOptions fp32_options, DistributedDataParallelOptions bf16_options)
+      : a(std::make_unique<DistributedDataParallel>(fp32, pg, std::move(fp32_options))),
+        b(std::make_unique<DistributedDataParallel>(bf16, pg, std::move(bf16_options))) {
+    auto [x, y] = batch_of(0);
+    Tensor xl = x.narrow(0, rank * 32, 32), yl = y.narrow(0, rank * 32, 32);
+    nll_loss(a->forward(xl), yl).backward();
+    nll_loss(b->forward(xl), yl).backward();
+  }
+  std::shared_ptr<nn::Net> fp32 = make_net(0), bf16 = make_net(0);
+  std::unique_ptr<DistributedDataParallel> a, b;
+};
+
+// Throws unless every gradient of `bf16` is within bfloat16 rounding of
+// `fp32`'s; must_differ: and not bit-identical (the bf16 path was taken).
+void check_bf16_close(const nn::Module& fp32, const nn::Module& bf16, const std::string& what,
+                      bool must_differ) {
+  auto pa = fp32.named_parameters();
+  auto pb = bf16.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
+    // bfloat16 keeps 8 bits of mantissa: relative error about 2^-8 per value.
+    double scale = 0;
+    for (float v : ga.to_vector<float>()) scale = std::max(scale, double(std::fabs(v)));
+    if (!allclose(gb, ga, 2e-2, 2e-2 * scale))
+      throw Error(what + " gradient of " + pa[i].first + " is not close to float32's");
+    if (must_differ && equal(gb, ga) && ga.numel() > 100)
+      throw Error(what + " gradient of " + pa[i].first + " is bit-identical: hook not used?");
+  }
+}
+
 struct Equivalence {
   int steps = 20;
   double bucket_cap_mb = 25.0;
@@ -280,26 +314,8 @@ TEST(DDP, Bf16HookIsCloseToFloat32) {
   spawn(
       [](int rank) {
         auto pg = join();
-        auto [x, y] = batch_of(0);
-        Tensor xl = x.narrow(0, rank * 32, 32), yl = y.narrow(0, rank * 32, 32);
-        auto fp32 = make_net(0);
-        auto bf16 = make_net(0);
-        DistributedDataParallel a(fp32, pg);
-        DistributedDataParallel b(bf16, pg, {.comm_hook = bf16_compress_hook()});
-        nll_loss(a.forward(xl), yl).backward();
-        nll_loss(b.forward(xl), yl).backward();
-        auto pa = fp32->named_parameters();
-        auto pb = bf16->named_parameters();
-        for (size_t i = 0; i < pa.size(); ++i) {
-          Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
-          // bfloat16 keeps 8 bits of mantissa: relative error about 2^-8 per value.
-          double scale = 0;
-          for (float v : ga.to_vector<float>()) scale = std::max(scale, double(std::fabs(v)));
-          if (!allclose(gb, ga, 2e-2, 2e-2 * scale))
-            throw Error("bf16 gradient of " + pa[i].first + " is not close to float32's");
-          if (equal(gb, ga) && ga.numel() > 100)
-            throw Error("bf16 gradient of " + pa[i].first + " is bit-identical: hook not used?");
-        }
+        Bf16Pair p(rank, pg, {}, {.comm_hook = bf16_compress_hook()});
+        check_bf16_close(*p.fp32, *p.bf16, "bf16", /*must_differ=*/true);
         distributed::destroy_process_group(pg);
       },
       2);
@@ -312,32 +328,18 @@ TEST(DDP, Bf16GradReduceHalvesTheBytesReduced) {
   spawn(
       [](int rank) {
         auto pg = join();
-        auto [x, y] = batch_of(0);
-        Tensor xl = x.narrow(0, rank * 32, 32), yl = y.narrow(0, rank * 32, 32);
-        auto fp32 = make_net(0);
-        auto bf16 = make_net(0);
-        DistributedDataParallel a(fp32, pg, {.bucket_cap_mb = 0.05});
-        DistributedDataParallel b(bf16, pg,
-                                  {.bucket_cap_mb = 0.05, .reduce_dtype = DType::kBFloat16});
-        nll_loss(a.forward(xl), yl).backward();
-        nll_loss(b.forward(xl), yl).backward();
+        Bf16Pair p(rank, pg, {.bucket_cap_mb = 0.05},
+                   {.bucket_cap_mb = 0.05, .reduce_dtype = DType::kBFloat16});
         size_t grad_bytes = 0;
-        for (const Tensor& p : fp32->parameters()) grad_bytes += p.nbytes();
-        const size_t full = a.reducer().reduced_bytes(), half = b.reducer().reduced_bytes();
-        if (a.reducer().num_buckets() < 2 || full != grad_bytes || half * 2 != full)
+        for (const Tensor& t : p.fp32->parameters()) grad_bytes += t.nbytes();
+        const Reducer& a = p.a->reducer();
+        const size_t full = a.reduced_bytes(), half = p.b->reducer().reduced_bytes();
+        if (a.num_buckets() < 2 || full != grad_bytes || half * 2 != full)
           throw Error(
               fmt::format("rank {}: {} buckets reduced {} bytes in float32 and {} in bf16 "
                           "for {} bytes of gradients",
-                          rank, a.reducer().num_buckets(), full, half, grad_bytes));
-        auto pa = fp32->named_parameters();
-        auto pb = bf16->named_parameters();
-        for (size_t i = 0; i < pa.size(); ++i) {
-          Tensor ga = pa[i].second.grad(), gb = pb[i].second.grad();
-          double scale = 0;
-          for (float v : ga.to_vector<float>()) scale = std::max(scale, double(std::fabs(v)));
-          if (!allclose(gb, ga, 2e-2, 2e-2 * scale))
-            throw Error("bf16-reduced gradient of " + pa[i].first + " is not close to float32's");
-        }
+                          rank, a.num_buckets(), full, half, grad_bytes));
+        check_bf16_close(*p.fp32, *p.bf16, "bf16-reduced", /*must_differ=*/false);
         distributed::destroy_process_group(pg);
       },
       2);
