@@ -4,6 +4,8 @@
 // micro-batches of one step, and Pipeline::fail turns the first failure into
 // the error every caller sees. The rest of Pipeline (construction, the step,
 // replicas, state) is pipeline.cc.
+#include "cohort/parallel/pipeline/pipeline.h"
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -11,7 +13,6 @@
 #include "cohort/autograd/engine.h"
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/error.h"
-#include "cohort/parallel/pipeline/pipeline.h"
 
 namespace cohort::parallel::pipeline {
 
