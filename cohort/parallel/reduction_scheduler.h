@@ -51,36 +51,36 @@ namespace cohort::parallel {
 // for), then call `finish` (may be empty). bytes: what this rank handed to
 // the collective for it (summed in ReductionScheduler::launched_bytes).
 struct BucketReduction {
-  distributed::Work work;
-  std::function<void()> finish;
+  distributed::Work work = {};
+  std::function<void()> finish = {};
   size_t bytes = 0;
 };
 
 struct ReductionCallbacks {
   // Required: starts group `group`'s reduction and returns at once.
-  std::function<BucketReduction(size_t group)> launch;
+  std::function<BucketReduction(size_t group)> launch = {};
   // Optional: a key became ready (before its group is counted); e.g. put the
   // gradient back into the bucket.
-  std::function<void(size_t key)> on_ready;
+  std::function<void(size_t key)> on_ready = {};
   // Optional: armed without launching, group `group`'s keys are all ready.
-  std::function<void(size_t group)> on_accumulated;
+  std::function<void(size_t group)> on_accumulated = {};
   // Optional: the context of a failure of `group` (stage 0: its reduction,
   // 1: its follow-up); empty or unset: the error is rethrown unchanged.
-  std::function<std::string(size_t group, int stage)> describe;
+  std::function<std::string(size_t group, int stage)> describe = {};
 };
 
 struct ReductionSchedulerOptions {
   // Messages begin "{what} (rank {rank}): ".
-  std::string what;
+  std::string what = {};
   int rank = 0;
   // Groups launched but not finished, at most; 0: no cap.
   size_t max_in_flight = 0;
   // After "parameter 'x' got its gradient twice in one iteration": the
   // likely causes, in parentheses.
-  std::string twice_hint;
+  std::string twice_hint = {};
   // After "the previous iteration's gradient reduction did not finish: ...":
   // what to do about it.
-  std::string unfinished_advice;
+  std::string unfinished_advice = {};
 };
 
 class ReductionScheduler {

@@ -25,7 +25,7 @@ struct Fake {
     return ReductionCallbacks{
         .launch =
             [this](size_t g) {
-              log.push_back("launch " + std::to_string(g));
+              log.push_back(fmt::format("launch {}", g));
               most_in_flight = std::max(most_in_flight, ++in_flight);
               std::exception_ptr error;
               if (std::find(failing.begin(), failing.end(), g) != failing.end())
@@ -33,14 +33,13 @@ struct Fake {
               return BucketReduction{Work::completed("all_reduce", error),
                                      [this, g] {
                                        --in_flight;
-                                       log.push_back("finish " + std::to_string(g));
+                                       log.push_back(fmt::format("finish {}", g));
                                      },
                                      10};
             },
         .describe =
             [](size_t g, int stage) {
-              return "Test: reduction of group " + std::to_string(g) + " stage " +
-                     std::to_string(stage);
+              return fmt::format("Test: reduction of group {} stage {}", g, stage);
             }};
   }
 };
@@ -55,7 +54,7 @@ ReductionSchedulerOptions options(size_t max_in_flight = 0) {
 
 std::vector<std::string> names(size_t n) {
   std::vector<std::string> out;
-  for (size_t i = 0; i < n; ++i) out.push_back("p" + std::to_string(i));
+  for (size_t i = 0; i < n; ++i) out.push_back(fmt::format("p{}", i));
   return out;
 }
 
@@ -218,9 +217,8 @@ TEST(ReductionScheduler, FollowUpsRunAfterEveryGroupAndNameTheirStage) {
       finish();
       std::exception_ptr error;
       if (g == 1) error = std::make_exception_ptr(TimeoutError("too slow"));
-      self->then(g,
-                 BucketReduction{Work::completed("all_reduce", error),
-                                 [&, g] { fake.log.push_back("then " + std::to_string(g)); }, 1});
+      self->then(g, BucketReduction{Work::completed("all_reduce", error),
+                                    [&, g] { fake.log.push_back(fmt::format("then {}", g)); }, 1});
     };
     return r;
   };
