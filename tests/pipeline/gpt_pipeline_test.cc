@@ -30,19 +30,9 @@ using namespace std::chrono_literals;
 
 using namespace testing_util;
 
-nn::GPTConfig tiny(int64_t layers) {
-  nn::GPTConfig c;
-  c.n_layer = layers;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.vocab_size = 64;
-  return c;
-}
-
 std::shared_ptr<nn::GPT> make_gpt(int64_t layers, uint64_t seed) {
   Generator gen(seed);
-  return std::make_shared<nn::GPT>(tiny(layers), gen);
+  return std::make_shared<nn::GPT>(tiny_gpt(layers), gen);
 }
 
 // Step `step`'s global batch of windows (the same on every rank): idx and

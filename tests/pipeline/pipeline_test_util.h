@@ -1,6 +1,6 @@
 // Scaffolding of the pipeline's end-to-end tests (pipeline_test.cc,
 // gpt_pipeline_test.cc, pipeline_zero_test.cc): joining the spawned world,
-// a tiny GPT's batches of token windows, nanoGPT's AdamW groups, and the
+// a tiny GPT and its batches of token windows, nanoGPT's AdamW groups, and the
 // comparison with one process that names the tensor, the rank and the worst
 // difference. Test scaffolding only.
 #pragma once
@@ -15,6 +15,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
+#include "cohort/nn/models/gpt.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/adam.h"
 
@@ -23,6 +24,17 @@ namespace cohort::parallel::pipeline::testing_util {
 inline std::shared_ptr<distributed::ProcessGroup> join() {
   using namespace std::chrono_literals;
   return distributed::init_process_group("native", "env://", -1, -1, 60s);
+}
+
+// A tiny GPT of `layers` blocks over windows of 16 tokens out of 64.
+inline nn::GPTConfig tiny_gpt(int64_t layers = 2) {
+  nn::GPTConfig c;
+  c.n_layer = layers;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.vocab_size = 64;
+  return c;
 }
 
 // `rows` windows of 16 tokens out of 64 drawn by gen: idx and the next tokens.

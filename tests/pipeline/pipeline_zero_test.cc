@@ -42,16 +42,6 @@ using namespace testing_util;
 
 enum class Model { kMlp, kGpt };
 
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.block_size = 16;
-  c.vocab_size = 64;
-  return c;
-}
-
 std::pair<Tensor, Tensor> batch_of(Model model, int step) {
   Generator gen(700 + static_cast<uint64_t>(step));
   if (model == Model::kMlp) return {rand({kRows, 1, 28, 28}, gen), randint(0, 10, {kRows}, gen)};

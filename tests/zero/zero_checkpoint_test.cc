@@ -125,25 +125,9 @@ void zero_run(int stage, const std::string& resume, int from, int to, const std:
   distributed::destroy_process_group(pg);
 }
 
-// Tensors smaller than the world size (empty chunks at 4 and 3 ranks), a
-// frozen tensor in the root unit and a frozen bias inside unit "a".
-class Odd : public nn::Cloneable<Odd> {
- public:
-  explicit Odd(Generator& gen) : Cloneable("Odd") {
-    a_ = register_module("a", std::make_shared<nn::Linear>(6, 5, gen));
-    b_ = register_module("b", std::make_shared<nn::Linear>(5, 1, gen));
-    frozen_ = register_parameter("frozen", rand({5}, gen), false);
-    scale_ = register_parameter("scale", Tensor::ones({1}));
-    a_->bias().set_requires_grad(false);
-  }
-  Tensor forward(const Tensor& x) override {
-    return mul(b_(mul(relu(a_(x)), param(frozen_))), param(scale_));
-  }
-
- private:
-  nn::Child<nn::Linear> a_, b_;
-  size_t frozen_ = 0, scale_ = 0;
-};
+// Odd (zero_test_models.h): tensors smaller than the world size (empty
+// chunks at 4 and 3 ranks) and frozen parameters.
+using zero_testing::Odd;
 
 // Every parameter and every optimizer state tensor (gathered) equals the
 // checkpoint's, bit for bit.
