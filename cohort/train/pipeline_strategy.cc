@@ -45,10 +45,10 @@ PipelineStrategy::PipelineStrategy(const TrainOptions& options,
   pp::PipelineOptions po;
   po.zero_stage = options.pipeline_zero_stage;
   po.schedule = pp::parse_schedule(options.pipeline_schedule);
-  po.micro_batches = static_cast<int>(options.micro_batches);
+  po.micro_batches = static_cast<int>(options.effective_micro_batches());
   // Cuts balanced by each layer's measured cost on one micro-batch (world
   // rank 0 measures and broadcasts, so every rank cuts alike).
-  const int64_t micro = std::max<int64_t>(1, options.batch_size / options.micro_batches);
+  const int64_t micro = std::max<int64_t>(1, options.batch_size / po.micro_batches);
   po.sample_input = sample_input(options, micro);
   if (options.is_language_model()) {
     auto gpt = std::static_pointer_cast<nn::GPT>(make_model(options, gen));
@@ -219,7 +219,7 @@ std::string PipelineStrategy::layout() const {
   const int replicas = data_replicas();
   return fmt::format(
       "pipeline {}: {} stages x {} replica{}, {} micro-batches{}", options_.pipeline_schedule,
-      grid_.pp->size(), replicas, replicas == 1 ? "" : "s", options_.micro_batches,
+      grid_.pp->size(), replicas, replicas == 1 ? "" : "s", options_.effective_micro_batches(),
       zopt_
           ? fmt::format(", ZeRO stage {} over each stage's replicas", options_.pipeline_zero_stage)
           : std::string());
