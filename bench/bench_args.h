@@ -73,4 +73,30 @@ class Args {
   std::string flag_;
 };
 
+// The flags of a benchmark that times training steps: --batch B (examples
+// per step and rank), --steps N (timed one by one), --warmup N (run first,
+// not timed), --threads N (intra-op threads). Defaults are the program's.
+struct StepFlags {
+  int64_t batch = 8;
+  int steps = 5;
+  int warmup = 2;
+  int threads = 1;
+
+  // Reads the current flag of args when it is one of these; false otherwise.
+  bool read(Args& args) {
+    if (args.is("--batch")) {
+      batch = args.integer();
+    } else if (args.is("--steps")) {
+      steps = static_cast<int>(args.integer());
+    } else if (args.is("--warmup")) {
+      warmup = static_cast<int>(args.integer());
+    } else if (args.is("--threads")) {
+      threads = static_cast<int>(args.integer());
+    } else {
+      return false;
+    }
+    return true;
+  }
+};
+
 }  // namespace cohort::bench

@@ -53,8 +53,8 @@ using namespace cohort;
 
 int main(int argc, char** argv) {
   nn::GPTConfig config = nn::GPTConfig::reference();
-  int64_t batch = 16, seq = 0;
-  int steps = 10, warmup = 2, threads = 2;
+  bench::StepFlags timing{.batch = 16, .steps = 10, .warmup = 2, .threads = 2};
+  int64_t seq = 0;
   uint64_t seed = 1337;
   bool ddp = false;
   ComputePrecision precision = ComputePrecision::kFloat32, grad_reduce = ComputePrecision::kFloat32;
@@ -65,7 +65,9 @@ int main(int argc, char** argv) {
                    "[--threads N] [--seed S] [--ddp] [--precision fp32|bf16] "
                    "[--bf16-path emulated|onednn] [--grad-reduce fp32|bf16]");
   while (args.next()) {
-    if (args.is("--ddp")) {
+    if (timing.read(args)) {
+      continue;
+    } else if (args.is("--ddp")) {
       ddp = true;
     } else if (args.is("--preset")) {
       const std::string v = args.value();
@@ -85,16 +87,8 @@ int main(int argc, char** argv) {
       config.block_size = args.integer();
     } else if (args.is("--vocab")) {
       config.vocab_size = args.integer();
-    } else if (args.is("--batch")) {
-      batch = args.integer();
     } else if (args.is("--seq")) {
       seq = args.integer();
-    } else if (args.is("--steps")) {
-      steps = static_cast<int>(args.integer());
-    } else if (args.is("--warmup")) {
-      warmup = static_cast<int>(args.integer());
-    } else if (args.is("--threads")) {
-      threads = static_cast<int>(args.integer());
     } else if (args.is("--precision")) {
       precision = parse_precision(args.value());
     } else if (args.is("--bf16-path")) {
@@ -107,6 +101,8 @@ int main(int argc, char** argv) {
       args.unknown();
     }
   }
+  const int64_t batch = timing.batch;
+  const int steps = timing.steps, warmup = timing.warmup, threads = timing.threads;
   if (seq <= 0) seq = config.block_size;
   if (steps < 1 || batch < 1 || threads < 1)
     args.fail("--steps, --batch and --threads must be >= 1");

@@ -41,22 +41,16 @@ using namespace cohort;
 
 int main(int argc, char** argv) {
   std::string mode, gather_buffers = "resident";
-  int64_t batch = 8, n_layer = 4, n_embd = 256;
-  int steps = 5, warmup = 2, threads = 1;
+  bench::StepFlags timing{.batch = 8, .steps = 5, .warmup = 2, .threads = 1};
+  int64_t n_layer = 4, n_embd = 256;
   bench::Args args(argc, argv,
                    "bench_zero --mode ddp|zero1|zero2|zero3 [--batch B] [--steps N] [--warmup N] "
                    "[--threads N] [--n-layer L] [--n-embd C] [--gather-buffers resident|release]");
   while (args.next()) {
-    if (args.is("--mode")) {
+    if (timing.read(args)) {
+      continue;
+    } else if (args.is("--mode")) {
       mode = args.value();
-    } else if (args.is("--batch")) {
-      batch = args.integer();
-    } else if (args.is("--steps")) {
-      steps = static_cast<int>(args.integer());
-    } else if (args.is("--warmup")) {
-      warmup = static_cast<int>(args.integer());
-    } else if (args.is("--threads")) {
-      threads = static_cast<int>(args.integer());
     } else if (args.is("--n-layer")) {
       n_layer = args.integer();
     } else if (args.is("--n-embd")) {
@@ -67,6 +61,8 @@ int main(int argc, char** argv) {
       args.unknown();
     }
   }
+  const int64_t batch = timing.batch;
+  const int steps = timing.steps, warmup = timing.warmup, threads = timing.threads;
   int stage = -1;
   if (mode == "ddp") stage = 0;
   if (mode.size() == 5 && mode.rfind("zero", 0) == 0 && mode[4] >= '1' && mode[4] <= '3')
