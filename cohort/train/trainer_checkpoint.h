@@ -44,8 +44,8 @@ struct EpochTotals {
 // training time so far; all zero at an epoch's end).
 struct LoopPosition {
   int64_t step = 0;
-  data::SamplerState sampler;
-  EpochTotals totals;
+  data::SamplerState sampler = {};
+  EpochTotals totals = {};
 };
 
 // Writes a checkpoint of the run into options.checkpoint_dir and returns its
