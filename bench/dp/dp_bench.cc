@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "cohort/base/parallel.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/launch/spawn.h"
@@ -172,23 +173,21 @@ std::map<std::string, TorchRow> run_torch(const Args& args, int threads, std::st
 
 int main(int argc, char** argv) {
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc)
-      args.steps = std::stoi(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc)
-      args.rounds = std::stoi(argv[++i]);
-    else if (a == "--batch" && i + 1 < argc)
-      args.batch = std::stoi(argv[++i]);
-    else if (a == "--no-torch")
+  bench::Args cli(argc, argv,
+                  "bench_dp [--steps N] [--rounds R] [--batch B] [--bucket-mb M] [--no-torch]");
+  while (cli.next()) {
+    if (cli.is("--steps")) {
+      args.steps = static_cast<int>(cli.integer());
+    } else if (cli.is("--rounds")) {
+      args.rounds = static_cast<int>(cli.integer());
+    } else if (cli.is("--batch")) {
+      args.batch = cli.integer();
+    } else if (cli.is("--no-torch")) {
       args.torch = false;
-    else if (a == "--bucket-mb" && i + 1 < argc)
-      args.bucket_mb = std::stod(argv[++i]);
-    else {
-      std::fprintf(
-          stderr,
-          "usage: bench_dp [--steps N] [--rounds R] [--batch B] [--bucket-mb M] [--no-torch]\n");
-      return 2;
+    } else if (cli.is("--bucket-mb")) {
+      args.bucket_mb = cli.real();
+    } else {
+      cli.unknown();
     }
   }
   try {

@@ -37,7 +37,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/kernels/core_peak.h"
+#include "bench/kernels/interleaved_timing.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
 #include "cohort/base/cpu.h"
@@ -49,84 +51,61 @@
 
 using namespace cohort;
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "bench_gpt: %s\nusage: bench_gpt [--preset ref|gpt2] [--n-layer L] [--n-head H] "
-               "[--n-embd C] [--block-size T] [--vocab V] [--batch B] [--seq T] [--steps N] "
-               "[--warmup N] [--threads N] [--seed S] [--ddp] [--precision fp32|bf16] "
-               "[--bf16-path emulated|onednn] [--grad-reduce fp32|bf16]\n",
-               why);
-  std::exit(2);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   nn::GPTConfig config = nn::GPTConfig::reference();
-  int64_t batch = 16, seq = 0;
-  int steps = 10, warmup = 2, threads = 2;
+  bench::StepFlags timing{.batch = 16, .steps = 10, .warmup = 2, .threads = 2};
+  int64_t seq = 0;
   uint64_t seed = 1337;
   bool ddp = false;
   ComputePrecision precision = ComputePrecision::kFloat32, grad_reduce = ComputePrecision::kFloat32;
   native::Bf16Path bf16_path = native::best_bf16_path();
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--ddp") {
-      ddp = true;
+  bench::Args args(argc, argv,
+                   "bench_gpt [--preset ref|gpt2] [--n-layer L] [--n-head H] [--n-embd C] "
+                   "[--block-size T] [--vocab V] [--batch B] [--seq T] [--steps N] [--warmup N] "
+                   "[--threads N] [--seed S] [--ddp] [--precision fp32|bf16] "
+                   "[--bf16-path emulated|onednn] [--grad-reduce fp32|bf16]");
+  while (args.next()) {
+    if (timing.read(args)) {
       continue;
-    }
-    if (i + 1 >= argc) usage((a + " needs a value").c_str());
-    const std::string v = argv[++i];
-    const long long n = std::atoll(v.c_str());
-    if (a == "--preset") {
+    } else if (args.is("--ddp")) {
+      ddp = true;
+    } else if (args.is("--preset")) {
+      const std::string v = args.value();
       if (v == "ref")
         config = nn::GPTConfig::reference();
       else if (v == "gpt2")
         config = nn::GPTConfig::gpt2();
       else
-        usage(("--preset " + v + ": expected ref or gpt2").c_str());
-    } else if (a == "--n-layer") {
-      config.n_layer = n;
-    } else if (a == "--n-head") {
-      config.n_head = n;
-    } else if (a == "--n-embd") {
-      config.n_embd = n;
-    } else if (a == "--block-size") {
-      config.block_size = n;
-    } else if (a == "--vocab") {
-      config.vocab_size = n;
-    } else if (a == "--batch") {
-      batch = n;
-    } else if (a == "--seq") {
-      seq = n;
-    } else if (a == "--steps") {
-      steps = static_cast<int>(n);
-    } else if (a == "--warmup") {
-      warmup = static_cast<int>(n);
-    } else if (a == "--threads") {
-      threads = static_cast<int>(n);
-    } else if (a == "--precision") {
-      precision = parse_precision(v);
-    } else if (a == "--bf16-path") {
-      bf16_path = native::parse_bf16_path(v);
-    } else if (a == "--grad-reduce") {
-      grad_reduce = parse_precision(v);
-    } else if (a == "--seed") {
-      seed = static_cast<uint64_t>(n);
+        args.fail("--preset " + v + ": expected ref or gpt2");
+    } else if (args.is("--n-layer")) {
+      config.n_layer = args.integer();
+    } else if (args.is("--n-head")) {
+      config.n_head = args.integer();
+    } else if (args.is("--n-embd")) {
+      config.n_embd = args.integer();
+    } else if (args.is("--block-size")) {
+      config.block_size = args.integer();
+    } else if (args.is("--vocab")) {
+      config.vocab_size = args.integer();
+    } else if (args.is("--seq")) {
+      seq = args.integer();
+    } else if (args.is("--precision")) {
+      precision = parse_precision(args.value());
+    } else if (args.is("--bf16-path")) {
+      bf16_path = native::parse_bf16_path(args.value());
+    } else if (args.is("--grad-reduce")) {
+      grad_reduce = parse_precision(args.value());
+    } else if (args.is("--seed")) {
+      seed = static_cast<uint64_t>(args.integer());
     } else {
-      usage(("unknown option " + a).c_str());
+      args.unknown();
     }
   }
+  const int64_t batch = timing.batch;
+  const int steps = timing.steps, warmup = timing.warmup, threads = timing.threads;
   if (seq <= 0) seq = config.block_size;
-  if (steps < 1 || batch < 1 || threads < 1) usage("--steps, --batch and --threads must be >= 1");
+  if (steps < 1 || batch < 1 || threads < 1)
+    args.fail("--steps, --batch and --threads must be >= 1");
   config.validate();
   set_num_threads(threads);
 
@@ -180,7 +159,7 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &ru);
   const double tokens = static_cast<double>(batch) * seq * world;
   const double flops = (6.0 * params_no_pos + 12.0 * config.n_layer * config.n_embd * seq) * tokens;
-  const double med = median(ms);
+  const double med = bench::median(ms);
   // Measured after the steps, so that the FMA loop runs on a warm core.
   // Rank 0 alone (the others wait at the barrier): the peak of all ranks' cores.
   const bench::FmaPeak peak =

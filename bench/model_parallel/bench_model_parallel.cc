@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "bench/rank_results.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/error.h"
@@ -191,25 +192,20 @@ std::vector<std::string> split_list(const std::string& s) {
 
 Settings parse(int argc, char** argv) {
   Settings s;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      COHORT_CHECK(i + 1 < argc, "{} needs a value", a);
-      return argv[++i];
-    };
-    if (a == "--steps") {
-      s.steps = std::stoi(value());
-    } else if (a == "--batch") {
-      s.batch = std::stoll(value());
-    } else if (a == "--micro-batches") {
-      s.micro_batches = std::stoll(value());
-    } else if (a == "--models") {
-      s.models = split_list(value());
+  bench::Args args(argc, argv,
+                   "bench_model_parallel [--steps N] [--batch N] [--micro-batches N] "
+                   "[--models mlp,net]");
+  while (args.next()) {
+    if (args.is("--steps")) {
+      s.steps = static_cast<int>(args.integer());
+    } else if (args.is("--batch")) {
+      s.batch = args.integer();
+    } else if (args.is("--micro-batches")) {
+      s.micro_batches = args.integer();
+    } else if (args.is("--models")) {
+      s.models = split_list(args.value());
     } else {
-      throw InvalidArgument(fmt::format(
-          "unknown argument '{}' (expected --steps N, --batch N, --micro-batches N, --models "
-          "mlp,net)",
-          a));
+      args.unknown();
     }
   }
   return s;

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+#include "bench/kernels/interleaved_timing.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/storage.h"
 #include "cohort/distributed/process_group.h"
@@ -37,60 +39,37 @@
 
 using namespace cohort;
 
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "bench_zero: %s\nusage: bench_zero --mode ddp|zero1|zero2|zero3 [--batch B] "
-               "[--steps N] [--warmup N] [--threads N] [--n-layer L] [--n-embd C] "
-               "[--gather-buffers resident|release]\n",
-               why);
-  std::exit(2);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   std::string mode, gather_buffers = "resident";
-  int64_t batch = 8, n_layer = 4, n_embd = 256;
-  int steps = 5, warmup = 2, threads = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-    std::string v = argv[++i];
-    if (a == "--mode") {
-      mode = v;
-    } else if (a == "--batch") {
-      batch = std::stoll(v);
-    } else if (a == "--steps") {
-      steps = std::stoi(v);
-    } else if (a == "--warmup") {
-      warmup = std::stoi(v);
-    } else if (a == "--threads") {
-      threads = std::stoi(v);
-    } else if (a == "--n-layer") {
-      n_layer = std::stoll(v);
-    } else if (a == "--n-embd") {
-      n_embd = std::stoll(v);
-    } else if (a == "--gather-buffers") {
-      gather_buffers = v;
+  bench::StepFlags timing{.batch = 8, .steps = 5, .warmup = 2, .threads = 1};
+  int64_t n_layer = 4, n_embd = 256;
+  bench::Args args(argc, argv,
+                   "bench_zero --mode ddp|zero1|zero2|zero3 [--batch B] [--steps N] [--warmup N] "
+                   "[--threads N] [--n-layer L] [--n-embd C] [--gather-buffers resident|release]");
+  while (args.next()) {
+    if (timing.read(args)) {
+      continue;
+    } else if (args.is("--mode")) {
+      mode = args.value();
+    } else if (args.is("--n-layer")) {
+      n_layer = args.integer();
+    } else if (args.is("--n-embd")) {
+      n_embd = args.integer();
+    } else if (args.is("--gather-buffers")) {
+      gather_buffers = args.value();
     } else {
-      usage(("unknown option " + a).c_str());
+      args.unknown();
     }
   }
+  const int64_t batch = timing.batch;
+  const int steps = timing.steps, warmup = timing.warmup, threads = timing.threads;
   int stage = -1;
   if (mode == "ddp") stage = 0;
   if (mode.size() == 5 && mode.rfind("zero", 0) == 0 && mode[4] >= '1' && mode[4] <= '3')
     stage = mode[4] - '0';
-  if (stage < 0) usage("--mode must be ddp, zero1, zero2 or zero3");
+  if (stage < 0) args.fail("--mode must be ddp, zero1, zero2 or zero3");
   if (gather_buffers != "resident" && gather_buffers != "release")
-    usage("--gather-buffers must be resident or release");
+    args.fail("--gather-buffers must be resident or release");
   set_num_threads(threads);
   auto pg = distributed::init_process_group("native", "env://");
   const int rank = pg->rank(), world = pg->size();
@@ -171,7 +150,7 @@ int main(int argc, char** argv) {
         "\"model_state_mb\": %.2f, \"model_state_formula_mb\": %.2f, \"gather_peak_mb\": %.2f, "
         "\"gather_buffers_mb\": %.2f, \"bytes_per_step_mb\": %.2f, \"bytes_formula_mb\": %.2f}\n",
         mode.c_str(), world, threads, static_cast<long long>(batch), static_cast<long long>(psi),
-        median(ms), *std::min_element(ms.begin(), ms.end()),
+        bench::median(ms), *std::min_element(ms.begin(), ms.end()),
         *std::max_element(ms.begin(), ms.end()), rss.item<double>() / 1e6, state / 1e6,
         parallel::zero_model_state_bytes(stage, psi, world) / 1e6, gather / 1e6,
         gather_buffers_bytes / 1e6, traffic / 1e6, parallel::zero_traffic_bytes(stage, psi) / 1e6);

@@ -126,7 +126,7 @@ ReshardStats reshard_checkpoint(const std::string& src_path, const std::string& 
   fs::create_directories(parent, ec);
   if (ec)
     throw IoError(fmt::format("reshard: cannot create '{}': {}", parent.string(), ec.message()));
-  const fs::path tmp(detail::temp_sibling(parent.string(), target.filename().string()));
+  const fs::path tmp(temp_sibling(parent.string(), target.filename().string()));
   if (!fs::create_directory(tmp, ec) || ec)
     throw IoError(
         fmt::format("reshard: cannot create '{}': {}", tmp.string(), ec ? ec.message() : "exists"));

@@ -342,7 +342,7 @@ std::string save_sharded_checkpoint(distributed::ProcessGroup& group, const std:
                                     const TrainingState& state, const Metadata& info,
                                     const SaveOptions& options) {
   const int rank = group.rank(), world = group.size();
-  const std::string name = detail::step_dir_name(state.step);
+  const std::string name = step_dir_name(state.step);
   // 1. Rank 0 makes the temporary directory and tells the others.
   std::string tmp;
   std::exception_ptr error;
@@ -350,16 +350,7 @@ std::string save_sharded_checkpoint(distributed::ProcessGroup& group, const std:
     try {
       COHORT_CHECK(state.step >= 0, "save_sharded_checkpoint: step must be >= 0, got {}",
                    state.step);
-      std::error_code ec;
-      fs::create_directories(root, ec);
-      if (ec)
-        throw IoError(
-            fmt::format("save_sharded_checkpoint: cannot create '{}': {}", root, ec.message()));
-      detail::remove_stale_temporaries(root);
-      tmp = detail::temp_sibling(root, name);
-      if (!fs::create_directory(tmp, ec) || ec)
-        throw IoError(fmt::format("save_sharded_checkpoint: cannot create '{}': {}", tmp,
-                                  ec ? ec.message() : "exists"));
+      tmp = begin_checkpoint_dir(root, name, "save_sharded_checkpoint");
     } catch (...) {
       error = std::current_exception();
     }
@@ -390,7 +381,7 @@ std::string save_sharded_checkpoint(distributed::ProcessGroup& group, const std:
       meta[kVersionKey] = std::to_string(kShardedFormatVersion);
       meta[kWorldKey] = std::to_string(world);
       save_safetensors((fs::path(tmp) / kShardedMetaFile).string(), TensorDict(), meta);
-      final_path = detail::commit_checkpoint_dir(tmp, root, name, options);
+      final_path = commit_checkpoint_dir(tmp, root, name, options);
     } catch (...) {
       error = std::current_exception();
       std::error_code ec;
@@ -448,26 +439,6 @@ TensorDict read_state_dict(const CheckpointSource& source, const std::string& pr
     if (e.name.starts_with(prefix))
       out.insert(e.name.substr(prefix.size()), source.read_tensor(e.name));
   return out;
-}
-
-TrainingState detail::load_sharded_checkpoint_whole(const std::string& dir, nn::Module& model,
-                                                    optim::Optimizer* optimizer) {
-  ShardedSource src(dir);
-  TrainingState state = src.state();
-  TensorDict m = read_state_dict(src, kModelPrefix);
-  check_state_dict_matches(model, m, fmt::format("sharded checkpoint '{}'", dir));
-  if (optimizer != nullptr) {
-    TensorDict o = read_state_dict(src, kOptimizerPrefix);
-    try {
-      optimizer->load_state_dict(o);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(
-          fmt::format("load_checkpoint: sharded checkpoint '{}' does not fit the optimizer: {}",
-                      dir, e.what()));
-    }
-  }
-  model.load_state_dict(m, /*strict=*/true);
-  return state;
 }
 
 }  // namespace cohort::checkpoint

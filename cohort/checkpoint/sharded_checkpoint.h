@@ -18,14 +18,16 @@
 //       sit in the first files; readers only need the ranges to cover each
 //       tensor exactly once.
 //   sharded.safetensors
-//       no tensors; metadata: the training state (encode_training_state,
-//       checkpoint.h) plus "cohort.sharded.version" (kShardedFormatVersion),
-//       "cohort.sharded.world_size" (number of rank files) and whatever the
-//       writer adds (strategy, stage). Written last.
-// Crash safety: the files are written into a temporary directory in the root
-// (rank 0 creates it, every rank writes its file, rank 0 writes
-// sharded.safetensors after every rank reported success) which is then renamed
-// to step-N, so a partial checkpoint is never taken for a whole one.
+//       no tensors (kShardedMetaFile); metadata: the training state
+//       (encode_training_state, training_state.h) plus "cohort.sharded.version"
+//       (kShardedFormatVersion), "cohort.sharded.world_size" (number of rank files) and whatever
+//       the writer adds (strategy, stage). Written last.
+// Crash safety (checkpoint_dir.h): the files are written into a temporary
+// directory in the root (rank 0 creates it, every rank writes its file, rank 0
+// writes sharded.safetensors after every rank reported success) which is then
+// renamed to step-N, so a partial checkpoint is never taken for a whole one.
+// This file knows nothing of checkpoint.h's whole-checkpoint functions (which
+// read sharded checkpoints through it), only their file names.
 //
 // Reading: open_checkpoint() gives a CheckpointSource over a sharded
 // checkpoint or a whole one (model.safetensors [+ optimizer.safetensors],
@@ -46,12 +48,11 @@
 #include <utility>
 #include <vector>
 
-#include "cohort/checkpoint/checkpoint.h"
+#include "cohort/checkpoint/checkpoint_dir.h"
 #include "cohort/distributed/process_group.h"
 
 namespace cohort::checkpoint {
 
-inline constexpr const char* kShardedMetaFile = "sharded.safetensors";
 inline constexpr int kShardedFormatVersion = 1;
 inline constexpr const char* kModelPrefix = "model/";
 inline constexpr const char* kOptimizerPrefix = "optimizer/";

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cohort/autograd/ops.h"
+#include "cohort/checkpoint/checkpoint.h"
 #include "cohort/core/random.h"
 #include "cohort/nn/linear.h"
 #include "cohort/optim/adam.h"

@@ -19,6 +19,7 @@
 #include "cohort/base/error.h"
 #include "cohort/rendezvous/file_store.h"
 #include "cohort/rpc/rpc_agent.h"
+#include "tests/distributed/process_runner.h"
 
 namespace cohort::rpc {
 namespace {
@@ -35,63 +36,9 @@ using namespace std::chrono_literals;
     }                                                                                          \
   } while (0)
 
-std::string temp_path() {
-  static int counter = 0;
-  // PIDs are reused: a store file left by an earlier run under this pid
-  // would hand this job that run's addresses.
-  std::string path = fmt::format("/tmp/cohort-rpc-test-{}-{}", ::getpid(), counter++);
-  ::unlink(path.c_str());
-  return path;
-}
+using testing::run_processes;
 
-// Forks n children running fn(rank); returns their wait statuses. Children
-// still running after `limit` are killed (a hang fails instead of blocking).
-std::vector<int> run_processes(int n, std::chrono::seconds limit,
-                               const std::function<void(int)>& fn) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int code = 0;
-      try {
-        fn(r);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        code = 1;
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> status(static_cast<size_t>(n), -1);
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  for (int left = n; left > 0;) {
-    for (int r = 0; r < n; ++r) {
-      int st = 0;
-      if (status[static_cast<size_t>(r)] == -1 &&
-          ::waitpid(pids[static_cast<size_t>(r)], &st, WNOHANG) > 0) {
-        status[static_cast<size_t>(r)] = st;
-        --left;
-      }
-    }
-    if (left == 0) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (int r = 0; r < n; ++r) {
-        if (status[static_cast<size_t>(r)] != -1) continue;
-        ::kill(pids[static_cast<size_t>(r)], SIGKILL);
-        ::waitpid(pids[static_cast<size_t>(r)], nullptr, 0);
-        ADD_FAILURE() << "rank " << r << " still ran after " << limit.count() << " s (a hang)";
-      }
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return status;
-}
+std::string temp_path() { return testing::temp_path("cohort-rpc-test"); }
 
 bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 

@@ -7,8 +7,6 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/parallel.h"
-#include "cohort/optim/adam.h"
-#include "cohort/optim/sgd.h"
 #include "cohort/parallel/pipeline/gpt_pipeline.h"
 #include "cohort/train/tensor_dict_exchange.h"
 
@@ -45,10 +43,10 @@ PipelineStrategy::PipelineStrategy(const TrainOptions& options,
   pp::PipelineOptions po;
   po.zero_stage = options.pipeline_zero_stage;
   po.schedule = pp::parse_schedule(options.pipeline_schedule);
-  po.micro_batches = static_cast<int>(options.micro_batches);
+  po.micro_batches = static_cast<int>(options.effective_micro_batches());
   // Cuts balanced by each layer's measured cost on one micro-batch (world
   // rank 0 measures and broadcasts, so every rank cuts alike).
-  const int64_t micro = std::max<int64_t>(1, options.batch_size / options.micro_batches);
+  const int64_t micro = std::max<int64_t>(1, options.batch_size / po.micro_batches);
   po.sample_input = sample_input(options, micro);
   if (options.is_language_model()) {
     auto gpt = std::static_pointer_cast<nn::GPT>(make_model(options, gen));
@@ -87,7 +85,7 @@ void PipelineStrategy::make_sharded_optimizer() {
   std::set<const TensorImpl*> here;
   for (const Tensor& p : pipe_->parameters())
     if (p.requires_grad()) here.insert(p.unsafe_impl());
-  std::unique_ptr<optim::Optimizer> opt;
+  std::vector<optim::ParamGroup> shard_groups;
   size_t index = 0;
   const auto& groups = opt_->param_groups();
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -101,27 +99,13 @@ void PipelineStrategy::make_sharded_optimizer() {
     }
     if (shards.empty()) continue;
     zopt_group_.push_back(g);
-    if (opt != nullptr) {
-      opt->add_param_group(std::move(shards), groups[g].options);
-      continue;
-    }
-    switch (options_.optimizer) {
-      case OptimizerKind::kSgd:
-        opt = std::make_unique<optim::SGD>(std::move(shards), optim::SGDOptions{});
-        break;
-      case OptimizerKind::kAdam:
-        opt = std::make_unique<optim::Adam>(std::move(shards), optim::AdamOptions{});
-        break;
-      case OptimizerKind::kAdamW:
-        opt = std::make_unique<optim::AdamW>(std::move(shards), optim::AdamWOptions{});
-        break;
-    }
-    for (const auto& [name, value] : groups[g].options) opt->param_group(0).set_option(name, value);
+    shard_groups.push_back({.params = std::move(shards), .options = groups[g].options});
   }
-  COHORT_CHECK(opt != nullptr,
+  COHORT_CHECK(!shard_groups.empty(),
                "--strategy pipeline --zero-stage {}: pipeline rank {} holds no trainable "
                "parameters (a stage of parameter-free layers); use fewer --pipeline-stages",
                options_.pipeline_zero_stage, grid_.pp->rank());
+  auto opt = make_optimizer_over(options_.optimizer, std::move(shard_groups));
   zopt_ = std::make_unique<parallel::ShardedOptimizer>(zero, std::move(opt));
 }
 
@@ -219,7 +203,7 @@ std::string PipelineStrategy::layout() const {
   const int replicas = data_replicas();
   return fmt::format(
       "pipeline {}: {} stages x {} replica{}, {} micro-batches{}", options_.pipeline_schedule,
-      grid_.pp->size(), replicas, replicas == 1 ? "" : "s", options_.micro_batches,
+      grid_.pp->size(), replicas, replicas == 1 ? "" : "s", options_.effective_micro_batches(),
       zopt_
           ? fmt::format(", ZeRO stage {} over each stage's replicas", options_.pipeline_zero_stage)
           : std::string());

@@ -1,5 +1,6 @@
 #include "cohort/train/train_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -71,6 +72,11 @@ double TrainOptions::effective_momentum() const {
   return momentum.value_or(model == ModelKind::kToy ? 0.0 : 0.9);
 }
 
+int64_t TrainOptions::effective_micro_batches() const {
+  constexpr int64_t kDefaultMicroBatches = 4;
+  return micro_batches.value_or(std::min(kDefaultMicroBatches, batch_size));
+}
+
 std::string TrainOptions::effective_data_dir() const {
   if (!data_dir.empty()) return data_dir;
   return dataset == DatasetKind::kMnist ? data::Mnist::kDefaultRoot
@@ -130,9 +136,12 @@ void TrainOptions::validate() const {
   COHORT_CHECK(known_schedule,
                "--pipeline-schedule must be one of gpipe, 1f1b, interleaved, zb-h1, got '{}'",
                pipeline_schedule);
-  COHORT_CHECK(micro_batches >= 1 && micro_batches <= batch_size,
+  // Only the pipeline cuts a batch into micro-batches; other strategies
+  // ignore the field, so its default must not fail their small batches.
+  COHORT_CHECK(strategy != Strategy::kPipeline ||
+                   (effective_micro_batches() >= 1 && effective_micro_batches() <= batch_size),
                "--micro-batches must be in [1, --batch-size = {}], got {}", batch_size,
-               micro_batches);
+               effective_micro_batches());
   COHORT_CHECK(pipeline_stages >= 0, "--pipeline-stages must be >= 0 (0: every rank), got {}",
                pipeline_stages);
   COHORT_CHECK(ps_servers >= 1, "--ps-servers must be >= 1, got {}", ps_servers);

@@ -60,10 +60,12 @@ struct TrainOptions {
   Strategy strategy = Strategy::kAuto;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the
-  // micro-batches each step's batch is cut into; the stages (0: every rank
-  // is a stage; else the world is stages x data-parallel replicas).
+  // micro-batches each step's batch is cut into (unset: 4, or batch_size
+  // when that is smaller; checked only under the pipeline, the one strategy
+  // that cuts a batch); the stages (0: every rank is a stage; else the world
+  // is stages x data-parallel replicas).
   std::string pipeline_schedule = "1f1b";
-  int64_t micro_batches = 4;
+  std::optional<int64_t> micro_batches;
   int pipeline_stages = 0;
   // --strategy tensor with a GPT: Megatron's sequence parallelism (each rank
   // keeps T/p positions between the tensor-parallel regions).
@@ -136,6 +138,8 @@ struct TrainOptions {
   // The effective learning rate and momentum.
   double effective_lr() const;
   double effective_momentum() const;
+  // The pipeline's micro-batches per step (micro_batches or its default).
+  int64_t effective_micro_batches() const;
   // data_dir or the data set's default directory.
   std::string effective_data_dir() const;
   void validate() const;

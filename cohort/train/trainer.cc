@@ -11,7 +11,6 @@
 #include "cohort/base/log.h"
 #include "cohort/base/parallel.h"
 #include "cohort/checkpoint/distributed_checkpoint.h"
-#include "cohort/checkpoint/sharded_checkpoint.h"
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
 #include "cohort/data/window_dataset.h"
@@ -19,6 +18,7 @@
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/run_trace.h"
 #include "cohort/train/train_strategy.h"
+#include "cohort/train/trainer_checkpoint.h"
 #include "cohort/train/workload.h"
 
 namespace cohort::train {
@@ -28,46 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Keys of TrainingState::extra.
-constexpr const char* kLossSum = "epoch_loss_sum";
-constexpr const char* kLossCount = "epoch_loss_count";
-constexpr const char* kSamples = "epoch_samples";
-constexpr const char* kSeconds = "epoch_seconds";
-constexpr const char* kWorldSize = "world_size";
-constexpr const char* kBatchSize = "batch_size";  // per rank
-constexpr const char* kModel = "model";
-constexpr const char* kDataset = "dataset";
-
-// The running totals of the epoch in progress. Between reductions each rank
-// holds its own share; after reduce() rank 0 holds the totals, the others 0.
-struct EpochTotals {
-  double loss_sum = 0;
-  double loss_count = 0;  // steps x ranks
-  double samples = 0;
-  double seconds = 0;  // before the current stretch (from a checkpoint)
-
-  void reduce(distributed::ProcessGroup* pg) {
-    if (pg == nullptr || pg->size() == 1) return;
-    double v[3] = {loss_sum, loss_count, samples};
-    pg->all_reduce(v, 3, distributed::DataType::kFloat64);
-    bool main = pg->rank() == 0;
-    loss_sum = main ? v[0] : 0;
-    loss_count = main ? v[1] : 0;
-    samples = main ? v[2] : 0;
-  }
-};
-
-double parse_double(const checkpoint::Metadata& m, const char* key, double fallback) {
-  auto it = m.find(key);
-  if (it == m.end()) return fallback;
-  try {
-    return std::stod(it->second);
-  } catch (const std::exception&) {
-    throw IoError(
-        fmt::format("checkpoint: training state key '{}' is not a number: '{}'", key, it->second));
-  }
 }
 
 std::string rank_suffix(distributed::ProcessGroup* pg) {
@@ -238,56 +198,13 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
 
 void Run::resume() {
   if (!strategy_->runs_loop()) return;
-  std::optional<checkpoint::TrainingState> resumed;
-  if (!o_.resume.empty()) {
-    auto path = pg_ != nullptr ? checkpoint::resolve_resume(*pg_, o_.resume, o_.checkpoint_dir)
-                               : checkpoint::resolve_resume(o_.resume, o_.checkpoint_dir);
-    if (path) {
-      // A sharded checkpoint goes straight to a strategy that reads its own
-      // ranges; anything else loads whole into full_model() (any strategy).
-      std::unique_ptr<checkpoint::CheckpointSource> source;
-      if (checkpoint::is_sharded_checkpoint(*path)) source = checkpoint::open_checkpoint(*path);
-      if (source != nullptr && strategy_->load_checkpoint_part(*source)) {
-        resumed = source->state();
-      } else {
-        resumed = checkpoint::load_checkpoint(*path, strategy_->full_model(),
-                                              &strategy_->full_optimizer());
-        strategy_->after_resume();
-      }
-      if (!resumed->rng_state.empty()) gen_.set_state(resumed->rng_state);
-      auto it = resumed->extra.find(kModel);
-      COHORT_CHECK(it == resumed->extra.end() || it->second == model_name(o_.model),
-                   "--resume {}: checkpoint is of model '{}', not '{}'", *path, it->second,
-                   model_name(o_.model));
-      info_.resumed_from = *path;
-    }
-  }
-  if (resumed) {
-    step_ = resumed->step;
-    data::SamplerState s = resumed->sampler;
-    const int64_t replicas = strategy_->data_replicas();
-    int64_t saved_world = static_cast<int64_t>(parse_double(resumed->extra, kWorldSize, replicas));
-    if (saved_world != replicas && saved_world > 0 && !o_.is_language_model()) {
-      // Same share of the epoch, counted in this job's per-replica positions.
-      s.position = std::min(sampler_->size(), s.position * saved_world / replicas);
-    }
-    const auto saved_batch =
-        static_cast<int64_t>(parse_double(resumed->extra, kBatchSize, double(o_.batch_size)));
-    if (o_.is_language_model() && saved_batch > 0 && saved_batch != o_.batch_size) {
-      // A language model's position is steps x B per rank (the window
-      // sampler's global step): the same steps in this job's B, so a run of
-      // R x B resumed as R' x B' with R B = R' B' draws the same windows.
-      s.position = s.position / saved_batch * o_.batch_size;
-    }
-    s.position = std::min(s.position, sampler_->size());
-    loader_->load_state(s);
-    start_epoch_ = s.epoch;
-    totals_.seconds = parse_double(resumed->extra, kSeconds, 0);
-    if (is_main()) {
-      totals_.loss_sum = parse_double(resumed->extra, kLossSum, 0);
-      totals_.loss_count = parse_double(resumed->extra, kLossCount, 0);
-      totals_.samples = parse_double(resumed->extra, kSamples, 0);
-    }
+  if (std::optional<ResumedRun> r = resume_run(o_, *strategy_, pg_, gen_, sampler_->size())) {
+    info_.resumed_from = r->path;
+    step_ = r->position.step;
+    loader_->load_state(r->position.sampler);
+    start_epoch_ = r->position.sampler.epoch;
+    // The epoch's totals so far live on the main rank (EpochTotals::reduce).
+    totals_ = is_main() ? r->position.totals : EpochTotals{.seconds = r->position.totals.seconds};
   }
   info_.start_step = step_;
   info_.start_epoch = start_epoch_;
@@ -301,47 +218,13 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
   // A rank that runs the loop on its own (pg_ null) but does not report
   // leaves the checkpoint to the one that does.
   if (pg_ == nullptr && !is_main()) return;
-  // Sharded: every rank writes its own pieces, nothing is gathered.
-  const bool sharded = o_.checkpoint_format == "sharded" && pg_ != nullptr &&
-                       strategy_->writes_sharded_checkpoints();
-  if (!sharded) strategy_->sync_full_model(true);
-  EpochTotals saved = carry ? totals_ : EpochTotals{};
-  checkpoint::TrainingState st;
-  st.epoch = sampler_state.epoch;
-  st.step = step_;
-  st.rng_state = gen_.get_state();
-  st.sampler = sampler_state;
-  st.extra[kLossSum] = fmt::format("{:.17g}", saved.loss_sum);
-  st.extra[kLossCount] = fmt::format("{:.17g}", saved.loss_count);
-  st.extra[kSamples] = fmt::format("{:.17g}", saved.samples);
-  st.extra[kSeconds] = fmt::format("{:.17g}", carry ? epoch_seconds : 0.0);
-  // The sampler's replicas: what a resumed run rescales its position by.
-  st.extra[kWorldSize] = std::to_string(strategy_->data_replicas());
-  st.extra[kBatchSize] = std::to_string(o_.batch_size);
-  st.extra[kModel] = std::string(model_name(o_.model));
-  // What the model was trained on: `cohort predict` names classes by it.
-  st.extra[kDataset] = std::string(dataset_name(o_.dataset));
-  // A language model's shape: what `cohort eval` / `generate` rebuild it from.
-  if (o_.is_language_model()) {
-    write_gpt_config(gpt_config(o_), st.extra);
-    st.extra["data_file"] = o_.data_file;
-    st.extra["val_fraction"] = fmt::format("{:.17g}", o_.val_fraction);
+  LoopPosition position{.step = step_, .sampler = sampler_state};
+  if (carry) {
+    position.totals = totals_;
+    position.totals.seconds = epoch_seconds;
   }
-  checkpoint::SaveOptions so;
-  so.keep_last = o_.keep_last;
-  // With a group: rank 0 writes, every rank learns the outcome (a barrier).
-  nn::Module& model = strategy_->full_model();
-  optim::Optimizer* opt = &strategy_->full_optimizer();
-  if (sharded) {
-    const checkpoint::Metadata info{
-        {"cohort.sharded.strategy", std::string(strategy_name(info_.strategy))}};
-    result_.last_checkpoint = checkpoint::save_sharded_checkpoint(
-        *pg_, o_.checkpoint_dir, strategy_->checkpoint_pieces(), st, info, so);
-  } else {
-    result_.last_checkpoint =
-        pg_ != nullptr ? checkpoint::save_checkpoint(*pg_, o_.checkpoint_dir, model, opt, st, so)
-                       : checkpoint::save_checkpoint(o_.checkpoint_dir, model, opt, st, so);
-  }
+  result_.last_checkpoint =
+      save_run_checkpoint(o_, info_.strategy, *strategy_, pg_, gen_, position);
   if (is_main() && observer_ != nullptr) observer_->on_checkpoint(result_.last_checkpoint, step_);
 }
 

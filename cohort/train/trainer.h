@@ -1,5 +1,5 @@
 // Trainer: the training loop behind `cohort train`. Trains a reference model
-// (workload.h) for some epochs in one of five ways (train_strategy.h):
+// (workload.h) for some epochs in one of seven ways (train_strategy.h):
 //   single    one process, intra-op threads only;
 //   ddp       one process per rank of a job started by `cohort run` or mpirun:
 //             init_process_group(env://), DistributedDataParallel, a
@@ -7,7 +7,10 @@
 //   dp        one process, DataParallel replicas on threads;
 //   pipeline  the model's layers in stages over pipeline_stages ranks
 //             (micro-batches, a schedule), data parallel over the rest;
-//   tensor    fc1/fc2 split over the ranks (Megatron-style), same batch on all.
+//   tensor    fc1/fc2 split over the ranks (Megatron-style), same batch on all;
+//   ps        data parallel through a parameter server (ps_strategy.h);
+//   zero      data parallel with sharded optimizer state, gradients and
+//             parameters (ZeRO stages 1-3, zero_strategy.h).
 // Every strategy draws its batches from a DistributedSampler (one replica
 // when not distributed: a seeded shuffle, PyTorch's order) whose epoch the
 // loop advances with set_epoch, so every epoch has a new order and a resumed

@@ -104,6 +104,32 @@ TEST(TrainOptions, DefaultsFollowTheModelAndValidateRejectsBadValues) {
   }
 }
 
+TEST(TrainOptions, MicroBatchesAreCheckedOnlyWhereAPipelineRuns) {
+  // A batch smaller than the pipeline's default of 4 micro-batches is fine
+  // for every strategy that does not cut batches (issue 34).
+  for (Strategy s : {Strategy::kAuto, Strategy::kSingle, Strategy::kDdp, Strategy::kDp,
+                     Strategy::kTensor, Strategy::kPs, Strategy::kZero}) {
+    TrainOptions o = small_net();
+    o.strategy = s;
+    o.batch_size = 2;
+    EXPECT_NO_THROW(o.validate()) << strategy_name(s);
+  }
+  // Under the pipeline the default adapts to the batch ...
+  TrainOptions p = small_net();
+  p.strategy = Strategy::kPipeline;
+  EXPECT_EQ(p.effective_micro_batches(), 4);
+  p.batch_size = 3;
+  EXPECT_EQ(p.effective_micro_batches(), 3);
+  EXPECT_NO_THROW(p.validate());
+  // ... and an explicit count that does not fit is still an error.
+  p.micro_batches = 4;
+  EXPECT_THROW(p.validate(), InvalidArgument);
+  p.micro_batches = 0;
+  EXPECT_THROW(p.validate(), InvalidArgument);
+  p.micro_batches = 3;
+  EXPECT_NO_THROW(p.validate());
+}
+
 TEST(MetricsWriter, AppendsOneObjectPerLineWithNullForNonFinite) {
   std::string path = temp_dir("metrics") + "/m.jsonl";
   MetricsWriter w(path);

@@ -220,6 +220,29 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options,
   throw InvalidArgument("make_optimizer: unknown optimizer");
 }
 
+std::unique_ptr<optim::Optimizer> make_optimizer_over(OptimizerKind kind,
+                                                      std::vector<optim::ParamGroup> groups) {
+  COHORT_CHECK(!groups.empty(), "make_optimizer_over: no parameter groups");
+  std::vector<Tensor> first = std::move(groups[0].params);
+  std::unique_ptr<optim::Optimizer> opt;
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      opt = std::make_unique<optim::SGD>(std::move(first), optim::SGDOptions{});
+      break;
+    case OptimizerKind::kAdam:
+      opt = std::make_unique<optim::Adam>(std::move(first), optim::AdamOptions{});
+      break;
+    case OptimizerKind::kAdamW:
+      opt = std::make_unique<optim::AdamW>(std::move(first), optim::AdamWOptions{});
+      break;
+  }
+  COHORT_CHECK(opt != nullptr, "make_optimizer_over: unknown optimizer");
+  for (const auto& [name, value] : groups[0].options) opt->param_group(0).set_option(name, value);
+  for (size_t g = 1; g < groups.size(); ++g)
+    opt->add_param_group(std::move(groups[g].params), groups[g].options);
+  return opt;
+}
+
 Tensor compute_loss(ModelKind kind, const Tensor& output, const Tensor& target) {
   if (kind == ModelKind::kGpt || kind == ModelKind::kGpt2) {
     // logits [B, T, V] against next tokens [B, T]: the mean over all tokens.

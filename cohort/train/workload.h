@@ -63,6 +63,14 @@ std::shared_ptr<nn::Sequential> make_sequential_model(ModelKind kind, Generator&
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& options,
                                                  std::vector<Tensor> params);
 
+// An optimizer of `kind` whose group g holds groups[g].params with exactly
+// groups[g].options: a full optimizer's groups (make_optimizer's) carried
+// over to the shards a sharded strategy steps, whose shapes could not be
+// grouped the way make_optimizer groups whole tensors. groups must not be
+// empty (InvalidArgument).
+std::unique_ptr<optim::Optimizer> make_optimizer_over(OptimizerKind kind,
+                                                      std::vector<optim::ParamGroup> groups);
+
 // 0-d loss of `output` (the model's output) against `target`.
 Tensor compute_loss(ModelKind kind, const Tensor& output, const Tensor& target);
 

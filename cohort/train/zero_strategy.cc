@@ -2,8 +2,6 @@
 
 #include "cohort/base/parallel.h"
 #include "cohort/checkpoint/zero_checkpoint.h"
-#include "cohort/optim/adam.h"
-#include "cohort/optim/sgd.h"
 
 namespace cohort::train {
 
@@ -49,28 +47,10 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
                             .hybrid_shard_size = options_.zero_shard_size});
   // The same kind and groups as the full optimizer, over the shards (the
   // groups are chosen from the full tensors' shapes, which shards lack).
-  auto shards_of = [&](const std::vector<Tensor>& ps) {
-    std::vector<Tensor> out;
-    for (const Tensor& p : ps) out.push_back(zero_->shard_of(p));
-    return out;
-  };
-  const auto& groups = full_opt_->param_groups();
-  std::unique_ptr<optim::Optimizer> opt;
-  std::vector<Tensor> first = shards_of(groups[0].params);
-  switch (options_.optimizer) {
-    case OptimizerKind::kSgd:
-      opt = std::make_unique<optim::SGD>(first, optim::SGDOptions{});
-      break;
-    case OptimizerKind::kAdam:
-      opt = std::make_unique<optim::Adam>(first, optim::AdamOptions{});
-      break;
-    case OptimizerKind::kAdamW:
-      opt = std::make_unique<optim::AdamW>(first, optim::AdamWOptions{});
-      break;
-  }
-  for (const auto& [name, value] : groups[0].options) opt->param_group(0).set_option(name, value);
-  for (size_t g = 1; g < groups.size(); ++g)
-    opt->add_param_group(shards_of(groups[g].params), groups[g].options);
+  std::vector<optim::ParamGroup> groups = full_opt_->param_groups();
+  for (optim::ParamGroup& g : groups)
+    for (Tensor& p : g.params) p = zero_->shard_of(p);
+  auto opt = make_optimizer_over(options_.optimizer, std::move(groups));
   opt_ = std::make_unique<parallel::ShardedOptimizer>(*zero_, std::move(opt));
 }
 

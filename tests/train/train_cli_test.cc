@@ -30,6 +30,41 @@ TEST(TrainCli, BadFlagsAreRejectedWithUsage) {
   }
 }
 
+// A batch smaller than the pipeline's default micro-batch count trains under
+// the strategies that do not cut batches (issue 34: it used to fail
+// validation for every strategy).
+TEST(TrainCli, SmallBatchesTrain) {
+  for (const auto& extra :
+       std::vector<std::vector<std::string>>{{"--batch-size", "2"},
+                                             {"--batch-size", "3"},
+                                             {"--strategy", "dp", "--batch-size", "2"}}) {
+    std::vector<std::string> argv = train_argv(extra);
+    argv.insert(argv.end(), {"--max-steps", "3", "--log-every", "1"});
+    Finished f = run_command(argv);
+    EXPECT_EQ(f.exit_code, 0) << extra.back() << ": " << f.output;
+    EXPECT_NE(f.output.find("step 3/"), std::string::npos) << f.output;
+    EXPECT_EQ(f.output.find("--micro-batches"), std::string::npos) << f.output;
+  }
+}
+
+// A flag given to a strategy that ignores it is trained through with a
+// warning naming the flag and the strategies that read it.
+TEST(TrainCli, FlagIgnoredByTheStrategyWarns) {
+  Finished f = run_command(train_argv(
+      {"--strategy", "single", "--micro-batches", "2", "--replicas", "3", "--max-steps", "1"}));
+  EXPECT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("warning: --micro-batches applies to --strategy pipeline; --strategy "
+                          "single ignores it"),
+            std::string::npos)
+      << f.output;
+  EXPECT_NE(f.output.find("warning: --replicas applies to --strategy dp"), std::string::npos)
+      << f.output;
+  // Flags left at their defaults, or read by the strategy, draw no warning.
+  Finished g = run_command(train_argv({"--strategy", "dp", "--replicas", "2", "--max-steps", "1"}));
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.output.find("warning:"), std::string::npos) << g.output;
+}
+
 TEST(TrainCli, MissingDataDirNamesPathAndPackage) {
   Finished f =
       run_command({kCohort, "train", "--data-dir", "/nonexistent/fashion", "--max-steps", "1"});

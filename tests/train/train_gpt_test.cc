@@ -45,6 +45,17 @@ std::vector<std::string> gpt_argv(const std::string& corpus, std::vector<std::st
   return argv;
 }
 
+// Long-context runs use tiny batches; batch 2 is below the pipeline's
+// default micro-batch count, which must not matter outside a pipeline (issue 34).
+TEST(TrainGpt, TrainsWithABatchOfTwo) {
+  const std::string dir = make_temp_dir("gpt_batch2");
+  const std::string corpus = write_corpus(dir);
+  Finished f =
+      run_command(gpt_argv(corpus, {"--batch-size", "2", "--max-steps", "3", "--log-every", "1"}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("step 3/"), std::string::npos) << f.output;
+}
+
 TEST(TrainGpt, TrainsOnTextAndReportsTokensPerSecondAndPerplexity) {
   const std::string dir = make_temp_dir("gpt_train");
   const std::string corpus = write_corpus(dir);

@@ -112,6 +112,22 @@ TEST(TrainModelParallel, CheckpointsMoveBetweenModelParallelAndSingleProcessRuns
   expect_close_checkpoints(straight, step_dir(pp2, 6));
 }
 
+// The pipeline's default of 4 micro-batches adapts to a smaller batch; an
+// explicit count larger than the batch stays an error (issue 34).
+TEST(TrainModelParallel, PipelineDefaultMicroBatchesFitASmallBatch) {
+  Finished f = run_command(
+      run_argv(2, {}, {"--strategy", "pipeline", "--batch-size", "3", "--max-steps", "2"}),
+      kBaseline);
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("3 micro-batches"), std::string::npos) << f.output;
+  Finished g = run_command(
+      train_argv({"--strategy", "pipeline", "--batch-size", "2", "--micro-batches", "4"}));
+  EXPECT_EQ(g.exit_code, 2) << g.output;
+  EXPECT_NE(g.output.find("--micro-batches must be in [1, --batch-size = 2], got 4"),
+            std::string::npos)
+      << g.output;
+}
+
 TEST(TrainModelParallel, BadPipelineSettingsAreRejected) {
   Finished f = run_command(train_argv({"--strategy", "pipeline", "--micro-batches", "0"}));
   EXPECT_EQ(f.exit_code, 2) << f.output;

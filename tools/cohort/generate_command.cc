@@ -1,6 +1,6 @@
 // `cohort generate`: samples text from a GPT checkpoint with a KV cache
-// (nn::generate, nn/models/gpt.h). A byte-level model (vocabulary 256, the
-// `--dataset text` runs) takes the prompt as text and prints text; a model
+// (nn::generate, nn/models/gpt_generate.h). A byte-level model (vocabulary
+// 256, the `--dataset text` runs) takes the prompt as text and prints text; a model
 // trained on token shards has no tokenizer here, so it takes and prints
 // token ids (--prompt-tokens "15496,11").
 #include <fmt/format.h>
@@ -15,7 +15,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/error.h"
 #include "cohort/base/parallel.h"
-#include "cohort/nn/models/gpt.h"
+#include "cohort/nn/models/gpt_generate.h"
 #include "cohort/train/workload.h"
 #include "tools/cohort/checkpoint_model.h"
 #include "tools/cohort/command.h"

@@ -3,11 +3,13 @@
 // prints progress (train_progress.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cohort/base/error.h"
 #include "cohort/rendezvous/env_bootstrap.h"
@@ -27,11 +29,57 @@ struct TrainArgs {
   double bucket_cap_mb = 0;
   std::string strategy = "auto";
   std::string zero_stage = "2";
+  int64_t micro_batches = 4;
   double lr = 0;
   double momentum = 0;
   std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32", bf16_weights;
   train::TrainOptions options;
 };
+
+// Flags that only some strategies read. Given to another strategy they
+// change nothing, which is worth a warning rather than an error: a script may
+// pass one set of flags to several strategies.
+struct StrategyFlag {
+  const char* flag;
+  std::vector<train::Strategy> strategies;  // the strategies that read it
+};
+
+const std::vector<StrategyFlag>& strategy_flags() {
+  using S = train::Strategy;
+  static const std::vector<StrategyFlag> flags = {
+      {"--micro-batches", {S::kPipeline}},
+      {"--pipeline-schedule", {S::kPipeline}},
+      {"--pipeline-stages", {S::kPipeline}},
+      {"--zero-stage", {S::kZero, S::kPipeline}},
+      {"--memory-per-rank", {S::kZero}},
+      {"--replicas", {S::kDp}},
+      {"--ps-servers", {S::kPs}},
+      {"--ps-mode", {S::kPs}},
+      {"--ps-staleness", {S::kPs}},
+      {"--bucket-cap-mb", {S::kDdp}},
+  };
+  return flags;
+}
+
+// One warning per flag given explicitly that the strategy the run resolves
+// to ignores.
+void warn_ignored_flags(const CLI::App& app, train::Strategy requested) {
+  const train::Strategy strategy = train::resolve_strategy(requested);
+  const std::string running =
+      requested == train::Strategy::kAuto
+          ? fmt::format("--strategy auto (here {})", train::strategy_name(strategy))
+          : fmt::format("--strategy {}", train::strategy_name(strategy));
+  for (const StrategyFlag& f : strategy_flags()) {
+    if (app.count(f.flag) == 0 ||
+        std::find(f.strategies.begin(), f.strategies.end(), strategy) != f.strategies.end())
+      continue;
+    std::string readers;
+    for (train::Strategy s : f.strategies)
+      readers += fmt::format("{}{}", readers.empty() ? "" : " or ", train::strategy_name(s));
+    std::fprintf(stderr, "cohort train: warning: %s applies to --strategy %s; %s ignores it\n",
+                 f.flag, readers.c_str(), running.c_str());
+  }
+}
 
 int run_train(CLI::App* app, TrainArgs* args) {
   train::TrainOptions& o = args->options;
@@ -63,6 +111,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     } else {
       o.zero_stage = args->zero_stage == "auto" ? 0 : std::stoi(args->zero_stage);
     }
+    if (app->count("--micro-batches") > 0) o.micro_batches = args->micro_batches;
     if (app->count("--lr") > 0) o.lr = args->lr;
     if (app->count("--momentum") > 0) o.momentum = args->momentum;
     o.precision = parse_precision(args->precision);
@@ -80,6 +129,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
       o.threads = rendezvous::slurm_task_cpus().value_or(0);
     }
     trainer = std::make_unique<train::Trainer>(o);
+    warn_ignored_flags(*app, o.strategy);
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "cohort train: error: %s\n\n%s", e.what(), app->help().c_str());
     return 2;
@@ -211,9 +261,9 @@ std::function<int()> setup(CLI::App& app) {
                  "zb-h1 (zero bubble)")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}))
       ->capture_default_str();
-  app.add_option("--micro-batches", o.micro_batches,
-                 "Micro-batches each step's batch is cut into (--strategy pipeline)")
-      ->capture_default_str();
+  app.add_option("--micro-batches", args->micro_batches,
+                 "Micro-batches each step's batch is cut into (--strategy pipeline; default: 4, "
+                 "or --batch-size when smaller)");
   app.add_option("--pipeline-stages", o.pipeline_stages,
                  "Pipeline stages (0: every rank; else data-parallel replicas = world / stages)")
       ->capture_default_str();

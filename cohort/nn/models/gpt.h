@@ -39,8 +39,8 @@
 //
 // Generation: forward(idx, cache) appends the new positions' keys and values
 // to a KVCache and returns only their logits, so one more token costs O(T)
-// work instead of a forward over the whole prefix; generate() samples with
-// it (greedy, temperature, top-k) from an explicit Generator.
+// work instead of a forward over the whole prefix; generate()
+// (gpt_generate.h) samples with it.
 //
 // Failure: InvalidArgument naming the model and the wrong shape or value
 // (token ids out of [0, vocab_size), T > block_size, a cache of another batch).
@@ -49,7 +49,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -232,24 +231,5 @@ struct WeightDecayGroups {
   std::vector<Tensor> no_decay;
 };
 WeightDecayGroups weight_decay_groups(const Module& model);
-
-// Sampling options for generate().
-struct GenerateOptions {
-  // Logits are divided by it; 0 picks the most likely token (greedy).
-  double temperature = 1.0;
-  // Sample only among the top_k most likely tokens; 0 means all.
-  int64_t top_k = 0;
-  // Called after each new token with its ids [B] (int64), e.g. to stream text.
-  std::function<void(const Tensor&)> on_token = nullptr;
-};
-
-// Appends max_new_tokens tokens to prompt int64 [B, T0] (T0 >= 1) and returns
-// [B, T0 + max_new_tokens], sampling each from the model's distribution at
-// the last position (see GenerateOptions), drawing from gen (one uniform per
-// sequence per token). Runs without autograd, with a KV cache; the model
-// should be in eval mode. A context longer than block_size is cropped to its
-// last block_size tokens, as nanoGPT's generate does.
-Tensor generate(GPT& model, const Tensor& prompt, int64_t max_new_tokens,
-                const GenerateOptions& options, Generator& gen);
 
 }  // namespace cohort::nn

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <set>
 
+#include "cohort/nn/models/gpt_generate.h"
 #include "cohort/nn/test_util.h"
 
 namespace cohort::nn {
