@@ -164,6 +164,20 @@ AlgoOverrides& AlgoOverrides::set(OpKind kind, Algo algo) {
   return *this;
 }
 
+OpArgs with_one_buffer(OpArgs a, void* data, size_t count, DataType dtype) {
+  const OpInfo& info = op_info(a.kind);
+  COHORT_CHECK((info.send.extent == Extent::kNone) != (info.recv.extent == Extent::kNone),
+               "{} takes two buffers, not one", info.name);
+  if (info.send.extent != Extent::kNone) {
+    a.send = data;
+  } else {
+    a.recv = data;
+  }
+  a.count = count;
+  a.dtype = dtype;
+  return a;
+}
+
 void check_op_args(const OpArgs& a, int rank, int size, const std::string& group) {
   const OpInfo& info = op_info(a.kind);
   const char* op = info.name;

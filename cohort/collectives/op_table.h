@@ -115,6 +115,10 @@ struct OpArgs {
   Duration timeout = kUseDefaultTimeout;
 };
 
+// `a` on one buffer of `count` elements of `dtype`, for the ops that take one
+// (all_reduce, broadcast, reduce, recv: recv; send: send).
+OpArgs with_one_buffer(OpArgs a, void* data, size_t count, DataType dtype);
+
 // The caller-side checks of one op on rank `rank` of a group of `size` named
 // `group`: root or peer in range (and not this rank for send/recv), buffers
 // non-null when count > 0 on the ranks that use them, and the two buffers of

@@ -117,16 +117,8 @@ DataType to_data_type(DType dtype) {
 }
 
 Work ProcessGroup::run_tensor(OpArgs a, const Tensor& tensor, bool async) {
-  const collectives::OpInfo& info = collectives::op_info(a.kind);
-  Buf b = check_tensor(info.name, "tensor", tensor);
-  // One-tensor ops use one buffer: send's for send, recv (the data) otherwise.
-  if (info.send.extent != collectives::Extent::kNone) {
-    a.send = b.data;
-  } else {
-    a.recv = b.data;
-  }
-  a.count = b.count;
-  a.dtype = b.dtype;
+  Buf b = check_tensor(collectives::op_kind_name(a.kind), "tensor", tensor);
+  a = collectives::with_one_buffer(a, b.data, b.count, b.dtype);
   return run_op(a, {&tensor}, async);
 }
 
