@@ -189,70 +189,70 @@ void MpiBackend::abort(const std::string& reason) {
 }
 
 void MpiBackend::run(const OpArgs& a) {
-  const char* op = collectives::op_kind_name(a.kind);
-  check_usable(op);
-  const int n = as_int(a.count, op);
+  const collectives::OpInfo& info = collectives::op_info(a.kind);
+  check_usable(info.name);
+  const int n = as_int(a.count, info.name);
   const MPI_Datatype type = mpi_type(a.dtype);
+  const MPI_Op reduce = info.reduces ? mpi_op(a.op, a.dtype) : MPI_OP_NULL;
+  const bool root = rank_ == a.root;
   void* send = mut(a.send);
+  if (info.has_tag) {
+    COHORT_CHECK(a.tag <= 32767, "{} (mpi backend): tag {} exceeds MPI's guaranteed limit 32767",
+                 info.name, a.tag);
+  }
   switch (a.kind) {
     case OpKind::kAllReduce:
-      check(MPI_Allreduce(MPI_IN_PLACE, a.recv, n, type, mpi_op(a.op, a.dtype), comm_),
-            "MPI_Allreduce");
-      if (a.op == ReduceOp::kAvg) collectives::finish_avg(a.recv, a.count, a.dtype, size_);
-      return;
+      check(MPI_Allreduce(MPI_IN_PLACE, a.recv, n, type, reduce, comm_), "MPI_Allreduce");
+      break;
     case OpKind::kBroadcast:
       check(MPI_Bcast(a.recv, n, type, a.root, comm_), "MPI_Bcast");
-      return;
+      break;
     case OpKind::kReduce:
-      if (rank_ == a.root) {
-        check(MPI_Reduce(MPI_IN_PLACE, a.recv, n, type, mpi_op(a.op, a.dtype), a.root, comm_),
-              "MPI_Reduce");
-        if (a.op == ReduceOp::kAvg) collectives::finish_avg(a.recv, a.count, a.dtype, size_);
-      } else {
-        check(MPI_Reduce(a.recv, nullptr, n, type, mpi_op(a.op, a.dtype), a.root, comm_),
-              "MPI_Reduce");
-      }
-      return;
+      check(MPI_Reduce(root ? MPI_IN_PLACE : a.recv, root ? a.recv : nullptr, n, type, reduce,
+                       a.root, comm_),
+            "MPI_Reduce");
+      break;
     case OpKind::kAllGather:
       check(MPI_Allgather(send, n, type, a.recv, n, type, comm_), "MPI_Allgather");
-      return;
+      break;
     case OpKind::kGather:
-      check(MPI_Gather(send, n, type, rank_ == a.root ? a.recv : nullptr, n, type, a.root, comm_),
+      check(MPI_Gather(send, n, type, root ? a.recv : nullptr, n, type, a.root, comm_),
             "MPI_Gather");
-      return;
+      break;
     case OpKind::kScatter:
-      check(MPI_Scatter(rank_ == a.root ? send : nullptr, n, type, a.recv, n, type, a.root, comm_),
+      check(MPI_Scatter(root ? send : nullptr, n, type, a.recv, n, type, a.root, comm_),
             "MPI_Scatter");
-      return;
+      break;
     case OpKind::kReduceScatter:
-      check(MPI_Reduce_scatter_block(send, a.recv, n, type, mpi_op(a.op, a.dtype), comm_),
+      check(MPI_Reduce_scatter_block(send, a.recv, n, type, reduce, comm_),
             "MPI_Reduce_scatter_block");
-      if (a.op == ReduceOp::kAvg) collectives::finish_avg(a.recv, a.count, a.dtype, size_);
-      return;
+      break;
     case OpKind::kAllToAll:
       check(MPI_Alltoall(send, n, type, a.recv, n, type, comm_), "MPI_Alltoall");
-      return;
+      break;
     case OpKind::kBarrier:
       check(MPI_Barrier(comm_), "MPI_Barrier");
-      return;
-    case OpKind::kSend:
-    case OpKind::kRecv:
       break;
+    case OpKind::kSend:
+      check(MPI_Send(send, n, type, a.root, static_cast<int>(a.tag), comm_), "MPI_Send");
+      break;
+    case OpKind::kRecv: {
+      MPI_Status status;
+      check(MPI_Recv(a.recv, n, type, a.root, static_cast<int>(a.tag), comm_, &status), "MPI_Recv");
+      int got = 0;
+      MPI_Get_count(&status, type, &got);
+      if (static_cast<size_t>(got) != a.count) {
+        throw InvalidArgument(fmt::format(
+            "recv (mpi backend): rank {} expected {} elements from rank {}, the message had {}",
+            rank_, a.count, a.root, got));
+      }
+      break;
+    }
   }
-  COHORT_CHECK(a.tag <= 32767, "{} (mpi backend): tag {} exceeds MPI's guaranteed limit 32767", op,
-               a.tag);
-  if (a.kind == OpKind::kSend) {
-    check(MPI_Send(send, n, type, a.root, static_cast<int>(a.tag), comm_), "MPI_Send");
-    return;
-  }
-  MPI_Status status;
-  check(MPI_Recv(a.recv, n, type, a.root, static_cast<int>(a.tag), comm_, &status), "MPI_Recv");
-  int got = 0;
-  MPI_Get_count(&status, type, &got);
-  if (static_cast<size_t>(got) != a.count) {
-    throw InvalidArgument(fmt::format(
-        "recv (mpi backend): rank {} expected {} elements from rank {}, the message had {}", rank_,
-        a.count, a.root, got));
+  // MPI has no avg: the ops above summed, and the ranks that hold a result
+  // (all of them, but only the root for reduce) divide it.
+  if (info.reduces && a.op == ReduceOp::kAvg && (a.kind != OpKind::kReduce || root)) {
+    collectives::finish_avg(a.recv, a.count, a.dtype, size_);
   }
 }
 
