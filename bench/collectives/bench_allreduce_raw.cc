@@ -86,6 +86,7 @@ void rank_main(int rank, const Args& a, const std::string& store_path) {
   CommunicatorOptions o;
   o.name = "bench";
   o.transport = a.transport == "tcp" ? TransportKind::kTcp : TransportKind::kAuto;
+  o.tuning.algorithms.set(OpKind::kAllReduce, parse_algo(OpKind::kAllReduce, a.algo, "--algo"));
   auto comm = Communicator::create(store, rank, a.nproc, o);
   if (rank == 0) {
     std::printf("# all_reduce float32 sum, %d ranks, transport %s, algo %s\n", a.nproc,
@@ -137,7 +138,6 @@ void rank_main(int rank, const Args& a, const std::string& store_path) {
 
 int main(int argc, char** argv) {
   Args a = parse(argc, argv);
-  if (!a.algo.empty()) ::setenv("COHORT_ALLREDUCE_ALGO", a.algo.c_str(), 1);
   std::printf("# single-thread memcpy 64 MiB: %.2f GB/s\n", memcpy_gbps());
   std::fflush(stdout);
   std::string path = "/tmp/cohort-bench-allreduce-" + std::to_string(::getpid());

@@ -2,7 +2,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -39,34 +38,14 @@ namespace {
 // larger ones the bandwidth-optimal ring/chain (measured in bench/collectives).
 constexpr size_t kDirectAllReduceBytes = 64 * 1024;
 constexpr size_t kDirectBytes = 256 * 1024;
-// The single-copy "pull" algorithms are opt-in (COHORT_*_ALGO=pull): on the
+// The single-copy "pull" algorithms are opt-in (Algo::kPull): on the
 // measured machine the kernel's process_vm_readv copy cost more CPU and time
 // than two user-space copies through a cache-resident ring (see
 // bench/collectives/bench_allreduce_raw and docs in allreduce_pull.h).
 
-std::string env_choice(const char* name, std::initializer_list<const char*> allowed) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return "";
-  for (const char* a : allowed) {
-    if (std::strcmp(v, a) == 0) return v;
-  }
-  std::string list;
-  for (const char* a : allowed) list += std::string(list.empty() ? "" : "|") + a;
-  throw InvalidArgument(fmt::format("{}={}: expected one of {}", name, v, list));
-}
-
-bool use_first(const std::string& override, const char* first, bool by_size) {
-  if (override.empty()) return by_size;
-  return override == first;
-}
-
-void check_root(const Communicator& c, int root, const char* op) {
-  COHORT_CHECK(root >= 0 && root < c.size(), "{} in group '{}': root must be in [0, {}), got {}",
-               op, c.name(), c.size(), root);
-}
-
-void check_buffer(const void* p, size_t count, const char* op, const char* which) {
-  COHORT_CHECK(p != nullptr || count == 0, "{}: {} buffer is null with count {}", op, which, count);
+// The forced algorithm `first` when one is forced, else the size's choice.
+bool use_first(Algo forced, Algo first, bool by_size) {
+  return forced == Algo::kNone ? by_size : forced == first;
 }
 
 }  // namespace
@@ -78,17 +57,7 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
                size);
   COHORT_CHECK(options.timeout.count() > 0, "Communicator::create: timeout must be > 0, got {} ms",
                options.timeout.count());
-  bool force_tcp = options.transport == TransportKind::kTcp;
-  if (options.transport == TransportKind::kAuto) {
-    std::string t = env_choice("COHORT_TRANSPORT", {"tcp", "shm", "auto"});
-    force_tcp = t == "tcp";
-  }
-  AlgoOverrides ov;
-  ov.all_reduce = env_choice("COHORT_ALLREDUCE_ALGO", {"ring", "direct", "pull"});
-  ov.broadcast = env_choice("COHORT_BROADCAST_ALGO", {"flat", "chain", "pull"});
-  ov.reduce = env_choice("COHORT_REDUCE_ALGO", {"direct", "ring"});
-  ov.all_gather = env_choice("COHORT_ALLGATHER_ALGO", {"direct", "ring", "pull"});
-  ov.reduce_scatter = env_choice("COHORT_REDUCE_SCATTER_ALGO", {"direct", "ring"});
+  const bool force_tcp = options.transport == TransportKind::kTcp;
 
   auto deadline = transport::Clock::now() + options.timeout;
   transport::Endpoint endpoint(rank, size, {force_tcp, 0, options.network});
@@ -131,7 +100,6 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
   for (const auto& k : ready) single_copy = single_copy && store.get_string(k) == "1";
   auto comm = std::unique_ptr<Communicator>(
       new Communicator(rank, size, std::move(options), std::move(ctx)));
-  comm->overrides_ = std::move(ov);
   comm->single_copy_ = single_copy;
   return comm;
 }
@@ -274,112 +242,72 @@ void Communicator::abort(const std::string& reason) {
                   fmt::format("rank {} of group '{}' aborted: {}", rank_, name(), reason));
 }
 
-void Communicator::all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
-                              Duration timeout) {
-  check_buffer(data, count, "all_reduce", "data");
-  size_t bytes = count * element_size(dtype);
-  const std::string& o = overrides_.all_reduce;
-  bool direct =
-      o.empty() ? bytes * static_cast<size_t>(size_ - 1) <= kDirectAllReduceBytes : o == "direct";
-  bool pull = single_copy_ && o == "pull";
-  if (direct) {
-    AllreduceDirect(*this, data, count, dtype, op).run(timeout);
-  } else if (pull) {
-    AllreducePull(*this, data, count, dtype, op).run(timeout);
-  } else {
-    AllreduceRing(*this, data, count, dtype, op).run(timeout);
+void Communicator::run(const OpArgs& a) {
+  check_op_args(a, rank_, size_, options_.name);
+  const Algo forced = options_.tuning.algorithms.get(a.kind);
+  const size_t bytes = a.count * element_size(a.dtype);
+  const auto size = static_cast<size_t>(size_);
+  switch (a.kind) {
+    case OpKind::kAllReduce:
+      if (use_first(forced, Algo::kDirect, bytes * (size - 1) <= kDirectAllReduceBytes)) {
+        AllreduceDirect(*this, a.recv, a.count, a.dtype, a.op).run(a.timeout);
+      } else if (single_copy_ && forced == Algo::kPull) {
+        AllreducePull(*this, a.recv, a.count, a.dtype, a.op).run(a.timeout);
+      } else {
+        AllreduceRing(*this, a.recv, a.count, a.dtype, a.op).run(a.timeout);
+      }
+      return;
+    case OpKind::kBroadcast:
+      if (single_copy_ && forced == Algo::kPull) {
+        BroadcastPull(*this, a.recv, a.count, a.dtype, a.root).run(a.timeout);
+      } else if (use_first(forced, Algo::kFlat, size <= 2 || bytes * (size - 1) <= kDirectBytes)) {
+        BroadcastFlat(*this, a.recv, a.count, a.dtype, a.root).run(a.timeout);
+      } else {
+        BroadcastChain(*this, a.recv, a.count, a.dtype, a.root).run(a.timeout);
+      }
+      return;
+    case OpKind::kReduce:
+      if (use_first(forced, Algo::kDirect, bytes * (size - 1) <= kDirectBytes)) {
+        ReduceDirect(*this, a.recv, a.count, a.dtype, a.op, a.root).run(a.timeout);
+      } else {
+        ReduceRing(*this, a.recv, a.count, a.dtype, a.op, a.root).run(a.timeout);
+      }
+      return;
+    case OpKind::kAllGather:
+      if (single_copy_ && forced == Algo::kPull) {
+        AllgatherPull(*this, a.send, a.recv, a.count, a.dtype).run(a.timeout);
+      } else if (use_first(forced, Algo::kDirect, bytes * size <= kDirectBytes)) {
+        AllgatherDirect(*this, a.send, a.recv, a.count, a.dtype).run(a.timeout);
+      } else {
+        AllgatherRing(*this, a.send, a.recv, a.count, a.dtype).run(a.timeout);
+      }
+      return;
+    case OpKind::kGather:
+      GatherDirect(*this, a.send, a.recv, a.count, a.dtype, a.root).run(a.timeout);
+      return;
+    case OpKind::kScatter:
+      ScatterDirect(*this, a.send, a.recv, a.count, a.dtype, a.root).run(a.timeout);
+      return;
+    case OpKind::kReduceScatter:
+      if (use_first(forced, Algo::kDirect, bytes * size <= kDirectBytes)) {
+        ReduceScatterDirect(*this, a.send, a.recv, a.count, a.dtype, a.op).run(a.timeout);
+      } else {
+        ReduceScatterRing(*this, a.send, a.recv, a.count, a.dtype, a.op).run(a.timeout);
+      }
+      return;
+    case OpKind::kAllToAll:
+      AlltoallDirect(*this, a.send, a.recv, a.count, a.dtype).run(a.timeout);
+      return;
+    case OpKind::kBarrier:
+      BarrierDirect(*this).run(a.timeout);
+      return;
+    case OpKind::kSend:
+      PointToPoint(*this).send(a.send, a.count, a.dtype, a.root, a.tag, a.timeout);
+      return;
+    case OpKind::kRecv:
+      PointToPoint(*this).recv(a.recv, a.count, a.dtype, a.root, a.tag, a.timeout);
+      return;
   }
-}
-
-void Communicator::broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) {
-  check_root(*this, root, "broadcast");
-  check_buffer(data, count, "broadcast", "data");
-  size_t bytes = count * element_size(dtype);
-  const std::string& o = overrides_.broadcast;
-  if (single_copy_ && o == "pull") {
-    BroadcastPull(*this, data, count, dtype, root).run(timeout);
-  } else if (use_first(o, "flat",
-                       size_ <= 2 || bytes * static_cast<size_t>(size_ - 1) <= kDirectBytes)) {
-    BroadcastFlat(*this, data, count, dtype, root).run(timeout);
-  } else {
-    BroadcastChain(*this, data, count, dtype, root).run(timeout);
-  }
-}
-
-void Communicator::reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
-                          Duration timeout) {
-  check_root(*this, root, "reduce");
-  check_buffer(data, count, "reduce", "data");
-  size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_ - 1);
-  if (use_first(overrides_.reduce, "direct", bytes <= kDirectBytes)) {
-    ReduceDirect(*this, data, count, dtype, op, root).run(timeout);
-  } else {
-    ReduceRing(*this, data, count, dtype, op, root).run(timeout);
-  }
-}
-
-void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                              Duration timeout) {
-  check_buffer(send, count, "all_gather", "send");
-  check_buffer(recv, count, "all_gather", "recv");
-  size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_);
-  const std::string& o = overrides_.all_gather;
-  if (single_copy_ && o == "pull") {
-    AllgatherPull(*this, send, recv, count, dtype).run(timeout);
-  } else if (use_first(o, "direct", bytes <= kDirectBytes)) {
-    AllgatherDirect(*this, send, recv, count, dtype).run(timeout);
-  } else {
-    AllgatherRing(*this, send, recv, count, dtype).run(timeout);
-  }
-}
-
-void Communicator::gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-                          Duration timeout) {
-  check_root(*this, root, "gather");
-  check_buffer(send, count, "gather", "send");
-  if (rank_ == root) check_buffer(recv, count, "gather", "recv");
-  GatherDirect(*this, send, recv, count, dtype, root).run(timeout);
-}
-
-void Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-                           Duration timeout) {
-  check_root(*this, root, "scatter");
-  if (rank_ == root) check_buffer(send, count, "scatter", "send");
-  check_buffer(recv, count, "scatter", "recv");
-  ScatterDirect(*this, send, recv, count, dtype, root).run(timeout);
-}
-
-void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
-                                  ReduceOp op, Duration timeout) {
-  check_buffer(send, count, "reduce_scatter", "send");
-  check_buffer(recv, count, "reduce_scatter", "recv");
-  size_t bytes = count * element_size(dtype) * static_cast<size_t>(size_);
-  if (use_first(overrides_.reduce_scatter, "direct", bytes <= kDirectBytes)) {
-    ReduceScatterDirect(*this, send, recv, count, dtype, op).run(timeout);
-  } else {
-    ReduceScatterRing(*this, send, recv, count, dtype, op).run(timeout);
-  }
-}
-
-void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                              Duration timeout) {
-  check_buffer(send, count, "all_to_all", "send");
-  check_buffer(recv, count, "all_to_all", "recv");
-  AlltoallDirect(*this, send, recv, count, dtype).run(timeout);
-}
-
-void Communicator::barrier(Duration timeout) { BarrierDirect(*this).run(timeout); }
-
-void Communicator::send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
-                        Duration timeout) {
-  check_buffer(data, count, "send", "data");
-  PointToPoint(*this).send(data, count, dtype, dst, tag, timeout);
-}
-
-void Communicator::recv(void* data, size_t count, DataType dtype, int src, uint32_t tag,
-                        Duration timeout) {
-  check_buffer(data, count, "recv", "data");
-  PointToPoint(*this).recv(data, count, dtype, src, tag, timeout);
 }
 
 }  // namespace cohort::collectives

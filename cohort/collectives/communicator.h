@@ -5,7 +5,8 @@
 // size, options): the ranks meet through the store (addresses, shared-memory
 // segment names) and connect a pair to every peer: shared memory when the
 // peer runs on the same host (same hostname and boot id), TCP otherwise.
-// `COHORT_TRANSPORT=tcp` (or options.transport) forces TCP for every peer.
+// options.transport = kTcp forces TCP for every peer (COHORT_TRANSPORT=tcp at
+// the env:// bootstrap; knobs.h).
 // Every rank of the group must call create with the same store namespace;
 // give each communicator on one store its own options.name.
 //
@@ -13,9 +14,10 @@
 // shared-memory rings: the sender copies in, the receiver reduces (or copies)
 // in place, block by block, pipelined. Where every rank may read its peers'
 // memory (process_vm_readv: same pid namespace, ptrace allowed;
-// single_copy()), COHORT_ALLREDUCE_ALGO / COHORT_BROADCAST_ALGO /
-// COHORT_ALLGATHER_ALGO=pull copy straight out of the peers' buffers instead
-// (one copy; not the default: slower than the rings where measured).
+// single_copy()), the "pull" algorithms of all_reduce, broadcast and
+// all_gather (options.tuning.algorithms) copy straight out of the peers'
+// buffers instead (one copy; not the default: slower than the rings where
+// measured).
 //
 // Semantics (PyTorch's c10d names): all ranks call the same collectives in the
 // same order with the same count, dtype, op and root; `count` is elements (not
@@ -25,10 +27,9 @@
 // all_reduce are bitwise identical on every rank.
 //
 // Algorithms are chosen by message size and world size (see communicator.cc);
-// COHORT_ALLREDUCE_ALGO=ring|direct|pull, COHORT_BROADCAST_ALGO=flat|chain|pull,
-// COHORT_ALLGATHER_ALGO=direct|ring|pull, COHORT_REDUCE_SCATTER_ALGO=direct|ring,
-// COHORT_REDUCE_ALGO=direct|ring override the choice (all ranks must agree;
-// a disagreement is reported as a mismatch).
+// options.tuning.algorithms forces one per op (the algorithms each op offers:
+// op_table.h; all ranks must agree; a disagreement is reported as a
+// mismatch). The env:// bootstrap fills it from COHORT_<OP>_ALGO (knobs.h).
 //
 // Failures (every one is an exception, and the communicator is then broken:
 // every later op rethrows the first error at once, and the peers are told so
@@ -69,6 +70,7 @@
 #include <vector>
 
 #include "cohort/collectives/flight_recorder.h"
+#include "cohort/collectives/op_table.h"
 #include "cohort/collectives/types.h"
 #include "cohort/rendezvous/store.h"
 #include "cohort/transport/network.h"
@@ -83,15 +85,26 @@ struct EngineState;
 
 enum class TransportKind { kAuto, kTcp, kShm };
 
+// How the collectives run, beyond where they run: the same on every rank.
+struct CollectiveTuning {
+  // Forced algorithms per op (none: chosen by size).
+  AlgoOverrides algorithms;
+  // How long a waiting op spins before it sleeps in the kernel (engine.cc;
+  // ops over 16 MiB spin at most 50 us).
+  std::chrono::microseconds spin = std::chrono::microseconds(1000);
+};
+
 struct CommunicatorOptions {
   // Names the group in errors and namespaces the bootstrap keys in the store.
   std::string name = "default";
   // Default timeout of every op (and of create itself).
   Duration timeout = std::chrono::seconds(300);
-  // kAuto: shared memory to same-host peers, TCP to others, unless
-  // COHORT_TRANSPORT=tcp. kTcp: TCP to every peer. kShm: shared memory to
-  // every peer (create throws InvalidArgument when a peer is on another host).
+  // kAuto: shared memory to same-host peers, TCP to others. kTcp: TCP to
+  // every peer. kShm: shared memory to every peer (create throws
+  // InvalidArgument when a peer is on another host).
   TransportKind transport = TransportKind::kAuto;
+  // Forced algorithms and the waiters' spin (all ranks alike).
+  CollectiveTuning tuning;
   // The address to advertise, the connect time-out and the waiting reports
   // (transport/network.h); create() waits for the others' addresses no
   // longer than network.connect_timeout either.
@@ -127,37 +140,64 @@ class Communicator {
   // "self", "shm" or "tcp".
   std::string transport_name(int peer) const;
 
+  // Runs one op (op_table.h: what each op does with send, recv and count),
+  // checking its arguments first (check_op_args). The one entry point of
+  // this layer; the named forms below build an OpArgs and call it.
+  void run(const OpArgs& a);
+
   // data[count] on every rank <- reduction over ranks of data[count].
   void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
-                  Duration timeout = kUseDefaultTimeout);
+                  Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kAllReduce, nullptr, data, count, dtype, op, 0, 0, timeout});
+  }
   // data[count] on every rank <- data[count] of root.
   void broadcast(void* data, size_t count, DataType dtype, int root,
-                 Duration timeout = kUseDefaultTimeout);
+                 Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kBroadcast, nullptr, data, count, dtype, ReduceOp::kSum, root, 0, timeout});
+  }
   // data[count] on root <- reduction over ranks; other ranks' data unchanged.
   void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
-              Duration timeout = kUseDefaultTimeout);
+              Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kReduce, nullptr, data, count, dtype, op, root, 0, timeout});
+  }
   // recv[size][count] <- send[count] of each rank, in rank order.
   void all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                  Duration timeout = kUseDefaultTimeout);
+                  Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0, 0, timeout});
+  }
   // On root: recv[size][count] <- send[count] of each rank; recv unused elsewhere (may be null).
   void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-              Duration timeout = kUseDefaultTimeout);
+              Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kGather, send, recv, count, dtype, ReduceOp::kSum, root, 0, timeout});
+  }
   // recv[count] <- root's send[rank][count]; send unused off root (may be null).
   void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-               Duration timeout = kUseDefaultTimeout);
+               Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kScatter, send, recv, count, dtype, ReduceOp::kSum, root, 0, timeout});
+  }
   // recv[count] <- reduction over ranks of their send[rank][count] (send holds size*count).
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                      Duration timeout = kUseDefaultTimeout);
+                      Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kReduceScatter, send, recv, count, dtype, op, 0, 0, timeout});
+  }
   // recv[j][count] <- send[rank][count] of rank j (both hold size*count elements).
   void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                  Duration timeout = kUseDefaultTimeout);
+                  Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0, 0, timeout});
+  }
   // Returns once every rank has entered the barrier.
-  void barrier(Duration timeout = kUseDefaultTimeout);
+  void barrier(Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, 0, timeout});
+  }
   // Tagged point-to-point (see the header paragraph for ordering).
   void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag = 0,
-            Duration timeout = kUseDefaultTimeout);
+            Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kSend, data, nullptr, count, dtype, ReduceOp::kSum, dst, tag, timeout});
+  }
   void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag = 0,
-            Duration timeout = kUseDefaultTimeout);
+            Duration timeout = kUseDefaultTimeout) {
+    run({OpKind::kRecv, nullptr, data, count, dtype, ReduceOp::kSum, src, tag, timeout});
+  }
 
   // The last collectives (flight_recorder.h) and their JSON dump.
   FlightRecorder& recorder() { return recorder_; }
@@ -193,11 +233,6 @@ class Communicator {
   // Per-pair message numbers of send/recv (checked like collective sequence numbers).
   uint64_t next_send_number(int peer) { return sent_[static_cast<size_t>(peer)]++; }
   uint64_t next_recv_number(int peer) { return received_[static_cast<size_t>(peer)]++; }
-  // Algorithm overrides from the environment (empty: choose by size).
-  struct AlgoOverrides {
-    std::string all_reduce, broadcast, reduce, all_gather, reduce_scatter;
-  };
-  const AlgoOverrides& overrides() const { return overrides_; }
   // True when every rank reaches every other through shared memory and may
   // read its memory directly (process_vm_readv), on all ranks alike: the
   // single-copy "pull" algorithms are available. COHORT_SHM_SINGLE_COPY=0 turns it off.
@@ -216,7 +251,6 @@ class Communicator {
   std::vector<std::byte> scratch_;
   std::vector<uint64_t> sent_;
   std::vector<uint64_t> received_;
-  AlgoOverrides overrides_;
   bool single_copy_ = false;
   std::unique_ptr<EngineState> engine_state_;
   FlightRecorder recorder_;

@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -19,22 +18,15 @@ namespace {
 // Bytes moved per step of one stream before the others get a turn: small
 // enough that a reduce-and-forward pipeline keeps its data in cache.
 constexpr size_t kChunk = 64 * 1024;
-// How long a waiter spins (with pause) before it sleeps in the kernel
-// (COHORT_SPIN_US), unless more ranks than CPUs share the host: then it
-// yields a few times and sleeps, leaving the CPUs to the ranks that can run.
-// Spinning for up to 1 ms matched OpenMPI's latency on a loaded 2-core host
-// while bounding what a waiter takes from other threads.
-constexpr int64_t kDefaultSpinUs = 1000;
+// A waiter spins (with pause) for CollectiveTuning::spin before it sleeps in
+// the kernel, unless more ranks than CPUs share the host: then it yields a
+// few times and sleeps, leaving the CPUs to the ranks that can run. Spinning
+// for up to 1 ms (the default) matched OpenMPI's latency on a loaded 2-core
+// host while bounding what a waiter takes from other threads.
 constexpr size_t kLongSpinMaxBytes = size_t{16} << 20;
 constexpr std::chrono::microseconds kShortSpin{50};
 // Polls of a stalled op before the spin starts pausing.
 constexpr int kEagerPolls = 256;
-
-std::chrono::microseconds env_us(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::chrono::microseconds(fallback);
-  return std::chrono::microseconds(std::strtoll(v, nullptr, 10));
-}
 
 thread_local bool t_background = false;
 
@@ -55,7 +47,7 @@ Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
       elem_(element_size(desc.dtype)),
       timeout_(comm.resolve(timeout)),
       st_(comm.engine_state()) {
-  static const std::chrono::microseconds spin = env_us("COHORT_SPIN_US", kDefaultSpinUs);
+  const std::chrono::microseconds spin = comm.options().tuning.spin;
   // Long ops gain nothing from saving a wake-up, and spinning through their
   // stalls only spends the CPU share they need (measured at 64 MiB).
   spin_ = desc_.count * elem_ <= kLongSpinMaxBytes ? spin : std::min(spin, kShortSpin);
@@ -63,7 +55,7 @@ Engine::Engine(Communicator& comm, OpDesc desc, Duration timeout)
   std::fill(st_.header_sent.begin(), st_.header_sent.end(), 0);
   std::fill(st_.header_received.begin(), st_.header_received.end(), 0);
   comm_.check_usable();
-  if (desc_.kind != OpKind::kSendRecv) {
+  if (op_info(desc_.kind).collective) {
     desc_.seq = comm_.next_sequence();
     ctx_.set_op_seq(desc_.seq + 1);
   }
@@ -447,7 +439,7 @@ void Engine::throw_timeout() const {
     int p = s.pair->peer();
     if (std::find(waiting.begin(), waiting.end(), p) == waiting.end()) waiting.push_back(p);
   }
-  if (desc_.kind != OpKind::kSendRecv) {
+  if (op_info(desc_.kind).collective) {
     for (int p = 0; p < size(); ++p) {
       if (p == rank()) continue;
       auto seq = ctx_.peer_op_seq(p);

@@ -77,7 +77,7 @@ class Engine {
  public:
   // Starts an op: rethrows a broken communicator's error, takes the next
   // sequence number (collectives) and publishes it, sets the deadline.
-  // desc.seq must already be set for kSendRecv.
+  // desc.seq must already be set for send and recv.
   Engine(Communicator& comm, OpDesc desc, Duration timeout);
   // Records the op's end in the flight recorder: failed when an exception is
   // leaving the op, completed otherwise.

@@ -32,7 +32,7 @@ void kill_mid_collective(TransportKind transport, int n, int victim, size_t coun
     o.name = name;
     o.transport = transport;
     o.timeout = 120s;  // far beyond the test's limit: only liveness can end the wait
-    auto comm = Communicator::create(store, rank, n, o);
+    auto comm = Communicator::create(store, rank, n, testing::with_env_knobs(o));
     std::vector<float> buf(count, 1.0f);
     std::thread killer;
     if (rank == victim) {

@@ -19,7 +19,7 @@ void PointToPoint::send(const void* data, size_t count, DataType dtype, int dst,
                         Duration timeout) {
   check_peer(comm_, dst, "send");
   comm_.check_usable();
-  OpDesc d{OpKind::kSendRecv, dtype, ReduceOp::kSum, Algo::kDirect, -1, count, tag};
+  OpDesc d{OpKind::kSend, dtype, ReduceOp::kSum, Algo::kDirect, -1, count, tag};
   d.seq = comm_.next_send_number(dst);
   Engine e(comm_, d, timeout);
   e.send(dst).add(const_cast<void*>(data), count * e.elem());
@@ -30,7 +30,7 @@ void PointToPoint::recv(void* data, size_t count, DataType dtype, int src, uint3
                         Duration timeout) {
   check_peer(comm_, src, "recv");
   comm_.check_usable();
-  OpDesc d{OpKind::kSendRecv, dtype, ReduceOp::kSum, Algo::kDirect, -1, count, tag};
+  OpDesc d{OpKind::kRecv, dtype, ReduceOp::kSum, Algo::kDirect, -1, count, tag};
   d.seq = comm_.next_recv_number(src);
   Engine e(comm_, d, timeout);
   e.recv(src).add(data, count * e.elem());

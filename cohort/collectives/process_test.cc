@@ -19,7 +19,7 @@ void run_suite(int rank, int n, rendezvous::Store& store, const std::string& nam
   CommunicatorOptions o;
   o.name = name;
   o.timeout = 30s;
-  auto c = Communicator::create(store, rank, n, o);
+  auto c = Communicator::create(store, rank, n, testing::with_env_knobs(o));
   for (int p = 0; p < n; ++p) {
     if (p != rank && c->transport_name(p) != expect_transport) {
       throw Error("transport to rank " + std::to_string(p) + " is " + c->transport_name(p));
@@ -98,7 +98,7 @@ TEST(Processes, SingleCopyIsUsedWhenProcessesMayReadEachOther) {
     }
     CommunicatorOptions o;
     o.name = name;
-    auto c = Communicator::create(store, rank, 3, o);
+    auto c = Communicator::create(store, rank, 3, testing::with_env_knobs(o));
     if (c->single_copy() != expected) throw Error("single_copy disagrees with the probe");
     std::vector<int32_t> b(100003, rank == 2 ? 9 : 0);
     c->broadcast(b.data(), b.size(), DataType::kInt32, 2);
@@ -128,7 +128,7 @@ TEST(Processes, SingleCopyCanBeTurnedOff) {
     ::setenv("COHORT_SHM_SINGLE_COPY", "0", 1);
     CommunicatorOptions o;
     o.name = name;
-    auto c = Communicator::create(store, rank, 2, o);
+    auto c = Communicator::create(store, rank, 2, testing::with_env_knobs(o));
     if (c->single_copy()) throw Error("single_copy still on");
   });
   for (int s : st) EXPECT_TRUE(testing::exited_ok(s)) << s;
@@ -142,7 +142,7 @@ TEST(Processes, AlgorithmOverrideFromEnvironment) {
     ::setenv("COHORT_ALLREDUCE_ALGO", "ring", 1);
     CommunicatorOptions o;
     o.name = name;
-    auto c = Communicator::create(store, rank, 2, o);
+    auto c = Communicator::create(store, rank, 2, testing::with_env_knobs(o));
     float x = static_cast<float>(rank + 1);
     c->all_reduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
     if (x != 3.0f) throw Error("wrong sum");
@@ -156,7 +156,7 @@ TEST(Processes, AlgorithmDisagreementIsAMismatch) {
     ::setenv("COHORT_ALLREDUCE_ALGO", rank == 0 ? "ring" : "direct", 1);
     CommunicatorOptions o;
     o.name = name;
-    auto c = Communicator::create(store, rank, 2, o);
+    auto c = Communicator::create(store, rank, 2, testing::with_env_knobs(o));
     float x = 1.0f;
     try {
       c->all_reduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);

@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +24,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/collectives/communicator.h"
+#include "cohort/collectives/knobs.h"
 #include "cohort/collectives/reduce_kernels.h"
 #include "cohort/collectives/reference_values.h"
 #include "cohort/rendezvous/file_store.h"
@@ -48,6 +51,19 @@ inline CommunicatorOptions options(TransportKind t, const std::string& name,
   o.name = unique_name(name);
   o.transport = t;
   o.timeout = timeout;
+  return o;
+}
+
+// `o` with the collectives' knobs taken from this process's environment, as
+// the env:// bootstrap does for a process group (knobs.h): the edge of a test
+// that sets COHORT_TRANSPORT or COHORT_<OP>_ALGO and creates communicators
+// itself.
+inline CommunicatorOptions with_env_knobs(CommunicatorOptions o) {
+  std::map<std::string, std::string> env;
+  for (const std::string& name : knob_names()) {
+    if (const char* v = std::getenv(name.c_str()); v != nullptr && *v != '\0') env[name] = v;
+  }
+  apply_knobs(env, o.transport, o.tuning);
   return o;
 }
 

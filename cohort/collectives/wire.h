@@ -9,30 +9,14 @@
 #include <cstdint>
 #include <string>
 
+#include "cohort/collectives/op_table.h"
 #include "cohort/collectives/types.h"
 
 namespace cohort::collectives {
 
-enum class OpKind : uint8_t {
-  kAllReduce = 1,
-  kBroadcast,
-  kReduce,
-  kAllGather,
-  kGather,
-  kScatter,
-  kReduceScatter,
-  kAllToAll,
-  kBarrier,
-  kSendRecv,
-};
-
-enum class Algo : uint8_t { kNone = 0, kDirect, kRing, kFlat, kChain, kPull };
-
-const char* op_kind_name(OpKind kind);
-const char* algo_name(Algo algo);
-
-// One op as this rank called it. seq: the collective sequence number, or the
-// per-pair message number for send/recv (filled in by the Engine).
+// One op as this rank called it (kinds and names: op_table.h). seq: the
+// collective sequence number, or the per-pair message number for send/recv
+// (filled in by the Engine).
 struct OpDesc {
   OpKind kind;
   DataType dtype = DataType::kUInt8;

@@ -1,13 +1,14 @@
 // Backend: what carries one process group's operations. The ProcessGroup
 // owns the order (its WorkQueue) and the argument checks; a backend performs
-// one op at a time, synchronously, on the thread the queue gives it.
-// Implementations: NativeBackend (cohort's Communicator), MpiBackend
-// (mpi/mpi_backend.h, built when COHORT_HAVE_MPI). An NCCL backend would be a
-// third implementation; this build has none (create_backend throws
-// NotSupported for BackendKind::kNccl).
+// one op at a time, synchronously, on the thread the queue gives it, through
+// one entry point, run(OpArgs), with a case per op of the op table
+// (collectives/op_table.h). Implementations: NativeBackend (cohort's
+// Communicator), MpiBackend (mpi/mpi_backend.h, built when COHORT_HAVE_MPI).
+// An NCCL backend would be a third implementation; this build has none
+// (create_backend throws NotSupported for BackendKind::kNccl).
 //
-// Shapes follow collectives::Communicator (communicator.h): counts are
-// elements per rank; all_gather's recv holds size()*count elements, etc.
+// Shapes follow the op table: counts are elements per rank; all_gather's recv
+// holds size()*count elements, etc. (OpInfo::send, OpInfo::recv).
 // Errors are exceptions of cohort's types; the ProcessGroup adds the op's
 // context. Thread safety: one op at a time; abort() from any thread.
 #pragma once
@@ -27,9 +28,14 @@ struct ProcessGroupOptions {
   std::string name = "default";  // names the group in errors
   // Default timeout of every op and of the group's creation.
   Duration timeout = std::chrono::seconds(300);
-  // native: kAuto = shared memory to same-host peers, TCP to others (or TCP
-  // everywhere when COHORT_TRANSPORT=tcp); see docs/transports.md.
+  // native: kAuto = shared memory to same-host peers, TCP to others;
+  // init_process_group takes COHORT_TRANSPORT from the env:// bootstrap when
+  // this is kAuto; see docs/transports.md.
   collectives::TransportKind transport = collectives::TransportKind::kAuto;
+  // native: forced algorithms and the waiters' spin (collectives/knobs.h;
+  // init_process_group takes COHORT_<OP>_ALGO and COHORT_SPIN_US from the
+  // env:// bootstrap).
+  collectives::CollectiveTuning tuning;
   // native: which address to advertise, the connect time-out and waiting
   // reports (transport/network.h); init_process_group fills it from env://.
   transport::NetworkOptions network;
@@ -57,26 +63,9 @@ class Backend {
   // backend keeps none (mpi).
   virtual std::string flight_record() const { return ""; }
 
-  virtual void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op,
-                          Duration timeout) = 0;
-  virtual void broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) = 0;
-  virtual void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
-                      Duration timeout) = 0;
-  virtual void all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                          Duration timeout) = 0;
-  virtual void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-                      Duration timeout) = 0;
-  virtual void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-                       Duration timeout) = 0;
-  virtual void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
-                              ReduceOp op, Duration timeout) = 0;
-  virtual void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                          Duration timeout) = 0;
-  virtual void barrier(Duration timeout) = 0;
-  virtual void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
-                    Duration timeout) = 0;
-  virtual void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag,
-                    Duration timeout) = 0;
+  // Runs one op (arguments checked by the caller; a.timeout resolved, never
+  // kUseDefaultTimeout). One case per OpKind.
+  virtual void run(const OpArgs& a) = 0;
 
   // The backend of a subgroup of this group's ranks `ranks` (sorted, in this
   // group's numbering), or null on ranks outside it. Every rank of this group

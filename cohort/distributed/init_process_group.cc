@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "cohort/base/error.h"
+#include "cohort/collectives/knobs.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 
@@ -23,9 +24,11 @@ std::shared_ptr<ProcessGroup> init_process_group(BackendKind backend,
   bo.rank = rank;
   bo.world_size = world_size;
   bo.timeout = timeout;
+  bo.knobs = collectives::knob_names();
   rendezvous::BootstrapResult r = rendezvous::bootstrap(init_method, bo);
   options.network = r.network;
   options.flight_recorder_dir = r.flight_recorder_dir;
+  collectives::apply_knobs(r.knobs, options.transport, options.tuning);
   return ProcessGroup::create(backend, r.store, r.rank, r.world_size, options);
 }
 

@@ -27,25 +27,7 @@ class NativeBackend final : public Backend {
   std::string transport_name(int peer) const override { return comm_->transport_name(peer); }
   std::string flight_record() const override { return comm_->flight_record_json(); }
 
-  void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op, Duration timeout) override;
-  void broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) override;
-  void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
-              Duration timeout) override;
-  void all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                  Duration timeout) override;
-  void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-              Duration timeout) override;
-  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-               Duration timeout) override;
-  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                      Duration timeout) override;
-  void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                  Duration timeout) override;
-  void barrier(Duration timeout) override;
-  void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
-            Duration timeout) override;
-  void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag,
-            Duration timeout) override;
+  void run(const OpArgs& a) override { comm_->run(a); }
 
   std::unique_ptr<Backend> new_subgroup(const std::vector<int>& ranks,
                                         std::shared_ptr<rendezvous::Store> store,

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "cohort/collectives/op_table.h"
 #include "cohort/collectives/types.h"
 
 namespace cohort::distributed {
@@ -28,6 +29,8 @@ namespace cohort::distributed {
 using collectives::DataType;
 using collectives::Duration;
 using collectives::kUseDefaultTimeout;
+using collectives::OpArgs;
+using collectives::OpKind;
 using collectives::ReduceOp;
 
 // Which implementation carries a group's collectives.
@@ -106,5 +109,28 @@ struct RecvOptions {
   uint32_t tag = 0;
   Duration timeout = kUseDefaultTimeout;
 };
+
+// The OpArgs of a call of op `kind` with options `o` (any of the structs
+// above: the fields it has, op, root, tag and timeout, are taken; peer is
+// the dst or src of send and recv).
+template <typename Options>
+OpArgs op_args(OpKind kind, const void* send, void* recv, size_t count, DataType dtype,
+               const Options& o, int peer = 0) {
+  OpArgs a;
+  a.kind = kind;
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.dtype = dtype;
+  if constexpr (requires { o.op; }) a.op = o.op;
+  if constexpr (requires { o.root; }) {
+    a.root = o.root;
+  } else {
+    a.root = peer;
+  }
+  if constexpr (requires { o.tag; }) a.tag = o.tag;
+  a.timeout = o.timeout;
+  return a;
+}
 
 }  // namespace cohort::distributed

@@ -7,33 +7,12 @@
 #include <numeric>
 
 #include "cohort/base/error.h"
-#include "cohort/collectives/types.h"
+#include "cohort/collectives/op_table.h"
 #include "cohort/distributed/process_group_submit.h"
 #include "cohort/distributed/work_queue.h"
 #include "cohort/rendezvous/prefix_store.h"
 
 namespace cohort::distributed {
-namespace {
-
-using collectives::element_size;
-
-// Out-of-place ops need disjoint buffers (the algorithms read one while
-// writing the other).
-void check_disjoint(const char* op, const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  if (a_bytes == 0 || b_bytes == 0) return;
-  auto pa = reinterpret_cast<uintptr_t>(a);
-  auto pb = reinterpret_cast<uintptr_t>(b);
-  COHORT_CHECK(pa + a_bytes <= pb || pb + b_bytes <= pa,
-               "{}: send and recv buffers overlap (send [{:#x}, +{}), recv [{:#x}, +{})); "
-               "out-of-place ops need separate buffers",
-               op, pa, a_bytes, pb, b_bytes);
-}
-
-void check_buffer(const char* op, const char* what, const void* p, size_t count) {
-  COHORT_CHECK(p != nullptr || count == 0, "{}: {} is null but count is {}", op, what, count);
-}
-
-}  // namespace
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(BackendKind backend,
                                                    std::shared_ptr<rendezvous::Store> store,
@@ -207,127 +186,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
                                         std::move(sub_store), std::move(world), std::move(sub));
 }
 
-Work ProcessGroup::all_reduce_impl(void* data, size_t count, DataType dtype,
-                                   const AllReduceOptions& o, Keep keep, bool async) {
-  check_buffer("all_reduce", "data", data, count);
+Work ProcessGroup::run_op(OpArgs a, Keep keep, bool async) {
+  const collectives::OpInfo& info = collectives::op_info(a.kind);
+  collectives::check_op_args(a, rank_, size_, options_.name);
+  a.timeout = op_timeout(a.timeout);
   Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("all_reduce", true, t, async, keep,
-                [=] { b->all_reduce(data, count, dtype, o.op, t); });
-}
-
-Work ProcessGroup::broadcast_impl(void* data, size_t count, DataType dtype,
-                                  const BroadcastOptions& o, Keep keep, bool async) {
-  check_buffer("broadcast", "data", data, count);
-  check_root("broadcast", o.root);
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("broadcast", true, t, async, keep,
-                [=] { b->broadcast(data, count, dtype, o.root, t); });
-}
-
-Work ProcessGroup::reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o,
-                               Keep keep, bool async) {
-  check_buffer("reduce", "data", data, count);
-  check_root("reduce", o.root);
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("reduce", true, t, async, keep,
-                [=] { b->reduce(data, count, dtype, o.op, o.root, t); });
-}
-
-Work ProcessGroup::all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                   const AllGatherOptions& o, Keep keep, bool async) {
-  size_t es = element_size(dtype);
-  check_buffer("all_gather", "send", send, count);
-  check_buffer("all_gather", "recv", recv, count);
-  check_disjoint("all_gather", send, count * es, recv, count * es * static_cast<size_t>(size_));
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("all_gather", true, t, async, keep,
-                [=] { b->all_gather(send, recv, count, dtype, t); });
-}
-
-Work ProcessGroup::gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                               const GatherOptions& o, Keep keep, bool async) {
-  size_t es = element_size(dtype);
-  check_root("gather", o.root);
-  check_buffer("gather", "send", send, count);
-  if (rank_ == o.root) {
-    check_buffer("gather", "recv (on root)", recv, count);
-    check_disjoint("gather", send, count * es, recv, count * es * static_cast<size_t>(size_));
-  }
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("gather", true, t, async, keep,
-                [=] { b->gather(send, recv, count, dtype, o.root, t); });
-}
-
-Work ProcessGroup::scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                const ScatterOptions& o, Keep keep, bool async) {
-  size_t es = element_size(dtype);
-  check_root("scatter", o.root);
-  check_buffer("scatter", "recv", recv, count);
-  if (rank_ == o.root) {
-    check_buffer("scatter", "send (on root)", send, count);
-    check_disjoint("scatter", send, count * es * static_cast<size_t>(size_), recv, count * es);
-  }
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("scatter", true, t, async, keep,
-                [=] { b->scatter(send, recv, count, dtype, o.root, t); });
-}
-
-Work ProcessGroup::reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                       const ReduceScatterOptions& o, Keep keep, bool async) {
-  size_t es = element_size(dtype);
-  check_buffer("reduce_scatter", "send", send, count);
-  check_buffer("reduce_scatter", "recv", recv, count);
-  check_disjoint("reduce_scatter", send, count * es * static_cast<size_t>(size_), recv, count * es);
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("reduce_scatter", true, t, async, keep,
-                [=] { b->reduce_scatter(send, recv, count, dtype, o.op, t); });
-}
-
-Work ProcessGroup::all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
-                                   const AllToAllOptions& o, Keep keep, bool async) {
-  size_t bytes = element_size(dtype) * count * static_cast<size_t>(size_);
-  check_buffer("all_to_all", "send", send, count);
-  check_buffer("all_to_all", "recv", recv, count);
-  check_disjoint("all_to_all", send, bytes, recv, bytes);
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("all_to_all", true, t, async, keep,
-                [=] { b->all_to_all(send, recv, count, dtype, t); });
-}
-
-Work ProcessGroup::barrier_impl(const BarrierOptions& o, Keep keep, bool async) {
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("barrier", true, t, async, keep, [=] { b->barrier(t); });
-}
-
-Work ProcessGroup::send_impl(const void* data, size_t count, DataType dtype, int dst,
-                             const SendOptions& o, Keep keep, bool async) {
-  check_buffer("send", "data", data, count);
-  check_peer("send", dst);
-  COHORT_CHECK(dst != rank_, "send: rank {} cannot send to itself (group '{}')", rank_,
-               options_.name);
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("send", false, t, async, keep, [=] { b->send(data, count, dtype, dst, o.tag, t); });
-}
-
-Work ProcessGroup::recv_impl(void* data, size_t count, DataType dtype, int src,
-                             const RecvOptions& o, Keep keep, bool async) {
-  check_buffer("recv", "data", data, count);
-  check_peer("recv", src);
-  COHORT_CHECK(src != rank_, "recv: rank {} cannot receive from itself (group '{}')", rank_,
-               options_.name);
-  Backend* b = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("recv", false, t, async, keep, [=] { b->recv(data, count, dtype, src, o.tag, t); });
+  return submit(info.name, info.collective, a.timeout, async, keep, [b, a] { b->run(a); });
 }
 
 }  // namespace cohort::distributed

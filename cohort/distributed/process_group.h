@@ -120,107 +120,113 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // tells the peers, whose ops then fail too. Safe from any thread.
   void abort(const std::string& reason);
 
-  // ---- raw buffers (see communicator.h for each op's contract) ----
+  // ---- raw buffers (collectives/op_table.h: each op's buffers and sizes) ----
   // Each op in two forms: the plain call blocks until the op completed and
   // throws its error; with the async_op tag it returns the op's Work at once.
+  // run(OpArgs) is the one entry point; the named forms build its OpArgs.
+  void run(const OpArgs& a) { run_op(a, {}, false); }
+  [[nodiscard]] Work run(const OpArgs& a, AsyncOp) { return run_op(a, {}, true); }
+
   void all_reduce(void* data, size_t count, DataType dtype, const AllReduceOptions& opts = {}) {
-    all_reduce_impl(data, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kAllReduce, nullptr, data, count, dtype, opts));
   }
   [[nodiscard]] Work all_reduce(void* data, size_t count, DataType dtype,
                                 const AllReduceOptions& opts, AsyncOp) {
-    return all_reduce_impl(data, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kAllReduce, nullptr, data, count, dtype, opts), async_op);
   }
   void broadcast(void* data, size_t count, DataType dtype, const BroadcastOptions& opts = {}) {
-    broadcast_impl(data, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kBroadcast, nullptr, data, count, dtype, opts));
   }
   [[nodiscard]] Work broadcast(void* data, size_t count, DataType dtype,
                                const BroadcastOptions& opts, AsyncOp) {
-    return broadcast_impl(data, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kBroadcast, nullptr, data, count, dtype, opts), async_op);
   }
   void reduce(void* data, size_t count, DataType dtype, const ReduceOptions& opts = {}) {
-    reduce_impl(data, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kReduce, nullptr, data, count, dtype, opts));
   }
   [[nodiscard]] Work reduce(void* data, size_t count, DataType dtype, const ReduceOptions& opts,
                             AsyncOp) {
-    return reduce_impl(data, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kReduce, nullptr, data, count, dtype, opts), async_op);
   }
   void all_gather(const void* send, void* recv, size_t count, DataType dtype,
                   const AllGatherOptions& opts = {}) {
-    all_gather_impl(send, recv, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kAllGather, send, recv, count, dtype, opts));
   }
   [[nodiscard]] Work all_gather(const void* send, void* recv, size_t count, DataType dtype,
                                 const AllGatherOptions& opts, AsyncOp) {
-    return all_gather_impl(send, recv, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kAllGather, send, recv, count, dtype, opts), async_op);
   }
   void gather(const void* send, void* recv, size_t count, DataType dtype,
               const GatherOptions& opts = {}) {
-    gather_impl(send, recv, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kGather, send, recv, count, dtype, opts));
   }
   [[nodiscard]] Work gather(const void* send, void* recv, size_t count, DataType dtype,
                             const GatherOptions& opts, AsyncOp) {
-    return gather_impl(send, recv, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kGather, send, recv, count, dtype, opts), async_op);
   }
   void scatter(const void* send, void* recv, size_t count, DataType dtype,
                const ScatterOptions& opts = {}) {
-    scatter_impl(send, recv, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kScatter, send, recv, count, dtype, opts));
   }
   [[nodiscard]] Work scatter(const void* send, void* recv, size_t count, DataType dtype,
                              const ScatterOptions& opts, AsyncOp) {
-    return scatter_impl(send, recv, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kScatter, send, recv, count, dtype, opts), async_op);
   }
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
                       const ReduceScatterOptions& opts = {}) {
-    reduce_scatter_impl(send, recv, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kReduceScatter, send, recv, count, dtype, opts));
   }
   [[nodiscard]] Work reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
                                     const ReduceScatterOptions& opts, AsyncOp) {
-    return reduce_scatter_impl(send, recv, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kReduceScatter, send, recv, count, dtype, opts), async_op);
   }
   void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
                   const AllToAllOptions& opts = {}) {
-    all_to_all_impl(send, recv, count, dtype, opts, {}, false);
+    run(op_args(OpKind::kAllToAll, send, recv, count, dtype, opts));
   }
   [[nodiscard]] Work all_to_all(const void* send, void* recv, size_t count, DataType dtype,
                                 const AllToAllOptions& opts, AsyncOp) {
-    return all_to_all_impl(send, recv, count, dtype, opts, {}, true);
+    return run(op_args(OpKind::kAllToAll, send, recv, count, dtype, opts), async_op);
   }
-  void barrier(const BarrierOptions& opts = {}) { barrier_impl(opts, {}, false); }
+  void barrier(const BarrierOptions& opts = {}) {
+    run(op_args(OpKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, opts));
+  }
   [[nodiscard]] Work barrier(const BarrierOptions& opts, AsyncOp) {
-    return barrier_impl(opts, {}, true);
+    return run(op_args(OpKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, opts), async_op);
   }
   void send(const void* data, size_t count, DataType dtype, int dst, const SendOptions& opts = {}) {
-    send_impl(data, count, dtype, dst, opts, {}, false);
+    run(op_args(OpKind::kSend, data, nullptr, count, dtype, opts, dst));
   }
   [[nodiscard]] Work send(const void* data, size_t count, DataType dtype, int dst,
                           const SendOptions& opts, AsyncOp) {
-    return send_impl(data, count, dtype, dst, opts, {}, true);
+    return run(op_args(OpKind::kSend, data, nullptr, count, dtype, opts, dst), async_op);
   }
   void recv(void* data, size_t count, DataType dtype, int src, const RecvOptions& opts = {}) {
-    recv_impl(data, count, dtype, src, opts, {}, false);
+    run(op_args(OpKind::kRecv, nullptr, data, count, dtype, opts, src));
   }
   [[nodiscard]] Work recv(void* data, size_t count, DataType dtype, int src,
                           const RecvOptions& opts, AsyncOp) {
-    return recv_impl(data, count, dtype, src, opts, {}, true);
+    return run(op_args(OpKind::kRecv, nullptr, data, count, dtype, opts, src), async_op);
   }
 
   // ---- tensors (contiguous; any shape; the op works on all elements) ----
   void all_reduce(const Tensor& tensor, const AllReduceOptions& opts = {}) {
-    all_reduce_impl(tensor, opts, false);
+    run_tensor(op_args(OpKind::kAllReduce, nullptr, nullptr, 0, {}, opts), tensor, false);
   }
   [[nodiscard]] Work all_reduce(const Tensor& tensor, const AllReduceOptions& opts, AsyncOp) {
-    return all_reduce_impl(tensor, opts, true);
+    return run_tensor(op_args(OpKind::kAllReduce, nullptr, nullptr, 0, {}, opts), tensor, true);
   }
   void broadcast(const Tensor& tensor, const BroadcastOptions& opts = {}) {
-    broadcast_impl(tensor, opts, false);
+    run_tensor(op_args(OpKind::kBroadcast, nullptr, nullptr, 0, {}, opts), tensor, false);
   }
   [[nodiscard]] Work broadcast(const Tensor& tensor, const BroadcastOptions& opts, AsyncOp) {
-    return broadcast_impl(tensor, opts, true);
+    return run_tensor(op_args(OpKind::kBroadcast, nullptr, nullptr, 0, {}, opts), tensor, true);
   }
   void reduce(const Tensor& tensor, const ReduceOptions& opts = {}) {
-    reduce_impl(tensor, opts, false);
+    run_tensor(op_args(OpKind::kReduce, nullptr, nullptr, 0, {}, opts), tensor, false);
   }
   [[nodiscard]] Work reduce(const Tensor& tensor, const ReduceOptions& opts, AsyncOp) {
-    return reduce_impl(tensor, opts, true);
+    return run_tensor(op_args(OpKind::kReduce, nullptr, nullptr, 0, {}, opts), tensor, true);
   }
   // outputs: size() tensors shaped like input.
   void all_gather(const std::vector<Tensor>& outputs, const Tensor& input,
@@ -296,16 +302,16 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     return all_to_all_single_impl(output, input, opts, true);
   }
   void send(const Tensor& tensor, int dst, const SendOptions& opts = {}) {
-    send_impl(tensor, dst, opts, false);
+    run_tensor(op_args(OpKind::kSend, nullptr, nullptr, 0, {}, opts, dst), tensor, false);
   }
   [[nodiscard]] Work send(const Tensor& tensor, int dst, const SendOptions& opts, AsyncOp) {
-    return send_impl(tensor, dst, opts, true);
+    return run_tensor(op_args(OpKind::kSend, nullptr, nullptr, 0, {}, opts, dst), tensor, true);
   }
   void recv(const Tensor& tensor, int src, const RecvOptions& opts = {}) {
-    recv_impl(tensor, src, opts, false);
+    run_tensor(op_args(OpKind::kRecv, nullptr, nullptr, 0, {}, opts, src), tensor, false);
   }
   [[nodiscard]] Work recv(const Tensor& tensor, int src, const RecvOptions& opts, AsyncOp) {
-    return recv_impl(tensor, src, opts, true);
+    return run_tensor(op_args(OpKind::kRecv, nullptr, nullptr, 0, {}, opts, src), tensor, true);
   }
 
  private:
@@ -323,32 +329,13 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     const Tensor* first = nullptr;
     const Tensor* second = nullptr;
   };
-  // The raw ops.
-  Work all_reduce_impl(void* data, size_t count, DataType dtype, const AllReduceOptions& o,
-                       Keep keep, bool async);
-  Work broadcast_impl(void* data, size_t count, DataType dtype, const BroadcastOptions& o,
-                      Keep keep, bool async);
-  Work reduce_impl(void* data, size_t count, DataType dtype, const ReduceOptions& o, Keep keep,
-                   bool async);
-  Work all_gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                       const AllGatherOptions& o, Keep keep, bool async);
-  Work gather_impl(const void* send, void* recv, size_t count, DataType dtype,
-                   const GatherOptions& o, Keep keep, bool async);
-  Work scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                    const ScatterOptions& o, Keep keep, bool async);
-  Work reduce_scatter_impl(const void* send, void* recv, size_t count, DataType dtype,
-                           const ReduceScatterOptions& o, Keep keep, bool async);
-  Work all_to_all_impl(const void* send, void* recv, size_t count, DataType dtype,
-                       const AllToAllOptions& o, Keep keep, bool async);
-  Work barrier_impl(const BarrierOptions& o, Keep keep, bool async);
-  Work send_impl(const void* data, size_t count, DataType dtype, int dst, const SendOptions& o,
-                 Keep keep, bool async);
-  Work recv_impl(void* data, size_t count, DataType dtype, int src, const RecvOptions& o, Keep keep,
-                 bool async);
-  // The tensor ops.
-  Work all_reduce_impl(const Tensor& tensor, const AllReduceOptions& o, bool async);
-  Work broadcast_impl(const Tensor& tensor, const BroadcastOptions& o, bool async);
-  Work reduce_impl(const Tensor& tensor, const ReduceOptions& o, bool async);
+  // Every op: checks a's arguments against the op table (check_op_args),
+  // resolves its timeout and submits backend->run(a).
+  Work run_op(OpArgs a, Keep keep, bool async);
+  // The one-tensor forms (all_reduce, broadcast, reduce, send, recv): `a`
+  // with the tensor's memory as its buffer.
+  Work run_tensor(OpArgs a, const Tensor& tensor, bool async);
+  // The list and flat tensor forms.
   Work all_gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
                        const AllGatherOptions& o, bool async);
   Work all_gather_into_tensor_impl(const Tensor& output, const Tensor& input,
@@ -365,8 +352,6 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                        const AllToAllOptions& o, bool async);
   Work all_to_all_single_impl(const Tensor& output, const Tensor& input, const AllToAllOptions& o,
                               bool async);
-  Work send_impl(const Tensor& tensor, int dst, const SendOptions& o, bool async);
-  Work recv_impl(const Tensor& tensor, int src, const RecvOptions& o, bool async);
   // Issues op `op`, whose work is call() (any callable; `keep` as in Keep).
   // A blocking op on an idle group runs call() right here (begin_inline),
   // with no WorkState, no std::function and no queue hand-off, and returns

@@ -67,6 +67,32 @@ void unpack(const std::byte* flat, const std::vector<Buf>& parts) {
   }
 }
 
+// The body of a list form: op `a` on flat staging buffers of n blocks of
+// `block` bytes, `ins` packed into the send buffer before the op runs and the
+// recv buffer unpacked into `outs` after it (inside the op, so the tensors
+// are read and written when it runs, as in PyTorch). `keep`: the tensors a
+// queued op keeps alive.
+auto staged(Backend* be, OpArgs a, std::vector<Buf> ins, std::vector<Buf> outs, size_t block,
+            std::vector<Tensor> keep) {
+  return [be, a, ins = std::move(ins), outs = std::move(outs), block, keep = std::move(keep)] {
+    std::vector<std::byte> send(block * ins.size());
+    std::vector<std::byte> recv(block * outs.size());
+    OpArgs b = a;
+    if (!ins.empty()) {
+      pack(ins, send.data());
+      b.send = send.data();
+    }
+    if (!outs.empty()) b.recv = recv.data();
+    be->run(b);
+    unpack(recv.data(), outs);
+  };
+}
+
+std::vector<Tensor> joined(std::vector<Tensor> list, std::initializer_list<Tensor> more) {
+  list.insert(list.end(), more.begin(), more.end());
+  return list;
+}
+
 }  // namespace
 
 DataType to_data_type(DType dtype) {
@@ -90,19 +116,10 @@ DataType to_data_type(DType dtype) {
       fmt::format("distributed: dtype {} has no collectives equivalent", dtype_name(dtype)));
 }
 
-Work ProcessGroup::all_reduce_impl(const Tensor& tensor, const AllReduceOptions& o, bool async) {
-  Buf b = check_tensor("all_reduce", "tensor", tensor);
-  return all_reduce_impl(b.data, b.count, b.dtype, o, {&tensor}, async);
-}
-
-Work ProcessGroup::broadcast_impl(const Tensor& tensor, const BroadcastOptions& o, bool async) {
-  Buf b = check_tensor("broadcast", "tensor", tensor);
-  return broadcast_impl(b.data, b.count, b.dtype, o, {&tensor}, async);
-}
-
-Work ProcessGroup::reduce_impl(const Tensor& tensor, const ReduceOptions& o, bool async) {
-  Buf b = check_tensor("reduce", "tensor", tensor);
-  return reduce_impl(b.data, b.count, b.dtype, o, {&tensor}, async);
+Work ProcessGroup::run_tensor(OpArgs a, const Tensor& tensor, bool async) {
+  Buf b = check_tensor(collectives::op_kind_name(a.kind), "tensor", tensor);
+  a = collectives::with_one_buffer(a, b.data, b.count, b.dtype);
+  return run_op(a, {&tensor}, async);
 }
 
 Work ProcessGroup::all_gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
@@ -110,13 +127,10 @@ Work ProcessGroup::all_gather_impl(const std::vector<Tensor>& outputs, const Ten
   Buf in = check_tensor("all_gather", "input", input);
   auto outs =
       check_list("all_gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
-  Backend* be = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("all_gather", true, t, async, {}, [=, keep_in = input, keep_out = outputs] {
-    std::vector<std::byte> flat(in.bytes * outs.size());
-    be->all_gather(in.data, flat.data(), in.count, in.dtype, t);
-    unpack(flat.data(), outs);
-  });
+  OpArgs a = op_args(OpKind::kAllGather, in.data, nullptr, in.count, in.dtype, o);
+  a.timeout = op_timeout(a.timeout);
+  return submit("all_gather", true, a.timeout, async, {},
+                staged(backend_.get(), a, {}, std::move(outs), in.bytes, joined(outputs, {input})));
 }
 
 Work ProcessGroup::all_gather_into_tensor_impl(const Tensor& output, const Tensor& input,
@@ -125,47 +139,42 @@ Work ProcessGroup::all_gather_into_tensor_impl(const Tensor& output, const Tenso
   Buf in = check_tensor(op, "input", input);
   Buf out = check_tensor(op, "output", output);
   check_like(op, "output", out, in.dtype, in.count * static_cast<size_t>(size_));
-  return all_gather_impl(in.data, out.data, in.count, in.dtype, o, {&input, &output}, async);
+  return run_op(op_args(OpKind::kAllGather, in.data, out.data, in.count, in.dtype, o),
+                {&input, &output}, async);
 }
 
 Work ProcessGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
                                const GatherOptions& o, bool async) {
   Buf in = check_tensor("gather", "input", input);
   check_root("gather", o.root);
+  OpArgs a = op_args(OpKind::kGather, in.data, nullptr, in.count, in.dtype, o);
   if (rank_ != o.root) {
     COHORT_CHECK(outputs.empty(), "gather: outputs must be empty off the root (rank {}, root {})",
                  rank_, o.root);
-    return gather_impl(in.data, nullptr, in.count, in.dtype, o, {&input}, async);
+    return run_op(a, {&input}, async);
   }
   auto outs =
       check_list("gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
-  Backend* be = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("gather", true, t, async, {}, [=, keep_in = input, keep_out = outputs] {
-    std::vector<std::byte> flat(in.bytes * outs.size());
-    be->gather(in.data, flat.data(), in.count, in.dtype, o.root, t);
-    unpack(flat.data(), outs);
-  });
+  a.timeout = op_timeout(a.timeout);
+  return submit("gather", true, a.timeout, async, {},
+                staged(backend_.get(), a, {}, std::move(outs), in.bytes, joined(outputs, {input})));
 }
 
 Work ProcessGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                 const ScatterOptions& o, bool async) {
   Buf out = check_tensor("scatter", "output", output);
   check_root("scatter", o.root);
+  OpArgs a = op_args(OpKind::kScatter, nullptr, out.data, out.count, out.dtype, o);
   if (rank_ != o.root) {
     COHORT_CHECK(inputs.empty(), "scatter: inputs must be empty off the root (rank {}, root {})",
                  rank_, o.root);
-    return scatter_impl(nullptr, out.data, out.count, out.dtype, o, {&output}, async);
+    return run_op(a, {&output}, async);
   }
   auto ins =
       check_list("scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype, out.count);
-  Backend* be = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("scatter", true, t, async, {}, [=, keep_in = inputs, keep_out = output] {
-    std::vector<std::byte> flat(out.bytes * ins.size());
-    pack(ins, flat.data());
-    be->scatter(flat.data(), out.data, out.count, out.dtype, o.root, t);
-  });
+  a.timeout = op_timeout(a.timeout);
+  return submit("scatter", true, a.timeout, async, {},
+                staged(backend_.get(), a, std::move(ins), {}, out.bytes, joined(inputs, {output})));
 }
 
 Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -173,13 +182,10 @@ Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const std::vector<T
   Buf out = check_tensor("reduce_scatter", "output", output);
   auto ins = check_list("reduce_scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype,
                         out.count);
-  Backend* be = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("reduce_scatter", true, t, async, {}, [=, keep_in = inputs, keep_out = output] {
-    std::vector<std::byte> flat(out.bytes * ins.size());
-    pack(ins, flat.data());
-    be->reduce_scatter(flat.data(), out.data, out.count, out.dtype, o.op, t);
-  });
+  OpArgs a = op_args(OpKind::kReduceScatter, nullptr, out.data, out.count, out.dtype, o);
+  a.timeout = op_timeout(a.timeout);
+  return submit("reduce_scatter", true, a.timeout, async, {},
+                staged(backend_.get(), a, std::move(ins), {}, out.bytes, joined(inputs, {output})));
 }
 
 Work ProcessGroup::reduce_scatter_tensor_impl(const Tensor& output, const Tensor& input,
@@ -188,7 +194,8 @@ Work ProcessGroup::reduce_scatter_tensor_impl(const Tensor& output, const Tensor
   Buf out = check_tensor(op, "output", output);
   Buf in = check_tensor(op, "input", input);
   check_like(op, "input", in, out.dtype, out.count * static_cast<size_t>(size_));
-  return reduce_scatter_impl(in.data, out.data, out.count, out.dtype, o, {&input, &output}, async);
+  return run_op(op_args(OpKind::kReduceScatter, in.data, out.data, out.count, out.dtype, o),
+                {&input, &output}, async);
 }
 
 Work ProcessGroup::all_to_all_impl(const std::vector<Tensor>& outputs,
@@ -200,15 +207,13 @@ Work ProcessGroup::all_to_all_impl(const std::vector<Tensor>& outputs,
                         first.count);
   auto outs = check_list("all_to_all", "outputs", outputs, static_cast<size_t>(size_), first.dtype,
                          first.count);
-  Backend* be = backend_.get();
-  Duration t = op_timeout(o.timeout);
-  return submit("all_to_all", true, t, async, {}, [=, keep_in = inputs, keep_out = outputs] {
-    std::vector<std::byte> send(first.bytes * ins.size());
-    std::vector<std::byte> recv(first.bytes * outs.size());
-    pack(ins, send.data());
-    be->all_to_all(send.data(), recv.data(), first.count, first.dtype, t);
-    unpack(recv.data(), outs);
-  });
+  OpArgs a = op_args(OpKind::kAllToAll, nullptr, nullptr, first.count, first.dtype, o);
+  a.timeout = op_timeout(a.timeout);
+  std::vector<Tensor> keep = joined(inputs, {});
+  keep.insert(keep.end(), outputs.begin(), outputs.end());
+  return submit(
+      "all_to_all", true, a.timeout, async, {},
+      staged(backend_.get(), a, std::move(ins), std::move(outs), first.bytes, std::move(keep)));
 }
 
 Work ProcessGroup::all_to_all_single_impl(const Tensor& output, const Tensor& input,
@@ -221,17 +226,8 @@ Work ProcessGroup::all_to_all_single_impl(const Tensor& output, const Tensor& in
                "{}: input's {} elements do not split evenly over {} ranks (equal splits only)", op,
                in.count, n);
   check_like(op, "output", out, in.dtype, in.count);
-  return all_to_all_impl(in.data, out.data, in.count / n, in.dtype, o, {&input, &output}, async);
-}
-
-Work ProcessGroup::send_impl(const Tensor& tensor, int dst, const SendOptions& o, bool async) {
-  Buf b = check_tensor("send", "tensor", tensor);
-  return send_impl(b.data, b.count, b.dtype, dst, o, {&tensor}, async);
-}
-
-Work ProcessGroup::recv_impl(const Tensor& tensor, int src, const RecvOptions& o, bool async) {
-  Buf b = check_tensor("recv", "tensor", tensor);
-  return recv_impl(b.data, b.count, b.dtype, src, o, {&tensor}, async);
+  return run_op(op_args(OpKind::kAllToAll, in.data, out.data, in.count / n, in.dtype, o),
+                {&input, &output}, async);
 }
 
 }  // namespace cohort::distributed

@@ -207,27 +207,11 @@ distributed::ProcessGroup& ProcessGroup::get() const {
   return *pg_;
 }
 
-Work ProcessGroup::all_reduce_impl(const at::Tensor& t, const AllReduceOptions& o,
-                                   bool async) const {
-  Buf b = check_tensor("all_reduce", "tensor", t);
+Work ProcessGroup::run_tensor(distributed::OpArgs a, const at::Tensor& t, bool async) const {
+  Buf b = check_tensor(collectives::op_kind_name(a.kind), "tensor", t);
+  a = collectives::with_one_buffer(a, b.data, b.count, b.dtype);
   auto& pg = get();
-  return issue(async, {t}, {},
-               [&](auto... tag) { return pg.all_reduce(b.data, b.count, b.dtype, o, tag...); });
-}
-
-Work ProcessGroup::broadcast_impl(const at::Tensor& t, const BroadcastOptions& o,
-                                  bool async) const {
-  Buf b = check_tensor("broadcast", "tensor", t);
-  auto& pg = get();
-  return issue(async, {t}, {},
-               [&](auto... tag) { return pg.broadcast(b.data, b.count, b.dtype, o, tag...); });
-}
-
-Work ProcessGroup::reduce_impl(const at::Tensor& t, const ReduceOptions& o, bool async) const {
-  Buf b = check_tensor("reduce", "tensor", t);
-  auto& pg = get();
-  return issue(async, {t}, {},
-               [&](auto... tag) { return pg.reduce(b.data, b.count, b.dtype, o, tag...); });
+  return issue(async, {t}, {}, [&](auto... tag) { return pg.run(a, tag...); });
 }
 
 Work ProcessGroup::all_gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
@@ -363,20 +347,6 @@ Work ProcessGroup::all_to_all_single_impl(const at::Tensor& output, const at::Te
 Work ProcessGroup::barrier(const BarrierOptions& opts, AsyncOp) const {
   auto& pg = get();
   return issue(true, {}, {}, [&](auto... tag) { return pg.barrier(opts, tag...); });
-}
-
-Work ProcessGroup::send_impl(const at::Tensor& t, int dst, const SendOptions& o, bool async) const {
-  Buf b = check_tensor("send", "tensor", t);
-  auto& pg = get();
-  return issue(async, {t}, {},
-               [&](auto... tag) { return pg.send(b.data, b.count, b.dtype, dst, o, tag...); });
-}
-
-Work ProcessGroup::recv_impl(const at::Tensor& t, int src, const RecvOptions& o, bool async) const {
-  Buf b = check_tensor("recv", "tensor", t);
-  auto& pg = get();
-  return issue(async, {t}, {},
-               [&](auto... tag) { return pg.recv(b.data, b.count, b.dtype, src, o, tag...); });
 }
 
 ProcessGroup init_process_group(std::string_view backend, const std::string& init_method,

@@ -64,6 +64,7 @@ using distributed::Duration;
 using distributed::GatherOptions;
 using distributed::kUseDefaultTimeout;
 using distributed::NewGroupOptions;
+using distributed::OpKind;
 using distributed::RecvOptions;
 using distributed::ReduceOp;
 using distributed::ReduceOptions;
@@ -121,24 +122,29 @@ class ProcessGroup {
   void destroy() const { get().destroy(); }
 
   void all_reduce(const at::Tensor& tensor, const AllReduceOptions& opts = {}) const {
-    all_reduce_impl(tensor, opts, false);
+    run_tensor(distributed::op_args(OpKind::kAllReduce, nullptr, nullptr, 0, {}, opts), tensor,
+               false);
   }
   [[nodiscard]] Work all_reduce(const at::Tensor& tensor, const AllReduceOptions& opts,
                                 AsyncOp) const {
-    return all_reduce_impl(tensor, opts, true);
+    return run_tensor(distributed::op_args(OpKind::kAllReduce, nullptr, nullptr, 0, {}, opts),
+                      tensor, true);
   }
   void broadcast(const at::Tensor& tensor, const BroadcastOptions& opts = {}) const {
-    broadcast_impl(tensor, opts, false);
+    run_tensor(distributed::op_args(OpKind::kBroadcast, nullptr, nullptr, 0, {}, opts), tensor,
+               false);
   }
   [[nodiscard]] Work broadcast(const at::Tensor& tensor, const BroadcastOptions& opts,
                                AsyncOp) const {
-    return broadcast_impl(tensor, opts, true);
+    return run_tensor(distributed::op_args(OpKind::kBroadcast, nullptr, nullptr, 0, {}, opts),
+                      tensor, true);
   }
   void reduce(const at::Tensor& tensor, const ReduceOptions& opts = {}) const {
-    reduce_impl(tensor, opts, false);
+    run_tensor(distributed::op_args(OpKind::kReduce, nullptr, nullptr, 0, {}, opts), tensor, false);
   }
   [[nodiscard]] Work reduce(const at::Tensor& tensor, const ReduceOptions& opts, AsyncOp) const {
-    return reduce_impl(tensor, opts, true);
+    return run_tensor(distributed::op_args(OpKind::kReduce, nullptr, nullptr, 0, {}, opts), tensor,
+                      true);
   }
   // outputs: size() tensors with input's dtype and numel.
   void all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
@@ -216,25 +222,29 @@ class ProcessGroup {
   void barrier(const BarrierOptions& opts = {}) const { get().barrier(opts); }
   [[nodiscard]] Work barrier(const BarrierOptions& opts, AsyncOp) const;
   void send(const at::Tensor& tensor, int dst, const SendOptions& opts = {}) const {
-    send_impl(tensor, dst, opts, false);
+    run_tensor(distributed::op_args(OpKind::kSend, nullptr, nullptr, 0, {}, opts, dst), tensor,
+               false);
   }
   [[nodiscard]] Work send(const at::Tensor& tensor, int dst, const SendOptions& opts,
                           AsyncOp) const {
-    return send_impl(tensor, dst, opts, true);
+    return run_tensor(distributed::op_args(OpKind::kSend, nullptr, nullptr, 0, {}, opts, dst),
+                      tensor, true);
   }
   void recv(const at::Tensor& tensor, int src, const RecvOptions& opts = {}) const {
-    recv_impl(tensor, src, opts, false);
+    run_tensor(distributed::op_args(OpKind::kRecv, nullptr, nullptr, 0, {}, opts, src), tensor,
+               false);
   }
   [[nodiscard]] Work recv(const at::Tensor& tensor, int src, const RecvOptions& opts,
                           AsyncOp) const {
-    return recv_impl(tensor, src, opts, true);
+    return run_tensor(distributed::op_args(OpKind::kRecv, nullptr, nullptr, 0, {}, opts, src),
+                      tensor, true);
   }
 
  private:
   distributed::ProcessGroup& get() const;
-  Work all_reduce_impl(const at::Tensor& t, const AllReduceOptions& o, bool async) const;
-  Work broadcast_impl(const at::Tensor& t, const BroadcastOptions& o, bool async) const;
-  Work reduce_impl(const at::Tensor& t, const ReduceOptions& o, bool async) const;
+  // The one-tensor forms (all_reduce, broadcast, reduce, send, recv): `a`
+  // (collectives/op_table.h) on the tensor's memory.
+  Work run_tensor(distributed::OpArgs a, const at::Tensor& tensor, bool async) const;
   Work all_gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
                        const AllGatherOptions& o, bool async) const;
   Work all_gather_into_tensor_impl(const at::Tensor& output, const at::Tensor& input,
@@ -252,8 +262,6 @@ class ProcessGroup {
                        bool async) const;
   Work all_to_all_single_impl(const at::Tensor& output, const at::Tensor& input,
                               const AllToAllOptions& o, bool async) const;
-  Work send_impl(const at::Tensor& t, int dst, const SendOptions& o, bool async) const;
-  Work recv_impl(const at::Tensor& t, int src, const RecvOptions& o, bool async) const;
 
   std::shared_ptr<distributed::ProcessGroup> pg_;
 };

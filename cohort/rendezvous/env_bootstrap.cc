@@ -269,6 +269,9 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
     COHORT_CHECK(*t > 0, "bootstrap: COHORT_CONNECT_TIMEOUT must be a positive number of seconds");
     r.network.connect_timeout = std::chrono::seconds(*t);
   }
+  for (const std::string& name : options.knobs) {
+    if (const char* v = env_str(name.c_str())) r.knobs[name] = v;
+  }
   if (const char* restart = std::getenv(kRestartCountEnv); restart && *restart) {
     store = std::make_shared<PrefixStore>(std::string("attempt") + restart, store);
   }

@@ -31,9 +31,11 @@
 // The network options of the result: see BootstrapResult::network.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cohort/rendezvous/store.h"
 #include "cohort/transport/network.h"
@@ -48,6 +50,10 @@ struct BootstrapOptions {
   int world_size = -1;  // -1: from the URL query or the environment
   Duration timeout = kDefaultStoreTimeout;
   std::optional<std::string> token;  // nullopt: COHORT_TOKEN
+  // Environment variables a layer above takes its options from (the
+  // collectives' COHORT_TRANSPORT, COHORT_<OP>_ALGO, ...: collectives/knobs.h),
+  // read here, at the edge, into BootstrapResult::knobs.
+  std::vector<std::string> knobs;
 };
 
 struct BootstrapResult {
@@ -66,6 +72,9 @@ struct BootstrapResult {
   // COHORT_FLIGHT_RECORDER_DIR: where each rank dumps its collectives' flight
   // record when an op fails ("" = nowhere; collectives/flight_recorder.h).
   std::string flight_recorder_dir;
+  // The values of BootstrapOptions::knobs that are set and not empty, by
+  // name; the layer that asked validates them.
+  std::map<std::string, std::string> knobs;
 };
 
 // The world size the environment announces, as bootstrap reads it: WORLD_SIZE,

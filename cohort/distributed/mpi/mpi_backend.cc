@@ -188,102 +188,71 @@ void MpiBackend::abort(const std::string& reason) {
   aborted_.store(true, std::memory_order_release);
 }
 
-void MpiBackend::all_reduce(void* data, size_t count, DataType dtype, ReduceOp op, Duration) {
-  check_usable("all_reduce");
-  check(MPI_Allreduce(MPI_IN_PLACE, data, as_int(count, "all_reduce"), mpi_type(dtype),
-                      mpi_op(op, dtype), comm_),
-        "MPI_Allreduce");
-  if (op == ReduceOp::kAvg) collectives::finish_avg(data, count, dtype, size_);
-}
-
-void MpiBackend::broadcast(void* data, size_t count, DataType dtype, int root, Duration) {
-  check_usable("broadcast");
-  check(MPI_Bcast(data, as_int(count, "broadcast"), mpi_type(dtype), root, comm_), "MPI_Bcast");
-}
-
-void MpiBackend::reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root, Duration) {
-  check_usable("reduce");
-  int n = as_int(count, "reduce");
-  if (rank_ == root) {
-    check(MPI_Reduce(MPI_IN_PLACE, data, n, mpi_type(dtype), mpi_op(op, dtype), root, comm_),
-          "MPI_Reduce");
-    if (op == ReduceOp::kAvg) collectives::finish_avg(data, count, dtype, size_);
-  } else {
-    check(MPI_Reduce(data, nullptr, n, mpi_type(dtype), mpi_op(op, dtype), root, comm_),
-          "MPI_Reduce");
+void MpiBackend::run(const OpArgs& a) {
+  const collectives::OpInfo& info = collectives::op_info(a.kind);
+  check_usable(info.name);
+  const int n = as_int(a.count, info.name);
+  const MPI_Datatype type = mpi_type(a.dtype);
+  const MPI_Op reduce = info.reduces ? mpi_op(a.op, a.dtype) : MPI_OP_NULL;
+  const bool root = rank_ == a.root;
+  void* send = mut(a.send);
+  if (info.has_tag) {
+    COHORT_CHECK(a.tag <= 32767, "{} (mpi backend): tag {} exceeds MPI's guaranteed limit 32767",
+                 info.name, a.tag);
   }
-}
-
-void MpiBackend::all_gather(const void* send, void* recv, size_t count, DataType dtype, Duration) {
-  check_usable("all_gather");
-  int n = as_int(count, "all_gather");
-  check(MPI_Allgather(mut(send), n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_),
-        "MPI_Allgather");
-}
-
-void MpiBackend::gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-                        Duration) {
-  check_usable("gather");
-  int n = as_int(count, "gather");
-  check(MPI_Gather(mut(send), n, mpi_type(dtype), rank_ == root ? recv : nullptr, n,
-                   mpi_type(dtype), root, comm_),
-        "MPI_Gather");
-}
-
-void MpiBackend::scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-                         Duration) {
-  check_usable("scatter");
-  int n = as_int(count, "scatter");
-  check(MPI_Scatter(rank_ == root ? mut(send) : nullptr, n, mpi_type(dtype), recv, n,
-                    mpi_type(dtype), root, comm_),
-        "MPI_Scatter");
-}
-
-void MpiBackend::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype,
-                                ReduceOp op, Duration) {
-  check_usable("reduce_scatter");
-  check(MPI_Reduce_scatter_block(mut(send), recv, as_int(count, "reduce_scatter"), mpi_type(dtype),
-                                 mpi_op(op, dtype), comm_),
-        "MPI_Reduce_scatter_block");
-  if (op == ReduceOp::kAvg) collectives::finish_avg(recv, count, dtype, size_);
-}
-
-void MpiBackend::all_to_all(const void* send, void* recv, size_t count, DataType dtype, Duration) {
-  check_usable("all_to_all");
-  int n = as_int(count, "all_to_all");
-  check(MPI_Alltoall(mut(send), n, mpi_type(dtype), recv, n, mpi_type(dtype), comm_),
-        "MPI_Alltoall");
-}
-
-void MpiBackend::barrier(Duration) {
-  check_usable("barrier");
-  check(MPI_Barrier(comm_), "MPI_Barrier");
-}
-
-void MpiBackend::send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
-                      Duration) {
-  check_usable("send");
-  COHORT_CHECK(tag <= 32767, "send (mpi backend): tag {} exceeds MPI's guaranteed limit 32767",
-               tag);
-  check(MPI_Send(mut(data), as_int(count, "send"), mpi_type(dtype), dst, static_cast<int>(tag),
-                 comm_),
-        "MPI_Send");
-}
-
-void MpiBackend::recv(void* data, size_t count, DataType dtype, int src, uint32_t tag, Duration) {
-  check_usable("recv");
-  COHORT_CHECK(tag <= 32767, "recv (mpi backend): tag {} exceeds MPI's guaranteed limit 32767",
-               tag);
-  MPI_Status status;
-  check(MPI_Recv(data, as_int(count, "recv"), mpi_type(dtype), src, static_cast<int>(tag), comm_,
-                 &status),
-        "MPI_Recv");
-  int got = 0;
-  MPI_Get_count(&status, mpi_type(dtype), &got);
-  if (static_cast<size_t>(got) != count) {
-    throw InvalidArgument(fmt::format(
-        "recv (mpi backend): rank {} expected {} elements from rank {}, the message had {}", rank_,
-        count, src, got));
+  switch (a.kind) {
+    case OpKind::kAllReduce:
+      check(MPI_Allreduce(MPI_IN_PLACE, a.recv, n, type, reduce, comm_), "MPI_Allreduce");
+      break;
+    case OpKind::kBroadcast:
+      check(MPI_Bcast(a.recv, n, type, a.root, comm_), "MPI_Bcast");
+      break;
+    case OpKind::kReduce:
+      check(MPI_Reduce(root ? MPI_IN_PLACE : a.recv, root ? a.recv : nullptr, n, type, reduce,
+                       a.root, comm_),
+            "MPI_Reduce");
+      break;
+    case OpKind::kAllGather:
+      check(MPI_Allgather(send, n, type, a.recv, n, type, comm_), "MPI_Allgather");
+      break;
+    case OpKind::kGather:
+      check(MPI_Gather(send, n, type, root ? a.recv : nullptr, n, type, a.root, comm_),
+            "MPI_Gather");
+      break;
+    case OpKind::kScatter:
+      check(MPI_Scatter(root ? send : nullptr, n, type, a.recv, n, type, a.root, comm_),
+            "MPI_Scatter");
+      break;
+    case OpKind::kReduceScatter:
+      check(MPI_Reduce_scatter_block(send, a.recv, n, type, reduce, comm_),
+            "MPI_Reduce_scatter_block");
+      break;
+    case OpKind::kAllToAll:
+      check(MPI_Alltoall(send, n, type, a.recv, n, type, comm_), "MPI_Alltoall");
+      break;
+    case OpKind::kBarrier:
+      check(MPI_Barrier(comm_), "MPI_Barrier");
+      break;
+    case OpKind::kSend:
+      check(MPI_Send(send, n, type, a.root, static_cast<int>(a.tag), comm_), "MPI_Send");
+      break;
+    case OpKind::kRecv: {
+      MPI_Status status;
+      check(MPI_Recv(a.recv, n, type, a.root, static_cast<int>(a.tag), comm_, &status), "MPI_Recv");
+      int got = 0;
+      MPI_Get_count(&status, type, &got);
+      if (static_cast<size_t>(got) != a.count) {
+        throw InvalidArgument(fmt::format(
+            "recv (mpi backend): rank {} expected {} elements from rank {}, the message had {}",
+            rank_, a.count, a.root, got));
+      }
+      break;
+    }
+  }
+  // MPI has no avg: the ops above summed, and the ranks that hold a result
+  // (all of them, but only the root for reduce) divide it.
+  if (info.reduces && a.op == ReduceOp::kAvg && (a.kind != OpKind::kReduce || root)) {
+    collectives::finish_avg(a.recv, a.count, a.dtype, size_);
   }
 }
 

@@ -52,25 +52,7 @@ class MpiBackend final : public Backend {
   bool ops_have_deadlines() const override { return false; }
   std::string transport_name(int peer) const override { return peer == rank_ ? "self" : "mpi"; }
 
-  void all_reduce(void* data, size_t count, DataType dtype, ReduceOp op, Duration timeout) override;
-  void broadcast(void* data, size_t count, DataType dtype, int root, Duration timeout) override;
-  void reduce(void* data, size_t count, DataType dtype, ReduceOp op, int root,
-              Duration timeout) override;
-  void all_gather(const void* send, void* recv, size_t count, DataType dtype,
-                  Duration timeout) override;
-  void gather(const void* send, void* recv, size_t count, DataType dtype, int root,
-              Duration timeout) override;
-  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root,
-               Duration timeout) override;
-  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                      Duration timeout) override;
-  void all_to_all(const void* send, void* recv, size_t count, DataType dtype,
-                  Duration timeout) override;
-  void barrier(Duration timeout) override;
-  void send(const void* data, size_t count, DataType dtype, int dst, uint32_t tag,
-            Duration timeout) override;
-  void recv(void* data, size_t count, DataType dtype, int src, uint32_t tag,
-            Duration timeout) override;
+  void run(const OpArgs& a) override;
 
   std::unique_ptr<Backend> new_subgroup(const std::vector<int>& ranks,
                                         std::shared_ptr<rendezvous::Store> store,

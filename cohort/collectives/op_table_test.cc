@@ -1,0 +1,126 @@
+// The op table (op_table.h) and the knobs that read from it (knobs.h): every
+// op has a row in order, the wire keeps its kinds, argument checks follow the
+// buffers' rules, and env values become typed options or name the variable.
+#include "cohort/collectives/op_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cohort/base/error.h"
+#include "cohort/collectives/knobs.h"
+#include "cohort/collectives/wire.h"
+
+namespace cohort::collectives {
+namespace {
+
+TEST(OpTable, HasOneRowPerOpInOrder) {
+  int n = 0;
+  for (const OpInfo* i = op_table_begin(); i != op_table_end(); ++i, ++n) {
+    EXPECT_EQ(static_cast<int>(i->kind), n + 1);
+    EXPECT_EQ(&op_info(i->kind), i);
+    EXPECT_STREQ(op_kind_name(i->kind), i->name);
+  }
+  EXPECT_EQ(n + 1, kNumOpKinds);
+  EXPECT_THROW(op_info(static_cast<OpKind>(0)), InvalidArgument);
+  EXPECT_STREQ(op_kind_name(static_cast<OpKind>(200)), "unknown op");
+}
+
+TEST(OpTable, RecvChecksTheHeaderOfItsSend) {
+  OpDesc recv{OpKind::kRecv, DataType::kFloat32, ReduceOp::kSum, Algo::kDirect, -1, 4, 7};
+  OpDesc send = recv;
+  send.kind = OpKind::kSend;
+  WireHeader a = to_wire(recv), b = to_wire(send);
+  EXPECT_EQ(a.kind, b.kind);
+  EXPECT_EQ(describe(recv).rfind("recv #0 (count=4, dtype=float32, tag=7", 0), 0u)
+      << describe(recv);
+}
+
+TEST(OpTable, BufferSizesFollowCountAndWorld) {
+  EXPECT_EQ(op_info(OpKind::kAllGather).recv.elements(5, 3), 15u);
+  EXPECT_EQ(op_info(OpKind::kAllGather).send.elements(5, 3), 5u);
+  EXPECT_EQ(op_info(OpKind::kReduceScatter).send.elements(5, 3), 15u);
+  EXPECT_EQ(op_info(OpKind::kAllReduce).send.elements(5, 3), 0u);
+  EXPECT_TRUE(op_info(OpKind::kGather).recv.root_only);
+  EXPECT_TRUE(op_info(OpKind::kScatter).send.root_only);
+}
+
+TEST(OpTable, ChecksArgumentsByTheRules) {
+  float a[6] = {}, b[6] = {};
+  OpArgs gather{OpKind::kGather, a, nullptr, 2, DataType::kFloat32, ReduceOp::kSum, 1};
+  EXPECT_NO_THROW(check_op_args(gather, 0, 3, "g"));  // recv is the root's alone
+  EXPECT_THROW(check_op_args(gather, 1, 3, "g"), InvalidArgument);
+  gather.root = 3;
+  EXPECT_THROW(check_op_args(gather, 0, 3, "g"), InvalidArgument);
+  OpArgs ag{OpKind::kAllGather, a, a + 1, 2, DataType::kFloat32};
+  EXPECT_THROW(check_op_args(ag, 0, 3, "g"), InvalidArgument);  // overlap
+  ag.recv = b;
+  EXPECT_NO_THROW(check_op_args(ag, 0, 3, "g"));
+  OpArgs send{OpKind::kSend, a, nullptr, 1, DataType::kFloat32, ReduceOp::kSum, 0};
+  try {
+    check_op_args(send, 0, 2, "g");
+    ADD_FAILURE() << "send to itself accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("send: rank 0 cannot send to itself (group 'g')"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Knobs, NameEveryAlgorithmVariable) {
+  std::vector<std::string> names = knob_names();
+  for (const char* n :
+       {"COHORT_TRANSPORT", "COHORT_SPIN_US", "COHORT_ALLREDUCE_ALGO", "COHORT_BROADCAST_ALGO",
+        "COHORT_REDUCE_ALGO", "COHORT_ALLGATHER_ALGO", "COHORT_REDUCE_SCATTER_ALGO"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  }
+}
+
+TEST(Knobs, BecomeTypedOptions) {
+  TransportKind t = TransportKind::kAuto;
+  CollectiveTuning tuning;
+  apply_knobs({{"COHORT_TRANSPORT", "tcp"},
+               {"COHORT_SPIN_US", "20"},
+               {"COHORT_ALLREDUCE_ALGO", "pull"},
+               {"COHORT_BROADCAST_ALGO", "chain"}},
+              t, tuning);
+  EXPECT_EQ(t, TransportKind::kTcp);
+  EXPECT_EQ(tuning.spin, std::chrono::microseconds(20));
+  EXPECT_EQ(tuning.algorithms.get(OpKind::kAllReduce), Algo::kPull);
+  EXPECT_EQ(tuning.algorithms.get(OpKind::kBroadcast), Algo::kChain);
+  EXPECT_EQ(tuning.algorithms.get(OpKind::kReduce), Algo::kNone);
+  // An explicit transport wins over the environment's.
+  TransportKind shm = TransportKind::kShm;
+  apply_knobs({{"COHORT_TRANSPORT", "tcp"}}, shm, tuning);
+  EXPECT_EQ(shm, TransportKind::kShm);
+}
+
+TEST(Knobs, NameTheVariableOfABadValue) {
+  TransportKind t = TransportKind::kAuto;
+  CollectiveTuning tuning;
+  auto message = [&](std::map<std::string, std::string> env) {
+    try {
+      apply_knobs(env, t, tuning);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message({{"COHORT_ALLREDUCE_ALGO", "nonsense"}})
+                .find("COHORT_ALLREDUCE_ALGO=nonsense: expected one of direct|ring|pull"),
+            std::string::npos);
+  EXPECT_NE(message({{"COHORT_REDUCE_ALGO", "pull"}}).find("expected one of direct|ring"),
+            std::string::npos);
+  EXPECT_NE(message({{"COHORT_TRANSPORT", "carrier-pigeon"}}).find("COHORT_TRANSPORT"),
+            std::string::npos);
+  EXPECT_NE(message({{"COHORT_SPIN_US", "-3"}}).find("COHORT_SPIN_US=-3"), std::string::npos);
+  EXPECT_EQ(t, TransportKind::kAuto);  // nothing applied on failure
+  EXPECT_EQ(tuning.spin, std::chrono::microseconds(1000));
+  EXPECT_THROW(tuning.algorithms.set(OpKind::kGather, Algo::kRing), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace cohort::collectives
