@@ -112,6 +112,8 @@ std::optional<std::string> JobCoordinator::launcher_lost() const {
   return link_ ? link_->lost() : std::nullopt;
 }
 
+int JobCoordinator::lost_fd() const { return link_ ? link_->lost_fd() : -1; }
+
 bool JobCoordinator::store_gone() const {
   if (link_ && link_->is_lost(0)) return true;
   const std::optional<std::string> f = watched();
@@ -240,6 +242,10 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
 std::string JobCoordinator::report_failure(int attempt, const std::string& what,
                                            bool killed_by_signal) {
   const std::string key = failure_key(attempt);
+  // A lost launcher took this node's workers' peers with it: it is the cause,
+  // and there is no window to wait out (announce_lost tells the others).
+  if (!killed_by_signal)
+    if (std::optional<std::string> lost = launcher_lost()) return *lost;
   // Node 0 or its store is gone: nobody to tell, and a lost launcher is the cause.
   if (store_gone()) return launcher_lost().value_or(what);
   try {
