@@ -400,8 +400,10 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   References refs;
   try {
-    if (!two_hosts_only || !hosts) refs.one_host = reference_run(false, hosts.get());
-    if (hosts) refs.two_hosts = reference_run(true, hosts.get());
+    // Only a restarted job is compared with them, and --launchers-only restarts none.
+    if (!launchers_only && (!two_hosts_only || !hosts))
+      refs.one_host = reference_run(false, hosts.get());
+    if (!launchers_only && hosts) refs.two_hosts = reference_run(true, hosts.get());
   } catch (const std::exception& e) {
     std::printf("bench_chaos: %s\n", e.what());
     return 1;

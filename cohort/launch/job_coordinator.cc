@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <vector>
 
@@ -362,6 +363,9 @@ std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failur
 struct JobCoordinator::Watch {
   std::atomic<bool> stop{false};
   std::mutex mu;
+  // Wakes the thread between checks when stop is set: the attempt's end
+  // (and the launcher's exit) does not wait out a watch interval.
+  std::condition_variable wake;
   std::optional<std::string> failure;
 };
 
@@ -385,7 +389,8 @@ void JobCoordinator::start_watch(int attempt) {
           fail(store->get_string(failure_key(attempt)));
           return;
         }
-        std::this_thread::sleep_for(interval);
+        std::unique_lock<std::mutex> lock(watch->mu);
+        watch->wake.wait_for(lock, interval, [&] { return watch->stop.load(); });
       }
     } catch (const std::exception& e) {
       if (!watch->stop.load()) fail(fmt::format("lost {}: {}", name, e.what()));
@@ -395,7 +400,11 @@ void JobCoordinator::start_watch(int attempt) {
 
 void JobCoordinator::stop_watch() {
   if (!watcher_.joinable()) return;
-  watch_->stop.store(true);
+  {
+    std::lock_guard<std::mutex> lock(watch_->mu);
+    watch_->stop.store(true);
+  }
+  watch_->wake.notify_all();
   // Node 0's launcher is lost: the thread may wait out a store call to it;
   // it ends by itself (it holds only its own state).
   if (link_ && link_->is_lost(0)) {

@@ -186,7 +186,7 @@ TEST(TwoHostJob, KilledLauncherWithTwoWorkersPerNodeEndsTheJobAtOnce) {
   Background b0(node_argv(h, 0, {"--max-restarts", "1"}, train, 2), kEnv);
   Background b1(node_argv(h, 1, {"--max-restarts", "1"}, train, 2), kEnv);
   std::vector<pid_t> workers;
-  for (int i = 0; i < 300 && workers.size() < 4; ++i) {
+  for (int i = 0; i < 600 && workers.size() < 4; ++i) {
     std::this_thread::sleep_for(100ms);
     if (b0.output().find("[rank 0] epoch 1/20 step") == std::string::npos) continue;
     workers.clear();
