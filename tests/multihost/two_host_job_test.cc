@@ -177,8 +177,8 @@ TEST(TwoHostJob, KilledLauncherOnNode1EndsBothNodesNamingIt) {
 
 // Two workers per node, SIGKILL to node 0's `cohort run` (which also serves
 // the store): node 1 sees the launchers' link close and ends the job at once
-// naming node 0's launcher, and every process of the job is gone within
-// 0.5 s (issue 34: 1.2-2.0 s, a cause window waited out).
+// naming node 0's launcher, and every process of the job is gone at once
+// (issue 34: 1.2-2.0 s, a cause window waited out).
 TEST(TwoHostJob, KilledLauncherWithTwoWorkersPerNodeEndsTheJobAtOnce) {
   SKIP_WITHOUT_NAMESPACES();
   TwoHosts h;
@@ -218,7 +218,10 @@ TEST(TwoHostJob, KilledLauncherWithTwoWorkersPerNodeEndsTheJobAtOnce) {
       << out;
   EXPECT_EQ(out.find("restarting"), std::string::npos) << out;
   EXPECT_TRUE(all_gone) << "a worker outlived the job";
-  EXPECT_LT(took, 0.5) << "the job took " << took << " s to end\n" << out;
+  // About 0.2 s on a quiet machine (bench_chaos, docs/multihost.md); the
+  // bound leaves room for a loaded one and still fails a launcher that waits
+  // out a 2 s cause window. tests/launch times the launchers alone to 0.5 s.
+  EXPECT_LT(took, 1.0) << "the job took " << took << " s to end\n" << out;
 }
 
 TEST(TwoHostJob, DelayedLossyOrThrottledLinkStillCompletes) {
