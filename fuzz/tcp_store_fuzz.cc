@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store_protocol.h"
 #include "cohort/rendezvous/tcp_store_server.h"
+#include "cohort/transport/socket.h"
 
 namespace {
 
@@ -36,19 +36,19 @@ cohort::rendezvous::TcpStoreServer& server() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace std::chrono_literals;
-  namespace net = cohort::rendezvous::net;
+  namespace net = cohort::transport;
   namespace proto = cohort::rendezvous::proto;
   if (size == 0) return 0;
   try {
     auto deadline = net::Clock::now() + 2s;
-    cohort::UniqueFd fd = net::connect_tcp("127.0.0.1", server().port(), deadline);
+    cohort::UniqueFd fd = net::connect_tcp("127.0.0.1", server().port(), deadline, "fuzz connect");
     if (data[0] & 1) {
       proto::Encoder e;
       e.u32(proto::kMagic).u32(proto::kVersion).str("fuzz");
       const std::vector<uint8_t> hs = std::move(e).finish();
-      net::send_all(fd.get(), hs.data(), hs.size(), deadline, "fuzz handshake");
+      net::write_all(fd.get(), hs.data(), hs.size(), deadline, "fuzz handshake");
     }
-    net::send_all(fd.get(), data + 1, size - 1, deadline, "fuzz input");
+    net::write_all(fd.get(), data + 1, size - 1, deadline, "fuzz input");
     ::shutdown(fd.get(), SHUT_WR);
     // Read what the server says until it closes or 200 ms pass.
     uint8_t buf[4096];

@@ -24,7 +24,9 @@
 //                  tensors of an uninterrupted run's (run once per host kind
 //                  at the start; the runs are deterministic).
 //
-//   bench_chaos [--jobs 100] [--seed 1] [--one-host-only]
+//   bench_chaos [--jobs 100] [--seed 1] [--one-host-only | --two-hosts-only]
+//               [--launchers-only] [--nproc-per-node 1]
+// --nproc-per-node: workers per node on two hosts (one host always runs two).
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -122,7 +124,13 @@ std::string compare_models(const std::string& a, const std::string& b) {
   }
 }
 
-constexpr int kRestartableSteps = 128;  // 2 epochs x 8192 examples / (64 x 2 ranks)
+// Workers per node of the two-host jobs (--nproc-per-node).
+int g_nproc_two_hosts = 1;
+
+int world_size(bool two_hosts) { return two_hosts ? 2 * g_nproc_two_hosts : 2; }
+
+// 2 epochs x 8192 examples / (64 x the job's ranks).
+int restartable_steps(bool two_hosts) { return 2 * 8192 / (64 * world_size(two_hosts)); }
 
 struct JobResult {
   bool two_hosts = false;
@@ -155,7 +163,7 @@ std::vector<std::string> train_args(const Job& j, const std::string& dir) {
   std::vector<std::string> a = {"--",        kCohort,     "train", "--dataset",
                                 "synthetic", "--threads", "1",     "--synthetic-test-size",
                                 "128"};
-  // Restartable: 2 epochs of 8192 examples (kRestartableSteps), checkpoints every 16 steps.
+  // Restartable: 2 epochs of 8192 examples (restartable_steps), checkpoints every 16 steps.
   const std::vector<std::string> more =
       j.restartable ? std::vector<std::string>{"--synthetic-train-size",
                                                "8192",
@@ -172,9 +180,9 @@ std::vector<std::string> train_args(const Job& j, const std::string& dir) {
   return a;
 }
 
-std::string final_model(const std::string& dir) {
+std::string final_model(const std::string& dir, bool two_hosts) {
   char step[32];
-  std::snprintf(step, sizeof(step), "/step-%08d", kRestartableSteps);
+  std::snprintf(step, sizeof(step), "/step-%08d", restartable_steps(two_hosts));
   return dir + step + "/model.safetensors";
 }
 
@@ -201,7 +209,7 @@ std::vector<std::unique_ptr<Background>> start_job(const Job& j, const TwoHosts*
     launchers.push_back(std::make_unique<Background>(argv, env));
   } else {
     for (int node = 0; node < 2; ++node) {
-      std::vector<std::string> argv = hosts->cohort_run(node, kCohort, 29531);
+      std::vector<std::string> argv = hosts->cohort_run(node, kCohort, 29531, g_nproc_two_hosts);
       argv.insert(argv.end(), restart.begin(), restart.end());
       auto t = train_args(j, dir);
       argv.insert(argv.end(), t.begin(), t.end());
@@ -229,7 +237,7 @@ std::string reference_run(bool two_hosts, const TwoHosts* hosts) {
                                l->output());
     }
   }
-  return final_model(dir);
+  return final_model(dir, two_hosts);
 }
 
 JobResult run_job(const Job& j, const TwoHosts* hosts, const References& refs) {
@@ -273,7 +281,7 @@ JobResult run_job(const Job& j, const TwoHosts* hosts, const References& refs) {
     ::kill(victim, SIGKILL);
   } else {
     r.fault = "kill rank " + std::to_string(j.victim_rank);
-    const size_t node = j.two_hosts ? static_cast<size_t>(j.victim_rank) : 0;
+    const size_t node = j.two_hosts ? static_cast<size_t>(j.victim_rank / g_nproc_two_hosts) : 0;
     const pid_t w = cohort::test::find_worker(launchers[node]->pid(), j.victim_rank);
     if (w > 0) {
       victim = w;
@@ -331,7 +339,8 @@ JobResult run_job(const Job& j, const TwoHosts* hosts, const References& refs) {
     } else if (out.find("resumed from") == std::string::npos) {
       why = "it did not say it resumed from a checkpoint";
     } else {
-      why = compare_models(final_model(dir), j.two_hosts ? refs.two_hosts : refs.one_host);
+      why = compare_models(final_model(dir, j.two_hosts),
+                           j.two_hosts ? refs.two_hosts : refs.one_host);
     }
     r.resumed_correctly = why.empty();
     if (!r.resumed_correctly && r.fault_landed) {
@@ -354,7 +363,7 @@ double percentile(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
   int jobs = 100;
   unsigned seed = 1;
-  bool one_host_only = false, launchers_only = false;
+  bool one_host_only = false, two_hosts_only = false, launchers_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--jobs" && i + 1 < argc) {
@@ -363,12 +372,16 @@ int main(int argc, char** argv) {
       seed = static_cast<unsigned>(std::atoi(argv[++i]));
     } else if (a == "--one-host-only") {
       one_host_only = true;
+    } else if (a == "--two-hosts-only") {
+      two_hosts_only = true;
     } else if (a == "--launchers-only") {
       launchers_only = true;
+    } else if (a == "--nproc-per-node" && i + 1 < argc) {
+      g_nproc_two_hosts = std::max(1, std::atoi(argv[++i]));
     } else {
       std::fprintf(stderr,
-                   "usage: bench_chaos [--jobs N] [--seed S] [--one-host-only] "
-                   "[--launchers-only]\n");
+                   "usage: bench_chaos [--jobs N] [--seed S] [--one-host-only | --two-hosts-only] "
+                   "[--launchers-only] [--nproc-per-node N]\n");
       return 2;
     }
   }
@@ -381,13 +394,16 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937 rng(seed);
-  std::printf("bench_chaos: %s, %u cores; %d jobs, seed %u\n", cohort::cpu_features().model.c_str(),
-              std::thread::hardware_concurrency(), jobs, seed);
+  std::printf("bench_chaos: %s, %u cores; %d jobs, seed %u; two hosts: %d worker(s) per node\n",
+              cohort::cpu_features().model.c_str(), std::thread::hardware_concurrency(), jobs, seed,
+              g_nproc_two_hosts);
   std::fflush(stdout);
   References refs;
   try {
-    refs.one_host = reference_run(false, hosts.get());
-    if (hosts) refs.two_hosts = reference_run(true, hosts.get());
+    // Only a restarted job is compared with them, and --launchers-only restarts none.
+    if (!launchers_only && (!two_hosts_only || !hosts))
+      refs.one_host = reference_run(false, hosts.get());
+    if (!launchers_only && hosts) refs.two_hosts = reference_run(true, hosts.get());
   } catch (const std::exception& e) {
     std::printf("bench_chaos: %s\n", e.what());
     return 1;
@@ -396,7 +412,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < jobs; ++i) {
     Job j;
     j.index = i;
-    j.two_hosts = hosts != nullptr && i % 2 == 1;
+    j.two_hosts = hosts != nullptr && (two_hosts_only || i % 2 == 1);
     j.restartable = rng() % 5 == 0;
     j.cut_link = j.two_hosts && !j.restartable && rng() % 5 == 0;
     j.delay_s = std::uniform_real_distribution<double>(0.0, j.restartable ? 0.5 : 1.5)(rng);
@@ -404,6 +420,10 @@ int main(int argc, char** argv) {
     // Half the kills go to a launcher: node 0's or node 1's (one host: its only one).
     j.kill_launcher = !j.cut_link && (launchers_only || rng() % 2 == 0);
     if (j.kill_launcher && !j.two_hosts) j.victim_rank = 0;
+    // A worker of either node (the draw above picked the node).
+    if (!j.kill_launcher && j.two_hosts && g_nproc_two_hosts > 1)
+      j.victim_rank =
+          j.victim_rank * g_nproc_two_hosts + static_cast<int>(rng() % g_nproc_two_hosts);
     JobResult r = run_job(j, hosts.get(), refs);
     const bool resumes = r.restartable && !r.launcher_victim;
     std::printf("job %3d  %-9s %-16s %-10s %s  %.2f s  leftovers %d/%d%s%s\n", i,

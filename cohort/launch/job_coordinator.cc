@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <vector>
 
@@ -111,6 +112,8 @@ std::vector<int> JobCoordinator::live_nodes() const {
 std::optional<std::string> JobCoordinator::launcher_lost() const {
   return link_ ? link_->lost() : std::nullopt;
 }
+
+int JobCoordinator::lost_fd() const { return link_ ? link_->lost_fd() : -1; }
 
 bool JobCoordinator::store_gone() const {
   if (link_ && link_->is_lost(0)) return true;
@@ -240,6 +243,10 @@ void JobCoordinator::join(int attempt, const std::string& about_this_node) {
 std::string JobCoordinator::report_failure(int attempt, const std::string& what,
                                            bool killed_by_signal) {
   const std::string key = failure_key(attempt);
+  // A lost launcher took this node's workers' peers with it: it is the cause,
+  // and there is no window to wait out (announce_lost tells the others).
+  if (!killed_by_signal)
+    if (std::optional<std::string> lost = launcher_lost()) return *lost;
   // Node 0 or its store is gone: nobody to tell, and a lost launcher is the cause.
   if (store_gone()) return launcher_lost().value_or(what);
   try {
@@ -356,6 +363,9 @@ std::optional<std::string> JobCoordinator::finish(int attempt, bool watch_failur
 struct JobCoordinator::Watch {
   std::atomic<bool> stop{false};
   std::mutex mu;
+  // Wakes the thread between checks when stop is set: the attempt's end
+  // (and the launcher's exit) does not wait out a watch interval.
+  std::condition_variable wake;
   std::optional<std::string> failure;
 };
 
@@ -379,7 +389,8 @@ void JobCoordinator::start_watch(int attempt) {
           fail(store->get_string(failure_key(attempt)));
           return;
         }
-        std::this_thread::sleep_for(interval);
+        std::unique_lock<std::mutex> lock(watch->mu);
+        watch->wake.wait_for(lock, interval, [&] { return watch->stop.load(); });
       }
     } catch (const std::exception& e) {
       if (!watch->stop.load()) fail(fmt::format("lost {}: {}", name, e.what()));
@@ -389,7 +400,11 @@ void JobCoordinator::start_watch(int attempt) {
 
 void JobCoordinator::stop_watch() {
   if (!watcher_.joinable()) return;
-  watch_->stop.store(true);
+  {
+    std::lock_guard<std::mutex> lock(watch_->mu);
+    watch_->stop.store(true);
+  }
+  watch_->wake.notify_all();
   // Node 0's launcher is lost: the thread may wait out a store call to it;
   // it ends by itself (it holds only its own state).
   if (link_ && link_->is_lost(0)) {

@@ -81,7 +81,7 @@ struct JobCoordinatorOptions {
   std::function<int()> interrupted;
   // This launcher on the links (launcher_link.h): node 0 listens on
   // link_bind_host and publishes the port in the store.
-  std::string link_bind_host = "0.0.0.0";
+  std::string link_bind_host;  // "": every interface
   std::string host;
   std::string address;
   std::chrono::milliseconds heartbeat = std::chrono::milliseconds(500);
@@ -125,6 +125,9 @@ class JobCoordinator {
   std::optional<std::string> failure() const;
   // The first launcher lost (died or silent), described; nullopt if none.
   std::optional<std::string> launcher_lost() const;
+  // Readable once a launcher is lost (LauncherLink::lost_fd), -1 before the
+  // link is up: a waiting launcher polls it to stop its workers at once.
+  int lost_fd() const;
   // Node 0's launcher is lost or its store is: nothing more can be said to
   // the other nodes.
   bool store_gone() const;

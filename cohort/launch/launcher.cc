@@ -15,7 +15,6 @@
 #include "cohort/launch/job_coordinator.h"
 #include "cohort/launch/line_prefixer.h"
 #include "cohort/rendezvous/env_bootstrap.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
@@ -107,10 +106,8 @@ LaunchResult launch(const LaunchOptions& o) {
   // rather than in every worker after the job started.
   if (!o.interface.empty()) (void)transport::interface_address(o.interface);
 
-  std::string token;
-  if (const char* env = std::getenv(rendezvous::kTokenEnv); env && *env) {
-    token = env;
-  } else {
+  std::string token = o.token;
+  if (token.empty()) {
     COHORT_CHECK(o.nnodes == 1,
                  "cohort run: a job of {} nodes needs COHORT_TOKEN set to the same secret on "
                  "every node",
@@ -146,7 +143,7 @@ LaunchResult launch(const LaunchOptions& o) {
     co.join_timeout = o.join_timeout;
     co.report_interval = o.report_interval;
     co.report = report;
-    co.link_bind_host = "0.0.0.0";
+    co.link_bind_host = "";
     co.host = transport::host_name();
     co.address = this_address(o, port);
     co.interrupted = [&signals, &interrupted_while_waiting] {
@@ -176,8 +173,7 @@ LaunchResult launch(const LaunchOptions& o) {
   int port = o.master_port;
   if (o.node_rank == 0 && o.host_store) {
     rendezvous::TcpStoreServerOptions so;
-    so.bind_host =
-        o.nnodes == 1 && rendezvous::net::is_loopback(o.master_addr) ? "127.0.0.1" : "0.0.0.0";
+    so.bind_host = o.nnodes == 1 ? transport::bind_host_for(o.master_addr) : "";
     so.port = static_cast<uint16_t>(o.master_port);
     so.token = token;
     server = std::make_unique<rendezvous::TcpStoreServer>(so);
@@ -185,7 +181,7 @@ LaunchResult launch(const LaunchOptions& o) {
   } else if (port == 0) {
     // Not hosting: reserve-and-release a free port for rank 0 to serve on.
     uint16_t picked = 0;
-    UniqueFd probe = rendezvous::net::listen_tcp("127.0.0.1", 0, &picked);
+    UniqueFd probe = transport::listen_tcp("127.0.0.1", 0, &picked);
     port = picked;
   }
   if (coordinated && o.node_rank == 0 && !connect_coordinator(port)) return result;
@@ -223,6 +219,7 @@ LaunchResult launch(const LaunchOptions& o) {
     if (coord) {
       coord->start_watch(attempt);
       go.external_stop = [&coord] { return coord->failure(); };
+      go.external_stop_fd = coord->lost_fd();
       go.on_interrupt = [&coord, &o, attempt](int sig) {
         const char* name = ::sigabbrev_np(sig);
         coord->announce_stop(attempt, fmt::format("node {}'s cohort run was stopped by SIG{}",

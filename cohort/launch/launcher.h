@@ -12,9 +12,9 @@
 // (restarts included; a restarted group uses fresh keys under
 // "attempt<N>/", see env_bootstrap.h) and workers on every node connect to
 // it as clients. MASTER_PORT 0 on a one-node job: a free port is picked.
-// The token is COHORT_TOKEN from the launcher's environment when set, else a
-// fresh random one (a multi-node job needs COHORT_TOKEN set alike on every
-// node).
+// The token is options.token when set (`cohort run` passes COHORT_TOKEN from
+// its environment), else a fresh random one (a multi-node job needs the same
+// token on every node).
 //
 // Failure: the first max_lost_workers failures are reported and tolerated
 // (the others go on). When a worker fails beyond that, the others get SIGTERM and, after the grace
@@ -89,6 +89,9 @@ struct LaunchOptions {
   int stdout_fd = 1;
   int stderr_fd = 2;  // workers' stderr and the launcher's own messages
   std::vector<std::pair<std::string, std::string>> extra_env;
+  // The job's store token (COHORT_TOKEN for the workers); "": a fresh random
+  // one, which only a one-node job may use.
+  std::string token;
 };
 
 struct LaunchResult {

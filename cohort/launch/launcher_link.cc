@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include <cstdlib>
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/token.h"
 #include "cohort/transport/socket.h"
 
@@ -58,7 +58,7 @@ void send_byte(int fd, char c) { (void)::send(fd, &c, 1, MSG_NOSIGNAL | MSG_DONT
 
 LauncherLink::LauncherLink(LauncherLinkOptions options, const std::string& bind_host)
     : o_(std::move(options)) {
-  listener_ = rendezvous::net::listen_tcp(bind_host, 0, &port_);
+  listener_ = transport::listen_tcp(bind_host, 0, &port_);
   transport::set_nonblocking(listener_.get());
   start();
 }
@@ -73,13 +73,17 @@ LauncherLink::LauncherLink(LauncherLinkOptions options, const std::string& host,
   UniqueFd fd;
   std::string reply;
   try {
-    fd = rendezvous::net::connect_tcp(host, port, deadline);
+    transport::ConnectOptions co;
+    co.what = fmt::format("node {}", o_.node_rank);
+    co.peer = "node 0's launcher";
+    co.retry_unreachable = true;  // as the store's clients: node 0's host answered those
+    fd = transport::connect_tcp(host, port, deadline, co);
     const std::string hello = fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n", kVersion, o_.token,
                                           o_.node_rank, o_.pid, o_.host, o_.address);
-    rendezvous::net::send_all(fd.get(), hello.data(), hello.size(), deadline, "link hello");
+    transport::write_all(fd.get(), hello.data(), hello.size(), deadline, "link hello");
     while (split_lines(reply).size() < kReplyLines && reply.rfind("refused", 0) != 0) {
       char c = 0;
-      rendezvous::net::recv_all(fd.get(), &c, 1, deadline, "link reply");
+      transport::read_all(fd.get(), &c, 1, deadline, "link reply");
       reply.push_back(c);
       if (reply.size() > kMaxHandshake) throw IoError("its reply is too long");
     }
@@ -94,7 +98,7 @@ LauncherLink::LauncherLink(LauncherLinkOptions options, const std::string& host,
     char buf[256];
     pollfd pfd{fd.get(), POLLIN, 0};
     while (reply.size() < kMaxHandshake &&
-           ::poll(&pfd, 1, rendezvous::net::poll_timeout_ms(deadline)) > 0) {
+           transport::poll_until(&pfd, 1, deadline, "link reply") > 0) {
       const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), 0);
       if (n <= 0) break;
       reply.append(buf, static_cast<size_t>(n));
@@ -131,6 +135,8 @@ void LauncherLink::start() {
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw_errno("launcher link: pipe", errno);
   wake_read_.reset(fds[0]);
   wake_write_.reset(fds[1]);
+  lost_event_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!lost_event_.valid()) throw_errno("launcher link: eventfd", errno);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -162,9 +168,13 @@ void LauncherLink::leave() {
 
 void LauncherLink::mark_lost(Peer& p, const std::string& what) {
   p.fd.reset();
-  std::lock_guard<std::mutex> lock(mu_);
-  lost_nodes_.push_back(p.node);
-  if (!lost_) lost_ = what;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_nodes_.push_back(p.node);
+    if (!lost_) lost_ = what;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t w = ::write(lost_event_.get(), &one, sizeof(one));
 }
 
 void LauncherLink::accept_peers() {

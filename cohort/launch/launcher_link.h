@@ -70,6 +70,9 @@ class LauncherLink {
   // The first launcher lost, described; nullopt while all are there.
   std::optional<std::string> lost() const;
   bool is_lost(int node) const;
+  // Readable from the first loss on (an eventfd this object owns), so a
+  // waiting launcher wakes the moment a launcher is lost.
+  int lost_fd() const { return lost_event_.get(); }
   // Says goodbye to every linked launcher and closes the links: this
   // launcher ends on purpose (its outcome is in the store).
   void leave();
@@ -96,6 +99,7 @@ class LauncherLink {
   uint16_t port_ = 0;
   UniqueFd listener_;
   UniqueFd wake_read_, wake_write_;  // leave() wakes the thread
+  UniqueFd lost_event_;              // see lost_fd()
   std::vector<Peer> peers_;          // the thread's once started
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -11,9 +11,9 @@
 #include "cohort/base/parallel.h"
 #include "cohort/launch/cpu_split.h"
 #include "cohort/launch/launcher.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort {
 namespace {
@@ -64,7 +64,7 @@ void spawn(const std::function<void(int rank)>& fn, int nprocs, const SpawnOptio
   uint16_t port = 0;
   // Bound before forking so children know the port; served after, so no
   // server thread exists while forking.
-  UniqueFd listener = rendezvous::net::listen_tcp("127.0.0.1", 0, &port);
+  UniqueFd listener = transport::listen_tcp("127.0.0.1", 0, &port);
   std::vector<std::vector<int>> shares;
   if (options.pin) shares = launch::split_cpus(launch::allowed_cpus(), nprocs);
 

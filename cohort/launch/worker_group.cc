@@ -164,6 +164,9 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
         owners.emplace_back(&w, false);
       }
     }
+    // A lost launcher elsewhere: looked at, at the loop's top, the moment it is seen.
+    if (!stopping && options_.external_stop_fd >= 0)
+      fds.push_back({options_.external_stop_fd, POLLIN, 0});
     // SIGCHLD wakes the poll; the cap is a backstop for a missed wake-up.
     auto wake = Clock::now() + std::chrono::milliseconds(250);
     if (stopping && !killed) wake = std::min(wake, kill_deadline);
@@ -190,7 +193,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
         }
       }
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
+    for (size_t i = 1; i <= owners.size(); ++i) {
       if (!fds[i].revents) continue;
       auto [w, is_out] = owners[i - 1];
       LinePrefixer& p = is_out ? *w->out : *w->err;

@@ -51,6 +51,9 @@ struct WorkerGroupOptions {
   // failure elsewhere in the job would (SIGTERM, grace, SIGKILL), and their
   // exits are not failures of their own. Must not block.
   std::function<std::optional<std::string>()> external_stop;
+  // Readable once external_stop has a reason (the launcher link's loss
+  // event): wakes the group at once instead of at its next loop. -1: none.
+  int external_stop_fd = -1;
   // Called once, after the first SIGINT/SIGTERM was forwarded to the
   // workers, so the other nodes of the job hear of it while this one stops.
   std::function<void(int sig)> on_interrupt;

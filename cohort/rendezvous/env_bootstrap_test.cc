@@ -11,8 +11,8 @@
 #include "cohort/base/error.h"
 #include "cohort/base/unique_fd.h"
 #include "cohort/rendezvous/slurm.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::rendezvous {
 namespace {
@@ -81,7 +81,7 @@ std::string slurm_first(const std::string& nodelist) {
 
 uint16_t free_port() {
   uint16_t port = 0;
-  UniqueFd probe = net::listen_tcp("127.0.0.1", 0, &port);
+  UniqueFd probe = transport::listen_tcp("127.0.0.1", 0, &port);
   return port;
 }
 

@@ -1,10 +1,10 @@
 #include "cohort/rendezvous/tcp_store.h"
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/store_util.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::rendezvous {
 
@@ -26,9 +26,8 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   port_ = options_.port;
   if (options_.is_server) {
     TcpStoreServerOptions so;
-    so.bind_host = !options_.bind_host.empty()       ? options_.bind_host
-                   : net::is_loopback(options_.host) ? "127.0.0.1"
-                                                     : "0.0.0.0";
+    so.bind_host =
+        !options_.bind_host.empty() ? options_.bind_host : transport::bind_host_for(options_.host);
     so.port = options_.port;
     so.token = options_.token;
     server_ = std::make_unique<TcpStoreServer>(so);
@@ -36,24 +35,36 @@ TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
   }
   COHORT_CHECK(port_ != 0, "TcpStore: client needs the server's port (got 0 for host {})",
                options_.host);
-  idle_.push_back(connect_and_handshake(net::Clock::now() + timeout_));
+  idle_.push_back(connect_and_handshake(transport::Clock::now() + timeout_));
 }
 
-UniqueFd TcpStore::connect_and_handshake(net::Clock::time_point deadline) {
-  UniqueFd fd = net::connect_tcp(options_.host, port_, deadline);
+UniqueFd TcpStore::connect_and_handshake(transport::Clock::time_point deadline) {
+  transport::ConnectOptions co;
+  co.what = "TcpStore";
+  co.peer = "the store";
+  co.retry_unreachable = true;  // the master's host may still be coming up
+  UniqueFd fd;
+  try {
+    fd = transport::connect_tcp(options_.host, port_, deadline, co);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format(
+        "{} (is the master (node 0's `cohort run`, or rank 0) running, and is MASTER_ADDR "
+        "reachable from this host?)",
+        e.what()));
+  }
   std::string token = resolve_token(options_.token);
   auto hello =
       std::move(proto::Encoder().u32(proto::kMagic).u32(proto::kVersion).str(token)).finish();
   std::string what = "TcpStore handshake with " + where();
-  net::send_all(fd.get(), hello.data(), hello.size(), deadline, what);
+  transport::write_all(fd.get(), hello.data(), hello.size(), deadline, what);
   uint8_t len_buf[4];
-  net::recv_all(fd.get(), len_buf, 4, deadline, what);
+  transport::read_all(fd.get(), len_buf, 4, deadline, what);
   uint32_t len = proto::read_u32_le(len_buf);
   if (len == 0 || len > proto::kMaxHandshakeFrame) {
     throw IoError(what + ": malformed reply (is this a cohort store?)");
   }
   std::vector<uint8_t> payload(len);
-  net::recv_all(fd.get(), payload.data(), len, deadline, what);
+  transport::read_all(fd.get(), payload.data(), len, deadline, what);
   proto::Decoder d(payload.data(), payload.size());
   auto status = static_cast<Status>(d.u8());
   if (status != Status::kOk) {
@@ -73,7 +84,7 @@ std::string TcpStore::where() const { return fmt::format("{}:{}", options_.host,
 std::vector<uint8_t> TcpStore::call(const char* op, std::vector<uint8_t> frame,
                                     Duration wait_budget) {
   std::string what = fmt::format("TcpStore {} ({})", op, where());
-  auto deadline = net::Clock::now() + wait_budget + kReplySlack;
+  auto deadline = transport::Clock::now() + wait_budget + kReplySlack;
   UniqueFd fd;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -85,14 +96,14 @@ std::vector<uint8_t> TcpStore::call(const char* op, std::vector<uint8_t> frame,
   }
   std::vector<uint8_t> payload;
   try {
-    if (!fd.valid()) fd = connect_and_handshake(net::Clock::now() + timeout_);
-    net::send_all(fd.get(), frame.data(), frame.size(), deadline, what);
+    if (!fd.valid()) fd = connect_and_handshake(transport::Clock::now() + timeout_);
+    transport::write_all(fd.get(), frame.data(), frame.size(), deadline, what);
     uint8_t len_buf[4];
-    net::recv_all(fd.get(), len_buf, 4, deadline, what);
+    transport::read_all(fd.get(), len_buf, 4, deadline, what);
     uint32_t len = proto::read_u32_le(len_buf);
     if (len == 0 || len > proto::kMaxFrame) throw IoError(what + ": malformed reply");
     payload.resize(len);
-    net::recv_all(fd.get(), payload.data(), len, deadline, what);
+    transport::read_all(fd.get(), payload.data(), len, deadline, what);
   } catch (const PeerLost&) {
     std::lock_guard<std::mutex> lock(mu_);
     broken_ = true;

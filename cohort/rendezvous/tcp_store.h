@@ -33,7 +33,8 @@ struct TcpStoreOptions {
   std::string host = "127.0.0.1";  // the server's address (clients connect here)
   uint16_t port = 0;               // 0 only with is_server: pick a free port
   bool is_server = false;          // also serve the store from this process
-  // Server only: address to listen on; "" = 127.0.0.1 when host is loopback, else 0.0.0.0.
+  // Server only: address to listen on; "": host's loopback address when host
+  // is one, else every interface (transport::bind_host_for).
   std::string bind_host;
   std::optional<std::string> token;         // nullopt: COHORT_TOKEN (or "" when unset)
   Duration timeout = kDefaultStoreTimeout;  // blocking calls and connecting

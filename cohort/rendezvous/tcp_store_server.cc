@@ -15,16 +15,16 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/store_util.h"
 #include "cohort/rendezvous/tcp_store_protocol.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::rendezvous {
 
 using proto::Op;
 using proto::Status;
-using Clock = net::Clock;
+using Clock = transport::Clock;
 
 namespace {
 
@@ -120,7 +120,7 @@ class TcpStoreServer::Loop {
       if (!c->authed) next = std::min(next, c->accepted + options_.handshake_timeout);
       if (c->parked) next = std::min(next, c->parked_deadline);
     }
-    return net::poll_timeout_ms(next);
+    return transport::poll_timeout_ms(next);
   }
 
   void accept_all() {
@@ -435,7 +435,7 @@ class TcpStoreServer::Loop {
 };
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
-    : TcpStoreServer(net::listen_tcp(options.bind_host, options.port, nullptr), options) {}
+    : TcpStoreServer(transport::listen_tcp(options.bind_host, options.port, nullptr), options) {}
 
 TcpStoreServer::TcpStoreServer(UniqueFd listener, TcpStoreServerOptions options) {
   uint16_t bound = 0;

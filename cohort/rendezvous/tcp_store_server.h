@@ -25,8 +25,10 @@
 namespace cohort::rendezvous {
 
 struct TcpStoreServerOptions {
-  // Address to listen on: "0.0.0.0" for every interface, "127.0.0.1" for this host only.
-  std::string bind_host = "0.0.0.0";
+  // Address to listen on (transport/socket.h, listen_tcp): "" for every
+  // interface of both IP families, "0.0.0.0" for every IPv4 one, "127.0.0.1"
+  // or "::1" for this host only.
+  std::string bind_host;
   uint16_t port = 0;  // 0: the kernel picks a free port (see port())
   // nullopt: COHORT_TOKEN, or "" when unset; "" accepts clients that present "".
   std::optional<std::string> token;
@@ -37,7 +39,7 @@ class TcpStoreServer {
  public:
   // Binds and starts serving. Throws IoError when the port cannot be bound.
   explicit TcpStoreServer(TcpStoreServerOptions options);
-  // Serves on an already bound and listening socket (from net::listen_tcp);
+  // Serves on an already bound and listening socket (from transport::listen_tcp);
   // lets a caller bind, fork, and start the thread only in the parent.
   TcpStoreServer(UniqueFd listener, TcpStoreServerOptions options);
   ~TcpStoreServer();

@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "cohort/base/error.h"
-#include "cohort/rendezvous/socket.h"
 #include "cohort/rendezvous/tcp_store_protocol.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/rendezvous/token.h"
+#include "cohort/transport/socket.h"
 
 namespace cohort::rendezvous {
 namespace {
@@ -62,9 +62,9 @@ TEST(TcpStore, WrongOrMissingTokenIsRefused) {
 
 // Sends raw bytes to the server and returns what comes back before it closes.
 std::vector<uint8_t> raw_exchange(uint16_t port, const std::vector<uint8_t>& bytes) {
-  auto deadline = net::Clock::now() + 10s;
-  UniqueFd fd = net::connect_tcp("127.0.0.1", port, deadline);
-  net::send_all(fd.get(), bytes.data(), bytes.size(), deadline, "raw");
+  auto deadline = transport::Clock::now() + 10s;
+  UniqueFd fd = transport::connect_tcp("127.0.0.1", port, deadline, "raw");
+  transport::write_all(fd.get(), bytes.data(), bytes.size(), deadline, "raw");
   timeval tv{10, 0};  // a server that never closes fails the test instead of hanging it
   ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   std::vector<uint8_t> got;
@@ -149,7 +149,7 @@ TEST(TcpStore, ServerGoneIsPeerLost) {
 
 TEST(TcpStore, ClientStartedBeforeServerConnectsWhenItComes) {
   uint16_t port = 0;
-  { UniqueFd probe = net::listen_tcp("127.0.0.1", 0, &port); }  // a free port, released
+  { UniqueFd probe = transport::listen_tcp("127.0.0.1", 0, &port); }  // a free port, released
   std::unique_ptr<TcpStoreServer> server;
   std::thread starter([&] {
     std::this_thread::sleep_for(100ms);
@@ -167,7 +167,7 @@ TEST(TcpStore, ClientStartedBeforeServerConnectsWhenItComes) {
 
 TEST(TcpStore, ConnectTimesOutWithoutServer) {
   uint16_t port = 0;
-  { UniqueFd probe = net::listen_tcp("127.0.0.1", 0, &port); }
+  { UniqueFd probe = transport::listen_tcp("127.0.0.1", 0, &port); }
   TcpStoreOptions o = client_of(port, "t");
   o.timeout = 200ms;
   EXPECT_THROW(TcpStore store(o), TimeoutError);

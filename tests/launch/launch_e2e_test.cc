@@ -18,7 +18,7 @@
 
 #include "cohort/launch/child_process.h"
 #include "cohort/launch/cpu_split.h"
-#include "cohort/rendezvous/socket.h"
+#include "cohort/transport/socket.h"
 #include "tests/launch/cohort_run.h"
 
 namespace {
@@ -228,7 +228,7 @@ TEST(LaunchE2E, SpawnPropagatesTheFailedRank) {
 TEST(LaunchE2E, TwoNodesShareOneStoreAndNumberRanksByNode) {
   uint16_t port = 0;
   {  // a free port, released for node 0's store
-    cohort::UniqueFd probe = cohort::rendezvous::net::listen_tcp("127.0.0.1", 0, &port);
+    cohort::UniqueFd probe = cohort::transport::listen_tcp("127.0.0.1", 0, &port);
   }
   auto node = [&](int rank) {
     ChildSpec spec;

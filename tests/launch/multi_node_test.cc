@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cohort/rendezvous/socket.h"
+#include "cohort/transport/socket.h"
 #include "tests/launch/cohort_run.h"
 
 namespace {
@@ -26,14 +26,14 @@ using namespace cohort_launch_test;
 
 uint16_t free_port() {
   uint16_t port = 0;
-  cohort::UniqueFd probe = cohort::rendezvous::net::listen_tcp("127.0.0.1", 0, &port);
+  cohort::UniqueFd probe = cohort::transport::listen_tcp("127.0.0.1", 0, &port);
   return port;
 }
 
 ChildSpec node_spec(int node, uint16_t port, std::vector<std::string> launcher_extra,
-                    std::vector<std::string> worker) {
+                    std::vector<std::string> worker, int nproc = 1) {
   ChildSpec spec;
-  spec.argv = {COHORT_BIN,      "run",       "--nproc-per-node", "1",
+  spec.argv = {COHORT_BIN,      "run",       "--nproc-per-node", std::to_string(nproc),
                "--nnodes",      "2",         "--node-rank",      std::to_string(node),
                "--master-addr", "127.0.0.1", "--master-port",    std::to_string(port)};
   spec.argv.insert(spec.argv.end(), launcher_extra.begin(), launcher_extra.end());
@@ -49,9 +49,9 @@ bool contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
 
-// Both workers (their pids written to dir by the test worker) have exited.
-void expect_workers_gone(const std::filesystem::path& dir) {
-  for (int rank : {0, 1}) {
+// Every worker (their pids written to dir by the test worker) has exited.
+void expect_workers_gone(const std::filesystem::path& dir, int world_size = 2) {
+  for (int rank = 0; rank < world_size; ++rank) {
     pid_t pid = -1;
     std::ifstream(dir / ("pid" + std::to_string(rank))) >> pid;
     ASSERT_GT(pid, 0) << "rank " << rank;
@@ -228,6 +228,43 @@ TEST(LaunchMultiNode, KilledLauncherOfNode1EndsEveryNodeNamingIt) {
 
 TEST(LaunchMultiNode, KilledLauncherIsNotRestartedEvenWithRestartsLeft) {
   expect_lost_launcher_of_node1_ends_the_job({"--max-restarts", "2"});
+}
+
+// Two workers per node and one node's launcher killed: the other node sees
+// its link close and ends the job at once, naming it, without waiting out
+// the 2 s in which a signal death elsewhere would still be named instead
+// (issue 34: it took 1.2-2.0 s).
+void expect_killed_launcher_ends_the_job_at_once(int victim_node) {
+  auto dir = temp_dir("multinode_killed_launcher" + std::to_string(victim_node));
+  const uint16_t port = free_port();
+  CohortRun n0(node_spec(0, port, {"--max-restarts", "1"}, {"wait-term", dir.string()}, 2));
+  CohortRun n1(node_spec(1, port, {"--max-restarts", "1"}, {"wait-term", dir.string()}, 2));
+  ASSERT_TRUE(wait_for_files({dir / "ready0", dir / "ready1", dir / "ready2", dir / "ready3"}));
+  CohortRun& victim = victim_node == 0 ? n0 : n1;
+  CohortRun& survivor = victim_node == 0 ? n1 : n0;
+  const pid_t victim_pid = victim.pid();
+  const auto killed_at = Clock::now();
+  ::kill(victim_pid, SIGKILL);
+  RunResult r = survivor.finish(30s);
+  const double took = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  victim.finish(5s);
+  ASSERT_FALSE(r.hung) << r.err;
+  EXPECT_EQ(r.status.code, 1) << r.status.describe() << r.err;
+  EXPECT_TRUE(contains(r.err, "cohort run: job failed: node " + std::to_string(victim_node) +
+                                  "'s launcher (pid " + std::to_string(victim_pid) + " on host "))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "restarting")) << r.err;
+  EXPECT_LT(took, 0.5) << "the surviving node took " << took << " s to end the job\n" << r.err;
+  expect_workers_gone(dir, 4);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchMultiNode, KilledLauncherOfNode1EndsTheJobAtOnce) {
+  expect_killed_launcher_ends_the_job_at_once(1);
+}
+
+TEST(LaunchMultiNode, KilledLauncherOfNode0EndsTheJobAtOnce) {
+  expect_killed_launcher_ends_the_job_at_once(0);
 }
 
 TEST(LaunchMultiNode, InterruptedNodeEndsTheJobOnEveryNodeWithoutRestart) {

@@ -101,7 +101,8 @@ std::vector<std::string> TwoHosts::in(int host, const std::vector<std::string>& 
   return out;
 }
 
-std::vector<std::string> TwoHosts::cohort_run(int host, const std::string& cohort, int port) const {
+std::vector<std::string> TwoHosts::cohort_run(int host, const std::string& cohort, int port,
+                                              int nproc) const {
   return {cohort,
           "run",
           "--nnodes",
@@ -109,7 +110,7 @@ std::vector<std::string> TwoHosts::cohort_run(int host, const std::string& cohor
           "--node-rank",
           std::to_string(host),
           "--nproc-per-node",
-          "1",
+          std::to_string(nproc),
           "--master-addr",
           ip_[0],
           "--master-port",

@@ -30,9 +30,10 @@ class TwoHosts {
   const std::string& ns(int host) const { return ns_[host]; }
   const std::string& ip(int host) const { return ip_[host]; }
   const std::string& link(int host) const { return link_[host]; }
-  // `<cohort> run` for node `host` of a 2-node job with one worker per node,
-  // its store on host 0 at `port` (launcher options and the program follow).
-  std::vector<std::string> cohort_run(int host, const std::string& cohort, int port) const;
+  // `<cohort> run` for node `host` of a 2-node job with `nproc` workers per
+  // node, its store on host 0 at `port` (launcher options and the program follow).
+  std::vector<std::string> cohort_run(int host, const std::string& cohort, int port,
+                                      int nproc = 1) const;
   // argv run inside host's namespace.
   std::vector<std::string> in(int host, const std::vector<std::string>& argv) const;
   // Runs a shell command; throws std::runtime_error when it fails.

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "cohort/base/error.h"
 #include "cohort/launch/launcher.h"
+#include "cohort/rendezvous/token.h"
 #include "tools/cohort/command.h"
 
 namespace cohort::cli {
@@ -95,6 +97,9 @@ std::function<int()> setup_run(CLI::App& app) {
     o.join_timeout = std::chrono::seconds(args->join_timeout_s);
     o.connect_timeout = std::chrono::seconds(args->connect_timeout_s);
     o.worker_connect_timeout_s = args->connect_timeout_s;
+    // The job's token is configuration: read here, at the edge (launch() makes
+    // a fresh one for a one-node job when it is unset).
+    if (const char* token = std::getenv(rendezvous::kTokenEnv)) o.token = token;
     // A closed terminal or pipe on our output must not kill the launcher (and
     // orphan the job); writes then fail quietly. Workers get default dispositions.
     std::signal(SIGPIPE, SIG_IGN);
