@@ -91,7 +91,7 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
   ov.reduce_scatter = env_choice("COHORT_REDUCE_SCATTER_ALGO", {"direct", "ring"});
 
   auto deadline = transport::Clock::now() + options.timeout;
-  transport::Endpoint endpoint(rank, size, {force_tcp, 0, options.network});
+  transport::Endpoint endpoint(rank, size, {force_tcp, options.network});
   std::string prefix = "cohort/comm/" + options.name + "/";
   store.set(prefix + "addr/" + std::to_string(rank), endpoint.address());
   std::vector<std::string> keys;
