@@ -71,8 +71,19 @@ void AlignedBuffer::reset() noexcept {
   capacity_ = 0;
 }
 
+void LimitedCache::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_.store(bytes, std::memory_order_relaxed);
+  trim_locked(bytes);
+}
+
+void LimitedCache::release() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  trim_locked(0);
+}
+
 void* BlockCache::allocate(size_t bytes) {
-  if (limit_.load(std::memory_order_relaxed) > 0) {
+  if (limit() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(bytes);
     if (it != free_.end() && !it->second.empty()) {
@@ -89,9 +100,9 @@ void* BlockCache::allocate(size_t bytes) {
 
 void BlockCache::deallocate(void* p, size_t bytes) noexcept {
   if (p == nullptr) return;
-  if (bytes <= limit_.load(std::memory_order_relaxed)) {
+  if (bytes <= limit()) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (counters_.held() + bytes <= limit_.load(std::memory_order_relaxed)) {
+    if (counters_.held() + bytes <= limit()) {
       try {
         free_[bytes].push_back(p);
         counters_.add_held(bytes);
@@ -105,17 +116,6 @@ void BlockCache::deallocate(void* p, size_t bytes) noexcept {
   aligned_free(p);
 }
 
-void BlockCache::set_limit(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  limit_.store(bytes, std::memory_order_relaxed);
-  trim_locked(bytes);
-}
-
-void BlockCache::release() noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  trim_locked(0);
-}
-
 void BlockCache::trim_locked(size_t to) noexcept {
   size_t held = counters_.held();
   for (auto it = free_.begin(); it != free_.end() && held > to;) {
@@ -127,10 +127,6 @@ void BlockCache::trim_locked(size_t to) noexcept {
     it = it->second.empty() ? free_.erase(it) : std::next(it);
   }
   counters_.set_held(held);
-}
-
-CacheStats BlockCache::stats() const {
-  return counters_.snapshot(limit_.load(std::memory_order_relaxed));
 }
 
 size_t ScratchPool::Set::bytes() const {
@@ -158,7 +154,7 @@ void ScratchPool::give_back(std::unique_ptr<Set> set) noexcept {
   if (!set) return;
   const size_t bytes = set->bytes();
   std::lock_guard<std::mutex> lock(mu_);
-  if (counters_.held() + bytes <= limit_.load(std::memory_order_relaxed)) {
+  if (counters_.held() + bytes <= limit()) {
     try {
       free_.push_back(std::move(set));
       counters_.add_held(bytes);
@@ -171,17 +167,6 @@ void ScratchPool::give_back(std::unique_ptr<Set> set) noexcept {
   set.reset();
 }
 
-void ScratchPool::set_limit(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  limit_.store(bytes, std::memory_order_relaxed);
-  trim_locked(bytes);
-}
-
-void ScratchPool::release() noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  trim_locked(0);
-}
-
 void ScratchPool::trim_locked(size_t to) noexcept {
   size_t held = counters_.held();
   while (!free_.empty() && held > to) {
@@ -189,10 +174,6 @@ void ScratchPool::trim_locked(size_t to) noexcept {
     free_.pop_back();
   }
   counters_.set_held(held);
-}
-
-CacheStats ScratchPool::stats() const {
-  return counters_.snapshot(limit_.load(std::memory_order_relaxed));
 }
 
 }  // namespace cohort

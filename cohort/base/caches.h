@@ -91,33 +91,50 @@ class AlignedBuffer {
   size_t capacity_ = 0;
 };
 
+// What BlockCache and ScratchPool share: a lock around the held entries, a
+// limit and the counters.
+class LimitedCache {
+ public:
+  LimitedCache(const LimitedCache&) = delete;
+  LimitedCache& operator=(const LimitedCache&) = delete;
+
+  // Sets the limit (0: keep nothing) and frees what is held above it.
+  void set_limit(size_t bytes);
+  // Frees everything held.
+  void release() noexcept;
+  size_t held_bytes() const { return counters_.held(); }
+  CacheStats stats() const { return counters_.snapshot(limit()); }
+
+ protected:
+  explicit LimitedCache(size_t limit) : limit_(limit) {}
+  ~LimitedCache() = default;
+  size_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  // Frees held entries until at most `to` bytes are held; called under mu_.
+  virtual void trim_locked(size_t to) noexcept = 0;
+
+  mutable std::mutex mu_;
+  CacheCounters counters_;
+
+ private:
+  std::atomic<size_t> limit_;
+};
+
 // Freed blocks by exact size. The caller rounds sizes so that near sizes
 // meet (Storage rounds to 4 KiB).
-class BlockCache {
+class BlockCache final : public LimitedCache {
  public:
-  explicit BlockCache(size_t limit) : limit_(limit) {}
+  explicit BlockCache(size_t limit) : LimitedCache(limit) {}
   ~BlockCache() { release(); }
-  BlockCache(const BlockCache&) = delete;
-  BlockCache& operator=(const BlockCache&) = delete;
 
   // A block of `bytes`: a held one when there is one (a hit), else a new one.
   void* allocate(size_t bytes);
   // Keeps the block for reuse, or frees it when that would exceed the limit.
   void deallocate(void* p, size_t bytes) noexcept;
-  // Sets the limit (0: keep nothing) and frees what is held above it.
-  void set_limit(size_t bytes);
-  // Frees every held block.
-  void release() noexcept;
-  size_t held_bytes() const { return counters_.held(); }
-  CacheStats stats() const;
 
  private:
-  void trim_locked(size_t to) noexcept;
+  void trim_locked(size_t to) noexcept override;
 
-  mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // by size, under mu_
-  std::atomic<size_t> limit_;
-  CacheCounters counters_;
 };
 
 // Leases of kBuffers scratch buffers each: a kernel call takes a set, grows
@@ -125,7 +142,7 @@ class BlockCache {
 // reuses warm memory instead of faulting in fresh pages every step.
 // Concurrent (or nested) leases get different sets; the pool keeps as many
 // sets as the limit allows.
-class ScratchPool {
+class ScratchPool final : public LimitedCache {
  public:
   static constexpr int kBuffers = 4;
   struct Set {
@@ -133,25 +150,17 @@ class ScratchPool {
     size_t bytes() const;
   };
 
-  explicit ScratchPool(size_t limit) : limit_(limit) {}
-  ScratchPool(const ScratchPool&) = delete;
-  ScratchPool& operator=(const ScratchPool&) = delete;
+  explicit ScratchPool(size_t limit) : LimitedCache(limit) {}
 
   // A held set (a hit) or a new, empty one (a miss).
   std::unique_ptr<Set> acquire();
   // Keeps the set for the next lease, or frees it when that would exceed the limit.
   void give_back(std::unique_ptr<Set> set) noexcept;
-  void set_limit(size_t bytes);
-  void release() noexcept;
-  CacheStats stats() const;
 
  private:
-  void trim_locked(size_t to) noexcept;
+  void trim_locked(size_t to) noexcept override;
 
-  mutable std::mutex mu_;
   std::vector<std::unique_ptr<Set>> free_;  // under mu_
-  std::atomic<size_t> limit_;
-  CacheCounters counters_;
 };
 
 }  // namespace cohort
