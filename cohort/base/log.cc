@@ -5,8 +5,6 @@
 #include <atomic>
 #include <string>
 
-#include "cohort/base/error.h"
-
 namespace cohort {
 namespace {
 
@@ -18,15 +16,6 @@ std::atomic<int>& level_slot() {
 }
 
 }  // namespace
-
-LogLevel parse_log_level(std::string_view name) {
-  if (name == "error") return LogLevel::kError;
-  if (name == "warn" || name == "warning") return LogLevel::kWarn;
-  if (name == "info") return LogLevel::kInfo;
-  if (name == "debug") return LogLevel::kDebug;
-  throw InvalidArgument(
-      fmt::format("log level '{}': expected one of error, warn, info, debug", name));
-}
 
 LogLevel log_level() { return static_cast<LogLevel>(level_slot().load(std::memory_order_relaxed)); }
 

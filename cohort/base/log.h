@@ -1,7 +1,6 @@
 // Logging to stderr with a process-wide level (the one piece of global mutable
 // state besides grad mode). Thread safe: each line is written with one call.
-// The level starts at warn; a program's edge sets it (the cohort CLI and the
-// env:// bootstrap from COHORT_LOG_LEVEL; docs/configuration.md).
+// The level starts at warn; the edge sets it (COHORT_LOG_LEVEL; docs/configuration.md).
 #pragma once
 
 #include <fmt/format.h>
@@ -14,9 +13,6 @@ enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
 LogLevel log_level();
 void set_log_level(LogLevel level);
-// "error", "warn" (or "warning"), "info", "debug"; throws InvalidArgument
-// naming the choices otherwise.
-LogLevel parse_log_level(std::string_view name);
 void log_line(LogLevel level, std::string_view text);
 
 template <typename... Args>

@@ -162,12 +162,14 @@ std::atomic<bool> g_env_settings_applied{false};
 EnvSettings read_env_settings() {
   EnvSettings s;
   if (const char* v = env_str("COHORT_LOG_LEVEL")) {
-    try {
-      s.log_level = parse_log_level(v);
-    } catch (const InvalidArgument&) {
-      throw InvalidArgument(
-          fmt::format("COHORT_LOG_LEVEL='{}': expected one of error, warn, info, debug", v));
-    }
+    const std::string_view t(v);
+    s.log_level = t == "error"                    ? LogLevel::kError
+                  : t == "warn" || t == "warning" ? LogLevel::kWarn
+                  : t == "info"                   ? LogLevel::kInfo
+                  : t == "debug"                  ? LogLevel::kDebug
+                                                  : std::optional<LogLevel>();
+    COHORT_CHECK(s.log_level.has_value(),
+                 "COHORT_LOG_LEVEL='{}': expected one of error, warn, info, debug", v);
   }
   if (const char* v = env_str("COHORT_NUM_THREADS")) {
     auto n = parse_int(v);
