@@ -1,6 +1,6 @@
 // Logging to stderr with a process-wide level (the one piece of global mutable
 // state besides grad mode). Thread safe: each line is written with one call.
-// The level starts from COHORT_LOG_LEVEL (error|warn|info|debug), default warn.
+// The level starts at warn; the edge sets it (COHORT_LOG_LEVEL; docs/configuration.md).
 #pragma once
 
 #include <fmt/format.h>

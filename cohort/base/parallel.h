@@ -1,6 +1,6 @@
-// Intra-op parallelism: parallel_for splits a range over a process-wide pool of
-// worker threads; the calling thread takes a share too, so a call never waits
-// on a pool that is busy elsewhere without making progress itself.
+// Intra-op parallelism: parallel_for splits a range over the runtime's pool of
+// worker threads (runtime.h); the calling thread takes a share too, so a call
+// never waits on a pool that is busy elsewhere without making progress itself.
 //
 // The thread budget is per calling thread (set_num_threads affects the calling
 // thread and threads that have not set their own), so DataParallel replicas
@@ -14,15 +14,15 @@
 
 namespace cohort {
 
-// Threads the calling thread may use for one op (>= 1). Defaults to the
-// process default, which starts as the number of online CPUs or
-// COHORT_NUM_THREADS when set.
+// Threads the calling thread may use for one op (>= 1). Defaults to the process
+// default (RuntimeOptions::num_threads), the online CPUs unless the program's
+// edge sets it (COHORT_NUM_THREADS; docs/configuration.md); never the library.
 int num_threads();
 
 // Sets the calling thread's budget. n <= 0 resets it to the process default.
 void set_num_threads(int n);
 
-// Sets the process default budget (the one threads without their own use).
+// Sets the process default budget (threads without their own use it); edge only.
 void set_default_num_threads(int n);
 
 // RAII: sets the calling thread's budget for a scope and restores it.

@@ -60,7 +60,7 @@ std::unique_ptr<Communicator> Communicator::create(rendezvous::Store& store, int
   const bool force_tcp = options.transport == TransportKind::kTcp;
 
   auto deadline = transport::Clock::now() + options.timeout;
-  transport::Endpoint endpoint(rank, size, {force_tcp, 0, options.network});
+  transport::Endpoint endpoint(rank, size, {force_tcp, options.network});
   std::string prefix = "cohort/comm/" + options.name + "/";
   store.set(prefix + "addr/" + std::to_string(rank), endpoint.address());
   std::vector<std::string> keys;

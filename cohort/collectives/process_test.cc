@@ -125,9 +125,9 @@ TEST(Processes, SingleCopyIsUsedWhenProcessesMayReadEachOther) {
 TEST(Processes, SingleCopyCanBeTurnedOff) {
   std::string name = testing::unique_name("proc-nocma");
   auto st = testing::run_processes(2, 60s, [&](int rank, rendezvous::Store& store) {
-    ::setenv("COHORT_SHM_SINGLE_COPY", "0", 1);
     CommunicatorOptions o;
     o.name = name;
+    o.network.shm_single_copy = false;  // what COHORT_SHM_SINGLE_COPY=0 sets at the edge
     auto c = Communicator::create(store, rank, 2, testing::with_env_knobs(o));
     if (c->single_copy()) throw Error("single_copy still on");
   });

@@ -1,74 +1,16 @@
 #include "cohort/core/storage.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <mutex>
-#include <new>
-#include <unordered_map>
-#include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/base/runtime.h"
 
 namespace cohort {
 namespace {
 
-void* raw_alloc(size_t bytes) {
-  return ::operator new(bytes, std::align_val_t(Storage::kAlignment));
-}
-void raw_free(void* p) { ::operator delete(p, std::align_val_t(Storage::kAlignment)); }
+static_assert(Storage::kAlignment == kCacheAlignment);
 
-class BlockCache {
- public:
-  static BlockCache& instance() {
-    static BlockCache* cache = new BlockCache();  // leaked: outlives static tensors
-    return *cache;
-  }
-
-  bool enabled() const { return enabled_; }
-
-  void* take(size_t capacity) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(capacity);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
-    cached_ -= capacity;
-    return p;
-  }
-
-  // Returns false when the cache is full (the caller frees the block).
-  bool give(void* p, size_t capacity) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cached_ + capacity > Storage::kCacheMaxBytes) return false;
-    free_[capacity].push_back(p);
-    cached_ += capacity;
-    return true;
-  }
-
-  size_t cached() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cached_;
-  }
-
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) raw_free(p);
-    free_.clear();
-    cached_ = 0;
-  }
-
- private:
-  BlockCache() {
-    const char* env = std::getenv("COHORT_STORAGE_CACHE");
-    enabled_ = !(env && env[0] == '0');
-  }
-
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t cached_ = 0;
-  bool enabled_ = true;
-};
+BlockCache& block_cache() { return Runtime::process().storage_blocks(); }
 
 size_t round_capacity(size_t nbytes) {
   size_t c = (nbytes + Storage::kAlignment - 1) / Storage::kAlignment * Storage::kAlignment;
@@ -86,9 +28,8 @@ std::atomic<size_t> g_live_bytes{0};  // a statistic only (Storage::live_bytes)
 
 Storage::Storage(size_t nbytes) : nbytes_(nbytes), capacity_(round_capacity(nbytes)) {
   // The padding lets vector kernels read whole 64-byte lines at the tail.
-  if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled())
-    data_ = BlockCache::instance().take(capacity_);
-  if (!data_) data_ = raw_alloc(capacity_);
+  data_ =
+      capacity_ >= kCacheMinBytes ? block_cache().allocate(capacity_) : aligned_allocate(capacity_);
   g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);  // after a throwing allocation
 }
 
@@ -108,10 +49,11 @@ Storage::~Storage() {
     if (deleter_) deleter_(borrowed_data_);
     return;
   }
-  if (capacity_ >= kCacheMinBytes && BlockCache::instance().enabled() &&
-      BlockCache::instance().give(data_, capacity_))
-    return;
-  raw_free(data_);
+  if (capacity_ >= kCacheMinBytes) {
+    block_cache().deallocate(data_, capacity_);
+  } else {
+    aligned_free(data_);
+  }
 }
 
 void Storage::rebind(void* data) {
@@ -121,10 +63,10 @@ void Storage::rebind(void* data) {
   data_ = data;
 }
 
-size_t Storage::cached_bytes() { return BlockCache::instance().cached(); }
+size_t Storage::cached_bytes() { return block_cache().held_bytes(); }
 
 size_t Storage::live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
 
-void Storage::release_cache() { BlockCache::instance().release(); }
+void Storage::release_cache() { block_cache().release(); }
 
 }  // namespace cohort

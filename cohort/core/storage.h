@@ -2,13 +2,13 @@
 // Owned through std::shared_ptr<Storage>; tensors that are views of each other
 // share one Storage. The bytes are uninitialised on creation.
 //
-// Large blocks (>= kCacheMinBytes) are recycled through a process-wide cache
-// of freed blocks keyed by size: a training step allocates the same
-// activation sizes every iteration, and without the cache each one is a fresh
-// mmap whose pages fault in again (measured: ~20% of a Net step went to page
-// faults and munmap). The cache holds at most kCacheMaxBytes; set
-// COHORT_STORAGE_CACHE=0 to disable it. It is the one piece of process-wide
-// mutable state in core, like malloc's own; it is locked.
+// Large blocks (>= kCacheMinBytes) are recycled through the process
+// runtime's cache of freed blocks keyed by size (base/runtime.h's
+// storage_blocks): a training step allocates the same activation sizes every
+// iteration, and without the cache each one is a fresh mmap whose pages fault
+// in again (measured: ~20% of a Net step went to page faults and munmap). Its
+// limit is RuntimeOptions::storage_cache_bytes (256 MiB; 0 turns it off, as
+// COHORT_STORAGE_CACHE=0 does at the edge); it is locked.
 // A Storage can also borrow memory it did not allocate (Tensor::from_blob):
 // it never frees it, and calls the caller's deleter, if any, when the last
 // tensor sharing it goes away.
@@ -29,7 +29,6 @@ class Storage {
  public:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kCacheMinBytes = size_t{64} << 10;
-  static constexpr size_t kCacheMaxBytes = size_t{256} << 20;
 
   // Allocates nbytes (0 allowed). Throws std::bad_alloc when memory runs out.
   explicit Storage(size_t nbytes);

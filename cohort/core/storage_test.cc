@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/base/runtime.h"
 
 namespace cohort {
 namespace {
@@ -22,7 +23,8 @@ TEST(Storage, AlignedAndWritable) {
 }
 
 TEST(Storage, LargeBlocksAreRecycled) {
-  if (std::getenv("COHORT_STORAGE_CACHE")) GTEST_SKIP() << "cache configured by environment";
+  RuntimeOptions on;  // the default: cache on (the edge may have turned it off)
+  RuntimeOptionsGuard guard(on);
   Storage::release_cache();
   void* first;
   {
@@ -34,6 +36,35 @@ TEST(Storage, LargeBlocksAreRecycled) {
   EXPECT_EQ(again.data(), first);
   EXPECT_EQ(Storage::cached_bytes(), 0u);
   Storage::release_cache();
+}
+
+TEST(Storage, CacheLimitIsKeptAndCounted) {
+  RuntimeOptions o;
+  o.storage_cache_bytes = size_t{5} << 20;  // room for one 3 MiB block, not two
+  RuntimeOptionsGuard guard(o);
+  Storage::release_cache();
+  const CacheStats before = Runtime::process().stats().storage_blocks;
+  { Storage a(3 << 20), b(3 << 20); }
+  EXPECT_EQ(Storage::cached_bytes(), size_t{3} << 20);
+  {
+    Storage again(3 << 20);  // a hit
+    EXPECT_EQ(Storage::cached_bytes(), 0u);
+  }
+  const CacheStats after = Runtime::process().stats().storage_blocks;
+  EXPECT_EQ(after.limit, size_t{5} << 20);
+  EXPECT_EQ(after.bytes, size_t{3} << 20);
+  EXPECT_EQ(after.misses - before.misses, 2u);
+  EXPECT_EQ(after.hits - before.hits, 1u);
+  EXPECT_EQ(after.dropped - before.dropped, 1u);  // the second of a and b
+  EXPECT_GE(after.peak_bytes, size_t{3} << 20);
+
+  // Off (COHORT_STORAGE_CACHE=0 at the edge): what is held goes at once, and
+  // nothing more is kept.
+  o.storage_cache_bytes = 0;
+  Runtime::process().configure(o);
+  EXPECT_EQ(Storage::cached_bytes(), 0u);
+  { Storage c(3 << 20); }
+  EXPECT_EQ(Storage::cached_bytes(), 0u);
 }
 
 TEST(Storage, LiveBytesCountsStoragesAliveNow) {

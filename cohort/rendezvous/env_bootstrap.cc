@@ -1,10 +1,13 @@
 #include "cohort/rendezvous/env_bootstrap.h"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 
 #include "cohort/base/error.h"
+#include "cohort/base/log.h"
+#include "cohort/base/runtime.h"
 #include "cohort/rendezvous/file_store.h"
 #include "cohort/rendezvous/prefix_store.h"
 #include "cohort/rendezvous/slurm.h"
@@ -44,6 +47,21 @@ uint16_t parse_port(const std::string& text, const std::string& what) {
 const char* env_str(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// COHORT_SHM_RING_BYTES and COHORT_SHM_SINGLE_COPY into the network options.
+void read_shm_settings(transport::NetworkOptions& n) {
+  if (std::optional<int> b = env_int({"COHORT_SHM_RING_BYTES"})) {
+    COHORT_CHECK(*b >= 4096 && (*b & (*b - 1)) == 0,
+                 "bootstrap: COHORT_SHM_RING_BYTES='{}' is not a power of two >= 4096", *b);
+    n.shm_ring_bytes = static_cast<size_t>(*b);
+  }
+  if (const char* v = env_str("COHORT_SHM_SINGLE_COPY")) {
+    const std::string_view t(v);
+    COHORT_CHECK(t == "0" || t == "1",
+                 "bootstrap: COHORT_SHM_SINGLE_COPY='{}': expected 0 (off) or 1 (on)", v);
+    n.shm_single_copy = t == "1";
+  }
 }
 
 // Slurm's SLURM_PROCID/NTASKS/LOCALID describe this process only inside a
@@ -133,6 +151,52 @@ std::optional<int> env_world_size() {
   return from_env("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS");
 }
 
+bool env_mpirun_without_master() {
+  return env_str("OMPI_COMM_WORLD_SIZE") != nullptr && env_str("MASTER_ADDR") == nullptr;
+}
+
+namespace {
+std::atomic<bool> g_env_settings_applied{false};
+}  // namespace
+
+EnvSettings read_env_settings() {
+  EnvSettings s;
+  if (const char* v = env_str("COHORT_LOG_LEVEL")) {
+    const std::string_view t(v);
+    s.log_level = t == "error"                    ? LogLevel::kError
+                  : t == "warn" || t == "warning" ? LogLevel::kWarn
+                  : t == "info"                   ? LogLevel::kInfo
+                  : t == "debug"                  ? LogLevel::kDebug
+                                                  : std::optional<LogLevel>();
+    COHORT_CHECK(s.log_level.has_value(),
+                 "COHORT_LOG_LEVEL='{}': expected one of error, warn, info, debug", v);
+  }
+  if (const char* v = env_str("COHORT_NUM_THREADS")) {
+    auto n = parse_int(v);
+    COHORT_CHECK(n && *n > 0 && *n <= INT32_MAX,
+                 "COHORT_NUM_THREADS='{}' is not a positive number of threads", v);
+    s.num_threads = static_cast<int>(*n);
+  }
+  if (const char* v = env_str("COHORT_STORAGE_CACHE")) {
+    const std::string_view t(v);
+    COHORT_CHECK(t == "0" || t == "1", "COHORT_STORAGE_CACHE='{}': expected 0 (off) or 1 (on)", v);
+    s.storage_cache = t == "1";
+  }
+  return s;
+}
+
+void apply_env_settings(const EnvSettings& settings) {
+  g_env_settings_applied.store(true);
+  if (settings.log_level) set_log_level(*settings.log_level);
+  if (!settings.num_threads && !settings.storage_cache) return;
+  Runtime& rt = Runtime::process();
+  RuntimeOptions o = rt.options();
+  if (settings.num_threads) o.num_threads = *settings.num_threads;
+  if (settings.storage_cache)
+    o.storage_cache_bytes = *settings.storage_cache ? RuntimeOptions{}.storage_cache_bytes : 0;
+  rt.configure(o);
+}
+
 InitMethod parse_init_method(const std::string& url) {
   InitMethod m;
   auto sep = url.find("://");
@@ -198,6 +262,8 @@ InitMethod parse_init_method(const std::string& url) {
 BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options) {
   InitMethod m = parse_init_method(init_method);
   BootstrapResult r;
+  // The edge for programs that did not apply the environment themselves.
+  if (!g_env_settings_applied.load()) apply_env_settings(read_env_settings());
 
   const bool slurm_step = in_slurm_step();
   std::optional<int> rank = options.rank >= 0 ? std::optional<int>(options.rank)
@@ -272,6 +338,7 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   for (const std::string& name : options.knobs) {
     if (const char* v = env_str(name.c_str())) r.knobs[name] = v;
   }
+  read_shm_settings(r.network);
   if (const char* restart = std::getenv(kRestartCountEnv); restart && *restart) {
     store = std::make_shared<PrefixStore>(std::string("attempt") + restart, store);
   }

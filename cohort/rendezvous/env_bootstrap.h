@@ -22,6 +22,9 @@
 // others' use of it). The token comes from options.token or COHORT_TOKEN.
 // When COHORT_RESTART_COUNT is set, the store returned is a PrefixStore
 // "attempt<N>/", so a restarted group never sees the keys of an earlier try.
+// The first bootstrap also applies the process settings of the environment
+// (COHORT_LOG_LEVEL, COHORT_NUM_THREADS, COHORT_STORAGE_CACHE: see
+// apply_env_settings) unless the program applied them itself.
 //
 // Errors: InvalidArgument naming the missing or malformed variable or URL
 // part (a Slurm node list with the position of the fault), or rank 0 running
@@ -37,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/base/log.h"
 #include "cohort/rendezvous/store.h"
 #include "cohort/transport/network.h"
 
@@ -66,8 +70,9 @@ struct BootstrapResult {
   std::shared_ptr<Store> store;
   // What the transport advertises and how long it waits (transport/network.h):
   // master_addr/port from above; address, interface and connect_timeout from
-  // COHORT_ADDR, COHORT_SOCKET_IFNAME and COHORT_CONNECT_TIMEOUT (seconds),
-  // read here, at the edge.
+  // COHORT_ADDR, COHORT_SOCKET_IFNAME and COHORT_CONNECT_TIMEOUT (seconds);
+  // shm_ring_bytes and shm_single_copy from COHORT_SHM_RING_BYTES (a power of
+  // two >= 4096) and COHORT_SHM_SINGLE_COPY (0 or 1); read here, at the edge.
   transport::NetworkOptions network;
   // COHORT_FLIGHT_RECORDER_DIR: where each rank dumps its collectives' flight
   // record when an op fails ("" = nowhere; collectives/flight_recorder.h).
@@ -89,6 +94,28 @@ std::optional<int> env_world_size();
 // run` splits its host's CPUs. nullopt outside a step or when Slurm says
 // neither; throws InvalidArgument naming a malformed variable.
 std::optional<int> slurm_task_cpus();
+
+// Whether this process runs under OpenMPI's mpirun (OMPI_COMM_WORLD_SIZE set)
+// without MASTER_ADDR exported: where train's backend "auto" picks mpi.
+bool env_mpirun_without_master();
+
+// The process-wide settings the environment gives a program, read and checked
+// here, at the edge (docs/configuration.md); nullopt where a variable is unset
+// or empty. Throws InvalidArgument naming a malformed variable and what it takes.
+struct EnvSettings {
+  std::optional<LogLevel> log_level;  // COHORT_LOG_LEVEL: error|warn|info|debug
+  std::optional<int> num_threads;     // COHORT_NUM_THREADS: > 0, the default thread budget
+  std::optional<bool> storage_cache;  // COHORT_STORAGE_CACHE: 0 (off) or 1 (on)
+};
+EnvSettings read_env_settings();
+
+// Applies the settings that are set: the log level (set_log_level), the
+// default thread budget and the storage cache (Runtime::configure); the rest
+// stays as it is. The first bootstrap() of a process applies
+// read_env_settings() unless the program called this before: a program that
+// wants the environment's settings from its first line, or none of them (an
+// empty EnvSettings), calls it itself, as the cohort CLI does at start.
+void apply_env_settings(const EnvSettings& settings);
 
 // Parses init_method, connects (or serves) the store, and returns the result.
 BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options = {});

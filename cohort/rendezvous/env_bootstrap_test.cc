@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/base/runtime.h"
 #include "cohort/base/unique_fd.h"
 #include "cohort/rendezvous/slurm.h"
 #include "cohort/rendezvous/tcp_store.h"
@@ -50,7 +51,12 @@ class EnvGuard {
                              "COHORT_ADDR",
                              "COHORT_SOCKET_IFNAME",
                              "COHORT_CONNECT_TIMEOUT",
-                             "COHORT_FLIGHT_RECORDER_DIR"}) {
+                             "COHORT_FLIGHT_RECORDER_DIR",
+                             "COHORT_LOG_LEVEL",
+                             "COHORT_NUM_THREADS",
+                             "COHORT_STORAGE_CACHE",
+                             "COHORT_SHM_RING_BYTES",
+                             "COHORT_SHM_SINGLE_COPY"}) {
       const char* v = std::getenv(name);
       saved_[name] = v ? std::optional<std::string>(v) : std::nullopt;
       ::unsetenv(name);
@@ -309,6 +315,95 @@ TEST(Bootstrap, TcpQueryAndHostedStoreAndRestartPrefix) {
   auto r1 = bootstrap(url, o);
   r1.store->set("k", std::string("v"));
   EXPECT_EQ(r0.store->get_string("attempt1/k"), "v");
+}
+
+TEST(EnvSettings, VariablesMapToTheOptionsAndMalformedOnesAreNamed) {
+  {
+    EnvGuard env({});
+    EnvSettings s = read_env_settings();
+    EXPECT_FALSE(s.log_level || s.num_threads || s.storage_cache);
+  }
+  {
+    EnvGuard env({{"COHORT_LOG_LEVEL", "debug"},
+                  {"COHORT_NUM_THREADS", "3"},
+                  {"COHORT_STORAGE_CACHE", "0"}});
+    EnvSettings s = read_env_settings();
+    EXPECT_EQ(s.log_level, LogLevel::kDebug);
+    EXPECT_EQ(s.num_threads, 3);
+    EXPECT_EQ(s.storage_cache, false);
+  }
+  for (auto [name, value] :
+       {std::pair{"COHORT_LOG_LEVEL", "shout"}, std::pair{"COHORT_NUM_THREADS", "banana"},
+        std::pair{"COHORT_NUM_THREADS", "0"}, std::pair{"COHORT_STORAGE_CACHE", "-1"}}) {
+    EnvGuard env(std::map<std::string, std::string>{{name, value}});
+    try {
+      read_env_settings();
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(name), std::string::npos) << m;
+      EXPECT_NE(m.find(value), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(EnvSettings, ApplySetsTheLogLevelAndTheRuntime) {
+  const LogLevel level = log_level();
+  const RuntimeOptions saved = Runtime::process().options();
+  EnvSettings s;
+  s.log_level = LogLevel::kError;
+  s.num_threads = 5;
+  s.storage_cache = false;
+  apply_env_settings(s);
+  EXPECT_EQ(log_level(), LogLevel::kError);
+  EXPECT_EQ(Runtime::process().options().num_threads, 5);
+  EXPECT_EQ(Runtime::process().options().storage_cache_bytes, 0u);
+  s.storage_cache = true;
+  apply_env_settings(s);
+  EXPECT_EQ(Runtime::process().options().storage_cache_bytes, RuntimeOptions{}.storage_cache_bytes);
+  apply_env_settings({});  // nothing set: nothing changes
+  EXPECT_EQ(log_level(), LogLevel::kError);
+  set_log_level(level);
+  Runtime::process().configure(saved);
+}
+
+TEST(Bootstrap, SharedMemoryVariablesMapToTheNetworkOptions) {
+  const std::string file = testing::TempDir() + "cohort_bootstrap_shm_" + std::to_string(getpid());
+  const std::string url = "file://" + file + "?rank=0&world_size=1";
+  {
+    EnvGuard env({});
+    BootstrapResult r = bootstrap(url);
+    EXPECT_EQ(r.network.shm_ring_bytes, transport::NetworkOptions{}.shm_ring_bytes);
+    EXPECT_TRUE(r.network.shm_single_copy);
+  }
+  {
+    EnvGuard env({{"COHORT_SHM_RING_BYTES", "65536"}, {"COHORT_SHM_SINGLE_COPY", "0"}});
+    BootstrapResult r = bootstrap(url);
+    EXPECT_EQ(r.network.shm_ring_bytes, 65536u);
+    EXPECT_FALSE(r.network.shm_single_copy);
+  }
+  for (const char* ring : {"1", "5000", "x"}) {
+    EnvGuard env(std::map<std::string, std::string>{{"COHORT_SHM_RING_BYTES", ring}});
+    EXPECT_THROW(bootstrap(url), InvalidArgument) << ring;
+  }
+  {
+    EnvGuard env(std::map<std::string, std::string>{{"COHORT_SHM_SINGLE_COPY", "no"}});
+    EXPECT_THROW(bootstrap(url), InvalidArgument);
+  }
+  std::filesystem::remove(file);
+}
+
+TEST(Bootstrap, MpirunWithoutMasterAddrIsSeen) {
+  {
+    EnvGuard env(std::map<std::string, std::string>{{"OMPI_COMM_WORLD_SIZE", "2"}});
+    EXPECT_TRUE(env_mpirun_without_master());
+  }
+  {
+    EnvGuard env({{"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}});
+    EXPECT_FALSE(env_mpirun_without_master());
+  }
+  EnvGuard env({});
+  EXPECT_FALSE(env_mpirun_without_master());
 }
 
 }  // namespace

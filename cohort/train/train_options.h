@@ -37,7 +37,9 @@ struct TrainOptions {
   std::optional<double> lr;        // default: 0.01 for Net, 0.001 for ToyModel (docs/reference.md)
   std::optional<double> momentum;  // SGD only; default: 0.9 for Net, 0 for ToyModel
   OptimizerKind optimizer = OptimizerKind::kSgd;
-  int threads = 0;  // intra-op threads; 0: COHORT_NUM_THREADS or all cores
+  // Intra-op threads of the run's own thread; 0: the process default (the
+  // CLI's: --threads, COHORT_NUM_THREADS, a Slurm task's CPUs, else all cores).
+  int threads = 0;
   uint64_t seed = 0;
   int64_t max_steps = 0;         // 0: no limit; counts optimizer steps over the whole run
   std::string checkpoint_dir;    // "": no checkpoints

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -36,12 +35,9 @@ std::string rank_suffix(distributed::ProcessGroup* pg) {
 
 }  // namespace
 
-std::string resolve_backend(const std::string& requested) {
+std::string resolve_backend(const std::string& requested, bool mpirun_without_master) {
   if (requested != "auto") return requested;
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  const bool has_master = std::getenv("MASTER_ADDR") != nullptr;
-  if (under_mpirun && !has_master &&
-      distributed::backend_available(distributed::BackendKind::kMpi)) {
+  if (mpirun_without_master && distributed::backend_available(distributed::BackendKind::kMpi)) {
     return "mpi";
   }
   return "native";
@@ -120,12 +116,9 @@ class Run {
 
 void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   info_.strategy = resolve_strategy(o_.strategy);
-  if (o_.threads > 0) {
-    set_default_num_threads(o_.threads);
-    set_num_threads(o_.threads);
-  }
   if (is_distributed(info_.strategy) && pg_slot == nullptr) {
-    pg_slot = distributed::init_process_group(resolve_backend(o_.backend), "env://");
+    pg_slot = distributed::init_process_group(
+        resolve_backend(o_.backend, rendezvous::env_mpirun_without_master()), "env://");
   }
   if (is_distributed(info_.strategy)) world_ = pg_slot;
   pg_ = world_.get();
@@ -402,6 +395,10 @@ void Run::write_trace_part() noexcept {
 
 TrainResult Trainer::run(TrainObserver* observer) {
   TrainResult result;
+  // The run's own thread budget, on this thread only: the process default
+  // (the threads the run starts draw on) is the caller's to set.
+  std::optional<ThreadBudgetGuard> budget;
+  if (options_.threads > 0) budget.emplace(options_.threads);
   Run run(options_, pg_, observer, result);
   try {
     run.resume();

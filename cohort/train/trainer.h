@@ -128,8 +128,10 @@ class Trainer {
   std::shared_ptr<distributed::ProcessGroup> pg_;
 };
 
-// The backend `options.backend` resolves to in this environment.
-std::string resolve_backend(const std::string& requested);
+// The backend `options.backend` resolves to: "auto" is mpi under mpirun
+// without MASTER_ADDR (as rendezvous::env_mpirun_without_master() reads the
+// environment) when the mpi backend was built, else native.
+std::string resolve_backend(const std::string& requested, bool mpirun_without_master);
 
 // Whether the strategy runs as several processes (ddp, pipeline, tensor).
 bool is_distributed(Strategy strategy);

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "cohort/base/error.h"
+#include "cohort/base/parallel.h"
+#include "cohort/base/runtime.h"
 #include "cohort/checkpoint/safetensors.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/workload.h"
@@ -67,6 +69,16 @@ class Recorder : public TrainObserver {
   std::vector<EpochStats> epochs;
   std::vector<std::string> checkpoints;
 };
+
+TEST(Trainer, BoundsItsOwnThreadAndLeavesTheProcessDefaultAlone) {
+  const int before = Runtime::process().options().num_threads;
+  TrainOptions o = small_net();
+  o.threads = before + 1;
+  o.max_steps = 2;
+  Trainer(o).run();
+  EXPECT_EQ(Runtime::process().options().num_threads, before);
+  EXPECT_EQ(num_threads(), before);  // this thread's budget is restored too
+}
 
 TEST(TrainOptions, ParsesNamesAndRejectsUnknownOnes) {
   EXPECT_EQ(parse_model("toy"), ModelKind::kToy);

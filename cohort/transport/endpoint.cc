@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <random>
 #include <set>
 #include <thread>
@@ -23,14 +22,6 @@ namespace {
 // they may copy straight out of this process's memory (same pid namespace,
 // ptrace permission, no seccomp filter in the way).
 const volatile uint64_t kMemoryProbe = 0x45424f5250414d43ull;
-
-size_t default_ring_bytes() {
-  size_t bytes = size_t{1} << 20;
-  if (const char* env = std::getenv("COHORT_SHM_RING_BYTES"); env != nullptr && *env != '\0') {
-    bytes = std::strtoull(env, nullptr, 10);
-  }
-  return bytes;
-}
 
 std::string rank_list(const std::set<int>& ranks) {
   std::string out;
@@ -106,8 +97,7 @@ Endpoint::Endpoint(int rank, int size, EndpointOptions options)
   std::random_device rd;
   token_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   if (!options_.force_tcp && size > 1) {
-    size_t ring = options_.ring_bytes != 0 ? options_.ring_bytes : default_ring_bytes();
-    segment_ = ShmSegment::create(rank, size, ring);
+    segment_ = ShmSegment::create(rank, size, options_.network.shm_ring_bytes);
   }
   PeerAddress me;
   me.rank = rank;
@@ -246,7 +236,8 @@ std::unique_ptr<Context> Endpoint::connect(const std::vector<std::string>& addre
     if (use_shm[static_cast<size_t>(p)]) {
       const PeerAddress& a = addr[static_cast<size_t>(p)];
       auto pair = std::make_unique<ShmPair>(rank_, p, *segment_, *peer.segment);
-      pair->enable_memory_reads(static_cast<pid_t>(a.pid), a.probe, kMemoryProbe);
+      if (options_.network.shm_single_copy)
+        pair->enable_memory_reads(static_cast<pid_t>(a.pid), a.probe, kMemoryProbe);
       peer.pair = std::move(pair);
     } else {
       peer.pair = std::make_unique<TcpPair>(rank_, p, std::move(data[static_cast<size_t>(p)]));

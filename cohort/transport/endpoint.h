@@ -11,7 +11,9 @@
 // Transport choice per peer: shared memory when both ranks are on the same
 // host (host name, boot id and network namespace), neither forces TCP, and
 // both could open the other's segment (they tell each other in the hello and
-// its answer, so both sides always agree); TCP otherwise. Connections: rank i
+// its answer, so both sides always agree); TCP otherwise. A shared-memory
+// pair reads the peer's memory directly when network.shm_single_copy allows
+// and a probe says it may. Connections: rank i
 // connects to every lower rank and accepts from every higher one; each
 // connection opens with a hello carrying the acceptor's random token from its
 // address, so a stray connection to the port is dropped and cannot join.
@@ -37,9 +39,9 @@ namespace cohort::transport {
 
 struct EndpointOptions {
   bool force_tcp = false;
-  // Bytes of each shared-memory ring (power of two); 0: COHORT_SHM_RING_BYTES or 1 MiB.
-  size_t ring_bytes = 0;
-  NetworkOptions network;  // what to advertise, connect time-out, report interval
+  // What to advertise, connect time-out, report interval, and the shared-
+  // memory rings' size and single-copy switch.
+  NetworkOptions network;
 };
 
 class Endpoint {

@@ -10,8 +10,8 @@
 // IPv4 address of the host), so a connecting peer can try them in turn.
 // Overrides: an interface name (advertise that interface's address, like
 // GLOO_SOCKET_IFNAME) or an explicit address. The environment variables
-// COHORT_SOCKET_IFNAME, COHORT_ADDR and COHORT_CONNECT_TIMEOUT are read at the
-// edge (env:// bootstrap), never here.
+// COHORT_SOCKET_IFNAME, COHORT_ADDR, COHORT_CONNECT_TIMEOUT and the shared-
+// memory knobs below are read at the edge (env:// bootstrap), never here.
 //
 // "Same host" for the transport means the same kernel (boot id), host name
 // and network namespace: containers and namespaces on one machine share the
@@ -23,6 +23,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,12 @@ struct NetworkOptions {
   // often a rank that still waits says so.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(120);
   std::chrono::milliseconds report_interval = std::chrono::seconds(5);
+  // Same-host peers (endpoint.h): the bytes of each shared-memory ring (a
+  // power of two >= 4096), and whether a rank may copy straight out of a
+  // peer's memory (process_vm_readv), which the single-copy collectives need.
+  // The edge sets them from COHORT_SHM_RING_BYTES and COHORT_SHM_SINGLE_COPY.
+  size_t shm_ring_bytes = size_t{1} << 20;
+  bool shm_single_copy = true;
 };
 
 // The addresses to advertise, best first (see the header comment).

@@ -131,9 +131,6 @@ size_t ShmPair::read_some(void* data, size_t n) {
 }
 
 void ShmPair::enable_memory_reads(pid_t pid, uint64_t probe_address, uint64_t expected) {
-  if (const char* env = std::getenv("COHORT_SHM_SINGLE_COPY"); env != nullptr && env[0] == '0') {
-    return;
-  }
   uint64_t got = 0;
   iovec local{&got, sizeof(got)};
   iovec remote{reinterpret_cast<void*>(probe_address), sizeof(got)};

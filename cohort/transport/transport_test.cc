@@ -96,7 +96,7 @@ std::vector<std::unique_ptr<Context>> connect_all(
   std::vector<std::string> addrs;
   for (int r = 0; r < n; ++r) {
     eps.push_back(
-        std::make_unique<Endpoint>(r, n, EndpointOptions{force_tcp[static_cast<size_t>(r)], 0}));
+        std::make_unique<Endpoint>(r, n, EndpointOptions{force_tcp[static_cast<size_t>(r)]}));
     addrs.push_back(eps.back()->address());
   }
   if (before_connect) before_connect(0, addrs[0]);

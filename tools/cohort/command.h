@@ -10,7 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "cohort/rendezvous/env_bootstrap.h"
+
 namespace cohort::cli {
+
+// The process settings of the environment (COHORT_LOG_LEVEL,
+// COHORT_NUM_THREADS, COHORT_STORAGE_CACHE), read and checked once: the CLI
+// is an edge (docs/configuration.md). main applies them before any command
+// runs; commands look here rather than at the environment (e.g. whether
+// COHORT_NUM_THREADS was given).
+const rendezvous::EnvSettings& env_settings();
 
 struct Command {
   std::string name;

@@ -12,6 +12,10 @@ std::vector<Command>& commands() {
   static std::vector<Command> all;
   return all;
 }
+const rendezvous::EnvSettings& env_settings() {
+  static const rendezvous::EnvSettings settings = rendezvous::read_env_settings();
+  return settings;
+}
 }  // namespace cohort::cli
 
 int main(int argc, char** argv) {
@@ -30,11 +34,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    // The CLI is the edge that reads COHORT_KERNELS (workers started by
-    // `cohort run` inherit it): checked before any work or worker starts, so
-    // a path this CPU lacks fails at once with the reason.
+    // The CLI is the edge that reads COHORT_KERNELS and the process settings
+    // (workers started by `cohort run` inherit them): checked before any work
+    // or worker starts, so a path this CPU lacks or a malformed value fails
+    // at once with the reason.
     if (const char* kernels = std::getenv("COHORT_KERNELS"))
       cohort::apply_kernel_path_setting(kernels, "COHORT_KERNELS");
+    cohort::rendezvous::apply_env_settings(cohort::cli::env_settings());
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) return run();
     }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/base/parallel.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/train/trainer.h"
 #include "tools/cohort/command.h"
@@ -121,13 +122,17 @@ int run_train(CLI::App* app, TrainArgs* args) {
       o.bf16_weights = args->bf16_weights == "nearest" ? optim::WeightRounding::kNearest
                                                        : optim::WeightRounding::kStochastic;
     if (app->count("--resume") > 0 && o.resume.empty()) o.resume = "auto";
-    // The environment is read here, at the edge (docs/design.md rule 11).
+    // The environment is read at the edge (docs/design.md rule 11): here,
+    // and by main (env_settings(): COHORT_NUM_THREADS, already applied as the
+    // process default).
     const char* transport = std::getenv("COHORT_TRANSPORT");
     o.rpc_force_tcp = transport != nullptr && std::string(transport) == "tcp";
-    const char* num_threads = std::getenv("COHORT_NUM_THREADS");
-    if (o.threads == 0 && (num_threads == nullptr || *num_threads == '\0')) {
+    if (o.threads == 0 && !env_settings().num_threads) {
       o.threads = rendezvous::slurm_task_cpus().value_or(0);
     }
+    // The CLI decides the process default: the threads a run starts (RPC
+    // handlers, the data loader) draw on it; the trainer bounds only its own.
+    if (o.threads > 0) set_default_num_threads(o.threads);
     trainer = std::make_unique<train::Trainer>(o);
     warn_ignored_flags(*app, o.strategy);
   } catch (const InvalidArgument& e) {

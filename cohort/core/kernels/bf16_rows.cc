@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/base/runtime.h"
 #include "cohort/core/kernels/transformer_rows.h"
 #include "cohort/core/native/linalg_bf16.h"
 
@@ -99,9 +100,8 @@ Bf16Rows gelu_tanh_backward_bf16(const Tensor& g_in, const Tensor& pre16_in, boo
   const auto& k = detail::transformer_rows();
   r.sums = over_rows(rows, n, need_sums, [&](int64_t row, float* acc) {
     // One row of pre widened and of dh in float32, on this thread's scratch.
-    thread_local std::vector<float> pre, dh;
-    pre.resize(n);
-    dh.resize(n);
+    thread_local ThreadBuffer pre_buf, dh_buf;
+    const ThreadBufferUse<float> pre(pre_buf, n), dh(dh_buf, n);
     native::bf16_to_float(pp + row * n, pre.data(), n);
     k.gelu_tanh_backward(pg + row * n, pre.data(), dh.data(), acc, n);
     native::to_bf16(dh.data(), pd + row * n, n);
@@ -139,12 +139,11 @@ Bf16Rows gelu_tanh_backward_through_linear_bf16(const Tensor& g16, const Tensor&
       g16, w16.transpose(0, 1), Tensor(), path,
       [&](float* y, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
         const int64_t len = c1 - c0;
-        thread_local std::vector<float> pre, dh, acc;
-        pre.resize(len);
-        dh.resize(len);
+        thread_local ThreadBuffer pre_buf, dh_buf, acc_buf;
+        const ThreadBufferUse<float> pre(pre_buf, len), dh(dh_buf, len), acc(acc_buf, len);
         BlockSums bs{r0, c0, {}};
         if (need_sums) {
-          acc.assign(len, 0.0f);
+          std::fill_n(acc.data(), len, 0.0f);
           bs.sums.assign(len, 0.0);
         }
         for (int64_t row = r0; row < r1; ++row) {

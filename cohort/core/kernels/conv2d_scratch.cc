@@ -1,54 +1,17 @@
 #include "cohort/core/kernels/conv2d_scratch.h"
 
-#include <mutex>
+#include "cohort/base/runtime.h"
 
 namespace cohort::kernels::detail {
-namespace {
 
-struct ScratchPool {
-  std::mutex mu;
-  std::vector<std::unique_ptr<ScratchLease::Buffers>> free;
-};
+ScratchLease::ScratchLease() : s_(Runtime::process().kernel_scratch().acquire()) {}
 
-ScratchPool& scratch_pool() {
-  static ScratchPool pool;
-  return pool;
-}
-
-}  // namespace
-
-float* ensure_vecs(std::vector<Vec16>& buf, int64_t vecs) {
-  if (static_cast<int64_t>(buf.size()) < vecs) {
-    buf = std::vector<Vec16>();
-    buf.resize(vecs);
-  }
-  return reinterpret_cast<float*>(buf.data());
-}
-
-ScratchLease::ScratchLease() {
-  ScratchPool& pool = scratch_pool();
-  {
-    std::lock_guard<std::mutex> lock(pool.mu);
-    if (!pool.free.empty()) {
-      s_ = std::move(pool.free.back());
-      pool.free.pop_back();
-    }
-  }
-  if (!s_) s_ = std::make_unique<Buffers>();
-}
-
-ScratchLease::~ScratchLease() {
-  ScratchPool& pool = scratch_pool();
-  std::lock_guard<std::mutex> lock(pool.mu);
-  try {
-    pool.free.push_back(std::move(s_));
-  } catch (...) {
-    // Out of memory growing the free list: the buffers are simply freed.
-  }
-}
+ScratchLease::~ScratchLease() { Runtime::process().kernel_scratch().give_back(std::move(s_)); }
 
 float* ScratchLease::get(int i, int64_t floats) {
-  return ensure_vecs(s_->buf[i], (floats + kLanes - 1) / kLanes);
+  const int64_t vecs = (floats + kLanes - 1) / kLanes;
+  return static_cast<float*>(s_->buffers[static_cast<size_t>(i)].reserve(
+      static_cast<size_t>(vecs * kLanes) * sizeof(float)));
 }
 
 }  // namespace cohort::kernels::detail

@@ -32,6 +32,7 @@
 
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
+#include "cohort/base/runtime.h"
 #include "cohort/core/native/gemm_kernels.h"
 
 namespace cohort::native::detail {
@@ -53,22 +54,24 @@ int64_t panel_depth(const Kernels& kr, int64_t kc) {
   return (kc + kr.kpack - 1) / kr.kpack * kr.kpack;
 }
 
-// This thread's packing buffers (kept between calls), sized for passes over
-// k of at most kBlockKC, blocks of kBlockTiles register tiles of A's rows and up to
-// `cols` columns of B.
+// This thread's packing buffers (kept between calls: thread-local, found
+// without a lock), sized for passes over k of at most kBlockKC, blocks of
+// kBlockTiles register tiles of A's rows and up to `cols` columns of B. The
+// use ends with the object: a buffer over the runtime's thread_buffer_bytes is
+// then freed (base/runtime.h).
 template <typename Kernels, typename T>
 struct PackBuffers {
-  T* a;
-  T* b;
+  ThreadBufferUse<T> a_use, b_use;
+  T* a = a_use.data();
+  T* b = b_use.data();
 };
 template <typename T, typename Kernels>
 PackBuffers<Kernels, T> pack_buffers(const Kernels& kr, int64_t k, int64_t cols) {
-  thread_local std::vector<T> abuf, bbuf;
+  thread_local ThreadBuffer abuf, bbuf;
   const int64_t kc_max = panel_depth(kr, std::min(kBlockKC, k));
   const int64_t nc_max = std::min<int64_t>(kBlockNC, (cols + kr.nr - 1) / kr.nr * kr.nr);
-  abuf.resize(static_cast<size_t>(kBlockTiles * kr.mr * kc_max + kPackSlack));
-  bbuf.resize(static_cast<size_t>(nc_max * kc_max + kPackSlack));
-  return {abuf.data(), bbuf.data()};
+  return {{abuf, static_cast<size_t>(kBlockTiles * kr.mr * kc_max + kPackSlack)},
+          {bbuf, static_cast<size_t>(nc_max * kc_max + kPackSlack)}};
 }
 
 // C's rows [ic, ic + mc) x columns [jc, jc + nc) from one pass over k: A's
