@@ -8,12 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <thread>
 
 #include "cohort/core/random.h"
+#include "cohort/distributed/thread_ranks_testing.h"
 #include "cohort/nn/models/toy_model.h"
 #include "cohort/optim/sgd.h"
-#include "cohort/rendezvous/hash_store.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -21,26 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 
 void run_ranks(int n, const std::function<void(distributed::ProcessGroup&)>& fn) {
-  auto store = std::make_shared<rendezvous::HashStore>();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        distributed::ProcessGroupOptions o;
-        o.name = fmt::format("ckpt-{}-{}", ::getpid(), n);
-        o.timeout = std::chrono::seconds(30);
-        auto pg =
-            distributed::ProcessGroup::create(distributed::BackendKind::kNative, store, r, n, o);
-        fn(*pg);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  distributed::testing::run_ranks_named(fmt::format("ckpt-{}-{}", ::getpid(), n), n,
+                                        [&](auto pg) { fn(*pg); });
 }
 
 class DistributedCheckpointTest : public testing::Test {

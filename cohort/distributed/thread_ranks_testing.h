@@ -1,11 +1,13 @@
 // Test helper (not installed): ranks of a native ProcessGroup as threads of
 // this process, meeting in one HashStore, for tests that need no real
-// processes (process_group_test.cc, process_group_inline_test.cc).
+// processes (process_group_test.cc, process_group_inline_test.cc, the
+// tensor-parallel tests, distributed_checkpoint_test.cc).
 #pragma once
 
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,10 +16,11 @@
 
 namespace cohort::distributed::testing {
 
-// Runs fn(group) as n ranks on threads; rethrows the first rank's failure
-// once every rank has ended.
-inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
-                      Duration timeout = std::chrono::seconds(30)) {
+// Runs fn(group) as n ranks of the group `name` on threads; rethrows the
+// first rank's failure once every rank has ended.
+inline void run_ranks_named(const std::string& name, int n,
+                            const std::function<void(std::shared_ptr<ProcessGroup>)>& fn,
+                            Duration timeout = std::chrono::seconds(30)) {
   auto store = std::make_shared<rendezvous::HashStore>();
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -25,10 +28,9 @@ inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
     threads.emplace_back([&, r] {
       try {
         ProcessGroupOptions o;
-        o.name = "test";
+        o.name = name;
         o.timeout = timeout;
-        auto pg = ProcessGroup::create(BackendKind::kNative, store, r, n, o);
-        fn(*pg);
+        fn(ProcessGroup::create(BackendKind::kNative, store, r, n, o));
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }
@@ -38,6 +40,12 @@ inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+}
+
+inline void run_ranks(int n, const std::function<void(ProcessGroup&)>& fn,
+                      Duration timeout = std::chrono::seconds(30)) {
+  run_ranks_named(
+      "test", n, [&](std::shared_ptr<ProcessGroup> pg) { fn(*pg); }, timeout);
 }
 
 }  // namespace cohort::distributed::testing

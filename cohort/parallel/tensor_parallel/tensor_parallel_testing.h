@@ -7,16 +7,12 @@
 
 #include <unistd.h>
 
-#include <chrono>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "cohort/distributed/process_group.h"
-#include "cohort/rendezvous/hash_store.h"
+#include "cohort/distributed/thread_ranks_testing.h"
 
 namespace cohort::parallel::testing {
 
@@ -25,25 +21,8 @@ namespace cohort::parallel::testing {
 inline void run_ranks(const char* prefix, int n,
                       const std::function<void(std::shared_ptr<distributed::ProcessGroup>)>& fn) {
   static int counter = 0;
-  auto store = std::make_shared<rendezvous::HashStore>();
-  const std::string name = fmt::format("{}-{}-{}", prefix, ::getpid(), counter++);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        distributed::ProcessGroupOptions o;
-        o.name = name;
-        o.timeout = std::chrono::seconds(30);
-        fn(distributed::ProcessGroup::create(distributed::BackendKind::kNative, store, r, n, o));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  distributed::testing::run_ranks_named(fmt::format("{}-{}-{}", prefix, ::getpid(), counter++), n,
+                                        fn);
 }
 
 }  // namespace cohort::parallel::testing
