@@ -167,19 +167,6 @@ nn::NamedTensors train_ddp_no_sync(Model m, int steps,
   return snapshot(*model);
 }
 
-void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want,
-                  const std::string& what) {
-  COHORT_ASSERT(got.size() == want.size(), "parameter count");
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (allclose(got[i].second, want[i].second, 1e-3, 1e-4)) continue;
-    std::vector<float> a = got[i].second.to_vector<float>();
-    std::vector<float> b = want[i].second.to_vector<float>();
-    double worst = 0;
-    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
-    throw Error(fmt::format("{}: parameter {} differs (max |diff| {})", what, got[i].first, worst));
-  }
-}
-
 void run_no_sync(Model m) {
   KernelPathGuard exact_kernels(KernelPath::kBaseline);
   auto pg = join();

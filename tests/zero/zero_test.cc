@@ -73,19 +73,6 @@ nn::NamedTensors train_zero(Model m, int stage, int steps,
   return snapshot(*model);
 }
 
-void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want,
-                  const std::string& what) {
-  COHORT_ASSERT(got.size() == want.size(), "parameter count");
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (allclose(got[i].second, want[i].second, 1e-3, 1e-4)) continue;
-    std::vector<float> a = got[i].second.to_vector<float>();
-    std::vector<float> b = want[i].second.to_vector<float>();
-    double worst = 0;
-    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
-    throw Error(fmt::format("{}: parameter {} differs (max |diff| {})", what, got[i].first, worst));
-  }
-}
-
 void run_equivalence(Model m, int stage, int steps = 20, bool reshard = true) {
   // (Every rank checks against DDP; rank 0 also against one process.)
   KernelPathGuard exact_kernels(KernelPath::kBaseline);

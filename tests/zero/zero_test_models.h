@@ -7,8 +7,12 @@
 // parallel run is checked against. Test scaffolding only.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/models/gpt.h"
@@ -169,6 +173,21 @@ inline nn::NamedTensors train_reference(Model m, int steps) {
 inline UnitPolicy policy_of(Model m) {
   if (m == Model::kGpt) return module_type_policy({"Block"});
   return child_unit_policy();
+}
+
+// Throws naming the first parameter of `got` that is not close to `want`
+// and its largest difference.
+inline void check_params(const nn::NamedTensors& got, const nn::NamedTensors& want,
+                         const std::string& what) {
+  COHORT_ASSERT(got.size() == want.size(), "parameter count");
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (allclose(got[i].second, want[i].second, 1e-3, 1e-4)) continue;
+    std::vector<float> a = got[i].second.to_vector<float>();
+    std::vector<float> b = want[i].second.to_vector<float>();
+    double worst = 0;
+    for (size_t k = 0; k < a.size(); ++k) worst = std::max(worst, double(std::fabs(a[k] - b[k])));
+    throw Error(fmt::format("{}: parameter {} differs (max |diff| {})", what, got[i].first, worst));
+  }
 }
 
 inline std::shared_ptr<distributed::ProcessGroup> join() {
