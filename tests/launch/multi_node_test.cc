@@ -254,7 +254,9 @@ void expect_killed_launcher_ends_the_job_at_once(int victim_node) {
                                   "'s launcher (pid " + std::to_string(victim_pid) + " on host "))
       << r.err;
   EXPECT_FALSE(contains(r.err, "restarting")) << r.err;
-  EXPECT_LT(took, 0.5) << "the surviving node took " << took << " s to end the job\n" << r.err;
+  // Under the 2 s cause window the defect waited out; bench_chaos measures
+  // the time itself (0.5 s target), which a loaded host must not fail here.
+  EXPECT_LT(took, 1.5) << "the surviving node took " << took << " s to end the job\n" << r.err;
   expect_workers_gone(dir, 4);
   std::filesystem::remove_all(dir);
 }

@@ -221,8 +221,8 @@ TEST(TwoHostJob, KilledLauncherWithTwoWorkersPerNodeEndsTheJobAtOnce) {
   // 0.12-0.44 s on a 2-core machine at load 9-10 (bench_chaos,
   // docs/multihost.md), where teardown of the workers' memory dominates; the
   // bound leaves room for a busier one and still fails a launcher that waits
-  // out a 2 s cause window. tests/launch times the launchers alone to 0.5 s.
-  EXPECT_LT(took, 1.0) << "the job took " << took << " s to end\n" << out;
+  // out a 2 s cause window.
+  EXPECT_LT(took, 1.5) << "the job took " << took << " s to end\n" << out;
 }
 
 TEST(TwoHostJob, DelayedLossyOrThrottledLinkStillCompletes) {
