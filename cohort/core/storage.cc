@@ -4,6 +4,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/runtime.h"
+#include "cohort/core/device_runtime.h"
 
 namespace cohort {
 namespace {
@@ -26,24 +27,43 @@ namespace {
 std::atomic<size_t> g_live_bytes{0};  // a statistic only (Storage::live_bytes)
 }  // namespace
 
-Storage::Storage(size_t nbytes) : nbytes_(nbytes), capacity_(round_capacity(nbytes)) {
-  // The padding lets vector kernels read whole 64-byte lines at the tail.
-  data_ =
-      capacity_ >= kCacheMinBytes ? block_cache().allocate(capacity_) : aligned_allocate(capacity_);
-  g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);  // after a throwing allocation
+Storage::Storage(size_t nbytes) : Storage(nbytes, kCPU) {}
+
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes) {
+  if (device.is_cpu()) {
+    capacity_ = round_capacity(nbytes);
+    // The padding lets vector kernels read whole 64-byte lines at the tail.
+    data_ = capacity_ >= kCacheMinBytes ? block_cache().allocate(capacity_)
+                                        : aligned_allocate(capacity_);
+    g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);  // after a throwing allocation
+    return;
+  }
+  // Device bytes are counted by the device's allocator, not in live_bytes().
+  device_ = resolve_device(device);
+  DeviceRuntime& rt = device_runtime(device_, "allocating device memory");
+  data_ = rt.allocate(device_.index(), nbytes, current_stream(device_));
+  capacity_ = nbytes;
+  borrowed_data_ = data_;
+  deleter_ = [rt = &rt, index = device_.index()](void* p) { rt->deallocate(index, p); };
 }
 
-Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter)
+Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter, Device device)
     : data_(data),
       nbytes_(nbytes),
       capacity_(nbytes),
       borrowed_(true),
       borrowed_data_(data),
-      deleter_(std::move(deleter)) {
+      deleter_(std::move(deleter)),
+      device_(device) {
+  if (!device_.is_cpu()) return;  // device bytes are the device allocator's to count
   g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);
 }
 
 Storage::~Storage() {
+  if (!device_.is_cpu()) {
+    if (deleter_) deleter_(borrowed_data_);
+    return;
+  }
   g_live_bytes.fetch_sub(nbytes_, std::memory_order_relaxed);
   if (borrowed_) {
     if (deleter_) deleter_(borrowed_data_);

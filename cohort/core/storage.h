@@ -12,6 +12,9 @@
 // A Storage can also borrow memory it did not allocate (Tensor::from_blob):
 // it never frees it, and calls the caller's deleter, if any, when the last
 // tensor sharing it goes away.
+// A Storage on a device other than the CPU (Storage(nbytes, device)) holds
+// device memory from that device's caching allocator (device_runtime.h),
+// taken for the calling thread's current stream and given back to it.
 // Thread safety: a Storage is immutable after construction (except rebind(),
 // the owner's of a borrowed block); writes to the bytes are the caller's to
 // synchronise. The cache is thread safe.
@@ -23,6 +26,8 @@
 #include <functional>
 #include <memory>
 
+#include "cohort/core/device.h"
+
 namespace cohort {
 
 class Storage {
@@ -32,9 +37,12 @@ class Storage {
 
   // Allocates nbytes (0 allowed). Throws std::bad_alloc when memory runs out.
   explicit Storage(size_t nbytes);
+  // nbytes on `device` (its index resolved; the CPU: as above). Throws
+  // NotSupported when the device is not available, naming why.
+  Storage(size_t nbytes, Device device);
   // Borrows nbytes at `data` (not copied, not freed here); `deleter`, when
   // given, is called once with `data` from the destructor.
-  Storage(void* data, size_t nbytes, std::function<void(void*)> deleter);
+  Storage(void* data, size_t nbytes, std::function<void(void*)> deleter, Device device = kCPU);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -42,6 +50,7 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   bool borrowed() const { return borrowed_; }
+  Device device() const { return device_; }
 
   // Borrowed storage only: points it at other memory of at least nbytes(),
   // keeping the Storage (and so every view of it, e.g. tensors autograd saved
@@ -74,6 +83,7 @@ class Storage {
   bool borrowed_ = false;
   void* borrowed_data_ = nullptr;       // borrowed memory: as constructed, for the deleter
   std::function<void(void*)> deleter_;  // borrowed memory only
+  Device device_;
   mutable std::atomic<uint64_t> version_{0};
 };
 

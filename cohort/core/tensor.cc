@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "cohort/core/autograd_meta.h"
+#include "cohort/core/device_dispatch.h"
+#include "cohort/core/device_runtime.h"
+#include "cohort/core/tensor_device_ops.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
 #include "cohort/core/view_autograd.h"
@@ -60,28 +63,35 @@ void convert_run(D* d, const S* s, int64_t n) {
 
 // ---- factories ----
 
-Tensor Tensor::empty(const Shape& sizes, DType dtype) {
+Tensor Tensor::empty(const Shape& sizes, DType dtype, Device device) {
   for (int64_t s : sizes)
     COHORT_CHECK(s >= 0, "Tensor::empty: negative size in shape {}", shape_str(sizes));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage =
-      std::make_shared<Storage>(static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype));
+  impl->storage = std::make_shared<Storage>(
+      static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype), device);
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::zeros(const Shape& sizes, DType dtype) {
-  Tensor t = empty(sizes, dtype);
+Tensor Tensor::zeros(const Shape& sizes, DType dtype, Device device) {
+  Tensor t = empty(sizes, dtype, device);
+  if (!device.is_cpu()) {
+    Device d = t.device();
+    device_runtime(d, "zeros").fill_bytes(t.device_data(), 0, t.nbytes(), current_stream(d));
+    return t;
+  }
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
 }
 
-Tensor Tensor::ones(const Shape& sizes, DType dtype) { return full(sizes, 1.0, dtype); }
+Tensor Tensor::ones(const Shape& sizes, DType dtype, Device device) {
+  return full(sizes, 1.0, dtype, device);
+}
 
-Tensor Tensor::full(const Shape& sizes, double value, DType dtype) {
-  Tensor t = empty(sizes, dtype);
+Tensor Tensor::full(const Shape& sizes, double value, DType dtype, Device device) {
+  Tensor t = empty(sizes, dtype, device);
   t.fill_(value);
   return t;
 }
@@ -135,6 +145,19 @@ Tensor Tensor::from_blob(void* data, const Shape& sizes, const Shape& strides, D
   return from_storage(std::move(storage), sizes, strides, 0, dtype);
 }
 
+Tensor Tensor::from_blob(void* data, const Shape& sizes, DType dtype, Device device,
+                         std::function<void(void*)> deleter) {
+  if (device.is_cpu()) return from_blob(data, sizes, dtype, std::move(deleter));
+  for (int64_t d : sizes)
+    COHORT_CHECK(d >= 0, "from_blob: sizes {} has a negative size", shape_str(sizes));
+  size_t nbytes = static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype);
+  COHORT_CHECK(data != nullptr || nbytes == 0, "from_blob: data is null for a tensor of sizes {}",
+               shape_str(sizes));
+  auto storage = std::make_shared<Storage>(data, nbytes, std::move(deleter),
+                                           resolve_device(device));
+  return from_storage(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype);
+}
+
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& sizes,
                             const Shape& strides, int64_t offset, DType dtype) {
   COHORT_CHECK(sizes.size() == strides.size(),
@@ -176,6 +199,17 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data() const {
   const TensorImpl& t = impl();
+  if (!t.storage->device().is_cpu()) [[unlikely]] {
+    throw InvalidArgument(fmt::format(
+        "a tensor on {} reached CPU code, which cannot read device memory: move it with .cpu(), "
+        "or run the op where its kernel is ({}, {})",
+        t.storage->device().str(), shape_str(t.sizes), dtype_name(t.dtype)));
+  }
+  return device_data();
+}
+
+void* Tensor::device_data() const {
+  const TensorImpl& t = impl();
   return static_cast<std::byte*>(t.storage->data()) +
          t.offset * static_cast<int64_t>(dtype_size(t.dtype));
 }
@@ -183,7 +217,7 @@ void* Tensor::raw_data() const {
 // ---- copies ----
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), dtype());
+  Tensor out = empty(sizes(), dtype(), device());
   out.copy_(*this);
   return out;
 }
@@ -202,7 +236,7 @@ Tensor Tensor::detach() const {
 
 Tensor Tensor::to(DType dt) const {
   if (dt == dtype()) return *this;
-  Tensor out = empty(sizes(), dt);
+  Tensor out = empty(sizes(), dt, device());
   out.copy_(*this);
   // Integer results carry no gradient (PyTorch's rule).
   if (!is_floating(dt)) return out;
@@ -211,10 +245,31 @@ Tensor Tensor::to(DType dt) const {
   });
 }
 
+Tensor Tensor::to(Device device) const {
+  device = resolve_device(device);
+  if (device == this->device()) return *this;
+  Tensor out = empty(sizes(), dtype(), device);
+  out.copy_(*this);
+  if (!is_floating(dtype())) return out;
+  return detail::record_view(std::move(out), *this, "to", [src = this->device()] {
+    return detail::ViewBackward([src](const Tensor& g) { return g.to(src); });
+  });
+}
+
 Tensor& Tensor::copy_(const Tensor& src) {
   Shape b = broadcast_shapes(sizes(), src.sizes(), "copy_");
   COHORT_CHECK(b == sizes(), "copy_: source shape {} does not broadcast to destination {}",
                shape_str(src.sizes()), shape_str(sizes()));
+  if (src.device() != device()) {
+    storage()->bump_version();
+    copy_between_devices(*this, src);
+    return *this;
+  }
+  if (!device().is_cpu()) {
+    storage()->bump_version();
+    copy_device(device(), *this, src);
+    return *this;
+  }
   std::array<Shape, 2> st{strides(), broadcast_strides(src.sizes(), src.strides(), sizes())};
   storage()->bump_version();
   dispatch_all(dtype(), "copy_", [&](auto dtag) {
@@ -245,6 +300,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double value) {
   storage()->bump_version();
+  if (!device().is_cpu()) {
+    fill_device(device(), *this, value);
+    return *this;
+  }
   dispatch_all(dtype(), "fill_", [&](auto tag) {
     using T = decltype(tag);
     T v = cast_value<T>(value);

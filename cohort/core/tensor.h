@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/core/device.h"
 #include "cohort/core/dtype.h"
 #include "cohort/core/shape.h"
 #include "cohort/core/storage.h"
@@ -77,10 +78,13 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- factories (contiguous, new storage) ----
-  static Tensor empty(const Shape& sizes, DType dtype = DType::kFloat32);
-  static Tensor zeros(const Shape& sizes, DType dtype = DType::kFloat32);
-  static Tensor ones(const Shape& sizes, DType dtype = DType::kFloat32);
-  static Tensor full(const Shape& sizes, double value, DType dtype = DType::kFloat32);
+  // On `device` (cpu by default; "cuda" means the current CUDA device). A
+  // device that is missing throws NotSupported saying why.
+  static Tensor empty(const Shape& sizes, DType dtype = DType::kFloat32, Device device = kCPU);
+  static Tensor zeros(const Shape& sizes, DType dtype = DType::kFloat32, Device device = kCPU);
+  static Tensor ones(const Shape& sizes, DType dtype = DType::kFloat32, Device device = kCPU);
+  static Tensor full(const Shape& sizes, double value, DType dtype = DType::kFloat32,
+                     Device device = kCPU);
   // Copies values; numel(sizes) must equal values.size(). Empty sizes with one
   // value gives a 0-d tensor; sizes {-1} (the default) means 1-d of values.size().
   template <typename T>
@@ -100,6 +104,9 @@ class Tensor {
                           std::function<void(void*)> deleter = {});
   static Tensor from_blob(void* data, const Shape& sizes, const Shape& strides, DType dtype,
                           std::function<void(void*)> deleter = {});
+  // Device memory (e.g. a cudaMalloc'd block) on `device`, same rules.
+  static Tensor from_blob(void* data, const Shape& sizes, DType dtype, Device device,
+                          std::function<void(void*)> deleter = {});
   // A view of an existing storage (used by views and by DDP's flat buckets).
   static Tensor from_storage(std::shared_ptr<Storage> storage, const Shape& sizes,
                              const Shape& strides, int64_t offset, DType dtype);
@@ -115,16 +122,26 @@ class Tensor {
   DType dtype() const { return impl().dtype; }
   int64_t storage_offset() const { return impl().offset; }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  Device device() const { return impl().storage->device(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
   bool is_contiguous() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
   // True when both handles alias one TensorImpl.
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   TensorImpl* unsafe_impl() const { return impl_.get(); }
 
-  // Pointer to the first element; throws InvalidArgument when T is not dtype().
+  // Pointer to the first element; throws InvalidArgument when T is not dtype(),
+  // or when the tensor is not on the CPU (CPU code must not read device
+  // memory: .cpu() first).
   template <typename T>
   T* data_ptr() const;
   void* raw_data() const;
+  // The first element's address on whatever device holds it: for device
+  // kernels, which know the memory is not the host's.
+  void* device_data() const;
+  template <typename T>
+  T* device_ptr() const;
   // The single element of a 1-element tensor, converted to T.
   template <typename T>
   T item() const;
@@ -137,7 +154,14 @@ class Tensor {
   Tensor contiguous() const;     // *this when already contiguous, else a copy (recorded)
   Tensor detach() const;         // same data, no autograd state
   Tensor to(DType dtype) const;  // *this when dtype matches, else a converted copy (recorded)
-  // Copies src (broadcast to this shape, converted to this dtype) into this view.
+  // *this when already there, else a copy on `device` (recorded: the gradient
+  // goes back to this device). cuda() is the current CUDA device.
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const { return to(device).to(dtype); }
+  Tensor cuda() const { return to(Device(DeviceType::kCUDA)); }
+  Tensor cpu() const { return to(kCPU); }
+  // Copies src (broadcast to this shape, converted to this dtype) into this view;
+  // between devices through the device runtime (device_runtime.h).
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
@@ -288,14 +312,22 @@ T* Tensor::data_ptr() const {
 }
 
 template <typename T>
+T* Tensor::device_ptr() const {
+  if (dtype() != dtype_of<T>) detail::throw_dtype_mismatch("device_ptr", dtype_of<T>, dtype());
+  return static_cast<T*>(device_data());
+}
+
+template <typename T>
 T Tensor::item() const {
   COHORT_CHECK(numel() == 1, "item: tensor must have one element, has shape {}",
                shape_str(sizes()));
+  if (!is_cpu()) return cpu().item<T>();
   return detail::convert_from<T>(raw_data(), dtype());
 }
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (!is_cpu()) return cpu().to_vector<T>();
   Tensor c = to(dtype_of<T>).contiguous();
   const T* p = c.data_ptr<T>();
   return std::vector<T>(p, p + c.numel());
