@@ -326,8 +326,8 @@ KVCache GPT::make_cache(int64_t batch) const {
   cache.batch = batch;
   const Shape s{batch, config_.n_head, config_.block_size, config_.head_dim()};
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    cache.k.push_back(Tensor::zeros(s));
-    cache.v.push_back(Tensor::zeros(s));
+    cache.k.push_back(Tensor::zeros(s, kFloat32, device()));
+    cache.v.push_back(Tensor::zeros(s, kFloat32, device()));
   }
   return cache;
 }
