@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cohort/base/error.h"
+#include "cohort/base/runtime.h"
 #include "cohort/core/device_dispatch.h"
 #include "cohort/core/fake_device_testing.h"
 
@@ -159,6 +160,10 @@ TEST(DeviceStreams, CurrentStreamIsPerThreadAndRestoredByTheGuard) {
 }
 
 TEST(DeviceStreams, SynchronizeTimesOutNamingTheWait) {
+  RuntimeOptions o = Runtime::process().options();
+  o.device_wait_timeout_s = 0.5;
+  RuntimeOptionsGuard timeout(o);
+  EXPECT_EQ(device_wait_timeout(), std::chrono::milliseconds(500));
   testing::FakeCudaDevice fake;
   fake.memory().complete_events = false;
   EXPECT_THROW(synchronize_device(Device("cuda:0"), "test wait"), TimeoutError);
