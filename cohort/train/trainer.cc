@@ -184,6 +184,10 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   data::DataLoaderOptions lo;
   lo.batch_size = o_.batch_size;
   lo.prefetch = o_.prefetch;
+  // On a GPU, batches cross on the loader's thread and side stream while the
+  // step computes: prefetch at least two.
+  lo.device = o_.device;
+  if (!o_.device.is_cpu()) lo.prefetch = std::max<int64_t>(lo.prefetch, 2);
   loader_ = std::make_unique<data::DataLoader>(splits_.train, lo, sampler_);
 
   info_.train_examples =
