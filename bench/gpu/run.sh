@@ -138,7 +138,8 @@ piece torch_gpt_compile 240 "${py[@]}" "$root/bench/gpt/torch_gpt.py" $gpt_shape
 
 echo
 "${py[@]}" "$root/bench/gpu/table.py" "$work" --gpu "$gpu" --date "$date_utc" \
-  --torch "$torch_version" --steps "$steps" --warmup "$warmup" --gpt-shape "$gpt_label" --device "$device" \
+  --torch "$torch_version" --steps "$steps" --warmup "$warmup" --gpt-shape "$gpt_label" \
+  --device "$device" \
   >"$work/table.txt" 2>"$work/table.err" ||
   { echo "table.py failed:"; cat "$work/table.err"; }
 cat "$work/table.txt"
