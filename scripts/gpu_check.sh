@@ -7,7 +7,9 @@
 #     machine lacks), and packs into .gpu/ (ignored by git; carried by the
 #     device tool) the cohort CLI, the cuda tests, bench_gpt, the Debian
 #     shared libraries they need (not CUDA's: the device machine has its
-#     own), Fashion-MNIST, xz-compressed. Prints the size that will travel.
+#     own, and libstdc++ / libgcc_s, whose newer versions there serve
+#     PyTorch too), Fashion-MNIST, xz-compressed. Prints the size that will
+#     travel.
 #
 #   scripts/gpu_check.sh run    (there: device tool, `carry: [".gpu"]`)
 #     in about 8 minutes on an H100, writing everything under $OUT:
@@ -45,7 +47,7 @@ pack() {
   # Shared libraries from Debian (CUDA's and glibc's come from the machine).
   for bin in .gpu/stage/bin/*; do
     ldd "$bin" | awk '/=> \//{print $3}'
-  done | sort -u | grep -v -E 'libcu|libnv|libnccl|libc\.so|libm\.so|libdl|libpthread|librt|ld-linux' |
+  done | sort -u | grep -v -E 'libcu|libnv|libnccl|libc\.so|libm\.so|libdl|libpthread|librt|ld-linux|libstdc\+\+|libgcc_s' |
     while read -r lib; do cp -L "$lib" .gpu/stage/lib/; done
   cp /usr/share/datasets/fashion-mnist/*.gz .gpu/stage/data/fashion-mnist/
   strip .gpu/stage/bin/* .gpu/stage/lib/* 2>/dev/null || true
@@ -72,7 +74,7 @@ probe() {
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version()); print("cmake_prefix_path", torch.utils.cmake_prefix_path)' 2>&1
     echo "-- pip CUDA libraries: $cuda_libs"
     echo "-- cohort info:"
-    "$bin/cohort" info 2>&1
+    LD_LIBRARY_PATH=$cohort_libs "$bin/cohort" info 2>&1
   } >"$out/probe.txt" 2>&1
   cat "$out/probe.txt"
 }
@@ -98,13 +100,14 @@ run() {
   tar -C "$work" -xJf .gpu/bundle.tar.xz || { summary "FAIL unpack: .gpu/bundle.tar.xz missing (carry .gpu)"; return 1; }
   bin=$work/bin
   cuda_libs=$(find_cuda_libs)
-  export LD_LIBRARY_PATH="$work/lib:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Only cohort's programs see the bundle's libraries (PyTorch keeps its own).
+  cohort_libs="$work/lib:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local data=$work/data/fashion-mnist
   probe
   if ! nvidia-smi >/dev/null 2>&1; then summary "FAIL probe: no GPU visible"; fi
 
   # 1. The cuda tests.
-  timeout 240 "$bin/cohort_cuda_tests" --gtest_output=xml:"$out/cuda_tests.xml" \
+  LD_LIBRARY_PATH=$cohort_libs timeout 240 "$bin/cohort_cuda_tests" --gtest_output=xml:"$out/cuda_tests.xml" \
     >"$out/cuda_tests.txt" 2>&1
   local rc=$?
   local counts
@@ -114,9 +117,9 @@ run() {
 
   # 2. Net, one epoch, GPU against CPU: test accuracy within 0.5 points.
   local net=(train --model net --epochs 1 --batch-size 64 --data-dir "$data" --seed 1 --strategy single)
-  timeout 120 "$bin/cohort" "${net[@]}" --device cuda --metrics "$work/net_gpu.jsonl" >"$out/net.txt" 2>&1
+  LD_LIBRARY_PATH=$cohort_libs timeout 120 "$bin/cohort" "${net[@]}" --device cuda --metrics "$work/net_gpu.jsonl" >"$out/net.txt" 2>&1
   local g=$?
-  timeout 150 "$bin/cohort" "${net[@]}" --device cpu --metrics "$work/net_cpu.jsonl" >>"$out/net.txt" 2>&1
+  LD_LIBRARY_PATH=$cohort_libs timeout 150 "$bin/cohort" "${net[@]}" --device cpu --metrics "$work/net_cpu.jsonl" >>"$out/net.txt" 2>&1
   local c=$?
   python3 - "$work/net_gpu.jsonl" "$work/net_cpu.jsonl" "$g" "$c" >>"$out/net.txt" 2>&1 <<'EOF'
 import json, sys
@@ -138,9 +141,9 @@ EOF
   # 3. GPT, 50 steps, GPU against CPU, fp32 (TF32 off): per-step losses.
   cat README.md docs/*.md >"$work/corpus.txt"
   local gpt=(train --model gpt --dataset text --data-file "$work/corpus.txt" --max-steps 50 --epochs 1 --seed 1 --strategy single --batch-size 16)
-  timeout 120 "$bin/cohort" "${gpt[@]}" --device cuda --metrics "$work/gpt_gpu.jsonl" >"$out/gpt.txt" 2>&1
+  LD_LIBRARY_PATH=$cohort_libs timeout 120 "$bin/cohort" "${gpt[@]}" --device cuda --metrics "$work/gpt_gpu.jsonl" >"$out/gpt.txt" 2>&1
   g=$?
-  timeout 180 "$bin/cohort" "${gpt[@]}" --device cpu --metrics "$work/gpt_cpu.jsonl" >>"$out/gpt.txt" 2>&1
+  LD_LIBRARY_PATH=$cohort_libs timeout 180 "$bin/cohort" "${gpt[@]}" --device cpu --metrics "$work/gpt_cpu.jsonl" >>"$out/gpt.txt" 2>&1
   c=$?
   python3 - "$work/gpt_gpu.jsonl" "$work/gpt_cpu.jsonl" "$g" "$c" >>"$out/gpt.txt" 2>&1 <<'EOF'
 import json, sys
@@ -161,7 +164,7 @@ EOF
 
   # 4. The benchmark against PyTorch (bench/gpu/run.sh writes $OUT/gpu_bench.txt).
   if [ -x bench/gpu/run.sh ]; then
-    COHORT_BIN_DIR=$bin timeout 300 bench/gpu/run.sh "$work" "$data" >"$out/gpu_bench_log.txt" 2>&1
+    LD_LIBRARY_PATH=$cohort_libs COHORT_BIN_DIR=$bin timeout 300 bench/gpu/run.sh "$work" "$data" >"$out/gpu_bench_log.txt" 2>&1
     summary "$([ $? -eq 0 ] && echo DONE || echo FAIL) bench: see gpu_bench.txt / gpu_bench_log.txt"
   else
     summary "SKIP bench: bench/gpu/run.sh is not in this tree"
