@@ -1,0 +1,13 @@
+// register_dense_kernels() (kernels.h): the dense area's entries in core's
+// device tables, one part per file (dense_register.h).
+#include "cohort/cuda/dense_register.h"
+#include "cohort/cuda/kernels.h"
+
+namespace cohort::cuda {
+
+void register_dense_kernels() {
+  register_gemm_kernels();
+  register_gelu_kernels();
+}
+
+}  // namespace cohort::cuda
