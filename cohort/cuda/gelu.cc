@@ -2,8 +2,8 @@
 // linear_gelu_backward (core/kernels/gelu.h): the elementwise parts in
 // gelu.cu, the products through cuBLASLt (gemm.h), GELU in the forward GEMM's
 // epilogue.
-#include "cohort/base/error.h"
 #include "cohort/core/kernels/gelu.h"
+#include "cohort/base/error.h"
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/shape.h"
 #include "cohort/cuda/dense_kernels.h"
@@ -45,8 +45,8 @@ kernels::LinearGeluResult cuda_linear_gelu(const Tensor& x, const Tensor& w, con
 }
 
 kernels::LinearGeluGrads cuda_linear_gelu_backward(const Tensor& grad, const Tensor& x,
-                                                   const Tensor& w, const Tensor& pre,
-                                                   bool need_dx, bool need_dw, bool need_db) {
+                                                   const Tensor& w, const Tensor& pre, bool need_dx,
+                                                   bool need_dw, bool need_db) {
   const int64_t in = w.sizes()[1], outf = w.sizes()[0];
   // d loss / d pre, [rows, out].
   Tensor dh = cuda_gelu_tanh_backward(grad, pre).reshape({-1, outf});

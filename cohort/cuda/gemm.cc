@@ -22,9 +22,12 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 cudaDataType cuda_type(DType t, const char* op) {
   switch (t) {
-    case DType::kFloat32: return CUDA_R_32F;
-    case DType::kFloat64: return CUDA_R_64F;
-    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kFloat64:
+      return CUDA_R_64F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
     default:
       throw NotSupported(fmt::format("{}: no CUDA product for dtype {}", op, dtype_name(t)));
   }
@@ -81,10 +84,9 @@ DType result_dtype(DType ab) { return ab == DType::kBFloat16 ? DType::kFloat32 :
 void check_gemm_dtypes(const Tensor& a, const Tensor& b, const char* op) {
   COHORT_CHECK(a.dtype() == b.dtype(), "{}: dtypes {} and {} differ", op, dtype_name(a.dtype()),
                dtype_name(b.dtype()));
-  COHORT_CHECK(a.dtype() == DType::kFloat32 || a.dtype() == DType::kFloat64 ||
-                   a.dtype() == DType::kBFloat16,
-               "{}: CUDA products take float32, float64 or bfloat16, got {}", op,
-               dtype_name(a.dtype()));
+  COHORT_CHECK(
+      a.dtype() == DType::kFloat32 || a.dtype() == DType::kFloat64 || a.dtype() == DType::kBFloat16,
+      "{}: CUDA products take float32, float64 or bfloat16, got {}", op, dtype_name(a.dtype()));
 }
 
 // out[m, n] (a contiguous tensor, or [batch, m, n]) = a b on the device.
@@ -115,8 +117,8 @@ void product_into(Device d, const char* op, const Tensor& out, const Tensor& a3,
 Tensor device_matmul(const Tensor& a, const Tensor& b, const char* op) {
   Device d = op_device(op, {&a, &b});
   check_gemm_dtypes(a, b, op);
-  COHORT_CHECK(a.dim() >= 1 && b.dim() >= 1, "{}: operands must be at least 1-D, got {} and {}",
-               op, shape_str(a.sizes()), shape_str(b.sizes()));
+  COHORT_CHECK(a.dim() >= 1 && b.dim() >= 1, "{}: operands must be at least 1-D, got {} and {}", op,
+               shape_str(a.sizes()), shape_str(b.sizes()));
   if (a.dim() == 1 && b.dim() == 1)
     return device_matmul(a.unsqueeze(0), b.unsqueeze(1), op).reshape({});
   if (a.dim() == 1) return device_matmul(a.unsqueeze(0), b, op).squeeze(-2);
@@ -217,10 +219,17 @@ bool gemm(Device device, const GemmCall& g) {
   set_desc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   switch (g.epilogue) {
-    case GemmEpilogue::kNone: break;
-    case GemmEpilogue::kBias: epilogue = CUBLASLT_EPILOGUE_BIAS; break;
-    case GemmEpilogue::kGeluAux: epilogue = CUBLASLT_EPILOGUE_GELU_AUX; break;
-    case GemmEpilogue::kGeluAuxBias: epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
+    case GemmEpilogue::kNone:
+      break;
+    case GemmEpilogue::kBias:
+      epilogue = CUBLASLT_EPILOGUE_BIAS;
+      break;
+    case GemmEpilogue::kGeluAux:
+      epilogue = CUBLASLT_EPILOGUE_GELU_AUX;
+      break;
+    case GemmEpilogue::kGeluAuxBias:
+      epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+      break;
   }
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     COHORT_CHECK(g.batch == 1, "{}: fused epilogues take one product, got a batch of {}", g.op,
@@ -238,10 +247,10 @@ bool gemm(Device device, const GemmCall& g) {
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldc);
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(ct));
   }
-  Layout first = layout(ab, g.b.trans ? g.k : g.n, g.b.trans ? g.n : g.k, g.b.ld, g.batch,
-                        g.b.batch_stride);
-  Layout second = layout(ab, g.a.trans ? g.m : g.k, g.a.trans ? g.k : g.m, g.a.ld, g.batch,
-                         g.a.batch_stride);
+  Layout first =
+      layout(ab, g.b.trans ? g.k : g.n, g.b.trans ? g.n : g.k, g.b.ld, g.batch, g.b.batch_stride);
+  Layout second =
+      layout(ab, g.a.trans ? g.m : g.k, g.a.trans ? g.k : g.m, g.a.ld, g.batch, g.a.batch_stride);
   Layout out = layout(ct, g.n, g.m, g.ldc, g.batch, g.c_batch_stride);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
@@ -256,16 +265,15 @@ bool gemm(Device device, const GemmCall& g) {
   cublasLtHandle_t handle = cublaslt_handle(device);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, first.get(), second.get(),
-                                                     out.get(), out.get(), raw_pref, 1, &result,
-                                                     &found);
+  cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, first.get(), second.get(), out.get(),
+                                     out.get(), raw_pref, 1, &result, &found);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
     if (st != CUBLAS_STATUS_SUCCESS) throw_cublas_error(st, "cublasLtMatmulAlgoGetHeuristic");
     throw NotSupported(fmt::format(
         "{}: cuBLASLt has no algorithm for {} x {} -> {} (m={} n={} k={} batch={}) on {}", g.op,
-        dtype_name(g.ab), dtype_name(g.ab), dtype_name(g.c), g.m, g.n, g.k, g.batch,
-        device.str()));
+        dtype_name(g.ab), dtype_name(g.ab), dtype_name(g.c), g.m, g.n, g.k, g.batch, device.str()));
   }
   void* ws = workspace(device, kWorkspaceBytes);
   cudaStream_t stream = current_cuda_stream(device);
@@ -344,8 +352,7 @@ LinearForward linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, 
   }
   if (in == 0 && bias.defined())
     launch_add_bias_rows(yt, target.device_data(), bias.device_data(), rows, outf, stream);
-  if (gelu)
-    launch_gelu_tanh(yt, r.pre.device_data(), r.out.device_data(), r.out.numel(), stream);
+  if (gelu) launch_gelu_tanh(yt, r.pre.device_data(), r.out.device_data(), r.out.numel(), stream);
   return r;
 }
 

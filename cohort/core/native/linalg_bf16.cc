@@ -285,8 +285,8 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
                  "linear_bf16: bias must be float32 [{}], got {} {}", w.sizes()[0],
                  dtype_name(b.dtype()), shape_str(b.sizes()));
   if (Device d = op_device("linear_bf16", {&x, &w, &b}); !d.is_cpu()) {
-    COHORT_CHECK(!rows_done, "linear_bf16: a rows_done epilogue runs on the CPU only, got {} tensors",
-                 d.str());
+    COHORT_CHECK(!rows_done,
+                 "linear_bf16: a rows_done epilogue runs on the CPU only, got {} tensors", d.str());
     return linear_bf16_device(d, x, w, b);
   }
   check_bf16_path(path, "linear_bf16");

@@ -122,9 +122,9 @@ void launch_gelu_tanh_backward(DType dtype, const void* grad, const void* x, voi
                                cudaStream_t stream) {
   if (n == 0) return;
   if (dtype == DType::kFloat64)
-    gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const double*>(grad), static_cast<const double*>(x), static_cast<double*>(dx),
-        n);
+    gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const double*>(grad),
+                                                                 static_cast<const double*>(x),
+                                                                 static_cast<double*>(dx), n);
   else if (dtype == DType::kBFloat16)
     gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(grad), static_cast<const __nv_bfloat16*>(x),
