@@ -32,4 +32,23 @@ void launch_gelu_tanh_backward(DType dtype, const void* grad, const void* x, voi
 void launch_column_sums(DType dtype, const void* x, void* out, int64_t rows, int64_t cols,
                         cudaStream_t stream);
 
+// conv2d_kernels.cu --------------------------------------------------------
+// out = dy where y > 0, else 0 (float32, n elements): the backward of a ReLU
+// fused into conv2d, from its output.
+void launch_relu_mask(const float* dy, const float* y, float* out, int64_t n, cudaStream_t stream);
+
+// pool2d_kernels.cu --------------------------------------------------------
+// Max pooling over `planes` contiguous NCHW planes (float32), the geometry
+// and tie rules of core/kernels/pool2d.h; argmax int32 within a plane.
+struct PoolShape {
+  int64_t planes, in_h, in_w, out_h, out_w, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+};
+void launch_max_pool2d_forward(const PoolShape& s, const float* x, float* y, int32_t* argmax,
+                               cudaStream_t stream);
+// dx = dy gathered at argmax: each input element sums, in the CPU's order,
+// the gradients of the windows that chose it (no atomics: the same bits
+// every run).
+void launch_max_pool2d_backward(const PoolShape& s, const float* dy, const int32_t* argmax,
+                                float* dx, cudaStream_t stream);
+
 }  // namespace cohort::cuda
