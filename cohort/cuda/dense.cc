@@ -10,6 +10,8 @@ void register_dense_kernels() {
   register_gelu_kernels();
   register_conv2d_kernels();
   register_pool2d_kernels();
+  register_layer_norm_kernels();
+  register_cross_entropy_kernels();
 }
 
 }  // namespace cohort::cuda

@@ -51,4 +51,46 @@ void launch_max_pool2d_forward(const PoolShape& s, const float* x, float* y, int
 void launch_max_pool2d_backward(const PoolShape& s, const float* dy, const int32_t* argmax,
                                 float* dx, cudaStream_t stream);
 
+// layer_norm_kernels.cu ----------------------------------------------------
+// Row-wise LayerNorm over `rows` contiguous rows of n elements of dtype
+// (float32 or bfloat16), weight and bias float32 [n] or null, statistics
+// float32 [rows]. With delta, each row is sum = x + delta first (written to
+// `sum` in dtype, and normalised as written). out16 (float32 x only, may be
+// null): out rounded to bfloat16 as well.
+void launch_layer_norm_forward(DType dtype, const void* x, const void* delta, void* sum,
+                               const float* weight, const float* bias, void* out, void* out16,
+                               float* mean, float* rstd, int64_t rows, int64_t n, float eps,
+                               cudaStream_t stream);
+// dx (dtype, may be null) from grad (dtype), and, when dweight_part is not
+// null, partial column sums of grad * xhat and of grad into [chunks, n]
+// float32 buffers (chunks = layer_norm_partial_chunks(rows)), to be added
+// by launch_column_sums.
+int64_t layer_norm_partial_chunks(int64_t rows);
+void launch_layer_norm_backward(DType dtype, const void* grad, const void* x, const float* weight,
+                                const float* mean, const float* rstd, void* dx, float* dweight_part,
+                                float* dbias_part, int64_t rows, int64_t n, cudaStream_t stream);
+
+// cross_entropy_kernels.cu -------------------------------------------------
+// Cross-entropy over [n, c] contiguous logits (float32 or bfloat16) and
+// targets (int64, int32 or uint8 class indices) in one pass per row: an
+// online maximum and sum of exponentials, lse[i] (float32) and the row's
+// loss per_row[i] = lse[i] - logits[i, t_i]; rows whose target is
+// ignore_index get 0 for both, rows whose target is out of [0, c) NaN (the
+// device does not stop to report them).
+void launch_cross_entropy_forward(DType logits_dtype, const void* logits, DType target_dtype,
+                                  const void* target, float* lse, float* per_row, int64_t n,
+                                  int64_t c, int64_t ignore_index, cudaStream_t stream);
+// loss[0] = the sum (or, mean, the mean; NaN when every row is ignored) of
+// per_row over the rows not ignored; sums in float64, one block.
+void launch_cross_entropy_reduce(const float* per_row, DType target_dtype, const void* target,
+                                 float* loss, int64_t n, int64_t ignore_index, bool mean,
+                                 cudaStream_t stream);
+// dx[i, :] = (softmax(logits[i]) - onehot(t_i)) * g_i, with g_i = grad[i]
+// (per_row), grad[0], or grad[0] / (rows not ignored) (mean, counted into
+// count_scratch, one float); 0 for ignored rows. dx in the logits' dtype.
+void launch_cross_entropy_backward(DType logits_dtype, const void* logits, DType target_dtype,
+                                   const void* target, const float* lse, const float* grad,
+                                   bool grad_per_row, bool mean, float* count_scratch, void* dx,
+                                   int64_t n, int64_t c, int64_t ignore_index, cudaStream_t stream);
+
 }  // namespace cohort::cuda
