@@ -12,6 +12,7 @@ void register_dense_kernels() {
   register_pool2d_kernels();
   register_layer_norm_kernels();
   register_cross_entropy_kernels();
+  register_attention_kernels();
 }
 
 }  // namespace cohort::cuda

@@ -93,4 +93,35 @@ void launch_cross_entropy_backward(DType logits_dtype, const void* logits, DType
                                    bool grad_per_row, bool mean, float* count_scratch, void* dx,
                                    int64_t n, int64_t c, int64_t ignore_index, cudaStream_t stream);
 
+// attention_kernels.cu -----------------------------------------------------
+// Heads of one attention operand: head bh = b * heads + h starts at data +
+// (bh / heads) * batch_stride + (bh % heads) * head_stride elements, its row
+// t at + t * row_stride; a row's head_dim elements are contiguous.
+struct AttentionHeads {
+  void* data;
+  int64_t heads, batch_stride, head_stride, row_stride;
+};
+struct AttentionDims {
+  int64_t batch_heads, q_len, kv_len, head_dim;  // head_dim <= kMaxAttentionHeadDim
+  bool causal;
+  float scale;
+};
+inline constexpr int64_t kMaxAttentionHeadDim = 128;
+// out = softmax(q k^T * scale (+ the causal mask: key j <= query i)) v and
+// lse [batch_heads * q_len] (float32, natural log), flash-attention style:
+// tiles of queries against tiles of keys with an online softmax, no T x T
+// matrix. Every operand of `dtype` (float32 or bfloat16), float32 inside.
+void launch_attention_forward(DType dtype, const AttentionDims& s, AttentionHeads q,
+                              AttentionHeads k, AttentionHeads v, AttentionHeads out, float* lse,
+                              cudaStream_t stream);
+// dq, dk, dv (overwritten) from dout, recomputing the probabilities from
+// lse; delta: [batch_heads * q_len] float32 scratch (rowsum(dout * out)).
+// One kernel owns each key's dk, dv and another each query's dq: no atomics,
+// the same bits every run.
+void launch_attention_backward(DType dtype, const AttentionDims& s, AttentionHeads q,
+                               AttentionHeads k, AttentionHeads v, AttentionHeads out,
+                               const float* lse, AttentionHeads dout, AttentionHeads dq,
+                               AttentionHeads dk, AttentionHeads dv, float* delta,
+                               cudaStream_t stream);
+
 }  // namespace cohort::cuda
