@@ -58,7 +58,7 @@ kernels::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const 
   COHORT_CHECK((q.dtype() == DType::kFloat32 && k.dtype() == DType::kFloat32 &&
                 v.dtype() == DType::kFloat32) ||
                    device_bf16,
-               "{}: only float32 is supported (and bfloat16 on a device), got q {}, k {}, v {}",
+               "{}: only float32 is supported, got q {}, k {}, v {} (bfloat16 too on a device)",
                kOp, dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
   COHORT_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(),
                "{}: q, k and v must have the same rank >= 2 ([..., T, D]), got q {}, k {}, v {}",

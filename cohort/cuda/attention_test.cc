@@ -103,13 +103,17 @@ TEST(CudaAttention, Bf16OperandsComputeInFloat32) {
   Tensor g16 = native::to_bf16(random({1, 2, 50, 64}, 673, -1, 1));
   auto f = [](const Tensor& t) { return native::bf16_to_float(t); };
   // The CPU in float32 on the same values; the device rounds its float32
-  // results to bf16 at the end: within an ulp either way (2^-8 relative) of
-  // float32 results that agree to 1e-5, so 2^-7 with room.
+  // results to bf16 at the end: within one bf16 ulp (8 significant bits: at
+  // most 2^-7 relative) of float32 results that agree to 1e-5. Gradients
+  // also see delta = rowsum(dout * out) taken from the bf16-rounded output
+  // (as flash attention's bf16 kernels do): an error of about 2^-9 |dout|
+  // |out| sqrt(D) per row, through dS into dq and dk, about 1e-4 here, so an
+  // absolute 1e-3.
   std::vector<Tensor> cpu = sdpa_run(f(q16), f(k16), f(v16), f(g16), true, kCPU);
   std::vector<Tensor> gpu = sdpa_run(q16, k16, v16, g16, true, cuda0());
   EXPECT_EQ(gpu[0].dtype(), kBFloat16);
   for (int i = 0; i < 4; ++i)
-    EXPECT_TRUE(close(gpu[i], cpu[i], 1.0 / 128, i == 0 ? kOutAtol : kGradAtol)) << i;
+    EXPECT_TRUE(close(gpu[i], cpu[i], 1.0 / 128, i == 0 ? kOutAtol : 1e-3)) << i;
 }
 
 }  // namespace
