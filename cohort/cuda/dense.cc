@@ -8,6 +8,7 @@ namespace cohort::cuda {
 void register_dense_kernels() {
   register_gemm_kernels();
   register_gelu_kernels();
+  register_bf16_rows_kernels();
   register_conv2d_kernels();
   register_pool2d_kernels();
   register_layer_norm_kernels();

@@ -64,6 +64,14 @@ Tensor convert(const Tensor& x, DType to, Fn fn) {
   return y;
 }
 
+// x converted to `dtype` on its device by the device's copy_ (rounding to
+// nearest even, as on the CPU), contiguous, not recorded by autograd.
+Tensor converted_on_device(const Tensor& x, DType dtype) {
+  Tensor y = Tensor::empty(x.sizes(), dtype, x.device());
+  y.copy_(x.detach());
+  return y;
+}
+
 void check_bf16_operand(const Tensor& t, const char* op, const char* what) {
   COHORT_CHECK(t.dtype() == kBFloat16, "{}: {} must be bfloat16, got {}", op, what,
                dtype_name(t.dtype()));
@@ -177,12 +185,14 @@ Tensor to_bf16(const Tensor& x) {
   if (const TensorImpl* t = x.unsafe_impl();
       t->bf16_twin && t->bf16_twin_version == x.storage()->version())
     return Tensor(std::make_shared<TensorImpl>(*t->bf16_twin));
+  if (!x.is_cpu()) return converted_on_device(x, kBFloat16);
   return convert<float, BFloat16>(x, kBFloat16,
                                   [](const float* a, BFloat16* b, int64_t n) { to_bf16(a, b, n); });
 }
 
 Tensor bf16_to_float(const Tensor& x) {
   check_bf16_operand(x, "bf16_to_float", "input");
+  if (!x.is_cpu()) return converted_on_device(x, kFloat32);
   return convert<BFloat16, float>(
       x, kFloat32, [](const BFloat16* a, float* b, int64_t n) { bf16_to_float(a, b, n); });
 }
