@@ -204,5 +204,19 @@ TEST(CudaGelu, LinearGeluMatchesCpu) {
   }
 }
 
+// GPT-2's MLP up-projection (768 -> 3072, 128 rows): the shapes whose
+// cuBLASLt kernels and GELU epilogue the model runs.
+TEST(CudaGelu, LinearGeluAtGpt2Size) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x = random({2, 64, 768}, 80), w = random({3072, 768}, 81, -0.05, 0.05);
+  Tensor b = random({3072}, 82, -0.1, 0.1);
+  kernels::LinearGeluResult want = kernels::linear_gelu(x, w, b);
+  kernels::LinearGeluResult got = kernels::linear_gelu(x.to(cuda0()), w.to(cuda0()), b.to(cuda0()));
+  Tensor scale = product_scale(x, w.transpose(0, 1)).add(b.to(kFloat64).abs());
+  EXPECT_TRUE(close(got.pre, want.pre, 1e-5, 1e-6, scale));
+  // gelu' is at most about 1.13: out's error is pre's, a little larger.
+  EXPECT_TRUE(close(got.out, want.out, 1.2e-5, 1e-6, scale));
+}
+
 }  // namespace
 }  // namespace cohort::cuda
