@@ -1,6 +1,9 @@
 // scaled_dot_product_attention over the blocked kernels in
 // cohort/core/kernels/attention.h: the forward pass keeps the output and each
 // row's log-sum-exp, the backward pass recomputes the scores from them.
+// Tensors on a device run the device kernels of kernels/attention_device.h
+// on the operands' own dtype (float32, or bfloat16 there); a bf16 precision
+// policy does not round there yet.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -9,6 +12,7 @@
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
 #include "cohort/core/kernels/attention.h"
+#include "cohort/core/kernels/attention_device.h"
 #include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort {
@@ -49,10 +53,13 @@ kernels::AttentionShape attention_shape(const Tensor& q, const Tensor& k, const 
                                         bool is_causal, std::optional<double> scale) {
   COHORT_CHECK(q.defined() && k.defined() && v.defined(), "{}: q, k and v must all be defined",
                kOp);
-  COHORT_CHECK(
-      q.dtype() == DType::kFloat32 && k.dtype() == DType::kFloat32 && v.dtype() == DType::kFloat32,
-      "{}: only float32 is supported, got q {}, k {}, v {}", kOp, dtype_name(q.dtype()),
-      dtype_name(k.dtype()), dtype_name(v.dtype()));
+  const bool device_bf16 = !q.is_cpu() && q.dtype() == DType::kBFloat16 && k.dtype() == q.dtype() &&
+                           v.dtype() == q.dtype();
+  COHORT_CHECK((q.dtype() == DType::kFloat32 && k.dtype() == DType::kFloat32 &&
+                v.dtype() == DType::kFloat32) ||
+                   device_bf16,
+               "{}: only float32 is supported, got q {}, k {}, v {} (bfloat16 too on a device)",
+               kOp, dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
   COHORT_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(),
                "{}: q, k and v must have the same rank >= 2 ([..., T, D]), got q {}, k {}, v {}",
                kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
@@ -171,6 +178,85 @@ Tensor packed_backward(const kernels::AttentionShape& s, const PackedLayout& l, 
   return gqkv;
 }
 
+// The rows of t [..., T, D] on a device, as head_rows above (a contiguous
+// copy where the layout needs one).
+kernels::DeviceHeadRows device_heads(const Tensor& t_in) {
+  Tensor t = t_in.detach();
+  const int64_t r = t.dim();
+  if ((t.size(-1) != 1 && t.stride(-1) != 1) || (r > 4 && !t.is_contiguous())) t = t.contiguous();
+  kernels::DeviceHeadRows h;
+  h.base = t;
+  h.row_stride = t.stride(-2);
+  if (r == 3) h.batch_stride = t.stride(0);
+  if (r == 4) {
+    h.heads = t.size(1);
+    h.batch_stride = t.stride(0);
+    h.head_stride = t.stride(1);
+  }
+  if (r > 4) h.batch_stride = t.size(-2) * t.size(-1);
+  return h;
+}
+
+Tensor attention_on_device(Device d, const kernels::AttentionShape& s, const Tensor& q_in,
+                           const Tensor& k_in, const Tensor& v_in) {
+  const kernels::DeviceHeadRows q = device_heads(q_in), k = device_heads(k_in),
+                                v = device_heads(v_in);
+  const DType dt = q_in.dtype();
+  Tensor y = Tensor::empty(q_in.sizes(), dt, d);
+  Tensor lse = Tensor::empty({s.batch_heads * s.q_len}, DType::kFloat32, d);
+  kernels::attention_forward_device(d, s, q, k, v, device_heads(y), lse);
+  if (!autograd::any_requires_grad({q_in, k_in, v_in})) return y;
+  Tensor yd = y.detach();
+  const Shape qs = q_in.sizes(), ks = k_in.sizes(), vs = v_in.sizes();
+  return record(y, kOp, {q_in, k_in, v_in},
+                [=](const Tensor& g, const std::vector<bool>&) {
+                  Tensor gq = Tensor::empty(qs, dt, d), gk = Tensor::empty(ks, dt, d);
+                  Tensor gv = Tensor::empty(vs, dt, d);
+                  kernels::attention_backward_device(d, s, q, k, v, device_heads(yd), lse,
+                                                     device_heads(g.to(dt)), device_heads(gq),
+                                                     device_heads(gk), device_heads(gv));
+                  return std::vector<Tensor>{gq, gk, gv};
+                },
+                {q_in, k_in, v_in, y});
+}
+
+// Part `part` of `parts` of a packed [B, T, parts * C] buffer on a device.
+kernels::DeviceHeadRows packed_heads(const Tensor& buf, const PackedLayout& l, int64_t parts,
+                                     int64_t part) {
+  kernels::DeviceHeadRows h;
+  h.base = buf.detach().narrow(2, part * l.c, l.c);
+  h.heads = l.nh;
+  h.batch_stride = l.t * parts * l.c;
+  h.head_stride = l.c / l.nh;
+  h.row_stride = parts * l.c;
+  return h;
+}
+
+Tensor attention_packed_on_device(Device d, const Tensor& qkv_in, const PackedLayout& l,
+                                  const kernels::AttentionShape& s) {
+  constexpr const char* op = "scaled_dot_product_attention_packed";
+  Tensor qkv = qkv_in.detach().contiguous();
+  const DType dt = qkv.dtype();
+  Tensor y = Tensor::empty({l.b, l.t, l.c}, dt, d);
+  Tensor lse = Tensor::empty({s.batch_heads * s.q_len}, DType::kFloat32, d);
+  kernels::attention_forward_device(d, s, packed_heads(qkv, l, 3, 0), packed_heads(qkv, l, 3, 1),
+                                    packed_heads(qkv, l, 3, 2), packed_heads(y, l, 1, 0), lse);
+  if (!autograd::any_requires_grad({qkv_in})) return y;
+  Tensor yd = y.detach();
+  return record(y, op, {qkv_in},
+                [=](const Tensor& g_in, const std::vector<bool>&) {
+                  Tensor g = g_in.to(dt).contiguous();
+                  Tensor gqkv = Tensor::empty({l.b, l.t, 3 * l.c}, dt, d);
+                  kernels::attention_backward_device(
+                      d, s, packed_heads(qkv, l, 3, 0), packed_heads(qkv, l, 3, 1),
+                      packed_heads(qkv, l, 3, 2), packed_heads(yd, l, 1, 0), lse,
+                      packed_heads(g, l, 1, 0), packed_heads(gqkv, l, 3, 0),
+                      packed_heads(gqkv, l, 3, 1), packed_heads(gqkv, l, 3, 2));
+                  return std::vector<Tensor>{gqkv};
+                },
+                {qkv_in, y});
+}
+
 Tensor attention_packed_bf16(const Tensor& qkv, const PackedLayout& l,
                              const kernels::AttentionShape& s) {
   Tensor qkv16 = native::to_bf16(qkv);
@@ -198,9 +284,10 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head,
                                            std::optional<double> scale) {
   constexpr const char* op = "scaled_dot_product_attention_packed";
   COHORT_CHECK(qkv_in.defined(), "{}: qkv is undefined", op);
-  COHORT_CHECK(qkv_in.dim() == 3 && qkv_in.dtype() == kFloat32,
-               "{}: qkv must be a float32 [B, T, 3C] tensor, got {} {}", op,
-               dtype_name(qkv_in.dtype()), shape_str(qkv_in.sizes()));
+  COHORT_CHECK(qkv_in.dim() == 3 && (qkv_in.dtype() == kFloat32 ||
+                                     (!qkv_in.is_cpu() && qkv_in.dtype() == kBFloat16)),
+               "{}: qkv must be a float32 [B, T, 3C] tensor (or bfloat16 on a device), got {} {}",
+               op, dtype_name(qkv_in.dtype()), shape_str(qkv_in.sizes()));
   COHORT_CHECK(n_head >= 1 && qkv_in.size(2) % (3 * n_head) == 0,
                "{}: qkv's last dim ({}) must be 3 x n_head x head_dim with n_head {} >= 1", op,
                qkv_in.size(2), n_head);
@@ -212,6 +299,7 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head,
   s.causal = is_causal;
   s.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   kernels::check_attention_shape(s, op);
+  if (Device d = qkv_in.device(); !d.is_cpu()) return attention_packed_on_device(d, qkv_in, l, s);
   if (current_precision().is_bf16()) return attention_packed_bf16(qkv_in, l, s);
   Tensor qkv = qkv_in.contiguous();
   Tensor y = Tensor::empty({l.b, l.t, l.c});
@@ -232,6 +320,8 @@ Tensor scaled_dot_product_attention_packed(const Tensor& qkv_in, int64_t n_head,
 Tensor scaled_dot_product_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                     bool is_causal, std::optional<double> scale) {
   const kernels::AttentionShape s = attention_shape(q_in, k_in, v_in, is_causal, scale);
+  if (Device d = op_device(kOp, {&q_in, &k_in, &v_in}); !d.is_cpu())
+    return attention_on_device(d, s, q_in, k_in, v_in);
   if (current_precision().is_bf16()) return attention_bf16(q_in, k_in, v_in, s);
   Tensor y = Tensor::empty(q_in.sizes());
   Tensor hq, hk, hv;

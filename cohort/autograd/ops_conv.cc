@@ -8,7 +8,9 @@
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
 #include "cohort/core/kernels/conv2d.h"
+#include "cohort/core/kernels/conv2d_device.h"
 #include "cohort/core/kernels/pool2d.h"
+#include "cohort/core/kernels/pool2d_device.h"
 #include "cohort/core/native/linalg_bf16.h"
 
 namespace cohort {
@@ -46,10 +48,29 @@ kernels::Conv2dGeometry conv_geometry(const Tensor& x, const Tensor& w, const Te
   return g;
 }
 
+// conv2d on a device: the device kernels forward and backward.
+Tensor conv_on_device(Device d, const kernels::Conv2dGeometry& geo, const Tensor& x_in,
+                      const Tensor& w_in, const Tensor& b_in, bool fuse_relu, const char* op) {
+  Tensor y = kernels::conv2d_forward_device(d, geo, x_in, w_in, b_in, fuse_relu);
+  if (!autograd::any_requires_grad({x_in, w_in, b_in})) return y;
+  Tensor xk = x_in.detach(), wk = w_in.detach();
+  Tensor yd = fuse_relu ? y.detach() : Tensor();
+  const bool has_b = b_in.defined();
+  return record(y, op, {x_in, w_in, b_in},
+                [=](const Tensor& g, const std::vector<bool>& needs) {
+                  kernels::Conv2dGrads gr = kernels::conv2d_backward_device(
+                      d, geo, xk, wk, g, yd, needs[0], needs[1], has_b && needs[2]);
+                  return std::vector<Tensor>{gr.dx, gr.dw, gr.db};
+                },
+                {xk, wk, yd});
+}
+
 Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
                  std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, bool fuse_relu) {
   const char* op = fuse_relu ? "conv2d_relu" : "conv2d";
   kernels::Conv2dGeometry geo = conv_geometry(x_in, w_in, b_in, stride, padding, op);
+  if (Device d = op_device(op, {&x_in, &w_in, &b_in}); !d.is_cpu())
+    return conv_on_device(d, geo, x_in, w_in, b_in, fuse_relu, op);
   Tensor x = x_in.contiguous(), w = w_in.contiguous();
   Tensor b = b_in.defined() ? b_in.contiguous() : Tensor();
   const bool bf16 = current_precision().is_bf16();
@@ -120,6 +141,15 @@ Tensor max_pool2d(const Tensor& x_in, std::array<int64_t, 2> kernel, std::array<
                               kernel[0],       kernel[1],       stride[0],       stride[1],
                               padding[0],      padding[1]};
   kernels::check_pool2d_geometry(geo, "max_pool2d");
+  if (Device d = x_in.device(); !d.is_cpu()) {
+    kernels::MaxPool2dResult r = kernels::max_pool2d_forward_device(d, geo, x_in);
+    if (!autograd::any_requires_grad({x_in})) return r.out;
+    Tensor arg = r.argmax;
+    return record(r.out, "max_pool2d", {x_in},
+                  [d, geo, arg](const Tensor& g, const std::vector<bool>&) {
+                    return std::vector<Tensor>{kernels::max_pool2d_backward_device(d, geo, g, arg)};
+                  });
+  }
   Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty({geo.batch, geo.channels, geo.out_h(), geo.out_w()});
   bool need = autograd::any_requires_grad({x_in});

@@ -41,8 +41,18 @@ Tensor over_rows(int64_t rows, int64_t n, bool need_sums, Fn fn) {
 
 }  // namespace
 
+DeviceOp<Bf16Rows(const Tensor&, bool)> to_bf16_with_column_sums_device("to_bf16_with_column_sums");
+DeviceOp<GeluBf16(const Tensor&, const Tensor&, const Tensor&)> linear_gelu_tanh_bf16_device(
+    "linear_gelu_tanh_bf16");
+DeviceOp<Bf16Rows(const Tensor&, const Tensor&, bool)> gelu_tanh_backward_bf16_device(
+    "gelu_tanh_backward_bf16");
+DeviceOp<Bf16Rows(const Tensor&, const Tensor&, const Tensor&, bool)>
+    gelu_tanh_backward_through_linear_bf16_device("gelu_tanh_backward_through_linear_bf16");
+
 Bf16Rows to_bf16_with_column_sums(const Tensor& g_in, bool need_sums) {
   check_rows(g_in, kFloat32, "to_bf16_with_column_sums", "input");
+  if (Device d = g_in.device(); !d.is_cpu())
+    return to_bf16_with_column_sums_device(d, g_in, need_sums);
   Tensor g = g_in.contiguous();
   const int64_t rows = g.sizes()[0], n = g.sizes()[1];
   Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
@@ -63,6 +73,8 @@ GeluBf16 linear_gelu_tanh_bf16(const Tensor& x16, const Tensor& w16, const Tenso
                "linear_gelu_tanh_bf16: input {} does not match weight {} (want [..., in] and "
                "[out, in])",
                shape_str(x16.sizes()), shape_str(w16.sizes()));
+  if (Device d = op_device("linear_gelu_tanh_bf16", {&x16, &w16, &b}); !d.is_cpu())
+    return linear_gelu_tanh_bf16_device(d, x16, w16, b);
   const int64_t n = w16.sizes()[0];
   int64_t rows = 1;
   for (int64_t d = 0; d + 1 < x16.dim(); ++d) rows *= x16.size(d);
@@ -91,6 +103,8 @@ Bf16Rows gelu_tanh_backward_bf16(const Tensor& g_in, const Tensor& pre16_in, boo
   COHORT_CHECK(g_in.sizes() == pre16_in.sizes(),
                "gelu_tanh_backward_bf16: grad {} and pre16 {} differ", shape_str(g_in.sizes()),
                shape_str(pre16_in.sizes()));
+  if (Device d = op_device("gelu_tanh_backward_bf16", {&g_in, &pre16_in}); !d.is_cpu())
+    return gelu_tanh_backward_bf16_device(d, g_in, pre16_in, need_sums);
   Tensor g = g_in.contiguous(), pre16 = pre16_in.contiguous();
   const int64_t rows = g.sizes()[0], n = g.sizes()[1];
   Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
@@ -121,6 +135,8 @@ Bf16Rows gelu_tanh_backward_through_linear_bf16(const Tensor& g16, const Tensor&
                "{}: grad {}, weight {} and pre16 {} do not match (want [rows, out], [out, n] "
                "and [rows, n])",
                op, shape_str(g16.sizes()), shape_str(w16.sizes()), shape_str(pre16_in.sizes()));
+  if (Device d = op_device(op, {&g16, &w16, &pre16_in}); !d.is_cpu())
+    return gelu_tanh_backward_through_linear_bf16_device(d, g16, w16, pre16_in, need_sums);
   Tensor pre16 = pre16_in.contiguous();
   Bf16Rows r{Tensor::empty({rows, n}, kBFloat16), Tensor()};
   const BFloat16* pp = pre16.data_ptr<BFloat16>();

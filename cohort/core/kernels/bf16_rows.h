@@ -25,6 +25,7 @@
 // Failure: wrong dtypes or shapes throw InvalidArgument naming the op.
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/tensor.h"
 
@@ -53,5 +54,16 @@ Bf16Rows gelu_tanh_backward_bf16(const Tensor& g, const Tensor& pre16, bool need
 Bf16Rows gelu_tanh_backward_through_linear_bf16(const Tensor& g16, const Tensor& w16,
                                                 const Tensor& pre16, bool need_sums,
                                                 native::Bf16Path path);
+
+// Device kernels (device_dispatch.h) behind the four functions above, the same
+// contracts (the Bf16Path does not apply on a device); the column sums are
+// float32 sums in a fixed order.
+extern DeviceOp<Bf16Rows(const Tensor& g, bool need_sums)> to_bf16_with_column_sums_device;
+extern DeviceOp<GeluBf16(const Tensor& x16, const Tensor& w16, const Tensor& b)>
+    linear_gelu_tanh_bf16_device;
+extern DeviceOp<Bf16Rows(const Tensor& g, const Tensor& pre16, bool need_sums)>
+    gelu_tanh_backward_bf16_device;
+extern DeviceOp<Bf16Rows(const Tensor& g16, const Tensor& w16, const Tensor& pre16, bool need_sums)>
+    gelu_tanh_backward_through_linear_bf16_device;
 
 }  // namespace cohort::kernels

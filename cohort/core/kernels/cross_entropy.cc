@@ -44,8 +44,15 @@ T log_sum_exp(const T* x, int64_t c) {
 
 }  // namespace
 
+DeviceOp<CrossEntropyResult(const Tensor&, const Tensor&, Reduction, int64_t)> cross_entropy_device(
+    "cross_entropy");
+DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Reduction, int64_t)>
+    cross_entropy_backward_device("cross_entropy_backward");
+
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                                  int64_t ignore_index) {
+  if (Device d = op_device("cross_entropy", {&logits, &target}); !d.is_cpu())
+    return cross_entropy_device(d, logits, target, reduction, ignore_index);
   native::ClassRows s = check_ce(logits, target, ignore_index, "cross_entropy");
   const int64_t* t = s.target.data_ptr<int64_t>();
   CrossEntropyResult r;
@@ -92,6 +99,9 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, Red
 
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse_in, Reduction reduction, int64_t ignore_index) {
+  if (Device d = op_device("cross_entropy_backward", {&grad, &logits, &target, &lse_in});
+      !d.is_cpu())
+    return cross_entropy_backward_device(d, grad, logits, target, lse_in, reduction, ignore_index);
   native::ClassRows s = check_ce(logits, target, ignore_index, "cross_entropy_backward");
   const int64_t* t = s.target.data_ptr<int64_t>();
   Tensor dx = Tensor::empty({s.n, s.c}, logits.dtype());

@@ -19,6 +19,7 @@
 // [N*d, C] after moving C last).
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/native/loss.h"
 #include "cohort/core/tensor.h"
 
@@ -33,5 +34,16 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& target, Red
 // grad: the loss's gradient (0-d for kSum / kMean, [N] for kNone).
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse, Reduction reduction, int64_t ignore_index);
+
+// Device kernels (device_dispatch.h) behind the two functions above, the same
+// contract except: logits float32 or bfloat16, lse float32, the loss
+// float32; a target out of range is not reported (the device does not stop):
+// its row's loss and gradient are NaN.
+extern DeviceOp<CrossEntropyResult(const Tensor& logits, const Tensor& target, Reduction reduction,
+                                   int64_t ignore_index)>
+    cross_entropy_device;
+extern DeviceOp<Tensor(const Tensor& grad, const Tensor& logits, const Tensor& target,
+                       const Tensor& lse, Reduction reduction, int64_t ignore_index)>
+    cross_entropy_backward_device;
 
 }  // namespace cohort::kernels

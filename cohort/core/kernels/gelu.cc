@@ -45,7 +45,16 @@ void check_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 }  // namespace
 
+DeviceOp<Tensor(const Tensor&)> gelu_tanh_device("gelu");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> gelu_tanh_backward_device("gelu_backward");
+DeviceOp<LinearGeluResult(const Tensor&, const Tensor&, const Tensor&)> linear_gelu_device(
+    "linear_gelu");
+DeviceOp<LinearGeluGrads(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, bool,
+                         bool)>
+    linear_gelu_backward_device("linear_gelu_backward");
+
 Tensor gelu_tanh(const Tensor& x_in) {
+  if (Device d = op_device("gelu", {&x_in}); !d.is_cpu()) return gelu_tanh_device(d, x_in);
   Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty(x.sizes(), x.dtype());
   dispatch_floating(x.dtype(), "gelu", [&](auto tag) {
@@ -65,6 +74,8 @@ Tensor gelu_tanh(const Tensor& x_in) {
 Tensor gelu_tanh_backward(const Tensor& grad_in, const Tensor& x_in) {
   COHORT_CHECK(grad_in.sizes() == x_in.sizes(), "gelu_backward: grad {} and input {} differ",
                shape_str(grad_in.sizes()), shape_str(x_in.sizes()));
+  if (Device d = op_device("gelu_backward", {&grad_in, &x_in}); !d.is_cpu())
+    return gelu_tanh_backward_device(d, grad_in, x_in);
   Tensor x = x_in.contiguous(), g = grad_in.to(x.dtype()).contiguous();
   Tensor dx = Tensor::empty(x.sizes(), x.dtype());
   dispatch_floating(x.dtype(), "gelu_backward", [&](auto tag) {
@@ -84,6 +95,8 @@ Tensor gelu_tanh_backward(const Tensor& grad_in, const Tensor& x_in) {
 
 LinearGeluResult linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_linear(x, w, b);
+  if (Device d = op_device("linear_gelu", {&x, &w, &b}); !d.is_cpu())
+    return linear_gelu_device(d, x, w, b);
   if (x.dtype() != kFloat32) {
     LinearGeluResult r;
     r.pre = native::linear(x, w, b);
@@ -122,6 +135,8 @@ LinearGeluGrads linear_gelu_backward(const Tensor& grad, const Tensor& x, const 
                                      const Tensor& pre, bool need_dx, bool need_dw, bool need_db) {
   COHORT_CHECK(grad.sizes() == pre.sizes(), "linear_gelu_backward: grad {} and output {} differ",
                shape_str(grad.sizes()), shape_str(pre.sizes()));
+  if (Device d = op_device("linear_gelu_backward", {&grad, &x, &w, &pre}); !d.is_cpu())
+    return linear_gelu_backward_device(d, grad, x, w, pre, need_dx, need_dw, need_db);
   const int64_t in = w.sizes()[1], outf = w.sizes()[0];
   Tensor x2 = x.reshape({-1, in});
   LinearGeluGrads out;

@@ -15,6 +15,7 @@
 // the shapes; dtypes other than float32/float64 throw NotSupported.
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::kernels {
@@ -35,5 +36,17 @@ struct LinearGeluGrads {
 // grad of out's shape; x, w as given to linear_gelu, pre its result.
 LinearGeluGrads linear_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& w,
                                      const Tensor& pre, bool need_dx, bool need_dw, bool need_db);
+
+// Device kernels (device_dispatch.h) behind the four functions above, same
+// contracts; on CUDA, bfloat16 tensors too for gelu_tanh and its backward
+// (computed in float32, results in bfloat16), and linear_gelu's GELU runs in
+// the GEMM's epilogue.
+extern DeviceOp<Tensor(const Tensor& x)> gelu_tanh_device;
+extern DeviceOp<Tensor(const Tensor& grad, const Tensor& x)> gelu_tanh_backward_device;
+extern DeviceOp<LinearGeluResult(const Tensor& x, const Tensor& w, const Tensor& b)>
+    linear_gelu_device;
+extern DeviceOp<LinearGeluGrads(const Tensor& grad, const Tensor& x, const Tensor& w,
+                                const Tensor& pre, bool need_dx, bool need_dw, bool need_db)>
+    linear_gelu_backward_device;
 
 }  // namespace cohort::kernels

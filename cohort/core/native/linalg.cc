@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "cohort/base/cpu.h"
@@ -135,6 +136,17 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
   gemm_impl<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+DeviceOp<Tensor(const Tensor&, const Tensor&)> mm_device("mm");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> matmul_device("matmul");
+DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&)> linear_device("linear");
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+
 Tensor mm(const Tensor& a, const Tensor& b) {
   COHORT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: needs 2-D operands, got {} and {}",
                shape_str(a.sizes()), shape_str(b.sizes()));
@@ -142,6 +154,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
                shape_str(a.sizes()), shape_str(b.sizes()));
   COHORT_CHECK(a.dtype() == b.dtype(), "mm: dtypes {} and {} differ", dtype_name(a.dtype()),
                dtype_name(b.dtype()));
+  if (Device d = op_device("mm", {&a, &b}); !d.is_cpu()) return mm_device(d, a, b);
   const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
   Tensor out = Tensor::empty({m, n}, a.dtype());
   GemmOperand oa = as_gemm_operand(a), ob = as_gemm_operand(b);
@@ -166,6 +179,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                shape_str(a.sizes()), shape_str(b.sizes()));
   COHORT_CHECK(a.dtype() == b.dtype(), "matmul: dtypes {} and {} differ", dtype_name(a.dtype()),
                dtype_name(b.dtype()));
+  if (Device d = op_device("matmul", {&a, &b}); !d.is_cpu()) return matmul_device(d, a, b);
   Shape ab(a.sizes().begin(), a.sizes().end() - 2), bb(b.sizes().begin(), b.sizes().end() - 2);
   Shape batch = broadcast_shapes(ab, bb, "matmul");
   const int64_t nb = shape_numel(batch);
@@ -231,6 +245,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   if (b.defined())
     COHORT_CHECK(b.dim() == 1 && b.sizes()[0] == outf, "linear: bias must be [{}], got {}", outf,
                  shape_str(b.sizes()));
+  if (Device d = op_device("linear", {&x, &w, &b}); !d.is_cpu()) return linear_device(d, x, w, b);
   Tensor x2 = x.reshape({-1, in});
   const int64_t rows = x2.sizes()[0];
   Shape os(x.sizes().begin(), x.sizes().end() - 1);

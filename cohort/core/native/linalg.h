@@ -10,6 +10,7 @@
 // operation and the shapes or dtypes that do not fit.
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::native {
@@ -54,6 +55,20 @@ Tensor mm(const Tensor& a, const Tensor& b);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // y[..., out] = x[..., in] w[out, in]^T + b[out] (b may be undefined).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+// Whether float32 products on CUDA devices may run on TF32 tensor cores
+// (inputs rounded to a 10-bit mantissa, float32 accumulation), as PyTorch's
+// torch.backends.cuda.matmul.allow_tf32; false by default, so a float32
+// product on a GPU is a float32 product. Process-wide: set it before ops run
+// (training start-up); CPU products never use it.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// Device kernels (device_dispatch.h) behind mm, matmul and linear: the same
+// shapes and result as the CPU's, after the entry points' shape checks.
+extern DeviceOp<Tensor(const Tensor& a, const Tensor& b)> mm_device;
+extern DeviceOp<Tensor(const Tensor& a, const Tensor& b)> matmul_device;
+extern DeviceOp<Tensor(const Tensor& x, const Tensor& w, const Tensor& b)> linear_device;
+
 // Plain triple loop (the oracle): [M,K] x [K,N] in float64, result in a's dtype.
 Tensor mm_reference(const Tensor& a, const Tensor& b);
 

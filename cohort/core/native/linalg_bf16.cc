@@ -64,6 +64,14 @@ Tensor convert(const Tensor& x, DType to, Fn fn) {
   return y;
 }
 
+// x converted to `dtype` on its device by the device's copy_ (rounding to
+// nearest even, as on the CPU), contiguous, not recorded by autograd.
+Tensor converted_on_device(const Tensor& x, DType dtype) {
+  Tensor y = Tensor::empty(x.sizes(), dtype, x.device());
+  y.copy_(x.detach());
+  return y;
+}
+
 void check_bf16_operand(const Tensor& t, const char* op, const char* what) {
   COHORT_CHECK(t.dtype() == kBFloat16, "{}: {} must be bfloat16, got {}", op, what,
                dtype_name(t.dtype()));
@@ -177,12 +185,14 @@ Tensor to_bf16(const Tensor& x) {
   if (const TensorImpl* t = x.unsafe_impl();
       t->bf16_twin && t->bf16_twin_version == x.storage()->version())
     return Tensor(std::make_shared<TensorImpl>(*t->bf16_twin));
+  if (!x.is_cpu()) return converted_on_device(x, kBFloat16);
   return convert<float, BFloat16>(x, kBFloat16,
                                   [](const float* a, BFloat16* b, int64_t n) { to_bf16(a, b, n); });
 }
 
 Tensor bf16_to_float(const Tensor& x) {
   check_bf16_operand(x, "bf16_to_float", "input");
+  if (!x.is_cpu()) return converted_on_device(x, kFloat32);
   return convert<BFloat16, float>(
       x, kFloat32, [](const BFloat16* a, float* b, int64_t n) { bf16_to_float(a, b, n); });
 }
@@ -221,12 +231,17 @@ void gemm_bf16(Bf16Path path, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
        std::max<int64_t>(bc, 1), beta, c, ldc);
 }
 
+DeviceOp<Tensor(const Tensor&, const Tensor&)> mm_bf16_device("mm_bf16");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> matmul_bf16_device("matmul_bf16");
+DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&)> linear_bf16_device("linear_bf16");
+
 Tensor mm_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
   check_bf16_operand(a, "mm_bf16", "a");
   check_bf16_operand(b, "mm_bf16", "b");
   COHORT_CHECK(a.dim() == 2 && b.dim() == 2 && a.sizes()[1] == b.sizes()[0],
                "mm_bf16: shapes {} and {} cannot be multiplied", shape_str(a.sizes()),
                shape_str(b.sizes()));
+  if (Device d = op_device("mm_bf16", {&a, &b}); !d.is_cpu()) return mm_bf16_device(d, a, b);
   check_bf16_path(path, "mm_bf16");
   if (path == Bf16Path::kEmulated) return mm(bf16_to_float(a), bf16_to_float(b));
   const int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
@@ -241,6 +256,8 @@ Tensor mm_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
 Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path) {
   check_bf16_operand(a, "matmul_bf16", "a");
   check_bf16_operand(b, "matmul_bf16", "b");
+  if (Device d = op_device("matmul_bf16", {&a, &b}); !d.is_cpu())
+    return matmul_bf16_device(d, a, b);
   check_bf16_path(path, "matmul_bf16");
   if (path == Bf16Path::kEmulated || a.dim() < 2 || b.dim() < 2)
     return matmul(bf16_to_float(a), bf16_to_float(b));
@@ -277,6 +294,11 @@ Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path p
     COHORT_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == w.sizes()[0],
                  "linear_bf16: bias must be float32 [{}], got {} {}", w.sizes()[0],
                  dtype_name(b.dtype()), shape_str(b.sizes()));
+  if (Device d = op_device("linear_bf16", {&x, &w, &b}); !d.is_cpu()) {
+    COHORT_CHECK(!rows_done,
+                 "linear_bf16: a rows_done epilogue runs on the CPU only, got {} tensors", d.str());
+    return linear_bf16_device(d, x, w, b);
+  }
   check_bf16_path(path, "linear_bf16");
   const int64_t in = w.sizes()[1], outf = w.sizes()[0];
   Tensor x2 = x.reshape({-1, in});

@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::native {
@@ -85,5 +86,13 @@ Tensor matmul_bf16(const Tensor& a, const Tensor& b, Bf16Path path);
 using Bf16RowsDone = std::function<void(float* y, int64_t r0, int64_t r1, int64_t c0, int64_t c1)>;
 Tensor linear_bf16(const Tensor& x, const Tensor& w, const Tensor& b, Bf16Path path,
                    const Bf16RowsDone& rows_done = {});
+
+// Device kernels (device_dispatch.h) behind mm_bf16, matmul_bf16 and
+// linear_bf16: bf16 operands, float32 accumulation and result, as above; the
+// CPU's Bf16Path does not apply to them (a device has its one bf16 GEMM), and
+// linear_bf16 on a device takes no rows_done epilogue (InvalidArgument).
+extern DeviceOp<Tensor(const Tensor& a, const Tensor& b)> mm_bf16_device;
+extern DeviceOp<Tensor(const Tensor& a, const Tensor& b)> matmul_bf16_device;
+extern DeviceOp<Tensor(const Tensor& x, const Tensor& w, const Tensor& b)> linear_bf16_device;
 
 }  // namespace cohort::native

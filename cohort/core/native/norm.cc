@@ -30,9 +30,20 @@ int64_t check_layer_norm(const Tensor& x, const Shape& ns, const Tensor& w, cons
 
 }  // namespace
 
+DeviceOp<LayerNormResult(const Tensor&, const Shape&, const Tensor&, const Tensor&, double, bool)>
+    layer_norm_device("layer_norm");
+DeviceOp<LayerNormGrads(const Tensor&, const Tensor&, const Shape&, const Tensor&, const Tensor&,
+                        const Tensor&, bool, bool, bool)>
+    layer_norm_backward_device("layer_norm_backward");
+DeviceOp<AddLayerNormResult(const Tensor&, const Tensor&, const Tensor&, const Tensor&, double,
+                            bool)>
+    add_layer_norm_device("add_layer_norm");
+
 LayerNormResult layer_norm(const Tensor& x_in, const Shape& ns, const Tensor& w_in,
                            const Tensor& b_in, double eps, bool bf16_twin) {
   const int64_t n = check_layer_norm(x_in, ns, w_in, b_in);
+  if (Device d = op_device("layer_norm", {&x_in, &w_in, &b_in}); !d.is_cpu())
+    return layer_norm_device(d, x_in, ns, w_in, b_in, eps, bf16_twin);
   Tensor x = x_in.contiguous();
   const int64_t rows = n ? x.numel() / n : 0;
   LayerNormResult r{Tensor::empty(x.sizes(), x.dtype()), Tensor::empty({rows}, kFloat64),
@@ -86,6 +97,10 @@ LayerNormResult layer_norm(const Tensor& x_in, const Shape& ns, const Tensor& w_
 LayerNormGrads layer_norm_backward(const Tensor& grad_in, const Tensor& x_in, const Shape& ns,
                                    const Tensor& mean, const Tensor& rstd, const Tensor& w_in,
                                    bool need_dx, bool need_dw, bool need_db) {
+  if (Device d = op_device("layer_norm_backward", {&grad_in, &x_in, &mean, &rstd, &w_in});
+      !d.is_cpu())
+    return layer_norm_backward_device(d, grad_in, x_in, ns, mean, rstd, w_in, need_dx, need_dw,
+                                      need_db);
   const int64_t n = shape_numel(ns);
   Tensor x = x_in.contiguous(), g = grad_in.contiguous();
   const int64_t rows = n ? x.numel() / n : 0;
@@ -160,6 +175,10 @@ AddLayerNormResult add_layer_norm(const Tensor& x_in, const Tensor& delta_in, co
                shape_str(x_in.sizes()), dtype_name(x_in.dtype()), shape_str(delta_in.sizes()),
                dtype_name(delta_in.dtype()));
   const Shape ns{x_in.size(-1)};
+  if (Device d = op_device("add_layer_norm", {&x_in, &delta_in, &w_in, &b_in}); !d.is_cpu()) {
+    check_layer_norm(x_in, ns, w_in, b_in);
+    return add_layer_norm_device(d, x_in, delta_in, w_in, b_in, eps, bf16_twin);
+  }
   if (x_in.dtype() != kFloat32) {
     AddLayerNormResult r;
     r.sum = binary(BinaryOp::kAdd, x_in, delta_in);

@@ -7,6 +7,7 @@
 // path); float64 and batch_norm accumulate in double.
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::native {
@@ -39,6 +40,23 @@ struct AddLayerNormResult {
 };
 AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& delta, const Tensor& weight,
                                   const Tensor& bias, double eps, bool bf16_twin = false);
+
+// Device kernels (device_dispatch.h) behind layer_norm, layer_norm_backward
+// and add_layer_norm, the same contracts except: on a device mean and rstd
+// are float32 (the statistics are float32 sums), and x (delta, grad) may be
+// float32 or bfloat16 with float32 weight and bias (out, sum and dx in x's
+// dtype; dweight, dbias float32).
+extern DeviceOp<LayerNormResult(const Tensor& x, const Shape& normalized_shape,
+                                const Tensor& weight, const Tensor& bias, double eps,
+                                bool bf16_twin)>
+    layer_norm_device;
+extern DeviceOp<LayerNormGrads(const Tensor& grad, const Tensor& x, const Shape& normalized_shape,
+                               const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                               bool need_dx, bool need_dweight, bool need_dbias)>
+    layer_norm_backward_device;
+extern DeviceOp<AddLayerNormResult(const Tensor& x, const Tensor& delta, const Tensor& weight,
+                                   const Tensor& bias, double eps, bool bf16_twin)>
+    add_layer_norm_device;
 
 struct BatchNormResult {
   Tensor out;
