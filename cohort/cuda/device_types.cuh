@@ -48,6 +48,21 @@ __device__ __forceinline__ To convert(From v) {
   }
 }
 
+// The device's libm by argument type (float: the single-precision
+// functions, within 2 ulp; double: the double ones).
+__device__ __forceinline__ float d_exp(float x) { return expf(x); }
+__device__ __forceinline__ double d_exp(double x) { return exp(x); }
+__device__ __forceinline__ float d_log(float x) { return logf(x); }
+__device__ __forceinline__ double d_log(double x) { return log(x); }
+__device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float d_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double d_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float d_erf(float x) { return erff(x); }
+__device__ __forceinline__ double d_erf(double x) { return erf(x); }
+__device__ __forceinline__ float d_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double d_pow(double x, double y) { return pow(x, y); }
+
 // Host side: calls f(Tag<T>{}) with the device type of `t`; NotSupported
 // naming `op` for a dtype outside the list the caller allows (throw_dtype,
 // strided.h).
@@ -103,6 +118,32 @@ void dispatch_arith_types(DType t, const char* op, F&& f) {
 }
 
 inline constexpr int kThreads = 256;
+
+// op over the G consecutive threads of a group (G a power of two up to
+// kThreads; a group of more than a warp is the whole block), every thread
+// getting the result. Warps combine by butterfly shuffles; a block's warp
+// results are combined in warp order through `smem` (kThreads / 32 slots), so
+// the result is the same on every run. Every thread of the group calls it.
+template <int G, typename V, typename Op>
+__device__ __forceinline__ V group_all(V v, Op op, V* smem) {
+  static_assert(G <= kThreads && (G & (G - 1)) == 0);
+  for (int o = (G < 32 ? G : 32) / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if constexpr (G > 32) {
+    __syncthreads();  // smem may still be read from the previous call
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = smem[0];
+    for (int w = 1; w < G / 32; ++w) v = op(v, smem[w]);
+  }
+  return v;
+}
+
+struct Plus {
+  template <typename V>
+  __device__ __forceinline__ V operator()(V a, V b) const {
+    return a + b;
+  }
+};
 
 // Blocks for n elements at one per thread, capped: the kernels loop with a
 // grid stride past the cap.

@@ -14,19 +14,6 @@ namespace {
 constexpr double kSqrtHalf = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.5 * 1.12837916709551257390 * 0.70710678118654752440;
 
-__device__ __forceinline__ float d_exp(float x) { return expf(x); }
-__device__ __forceinline__ double d_exp(double x) { return exp(x); }
-__device__ __forceinline__ float d_log(float x) { return logf(x); }
-__device__ __forceinline__ double d_log(double x) { return log(x); }
-__device__ __forceinline__ float d_sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double d_sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float d_tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double d_tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float d_erf(float x) { return erff(x); }
-__device__ __forceinline__ double d_erf(double x) { return erf(x); }
-__device__ __forceinline__ float d_pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double d_pow(double x, double y) { return pow(x, y); }
-
 template <typename M>
 __device__ __forceinline__ M apply_binary(BinaryKind op, M x, M y) {
   switch (op) {

@@ -6,6 +6,11 @@
 
 namespace cohort::cuda {
 
-void register_pointwise_kernels() { register_elementwise_kernels(); }
+void register_pointwise_kernels() {
+  register_elementwise_kernels();
+  register_reduce_kernels();
+  register_softmax_kernels();
+  register_index_kernels();
+}
 
 }  // namespace cohort::cuda

@@ -67,4 +67,83 @@ void launch_axpby(DType dtype, void* out, const void* a, double alpha, const voi
 void launch_grad(GradKind kind, DType dtype, void* out, const void* grad, const void* y, double lo,
                  double hi, const StridedPlan<3>& plan, int64_t n, cudaStream_t stream);
 
+// ---- reduce.cu ----
+// Sums accumulate in double for the float dtypes (float32, float64, bfloat16)
+// and in int64 for the integers, into `out` of out_dtype (the input's float
+// dtype, int64 for integers), times `scale` (1, or 1/count for a mean).
+// Each sum is split into chunks whose partial sums land in `scratch` (8-byte
+// accumulators, *_sum_scratch of them) and are added in a fixed order, so a
+// result does not depend on timing.
+//
+// Rows: x is [rows, inner] contiguous, out[r] = scale * sum_i x[r, i].
+int64_t row_sum_chunks(int64_t rows, int64_t inner);
+inline int64_t row_sum_scratch(int64_t rows, int64_t inner) {
+  return rows * row_sum_chunks(rows, inner);
+}
+void launch_sum_rows(DType dtype, const void* x, int64_t rows, int64_t inner, DType out_dtype,
+                     void* out, double scale, void* scratch, cudaStream_t stream);
+// Columns: x is [inner, cols] contiguous, out[c] = scale * sum_i x[i, c].
+int64_t column_sum_splits(int64_t inner, int64_t cols);
+inline int64_t column_sum_scratch(int64_t inner, int64_t cols) {
+  return cols * column_sum_splits(inner, cols);
+}
+void launch_sum_columns(DType dtype, const void* x, int64_t inner, int64_t cols, DType out_dtype,
+                        void* out, double scale, void* scratch, cudaStream_t stream);
+// Max (or min) of each row of x [rows, n] contiguous (n > 0): the value in
+// x's dtype and the int64 index of its first occurrence; a NaN wins, the
+// first one, as on the CPU.
+void launch_extreme_rows(bool is_max, DType dtype, const void* x, int64_t rows, int64_t n,
+                         void* values, int64_t* indices, cudaStream_t stream);
+
+// ---- softmax.cu ----
+// Along the rows of contiguous [rows, n] tensors, float32, float64 or
+// bfloat16 (arithmetic in float): the max subtracted first, the exponentials
+// summed in double, as the CPU's rows.
+void launch_softmax(bool log, DType dtype, const void* x, void* y, int64_t rows, int64_t n,
+                    cudaStream_t stream);
+// log:  dx = g - exp(y) * sum(g)      (y = log_softmax(x))
+// else: dx = y * (g - sum(g * y))     (y = softmax(x))
+void launch_softmax_backward(bool log, DType dtype, const void* g, const void* y, void* dx,
+                             int64_t rows, int64_t n, cudaStream_t stream);
+// Reduction codes of cohort::Reduction (loss.h): 0 none, 1 mean, 2 sum.
+// x [n, c] log-probabilities, target [n] int64. per [n] (the kNone result,
+// 0 at ignored rows) when non-null; out[0] the sum or the mean over the rows
+// not ignored (NaN when all are) when reduction is 1 or 2. A target outside
+// [0, c) that is not ignore_index stops the kernel with a device-side error
+// (as PyTorch's device assert), reported by the next synchronising call.
+void launch_nll_loss(DType dtype, const void* x, const int64_t* target, int64_t n, int64_t c,
+                     int64_t ignore_index, int reduction, void* per, void* out,
+                     cudaStream_t stream);
+// dx [n, c], zeroed by the caller: dx[i, target[i]] = -g_i with g_i = grad[i]
+// (none), grad[0] (sum) or grad[0] / count (mean).
+void launch_nll_loss_backward(DType dtype, const void* grad, const int64_t* target, int64_t n,
+                              int64_t c, int64_t ignore_index, int reduction, void* dx,
+                              cudaStream_t stream);
+
+// ---- index.cu ----
+// Out-of-range indices stop the kernel with a device-side error (as PyTorch's
+// device asserts), reported by the next synchronising call.
+// out [outer, k, inner] = x [outer, n, inner] at rows index[0..k) of its
+// middle dim; any dtype (elements of elem_size bytes are moved as bits).
+void launch_index_select(size_t elem_size, const void* x, void* out, const int64_t* index,
+                         int64_t outer, int64_t n, int64_t k, int64_t inner, cudaStream_t stream);
+// out [outer, n, inner] (zeroed by the caller) += src [outer, k, inner] at
+// rows index[0..k); float32, float64, int32, int64. Repeated indices add by
+// atomics, so float sums over repeats are in no fixed order.
+void launch_index_add(DType dtype, void* out, const int64_t* index, const void* src, int64_t outer,
+                      int64_t n, int64_t k, int64_t inner, cudaStream_t stream);
+// Inverted dropout of n contiguous elements (float32 or float64): mask =
+// keep ? 1/(1-p) : 0 and out = x * mask, where keep is the CPU's bernoulli
+// draw for element i from cohort's Philox stream (seed, Philox blocks from
+// `block`), so both devices drop the same elements.
+void launch_dropout(DType dtype, const void* x, void* out, void* mask, int64_t n, double p,
+                    uint64_t seed, uint64_t block, cudaStream_t stream);
+// out = mask != 0 ? value : x (plan: out, x, mask); mask uint8, int32 or int64.
+void launch_masked_fill(DType dtype, void* out, const void* x, DType mask_dtype, const void* mask,
+                        double value, const StridedPlan<3>& plan, int64_t n, cudaStream_t stream);
+// x, out contiguous [batch, r, c]: out[.., i, j] = x[.., i, j] where j - i <=
+// diagonal (lower) or >= diagonal (upper), else zero; any dtype.
+void launch_triangle(size_t elem_size, const void* x, void* out, int64_t batch, int64_t r,
+                     int64_t c, int64_t diagonal, bool lower, cudaStream_t stream);
+
 }  // namespace cohort::cuda

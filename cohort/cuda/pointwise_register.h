@@ -6,5 +6,8 @@
 namespace cohort::cuda {
 
 void register_elementwise_kernels();  // elementwise.cc
+void register_reduce_kernels();       // reduce.cc
+void register_softmax_kernels();      // softmax.cc (and the NLL loss)
+void register_index_kernels();        // index.cc
 
 }  // namespace cohort::cuda
