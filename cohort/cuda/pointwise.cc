@@ -11,6 +11,7 @@ void register_pointwise_kernels() {
   register_reduce_kernels();
   register_softmax_kernels();
   register_index_kernels();
+  register_fused_optim_kernels();
 }
 
 }  // namespace cohort::cuda

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "cohort/core/dtype.h"
 #include "cohort/cuda/strided.h"
@@ -145,5 +146,46 @@ void launch_masked_fill(DType dtype, void* out, const void* x, DType mask_dtype,
 // diagonal (lower) or >= diagonal (upper), else zero; any dtype.
 void launch_triangle(size_t elem_size, const void* x, void* out, int64_t batch, int64_t r,
                      int64_t c, int64_t diagonal, bool lower, cudaStream_t stream);
+
+// ---- fused_optim.cu ----
+// One tensor of a multi-tensor update: n contiguous elements; the pointers a,
+// b, c are the optimizer's state (SGD: the momentum buffer; Adam: exp_avg,
+// exp_avg_sq, max_exp_avg_sq), null where unused; s0, s1 per-tensor values
+// (SGD: s0 = 1 on the first step; Adam: s0 = sqrt(bc2), s1 = -lr / bc1).
+struct FusedTensor {
+  void* p = nullptr;
+  const void* g = nullptr;
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  int64_t n = 0;
+  double s0 = 0, s1 = 0;
+};
+// native::SgdStep as the loop's coefficients (cast to the dtype in the kernel).
+struct SgdConsts {
+  double lr, momentum, damp1, weight_decay, sign;
+  bool has_weight_decay, has_momentum, nesterov;
+};
+// native::AdamStep as the loop's coefficients; decay: 0 none, 1 L2, 2 AdamW.
+struct AdamConsts {
+  double sign, weight_decay, decay_factor, beta1, beta2, one_beta1, one_beta2, eps;
+  int decay;
+  bool amsgrad;
+};
+// All tensors of one dtype (float32 or float64); one launch per 48 tensors.
+void launch_sgd_step(DType dtype, const std::vector<FusedTensor>& tensors, const SgdConsts& c,
+                     cudaStream_t stream);
+void launch_adam_step(DType dtype, const std::vector<FusedTensor>& tensors, const AdamConsts& c,
+                      cudaStream_t stream);
+// Doubles of scratch launch_total_norm needs for these tensors (p only).
+int64_t total_norm_scratch(const std::vector<FusedTensor>& tensors);
+// out[0] = the norm of order p (inf: max |x|) of the tensors' elements (p);
+// partial sums of fixed chunks are added in order, so the result is the same
+// on every run.
+void launch_total_norm(DType dtype, const std::vector<FusedTensor>& tensors, double p,
+                       double* scratch, double* out, cudaStream_t stream);
+// Each tensor (p) *= max_norm / (norm[0] + 1e-6) unless that is >= 1.
+void launch_scale_by_norm(DType dtype, const std::vector<FusedTensor>& tensors, const double* norm,
+                          double max_norm, cudaStream_t stream);
 
 }  // namespace cohort::cuda

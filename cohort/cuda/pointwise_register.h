@@ -9,5 +9,6 @@ void register_elementwise_kernels();  // elementwise.cc
 void register_reduce_kernels();       // reduce.cc
 void register_softmax_kernels();      // softmax.cc (and the NLL loss)
 void register_index_kernels();        // index.cc
+void register_fused_optim_kernels();  // fused_optim.cc
 
 }  // namespace cohort::cuda
