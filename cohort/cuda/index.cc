@@ -55,6 +55,55 @@ Tensor cuda_index_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor
   return out;
 }
 
+// The CPU's checks of gather / scatter_add's shapes (for_gather in
+// native/index.cc): index has x's rank and fits inside it off `dim`.
+void check_gather(const Shape& xs, const Tensor& idx, int64_t dim, const char* op) {
+  const Shape& is = idx.sizes();
+  const int64_t nd = static_cast<int64_t>(xs.size());
+  COHORT_CHECK(static_cast<int64_t>(is.size()) == nd, "{}: index {} must have the rank of {}", op,
+               shape_str(is), shape_str(xs));
+  for (int64_t d = 0; d < nd; ++d)
+    COHORT_CHECK(d == dim || is[d] <= xs[d], "{}: index {} larger than input {} at dim {}", op,
+                 shape_str(is), shape_str(xs), d);
+}
+
+// t's strides with a zero at dim (the index supplies that coordinate).
+Shape strides_without(const Tensor& t, int64_t dim) {
+  Shape st = t.strides();
+  if (!st.empty()) st[dim] = 0;
+  return st;
+}
+
+Tensor cuda_gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  dim = wrap_dim(dim, x.dim(), "gather");
+  Tensor idx = as_index(index, "gather");
+  check_gather(x.sizes(), idx, dim, "gather");
+  Tensor out = Tensor::empty(idx.sizes(), x.dtype(), x.device());
+  const int64_t n = x.dim() ? x.sizes()[dim] : 1, stride = x.dim() ? x.strides()[dim] : 0;
+  StridedPlan<3> plan =
+      make_plan<3>(idx.sizes(), {out.strides(), strides_without(x, dim), idx.strides()}, "gather");
+  launch_gather(dtype_size(x.dtype()), out.device_data(), x.device_data(),
+                idx.device_ptr<int64_t>(), stride, n, plan, idx.numel(), stream_of(out));
+  return out;
+}
+
+Tensor cuda_scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
+                        const Tensor& src_in) {
+  dim = wrap_dim(dim, static_cast<int64_t>(sizes.size()), "scatter_add");
+  Tensor idx = as_index(index, "scatter_add");
+  COHORT_CHECK(src_in.sizes() == idx.sizes(), "scatter_add: source {} must match index {}",
+               shape_str(src_in.sizes()), shape_str(idx.sizes()));
+  check_gather(sizes, idx, dim, "scatter_add");
+  Tensor src = src_in.to(dtype);
+  Tensor out = Tensor::zeros(sizes, dtype, src.device());
+  const int64_t n = sizes.empty() ? 1 : sizes[dim], stride = sizes.empty() ? 0 : out.strides()[dim];
+  StridedPlan<3> plan = make_plan<3>(
+      idx.sizes(), {src.strides(), strides_without(out, dim), idx.strides()}, "scatter_add");
+  launch_scatter_add(dtype, out.device_data(), src.device_data(), idx.device_ptr<int64_t>(), stride,
+                     n, plan, idx.numel(), stream_of(out));
+  return out;
+}
+
 Tensor cuda_cat(const std::vector<Tensor>& tensors, int64_t dim) {
   const Tensor& first = tensors[0];
   dim = wrap_dim(dim, first.dim(), "cat");
@@ -143,6 +192,8 @@ void register_index_kernels() {
   constexpr DeviceType kCuda = DeviceType::kCUDA;
   native::index_select_device.set(kCuda, &cuda_index_select);
   native::index_add_device.set(kCuda, &cuda_index_add);
+  native::gather_device.set(kCuda, &cuda_gather);
+  native::scatter_add_device.set(kCuda, &cuda_scatter_add);
   native::cat_device.set(kCuda, &cuda_cat);
   native::triangle_device.set(kCuda, &cuda_triangle);
   native::masked_fill_device.set(kCuda, &cuda_masked_fill);

@@ -16,6 +16,16 @@ __device__ void bad_index(const char* op, int64_t v, int64_t n) {
   __trap();
 }
 
+template <typename T>
+__device__ __forceinline__ void atomic_add(T* dst, T v) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    // Two's complement: the unsigned add is the signed one.
+    atomicAdd(reinterpret_cast<unsigned long long*>(dst), static_cast<unsigned long long>(v));
+  } else {
+    atomicAdd(dst, v);
+  }
+}
+
 template <typename B>
 __global__ void index_select_kernel(const B* x, B* out, const int64_t* index, int64_t outer,
                                     int64_t n, int64_t k, int64_t inner) {
@@ -54,6 +64,32 @@ __global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int
     }
   }
 }
+
+template <typename B>
+struct GatherFn {
+  B* out;
+  const B* x;
+  const int64_t* index;
+  int64_t stride, n;
+  __device__ void operator()(const int64_t (&o)[3]) const {
+    const int64_t v = index[o[2]];
+    if (v < 0 || v >= n) bad_index("gather", v, n);
+    out[o[0]] = x[o[1] + v * stride];
+  }
+};
+
+template <typename T>
+struct ScatterAddFn {
+  T* out;
+  const T* src;
+  const int64_t* index;
+  int64_t stride, n;
+  __device__ void operator()(const int64_t (&o)[3]) const {
+    const int64_t v = index[o[2]];
+    if (v < 0 || v >= n) bad_index("scatter_add", v, n);
+    atomic_add(out + o[1] + v * stride, src[o[0]]);
+  }
+};
 
 // cohort's Philox4x32-10 (random.cc's philox4x32), bit for bit.
 struct Philox {
@@ -240,6 +276,40 @@ void launch_masked_fill(DType dtype, void* out, const void* x, DType mask_dtype,
         throw_dtype("masked_fill (mask)", mask_dtype);
     }
   });
+}
+
+void launch_gather(size_t elem_size, void* out, const void* x, const int64_t* index,
+                   int64_t x_dim_stride, int64_t n, const StridedPlan<3>& plan, int64_t count,
+                   cudaStream_t stream) {
+  dispatch_bits(elem_size, "gather", [&](auto tag) {
+    using B = typename decltype(tag)::type;
+    launch_strided<3>(
+        plan, count, stream,
+        GatherFn<B>{static_cast<B*>(out), static_cast<const B*>(x), index, x_dim_stride, n});
+  });
+}
+
+void launch_scatter_add(DType dtype, void* out, const void* src, const int64_t* index,
+                        int64_t out_dim_stride, int64_t n, const StridedPlan<3>& plan,
+                        int64_t count, cudaStream_t stream) {
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_strided<3>(plan, count, stream,
+                      ScatterAddFn<T>{static_cast<T*>(out), static_cast<const T*>(src), index,
+                                      out_dim_stride, n});
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      return run(Tag<float>{});
+    case DType::kFloat64:
+      return run(Tag<double>{});
+    case DType::kInt32:
+      return run(Tag<int32_t>{});
+    case DType::kInt64:
+      return run(Tag<int64_t>{});
+    default:
+      throw_dtype("scatter_add", dtype);
+  }
 }
 
 void launch_triangle(size_t elem_size, const void* x, void* out, int64_t batch, int64_t r,

@@ -47,6 +47,33 @@ TEST(CudaIndex, IndexAddSumsRepeatedRows) {
                           native::index_add({3, 10, 2}, kInt64, 1, idx, isrc), 0, 0));
 }
 
+TEST(CudaIndex, GatherAndScatterAdd) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x = random_tensor({4, 6, 5}, 20);
+  for (int64_t dim : {0, 1, 2}) {
+    SCOPED_TRACE(dim);
+    Shape is = {3, 4, 5};
+    is[dim] = 7;  // more picks than x has along dim: repeats
+    Tensor idx = random_ints(is, 21 + dim, 0, x.sizes()[dim]);
+    EXPECT_TRUE(same_values(native::gather(x.to(gpu()), dim, idx.to(gpu())),
+                            native::gather(x, dim, idx), 0, 0));
+    // A strided x as well (a narrowed view: rows of 9 holding 5).
+    Tensor big = random_tensor({4, 6, 9}, 30 + dim);
+    EXPECT_TRUE(same_values(native::gather(big.to(gpu()).narrow(2, 1, 5), dim, idx.to(gpu())),
+                            native::gather(big.narrow(2, 1, 5), dim, idx), 0, 0));
+    Tensor src = random_tensor(is, 24 + dim);
+    EXPECT_TRUE(
+        same_values(native::scatter_add(x.sizes(), kFloat32, dim, idx.to(gpu()), src.to(gpu())),
+                    native::scatter_add(x.sizes(), kFloat32, dim, idx, src), 1e-5, 1e-6));
+  }
+  // max over a dim with autograd: its backward is a scatter_add.
+  Tensor h = x.clone().set_requires_grad(true);
+  Tensor d = x.to(gpu()).set_requires_grad(true);
+  cohort::sum(cohort::max(h, 1).first).backward();
+  cohort::sum(cohort::max(d, 1).first).backward();
+  EXPECT_TRUE(same_values(d.grad(), h.grad(), 0, 0));
+}
+
 TEST(CudaIndex, EmbeddingForwardAndBackward) {
   COHORT_REQUIRE_CUDA();
   Tensor w = random_tensor({50, 16}, 9);

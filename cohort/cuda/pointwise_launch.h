@@ -142,6 +142,17 @@ void launch_dropout(DType dtype, const void* x, void* out, void* mask, int64_t n
 // out = mask != 0 ? value : x (plan: out, x, mask); mask uint8, int32 or int64.
 void launch_masked_fill(DType dtype, void* out, const void* x, DType mask_dtype, const void* mask,
                         double value, const StridedPlan<3>& plan, int64_t n, cudaStream_t stream);
+// torch.gather over index's shape (plan: out, x with a zero stride at dim,
+// index): out = x[.., index, ..] with x_dim_stride and n = x.size(dim); any
+// dtype (as bits).
+void launch_gather(size_t elem_size, void* out, const void* x, const int64_t* index,
+                   int64_t x_dim_stride, int64_t n, const StridedPlan<3>& plan, int64_t count,
+                   cudaStream_t stream);
+// scatter_add over index's shape (plan: src, out with a zero stride at dim,
+// index): out[.., index, ..] += src by atomics; float32, float64, int32, int64.
+void launch_scatter_add(DType dtype, void* out, const void* src, const int64_t* index,
+                        int64_t out_dim_stride, int64_t n, const StridedPlan<3>& plan,
+                        int64_t count, cudaStream_t stream);
 // x, out contiguous [batch, r, c]: out[.., i, j] = x[.., i, j] where j - i <=
 // diagonal (lower) or >= diagonal (upper), else zero; any dtype.
 void launch_triangle(size_t elem_size, const void* x, void* out, int64_t batch, int64_t r,

@@ -1,5 +1,7 @@
 // Kernels behind Tensor::copy_ and fill_ on a CUDA device: strided,
 // broadcasting, dtype-converting copy, and fill.
+#include <cmath>
+
 #include "cohort/cuda/device_types.cuh"
 #include "cohort/cuda/pointwise_launch.h"
 

@@ -25,6 +25,9 @@ void check_range(int64_t v, int64_t n, const char* op) {
 DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> index_select_device("index_select");
 DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)> index_add_device(
     "index_add");
+DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> gather_device("gather");
+DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)> scatter_add_device(
+    "scatter_add");
 DeviceOp<Tensor(const std::vector<Tensor>&, int64_t)> cat_device("cat");
 DeviceOp<Tensor(const Tensor&, int64_t, bool)> triangle_device("triangle");
 DeviceOp<Tensor(const Tensor&, const Tensor&, double)> masked_fill_device("masked_fill");
@@ -128,6 +131,8 @@ void for_gather(const Shape& xs, const Tensor& idx, int64_t dim, const char* op,
 }  // namespace
 
 Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
+  if (Device d = op_device("gather", {&x_in, &index}); !d.is_cpu())
+    return gather_device(d, x_in, dim, index);
   dim = wrap_dim(dim, x_in.dim(), "gather");
   Tensor idx = as_index(index, "gather");
   Tensor x = x_in.contiguous();
@@ -143,6 +148,8 @@ Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
 
 Tensor scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
                    const Tensor& src_in) {
+  if (Device d = op_device("scatter_add", {&index, &src_in}); !d.is_cpu())
+    return scatter_add_device(d, sizes, dtype, dim, index, src_in);
   dim = wrap_dim(dim, static_cast<int64_t>(sizes.size()), "scatter_add");
   Tensor idx = as_index(index, "scatter_add");
   COHORT_CHECK(src_in.sizes() == idx.sizes(), "scatter_add: source {} must match index {}",

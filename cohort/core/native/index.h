@@ -36,9 +36,11 @@ struct DropoutResult {
 };
 DropoutResult dropout(const Tensor& x, double p, Generator& gen);
 
-// Device kernels (device_dispatch.h) of the ops above; gather and
-// scatter_add have none yet.
+// Device kernels (device_dispatch.h) of the ops above.
 extern DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> index_select_device;
+extern DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> gather_device;
+extern DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)>
+    scatter_add_device;
 extern DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)>
     index_add_device;
 extern DeviceOp<Tensor(const std::vector<Tensor>&, int64_t)> cat_device;
