@@ -3,7 +3,9 @@
 // longer than one block's chunk; and of cohort/optim's SGD, AdamW and
 // clip_grad_norm on device parameters with the same optimizers on the CPU.
 // The device contracts a*b+c into FMA (as the CPU's avx2 / avx512 paths do),
-// so float32 results agree to 1e-5 relative (1e-7 absolute), not bit for bit.
+// so float32 results agree to 1e-5 relative, not bit for bit; and where a
+// result cancels (a momentum buffer or a parameter passing through zero) the
+// roundings of its O(1) terms differ by a few 1e-7 absolute: 2e-6 allows them.
 #include "cohort/core/native/fused_optim.h"
 
 #include <cmath>
@@ -44,7 +46,7 @@ std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
 
 ::testing::AssertionResult all_close(const std::vector<Tensor>& d, const std::vector<Tensor>& h) {
   for (size_t i = 0; i < d.size(); ++i) {
-    ::testing::AssertionResult r = same_values(d[i], h[i], 1e-5, 1e-7);
+    ::testing::AssertionResult r = same_values(d[i], h[i], 1e-5, 2e-6);
     if (!r) return r << " (tensor " << i << ")";
   }
   return ::testing::AssertionSuccess();
@@ -156,9 +158,9 @@ TEST(CudaFusedOptim, OptimizersOnDeviceParametersFollowTheCpu) {
     dadam.step();
   }
   for (size_t i = 0; i < hs.list.size(); ++i) {
-    EXPECT_TRUE(same_values(ds.list[i], hs.list[i], 1e-5, 1e-6)) << i;
+    EXPECT_TRUE(same_values(ds.list[i], hs.list[i], 1e-5, 2e-6)) << i;
     EXPECT_TRUE(same_values(ds.list[i].grad(), hs.list[i].grad(), 1e-5, 1e-7)) << i;
-    EXPECT_TRUE(same_values(da.list[i], ha.list[i], 1e-5, 1e-6)) << i;
+    EXPECT_TRUE(same_values(da.list[i], ha.list[i], 1e-5, 2e-6)) << i;
   }
   EXPECT_NEAR(optim::grad_norm(da.list), optim::grad_norm(ha.list), 1e-6);
 }
