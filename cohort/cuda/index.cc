@@ -111,7 +111,6 @@ Tensor cuda_cat(const std::vector<Tensor>& tensors, int64_t dim) {
   int64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    op_device("cat", {&first, &t});
     COHORT_CHECK(t.dim() == first.dim(), "cat: tensor {} has shape {}, tensor 0 has {}", i,
                  shape_str(t.sizes()), shape_str(first.sizes()));
     for (int64_t d = 0; d < t.dim(); ++d)

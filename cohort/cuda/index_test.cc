@@ -100,6 +100,7 @@ TEST(CudaIndex, CatTriangleMaskedFill) {
       same_values(native::cat({a.to(gpu()).transpose(0, 2), a.to(gpu()).transpose(0, 2)}, 0),
                   native::cat({a.transpose(0, 2), a.transpose(0, 2)}, 0), 0, 0));
   EXPECT_THROW(native::cat({a.to(gpu()), a}, 0), InvalidArgument);
+  EXPECT_THROW(native::cat({a, a.to(gpu())}, 0), InvalidArgument);
   Tensor m = random_tensor({2, 6, 9}, 15);
   for (int64_t diag : {-2, 0, 3}) {
     for (bool lower : {true, false}) {

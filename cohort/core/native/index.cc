@@ -167,6 +167,8 @@ Tensor scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& i
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   COHORT_CHECK(!tensors.empty(), "cat: needs at least one tensor");
+  // One device for all (a CPU result must not gather device tensors silently).
+  for (const Tensor& t : tensors) op_device("cat", {&tensors[0], &t});
   if (!tensors[0].is_cpu()) return cat_device(tensors[0].device(), tensors, dim);
   const Tensor& first = tensors[0];
   dim = wrap_dim(dim, first.dim(), "cat");
