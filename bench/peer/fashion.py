@@ -64,11 +64,14 @@ class ToyModel(nn.Module):
 
 
 def evaluate(model, x, y, batch=1000):
+    """Test accuracy; x and y on the host, each batch moved to the model's device."""
     model.eval()
     correct = 0
+    device = next(model.parameters()).device
     with torch.no_grad():
         for i in range(0, len(x), batch):
-            correct += (model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum().item()
+            pred = model(x[i:i + batch].to(device)).argmax(1).cpu()
+            correct += (pred == y[i:i + batch]).sum().item()
     model.train()
     return correct / len(x)
 

@@ -56,7 +56,7 @@ std::vector<std::pair<std::shared_ptr<Node>, Tensor>> root_seeds(const std::vect
       COHORT_CHECK(r.numel() == 1,
                    "{}: grad can be implied only for one-element outputs, got shape {}", op,
                    shape_str(r.sizes()));
-      g = Tensor::ones(r.sizes(), r.dtype());
+      g = Tensor::ones(r.sizes(), r.dtype(), r.device());
     } else {
       COHORT_CHECK(g.sizes() == r.sizes(), "{}: gradient shape {} differs from output {}", op,
                    shape_str(g.sizes()), shape_str(r.sizes()));

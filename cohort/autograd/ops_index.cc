@@ -34,7 +34,7 @@ Tensor extreme_all(const Tensor& x, bool is_max) {
   DType dt = x.dtype();
   return record(v, is_max ? "max" : "min", {x},
                 [at, in, dt](const Tensor& g, const std::vector<bool>&) {
-                  Tensor z = Tensor::zeros(in, dt);
+                  Tensor z = Tensor::zeros(in, dt, g.device());
                   z.reshape({-1}).narrow(0, at, 1).copy_(g.reshape({1}));
                   return std::vector<Tensor>{z};
                 });

@@ -33,9 +33,12 @@ Tensor dropout2d(const Tensor& x, double p, bool training, Generator& gen) {
   // the backward: the same mask times the incoming gradient).
   Shape plane = x.sizes();
   plane[plane.size() - 1] = plane[plane.size() - 2] = 1;
+  // Drawn on the CPU from `gen` (the same planes on every device for a seed),
+  // then moved to x's device: one value per plane, a small copy.
   Tensor keep =
       p == 1.0 ? Tensor::zeros(plane, x.dtype()) : bernoulli(plane, 1.0 - p, gen, x.dtype());
   if (p < 1.0) keep.mul_(1.0 / (1.0 - p));
+  keep = keep.to(x.device());
   return mul(x, keep);
 }
 

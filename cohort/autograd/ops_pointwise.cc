@@ -70,7 +70,7 @@ Tensor pow(const Tensor& x, double e) {
   check_floating(x, "pow");
   return unary_record(native::binary_scalar(BinaryOp::kPow, x, e), x, "pow", Saves::kInput,
                       [e](const Tensor& g, const Tensor& xd, const Tensor&) {
-                        if (e == 0.0) return Tensor::zeros(xd.sizes(), xd.dtype());
+                        if (e == 0.0) return Tensor::zeros(xd.sizes(), xd.dtype(), xd.device());
                         Tensor d = native::binary_scalar(BinaryOp::kPow, xd, e - 1.0);
                         return mul_t(g, native::binary_scalar(BinaryOp::kMul, d, e));
                       });
@@ -117,7 +117,7 @@ Tensor extremum(const Tensor& a, const Tensor& b, bool is_max) {
   return record(out, is_max ? "maximum" : "minimum", {a, b},
                 [ad, bd, is_max](const Tensor& g, const std::vector<bool>& needs) {
                   Tensor pick_a = native::compare(is_max ? CompareOp::kGe : CompareOp::kLe, ad, bd);
-                  Tensor zero = Tensor::scalar(0.0, g.dtype());
+                  Tensor zero = Tensor::full({}, 0.0, g.dtype(), g.device());
                   Tensor ga, gb;
                   if (needs[0])
                     ga = native::sum_to(native::where(pick_a, g, zero), ad.sizes()).to(ad.dtype());
@@ -161,7 +161,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   DType da = a.dtype(), db = b.dtype();
   return record(out, "where", {a, b},
                 [=](const Tensor& g, const std::vector<bool>& needs) {
-                  Tensor zero = Tensor::scalar(0.0, g.dtype());
+                  Tensor zero = Tensor::full({}, 0.0, g.dtype(), g.device());
                   Tensor ga, gb;
                   if (needs[0]) ga = native::sum_to(native::where(md, g, zero), sa).to(da);
                   if (needs[1]) gb = native::sum_to(native::where(md, zero, g), sb).to(db);
@@ -176,7 +176,7 @@ namespace {
 // (floating) or becomes float32 (integer, as a Python float promotes it).
 Tensor where_scalar(const Tensor& mask, const Tensor& t, double s, bool tensor_first) {
   const DType dt = is_floating(t.dtype()) ? t.dtype() : kFloat32;
-  Tensor st = Tensor::scalar(s, dt);
+  Tensor st = Tensor::full({}, s, dt, t.device());
   Tensor out = tensor_first ? native::where(mask, t, st) : native::where(mask, st, t);
   if (!autograd::any_requires_grad({t})) return out;
   Tensor md = mask.detach();
@@ -184,7 +184,7 @@ Tensor where_scalar(const Tensor& mask, const Tensor& t, double s, bool tensor_f
   DType tdt = t.dtype();
   return record(out, "where", {t},
                 [=](const Tensor& g, const std::vector<bool>&) {
-                  Tensor zero = Tensor::scalar(0.0, g.dtype());
+                  Tensor zero = Tensor::full({}, 0.0, g.dtype(), g.device());
                   Tensor gt =
                       tensor_first ? native::where(md, g, zero) : native::where(md, zero, g);
                   return std::vector<Tensor>{native::sum_to(gt, shape).to(tdt)};

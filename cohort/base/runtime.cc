@@ -33,6 +33,10 @@ Runtime& Runtime::process() {
 void Runtime::configure(const RuntimeOptions& options) {
   COHORT_CHECK(options.num_threads >= 0, "Runtime::configure: num_threads must be >= 0, got {}",
                options.num_threads);
+  COHORT_CHECK(options.device_wait_timeout_s > 0,
+               "Runtime::configure: device_wait_timeout_s must be positive, got {}",
+               options.device_wait_timeout_s);
+  device_wait_timeout_s_.store(options.device_wait_timeout_s, std::memory_order_relaxed);
   storage_blocks_.set_limit(options.storage_cache_bytes);
   kernel_scratch_.set_limit(options.kernel_scratch_bytes);
   thread_buffer_limit_.store(options.thread_buffer_bytes, std::memory_order_relaxed);
@@ -45,6 +49,7 @@ RuntimeOptions Runtime::options() const {
   o.kernel_scratch_bytes = kernel_scratch_.stats().limit;
   o.thread_buffer_bytes = thread_buffer_limit();
   o.num_threads = thread_pool_->default_threads();
+  o.device_wait_timeout_s = device_wait_timeout_s_.load(std::memory_order_relaxed);
   return o;
 }
 

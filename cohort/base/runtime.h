@@ -48,6 +48,10 @@ struct RuntimeOptions {
   // The default intra-op budget of threads that set none (parallel.h);
   // 0: the number of online CPUs.
   int num_threads = 0;
+  // How long the host waits for device work (a copy to the host, a stream
+  // synchronisation) before TimeoutError: a hung kernel or a collective
+  // whose peer died must not hang the process (core/device_runtime.h).
+  double device_wait_timeout_s = 300;
 };
 
 // Something a later layer keeps process-wide (a device allocator's cache, a
@@ -99,6 +103,7 @@ class Runtime {
   ScratchPool kernel_scratch_;
   CacheCounters thread_buffers_;
   std::atomic<size_t> thread_buffer_limit_;
+  std::atomic<double> device_wait_timeout_s_{RuntimeOptions{}.device_wait_timeout_s};
   std::unique_ptr<ThreadPool> thread_pool_;
   mutable std::mutex mu_;  // guards resources_
   std::vector<std::shared_ptr<RuntimeResource>> resources_;

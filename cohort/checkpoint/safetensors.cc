@@ -234,7 +234,9 @@ void save_safetensors(const std::string& path, const TensorDict& tensors,
   AtomicFile file(path);
   file.write(header.data(), header.size());
   for (const auto& [name, t] : tensors) {
-    Tensor c = t.contiguous();
+    // A tensor on a device is written from its host copy: files are
+    // device-independent, and a GPU run resumes on the CPU and back.
+    Tensor c = t.cpu().contiguous();
     if (c.nbytes() > 0) file.write(c.raw_data(), c.nbytes());
   }
   file.commit();

@@ -1,17 +1,18 @@
 #include "cohort/core/device_runtime.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <unordered_map>
 
 #include "cohort/base/config.h"
 #include "cohort/base/error.h"
+#include "cohort/base/runtime.h"
 
 namespace cohort {
 namespace {
 
 std::array<std::atomic<DeviceRuntime*>, kDeviceTypes> g_runtimes{};
-std::atomic<int64_t> g_wait_timeout_ms{300'000};
 
 // Per thread: device index -> current stream (CUDA; the CPU has none).
 thread_local std::unordered_map<int, Stream> t_current_streams;
@@ -56,13 +57,8 @@ Device resolve_device(Device device) {
 }
 
 std::chrono::milliseconds device_wait_timeout() {
-  return std::chrono::milliseconds(g_wait_timeout_ms.load(std::memory_order_relaxed));
-}
-
-void set_device_wait_timeout(std::chrono::milliseconds timeout) {
-  COHORT_CHECK(timeout.count() > 0, "device wait time-out must be positive, got {} ms",
-               timeout.count());
-  g_wait_timeout_ms.store(timeout.count(), std::memory_order_relaxed);
+  const double s = Runtime::process().options().device_wait_timeout_s;
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(s * 1000)));
 }
 
 Stream current_stream(Device device) {

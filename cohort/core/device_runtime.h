@@ -129,10 +129,10 @@ DeviceRuntime& device_runtime(Device device, std::string_view what);
 // `device` with its index filled from the current device (cpu unchanged).
 Device resolve_device(Device device);
 
-// The time-out of the waits core makes on devices (copies to the host, stream
-// synchronisation); COHORT_DEVICE_TIMEOUT_S sets it at the edge.
+// The time-out of host waits on devices (copies to the host, stream
+// synchronisation): the process Runtime's device_wait_timeout_s
+// (COHORT_DEVICE_TIMEOUT_S at the edge).
 std::chrono::milliseconds device_wait_timeout();
-void set_device_wait_timeout(std::chrono::milliseconds timeout);
 
 // The calling thread's current stream on `device` (resolved), the default
 // stream until set.

@@ -38,8 +38,9 @@ cudaStream_t current_cuda_stream(Device device);
 cublasLtHandle_t cublaslt_handle(Device device);
 cudnnHandle_t cudnn_handle(Device device);
 // Scratch for cuBLASLt / cuDNN on `device` for the current stream: at least
-// `bytes`, valid until the next call on this thread (32 MiB for cuBLASLt on
-// Hopper, as PyTorch's).
+// `bytes`, valid until the next call on this thread (one buffer per thread
+// and device, grown as needed; work on one stream is ordered, so reusing it
+// for the next call's work is safe).
 void* workspace(Device device, size_t bytes);
 
 // Number of streaming multiprocessors of `device` (grid sizing), cached.

@@ -4,10 +4,12 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 
 #include "cohort/base/parallel.h"
+#include "cohort/core/device_runtime.h"
 
 namespace cohort::data {
 
@@ -38,18 +40,20 @@ class DataLoader::Epoch {
   bool next(Batch* out) {
     if (consumed_ == num_batches_) return false;
     if (options_.prefetch == 0) {
-      *out = make_batch(consumed_++);
+      *out = to_device(make_batch(consumed_++));
       return true;
     }
     std::unique_lock<std::mutex> lock(mu_);
     const bool ready =
         cv_.wait_for(lock, options_.timeout, [&] { return !queue_.empty() || error_ != nullptr; });
     if (!queue_.empty()) {
-      *out = std::move(queue_.front());
+      Ready r = std::move(queue_.front());
       queue_.pop_front();
       ++consumed_;
       lock.unlock();
       cv_.notify_all();
+      if (r.copied.valid()) receive(r);
+      *out = std::move(r.batch);
       return true;
     }
     if (error_) std::rethrow_exception(error_);
@@ -70,11 +74,38 @@ class DataLoader::Epoch {
         std::span<const int64_t>(indices_.data() + begin, static_cast<size_t>(examples_in(b))));
   }
 
+  struct Ready {
+    Batch batch;
+    Event copied;  // a device batch: the end of its copy on the side stream
+  };
+
+  Batch to_device(Batch b) const {
+    if (options_.device.is_cpu()) return b;
+    b.input = b.input.to(options_.device);
+    b.target = b.target.to(options_.device);
+    return b;
+  }
+
+  // The consumer's stream waits for the side stream's copy, and the batch's
+  // memory is marked as used by the consumer's stream, so that the allocator
+  // does not hand it to the side stream again before the step has read it.
+  void receive(const Ready& r) const {
+    const Stream consumer = current_stream(options_.device);
+    DeviceRuntime& rt = device_runtime(consumer.device, "DataLoader");
+    rt.wait(consumer, r.copied);
+    for (const Tensor* t : {&r.batch.input, &r.batch.target}) {
+      if (t->defined() && t->numel() > 0)
+        rt.record_stream(consumer.device.index(), t->storage()->data(), consumer);
+    }
+  }
+
   // The background thread: never throws, hands its exception to the consumer.
   void produce() {
     // Gathering is memory-bound; keep the thread from competing for the
     // compute threads of the training step.
     set_num_threads(1);
+    std::optional<StreamGuard> side;
+    DeviceRuntime* rt = nullptr;
     for (int64_t b = 0; b < num_batches_; ++b) {
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -84,9 +115,15 @@ class DataLoader::Epoch {
           cv_.wait_for(lock, std::chrono::milliseconds(200));
         if (stop_) return;
       }
-      Batch batch;
+      Ready ready;
       try {
-        batch = make_batch(b);
+        if (!options_.device.is_cpu() && rt == nullptr) {
+          Device d = resolve_device(options_.device);
+          rt = &device_runtime(d, "DataLoader");
+          side.emplace(rt->new_stream(d.index()));
+        }
+        ready.batch = to_device(make_batch(b));
+        if (rt != nullptr) ready.copied = rt->record(current_stream(options_.device));
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu_);
         error_ = std::current_exception();
@@ -95,7 +132,7 @@ class DataLoader::Epoch {
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        queue_.push_back(std::move(batch));
+        queue_.push_back(std::move(ready));
       }
       cv_.notify_all();
     }
@@ -109,7 +146,7 @@ class DataLoader::Epoch {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Batch> queue_;
+  std::deque<Ready> queue_;
   std::exception_ptr error_;
   bool stop_ = false;
   std::thread thread_;  // last: started after everything it uses exists

@@ -46,6 +46,12 @@ struct DataLoaderOptions {
   int64_t prefetch = 2;
   // The longest the consumer waits for one batch.
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // Where batches are delivered. A device other than the CPU: the prefetch
+  // thread copies each batch there on a side stream (the host side staged
+  // through pinned memory) while the consumer's step runs, and the
+  // consumer's current stream waits for that copy on the device, not on the
+  // host; without prefetch the consumer's thread copies.
+  Device device = kCPU;
 };
 
 class DataLoader {

@@ -1,5 +1,7 @@
 #include "cohort/nn/module.h"
 
+#include "cohort/core/device_runtime.h"
+
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <unordered_set>
 
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/core/device_runtime.h"
 
 namespace cohort::nn {
 
@@ -206,6 +209,37 @@ Module& Module::train(bool on) {
   training_ = on;
   for (auto& [name, c] : children_) c->train(on);
   return *this;
+}
+
+namespace {
+
+// Points every handle of `t` at a copy of its data on `device`.
+void move_in_place(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return;
+  Tensor moved = t.detach().to(device);
+  TensorImpl* impl = t.unsafe_impl();
+  impl->storage = moved.storage();
+  impl->strides = moved.strides();
+  impl->offset = moved.storage_offset();
+  impl->bf16_twin.reset();
+}
+
+}  // namespace
+
+Module& Module::to(Device device) {
+  device = resolve_device(device);
+  for (const Tensor& p : parameters()) {
+    move_in_place(p, device);
+    move_in_place(p.grad(), device);
+  }
+  for (const Tensor& b : buffers()) move_in_place(b, device);
+  return *this;
+}
+
+Device Module::device() const {
+  for (const Tensor& p : parameters()) return p.device();
+  for (const Tensor& b : buffers()) return b.device();
+  return kCPU;
 }
 
 void Module::zero_grad(bool set_to_none) {

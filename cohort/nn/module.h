@@ -112,6 +112,17 @@ class Module {
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
 
+  // ---- device (torch.nn.Module.to / .cuda() / .cpu()) ----
+  // Moves every parameter and buffer to `device` in place: each tensor handle
+  // (the module's, an optimizer's built before) now sees the moved data, as
+  // PyTorch's param.data = ...; gradients are moved too. Build optimizers
+  // and DDP after moving, as in PyTorch.
+  Module& to(Device device);
+  Module& cuda() { return to(Device(DeviceType::kCUDA)); }
+  Module& cpu() { return to(kCPU); }
+  // The device of the first parameter (or buffer); cpu when there is none.
+  Device device() const;
+
   // Clears the gradients of all parameters: zeroes them in place by default
   // (PyTorch 1.13's default; keeps gradient tensors that DDP points into its
   // buckets), or drops them when set_to_none.

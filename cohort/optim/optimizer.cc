@@ -143,7 +143,10 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
                      "{}: load_state_dict: size mismatch for {}: the state dict has {}, the "
                      "parameter needs {}",
                      name_, full, shape_str(t->sizes()), scalar ? "[]" : shape_str(p.sizes()));
-        Tensor c = scalar ? Tensor::empty({}, kFloat32) : Tensor::empty(p.sizes(), p.dtype());
+        // State lives with its parameter (a checkpoint written on a GPU loads
+        // on the CPU and back); the step count stays a host scalar.
+        Tensor c = scalar ? Tensor::empty({}, kFloat32)
+                          : Tensor::empty(p.sizes(), p.dtype(), p.device());
         new_state[i].insert(key, c.copy_(*t));
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 #include "cohort/base/error.h"
@@ -182,18 +183,26 @@ EnvSettings read_env_settings() {
     COHORT_CHECK(t == "0" || t == "1", "COHORT_STORAGE_CACHE='{}': expected 0 (off) or 1 (on)", v);
     s.storage_cache = t == "1";
   }
+  if (const char* v = env_str("COHORT_DEVICE_TIMEOUT_S")) {
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    COHORT_CHECK(end != v && *end == '\0' && std::isfinite(t) && t > 0,
+                 "COHORT_DEVICE_TIMEOUT_S='{}' is not a positive number of seconds", v);
+    s.device_timeout_s = t;
+  }
   return s;
 }
 
 void apply_env_settings(const EnvSettings& settings) {
   g_env_settings_applied.store(true);
   if (settings.log_level) set_log_level(*settings.log_level);
-  if (!settings.num_threads && !settings.storage_cache) return;
+  if (!settings.num_threads && !settings.storage_cache && !settings.device_timeout_s) return;
   Runtime& rt = Runtime::process();
   RuntimeOptions o = rt.options();
   if (settings.num_threads) o.num_threads = *settings.num_threads;
   if (settings.storage_cache)
     o.storage_cache_bytes = *settings.storage_cache ? RuntimeOptions{}.storage_cache_bytes : 0;
+  if (settings.device_timeout_s) o.device_wait_timeout_s = *settings.device_timeout_s;
   rt.configure(o);
 }
 

@@ -106,11 +106,15 @@ struct EnvSettings {
   std::optional<LogLevel> log_level;  // COHORT_LOG_LEVEL: error|warn|info|debug
   std::optional<int> num_threads;     // COHORT_NUM_THREADS: > 0, the default thread budget
   std::optional<bool> storage_cache;  // COHORT_STORAGE_CACHE: 0 (off) or 1 (on)
+  // COHORT_DEVICE_TIMEOUT_S: > 0, the time-out of host waits on GPU work
+  // (RuntimeOptions::device_wait_timeout_s).
+  std::optional<double> device_timeout_s;
 };
 EnvSettings read_env_settings();
 
 // Applies the settings that are set: the log level (set_log_level), the
-// default thread budget and the storage cache (Runtime::configure); the rest
+// default thread budget, the storage cache and the device wait time-out
+// (Runtime::configure); the rest
 // stays as it is. The first bootstrap() of a process applies
 // read_env_settings() unless the program called this before: a program that
 // wants the environment's settings from its first line, or none of them (an

@@ -55,6 +55,7 @@ class EnvGuard {
                              "COHORT_LOG_LEVEL",
                              "COHORT_NUM_THREADS",
                              "COHORT_STORAGE_CACHE",
+                             "COHORT_DEVICE_TIMEOUT_S",
                              "COHORT_SHM_RING_BYTES",
                              "COHORT_SHM_SINGLE_COPY"}) {
       const char* v = std::getenv(name);
@@ -321,20 +322,23 @@ TEST(EnvSettings, VariablesMapToTheOptionsAndMalformedOnesAreNamed) {
   {
     EnvGuard env({});
     EnvSettings s = read_env_settings();
-    EXPECT_FALSE(s.log_level || s.num_threads || s.storage_cache);
+    EXPECT_FALSE(s.log_level || s.num_threads || s.storage_cache || s.device_timeout_s);
   }
   {
     EnvGuard env({{"COHORT_LOG_LEVEL", "debug"},
                   {"COHORT_NUM_THREADS", "3"},
-                  {"COHORT_STORAGE_CACHE", "0"}});
+                  {"COHORT_STORAGE_CACHE", "0"},
+                  {"COHORT_DEVICE_TIMEOUT_S", "2.5"}});
     EnvSettings s = read_env_settings();
     EXPECT_EQ(s.log_level, LogLevel::kDebug);
     EXPECT_EQ(s.num_threads, 3);
     EXPECT_EQ(s.storage_cache, false);
+    EXPECT_EQ(s.device_timeout_s, 2.5);
   }
   for (auto [name, value] :
        {std::pair{"COHORT_LOG_LEVEL", "shout"}, std::pair{"COHORT_NUM_THREADS", "banana"},
-        std::pair{"COHORT_NUM_THREADS", "0"}, std::pair{"COHORT_STORAGE_CACHE", "-1"}}) {
+        std::pair{"COHORT_NUM_THREADS", "0"}, std::pair{"COHORT_STORAGE_CACHE", "-1"},
+        std::pair{"COHORT_DEVICE_TIMEOUT_S", "0"}, std::pair{"COHORT_DEVICE_TIMEOUT_S", "5s"}}) {
     EnvGuard env(std::map<std::string, std::string>{{name, value}});
     try {
       read_env_settings();

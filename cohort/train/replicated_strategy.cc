@@ -14,6 +14,9 @@ ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy str
                                        Generator& gen, Tracer* tracer)
     : TrainStrategy(world), options_(options), world_(std::move(world)) {
   model_ = make_model(options, gen);
+  // Initialised on the CPU (the same weights for a seed on every device),
+  // then moved, before the optimizer sees the parameters.
+  model_->to(options.device);
   params_ = model_->parameters();
   optimizer_ = make_optimizer(options, params_);
   if (strategy == Strategy::kDdp) {
@@ -43,8 +46,10 @@ double ReplicatedStrategy::step(const data::Batch& batch,
   Tensor loss;
   {
     TraceSpan span(tracer(), "main", "forward", "compute");
-    Tensor out = net.forward(batch.input);
-    loss = compute_loss(options_.model, out, batch.target);
+    // To the model's device: the host side is staged through pinned memory
+    // and the copy runs on the device's stream while the host goes on.
+    Tensor out = net.forward(batch.input.to(options_.device));
+    loss = compute_loss(options_.model, out, batch.target.to(options_.device));
   }
   const double l = loss.item<double>();
   check(l);

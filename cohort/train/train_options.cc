@@ -1,5 +1,7 @@
 #include "cohort/train/train_options.h"
 
+#include "cohort/core/device_runtime.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -89,6 +91,16 @@ PrecisionPolicy TrainOptions::precision_policy() const {
 }
 
 void TrainOptions::validate() const {
+  if (!device.is_cpu()) {
+    // Fails at once, naming what is missing (no CUDA in the build, no GPU,
+    // an index past the device count), before data or models are built.
+    device_runtime(device, fmt::format("--device {}", device.str()));
+    COHORT_CHECK(strategy == Strategy::kAuto || strategy == Strategy::kSingle,
+                 "--device {} trains in one process (--strategy single); --strategy {} on GPUs "
+                 "is not implemented yet",
+                 device.str(), strategy_name(strategy));
+    COHORT_CHECK(!bf16_weights, "--bf16-weights is not implemented on --device {}", device.str());
+  }
   if (precision == ComputePrecision::kBFloat16 && bf16_path)
     native::check_bf16_path(*bf16_path, "--bf16-path");
   COHORT_CHECK(grad_reduce == ComputePrecision::kFloat32 || strategy == Strategy::kAuto ||

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "cohort/autograd/precision.h"
+#include "cohort/core/device.h"
 #include "cohort/optim/bf16_weights.h"
 
 namespace cohort::train {
@@ -105,6 +106,9 @@ struct TrainOptions {
   // on a busy machine, so the default gathers inline.
   int64_t prefetch = 0;
   int64_t log_every = 0;  // progress period in steps; 0: about 10 per epoch
+  // Where the model trains: the CPU, or one GPU (--device cuda[:N]; the
+  // single-process strategy; checked at once by check_device()).
+  Device device = kCPU;
 
   // ---- language models (--model gpt / gpt2) ----
   // The transformer's shape; unset: the preset's (gpt: 4 layers, 4 heads,

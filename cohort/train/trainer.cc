@@ -116,6 +116,12 @@ class Run {
 
 void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   info_.strategy = resolve_strategy(o_.strategy);
+  if (!o_.device.is_cpu() && info_.strategy != Strategy::kSingle) {
+    throw NotSupported(fmt::format(
+        "--device {} trains in one process; {} workers on GPUs (--strategy {}) are not "
+        "implemented yet: run one process, or train on the CPU",
+        o_.device.str(), rendezvous::env_world_size().value_or(1), strategy_name(info_.strategy)));
+  }
   if (is_distributed(info_.strategy) && pg_slot == nullptr) {
     pg_slot = distributed::init_process_group(
         resolve_backend(o_.backend, rendezvous::env_mpirun_without_master()), "env://");
@@ -178,6 +184,10 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   data::DataLoaderOptions lo;
   lo.batch_size = o_.batch_size;
   lo.prefetch = o_.prefetch;
+  // On a GPU, batches cross on the loader's thread and side stream while the
+  // step computes: prefetch at least two.
+  lo.device = o_.device;
+  if (!o_.device.is_cpu()) lo.prefetch = std::max<int64_t>(lo.prefetch, 2);
   loader_ = std::make_unique<data::DataLoader>(splits_.train, lo, sampler_);
 
   info_.train_examples =

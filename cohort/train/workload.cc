@@ -263,6 +263,7 @@ Evaluation evaluate(nn::Module& model, ModelKind kind, const data::Dataset& test
   model.eval();
   // [loss sum, correct, examples]
   double sums[3] = {0, 0, 0};
+  const Device device = model.device();
   {
     NoGradGuard no_grad;
     std::vector<int64_t> indices;
@@ -270,6 +271,8 @@ Evaluation evaluate(nn::Module& model, ModelKind kind, const data::Dataset& test
       indices.push_back(i);
       if (static_cast<int64_t>(indices.size()) == batch_size || i + world >= test.size()) {
         data::Batch b = test.get_batch(indices);
+        b.input = b.input.to(device);
+        b.target = b.target.to(device);
         Tensor out = model.forward(b.input);
         int64_t n = static_cast<int64_t>(indices.size());
         sums[0] += compute_loss(kind, out, b.target).item<double>() * static_cast<double>(n);

@@ -157,3 +157,32 @@ TEST(TrainCli, DataParallelStrategyTrains) {
 
 }  // namespace
 }  // namespace cohort::test
+
+namespace cohort::test {
+namespace {
+
+// Where no GPU can be used (no CUDA in the build, or no device and driver),
+// --device cuda fails before any data is read, naming what is missing.
+TEST(TrainCli, DeviceCudaWithoutAGpuFailsAtOnceNamingWhatIsMissing) {
+  Finished info = run_command({kCohort, "info"});
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  if (info.output.find("gpu cuda:0:") != std::string::npos)
+    GTEST_SKIP() << "a GPU is present here: the cuda tests and scripts/gpu_check.sh cover it";
+  Finished f = run_command({kCohort, "train", "--device", "cuda", "--dataset", "synthetic",
+                            "--max-steps", "1"});
+  EXPECT_NE(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("--device cuda"), std::string::npos) << f.output;
+  const bool named = f.output.find("built without") != std::string::npos ||
+                     f.output.find("not available") != std::string::npos;
+  EXPECT_TRUE(named) << f.output;
+  EXPECT_EQ(f.output.find("epoch 1"), std::string::npos) << f.output;
+}
+
+TEST(TrainCli, BadDeviceSpellingNamesTheAcceptedOnes) {
+  Finished f = run_command({kCohort, "train", "--device", "gpu0", "--max-steps", "1"});
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_NE(f.output.find("'cpu', 'cuda' or 'cuda:N'"), std::string::npos) << f.output;
+}
+
+}  // namespace
+}  // namespace cohort::test

@@ -25,6 +25,7 @@ struct EvalArgs {
   // train::evaluate's default, which the training run uses: other sizes sum
   // the loss in another order and may differ in the last digits.
   int64_t batch_size = 1000;
+  std::string device = "cpu";
   train::TrainOptions options;
 };
 
@@ -62,6 +63,7 @@ int run_eval(CLI::App* app, EvalArgs* args) {
       o.batch_size = args->batch_size;
       o.optimizer = train::OptimizerKind::kAdamW;
     }
+    o.device = Device(args->device);
     if (args->batch_size <= 0)
       throw InvalidArgument(fmt::format("--batch-size must be positive, got {}", args->batch_size));
     o.validate();
@@ -70,6 +72,7 @@ int run_eval(CLI::App* app, EvalArgs* args) {
     return 2;
   }
   train::Splits splits = train::make_splits(o);
+  cm.model->to(o.device);  // checkpoints are device-independent: loaded on the CPU, then moved
   train::Evaluation ev =
       train::evaluate(*cm.model, cm.kind, *splits.test, nullptr, args->batch_size);
   std::string acc = std::isfinite(ev.accuracy) ? fmt::format(", test accuracy {:.4f}", ev.accuracy)
@@ -118,6 +121,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--batch-size", args->batch_size,
                  "Test examples per forward pass (a gpt: windows, default 16)")
       ->capture_default_str();
+  app.add_option("--device", args->device, "cpu (default), cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", o.threads, "Intra-op threads (0: COHORT_NUM_THREADS, else all cores)")
       ->capture_default_str();
   // --dataset synthetic is generated from these: pass the training run's values.

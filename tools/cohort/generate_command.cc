@@ -32,6 +32,7 @@ struct GenerateArgs {
   int64_t top_k = 0;
   uint64_t seed = 0;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 std::vector<int64_t> parse_token_list(const std::string& text, int64_t vocab) {
@@ -122,6 +123,7 @@ int run_generate(CLI::App* app, GenerateArgs* args) {
   }
   Generator gen(args->seed);
   auto& gpt = dynamic_cast<nn::GPT&>(*cm.model);
+  gpt.to(Device(args->device));
   nn::generate(gpt, idx, args->max_new_tokens, go, gen);
   std::printf("\n");
   return 0;
@@ -146,6 +148,7 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--top-k", args->top_k, "Sample among the K most likely tokens only (0: all)")
       ->capture_default_str();
   app.add_option("--seed", args->seed, "Seed of the sampling")->capture_default_str();
+  app.add_option("--device", args->device, "cpu (default), cuda or cuda:N")->capture_default_str();
   app.add_option("--threads", args->threads,
                  "Intra-op threads (0: COHORT_NUM_THREADS, else all cores)")
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include "cohort/base/config.h"
 #include "cohort/base/cpu.h"
 #include "cohort/base/parallel.h"
+#include "cohort/core/device_runtime.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "tools/cohort/command.h"
 
@@ -14,6 +15,29 @@ extern "C" char* openblas_get_config(void);
 
 namespace cohort::cli {
 namespace {
+
+// The GPUs this process can use, or why there are none.
+void print_gpus() {
+  DeviceRuntime* rt = find_device_runtime(DeviceType::kCUDA);
+  if (rt == nullptr) {
+    std::printf("gpus: none: built without CUDA (COHORT_WITH_CUDA=OFF, or no toolkit found)\n");
+    return;
+  }
+  std::printf("cuda: runtime %s, driver %s, kernels for sm_%s\n", rt->runtime_version().c_str(),
+              rt->driver_version().empty() ? "unknown" : rt->driver_version().c_str(),
+              COHORT_CUDA_ARCHITECTURES);
+  int n = rt->device_count();
+  if (n == 0) {
+    std::printf("gpus: none: %s\n", rt->unavailable_reason().c_str());
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    DeviceProperties p = rt->properties(i);
+    std::printf("gpu cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB\n", i,
+                p.name.c_str(), p.major, p.minor, p.multiprocessors,
+                static_cast<double>(p.total_memory) / (1 << 30));
+  }
+}
 
 int run_info() {
   std::printf("cohort %s\n", COHORT_VERSION);
@@ -43,6 +67,7 @@ int run_info() {
               bf16_missing.c_str());
   std::printf("blas: OpenBLAS (%s)\n", openblas_get_config());
   std::printf("threads: %d\n", num_threads());
+  print_gpus();
   std::printf("backends: native%s%s\n", COHORT_HAVE_MPI ? ", mpi" : "",
               COHORT_HAVE_NCCL ? ", nccl" : "");
   std::printf("adapters: %s\n", COHORT_HAVE_LIBTORCH ? "libtorch (cohort_libtorch)"

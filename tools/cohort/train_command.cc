@@ -29,6 +29,7 @@ struct TrainArgs {
   double weight_decay = 0;
   double bucket_cap_mb = 0;
   std::string strategy = "auto";
+  std::string device = "cpu";
   std::string zero_stage = "2";
   int64_t micro_batches = 4;
   double lr = 0;
@@ -105,6 +106,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
     if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
     o.strategy = train::parse_strategy(args->strategy);
+    o.device = Device(args->device);
     if (o.strategy == train::Strategy::kPipeline) {
       // ZeRO over each stage's replicas, when asked (-1: auto, refused by validate()).
       if (app->count("--zero-stage") > 0)
@@ -195,6 +197,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--optimizer", args->optimizer,
                  "sgd (default), adam or adamw (default for gpt: betas 0.9/0.95)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--device", args->device,
+                 "cpu (default), cuda or cuda:N: train on that GPU (one process); fails at once "
+                 "naming what is missing where there is none")
+      ->capture_default_str();
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: COHORT_NUM_THREADS, e.g. cohort run's share; under srun "
                  "SLURM_CPUS_PER_TASK, else the node's CPUs over its tasks; else all cores)")

@@ -140,7 +140,7 @@ Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tenso
     return scaled_dot_product_attention(q, k, v, /*is_causal=*/past == 0 && tq > 1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   Tensor att = mul(matmul(q, transpose(k, -2, -1)), scale);  // [B, nh, Tq, Tk]
-  if (tq > 1) att = add(att, causal_mask(tq, tk, past));     // one query sees every key
+  if (tq > 1) att = add(att, causal_mask(tq, tk, past).to(att.device()));     // one query sees every key
   return matmul(softmax(att, -1), v);                        // [B, nh, Tq, hs]
 }
 
@@ -326,8 +326,8 @@ KVCache GPT::make_cache(int64_t batch) const {
   cache.batch = batch;
   const Shape s{batch, config_.n_head, config_.block_size, config_.head_dim()};
   for (int64_t l = 0; l < config_.n_layer; ++l) {
-    cache.k.push_back(Tensor::zeros(s));
-    cache.v.push_back(Tensor::zeros(s));
+    cache.k.push_back(Tensor::zeros(s, kFloat32, device()));
+    cache.v.push_back(Tensor::zeros(s, kFloat32, device()));
   }
   return cache;
 }

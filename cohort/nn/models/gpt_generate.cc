@@ -91,11 +91,14 @@ Tensor generate(GPT& model, const Tensor& prompt, int64_t max_new_tokens,
       std::copy(all.begin() + r * stride + (t - n), all.begin() + r * stride + t, p + r * n);
     return w;
   };
+  // The model's device: token ids go there, the last logits come back to be
+  // sampled on the host.
+  const Device device = model.device();
   KVCache cache = model.make_cache(b);
   Tensor logits;
-  if (max_new_tokens > 0) logits = model.forward(window(), cache);
+  if (max_new_tokens > 0) logits = model.forward(window().to(device), cache);
   for (int64_t step = 0; step < max_new_tokens; ++step) {
-    Tensor last = select(logits, 1, logits.size(1) - 1);  // [B, V]
+    Tensor last = select(logits, 1, logits.size(1) - 1).cpu();  // [B, V]
     std::vector<int64_t> next = sample_rows(last, options, gen);
     for (int64_t r = 0; r < b; ++r) all[r * stride + t] = next[r];
     ++t;
@@ -103,10 +106,10 @@ Tensor generate(GPT& model, const Tensor& prompt, int64_t max_new_tokens,
     if (options.on_token) options.on_token(next_t.view({b}));
     if (step + 1 == max_new_tokens) break;
     if (cache.length < cfg.block_size) {
-      logits = model.forward(next_t, cache);
+      logits = model.forward(next_t.to(device), cache);
     } else {  // positions would pass block_size: restart from the cropped context
       cache.reset();
-      logits = model.forward(window(), cache);
+      logits = model.forward(window().to(device), cache);
     }
   }
   return Tensor::from_vector<int64_t>(all, {b, stride});
