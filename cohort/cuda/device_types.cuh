@@ -156,9 +156,13 @@ inline unsigned grid_for(int64_t n) {
 template <int K, typename F>
 __global__ void strided_kernel(StridedPlan<K> plan, int64_t n, F f) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool small = n <= 0xffffffffLL;  // uniform: every size fits 32 bits
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     int64_t off[K];
-    plan.offsets(i, off);
+    if (small)
+      plan.offsets32(static_cast<uint32_t>(i), off);
+    else
+      plan.offsets(i, off);
     f(off);
   }
 }

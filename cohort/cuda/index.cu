@@ -42,6 +42,49 @@ __global__ void index_select_kernel(const B* x, B* out, const int64_t* index, in
   }
 }
 
+// Rows of at least kRowThreads elements (embedding rows): blockIdx.y walks
+// the rows r = o * k + j, so the index arithmetic is per row, not per
+// element; the threads of x copy (or add) the row.
+constexpr int kRowThreads = 128;
+
+dim3 row_grid(int64_t rows, int64_t inner) {
+  const int64_t x = (inner + kRowThreads - 1) / kRowThreads;
+  return dim3(static_cast<unsigned>(x < 1024 ? x : 1024),
+              static_cast<unsigned>(rows < 65535 ? rows : 65535));
+}
+
+template <typename B>
+__global__ void index_select_rows(const B* x, B* out, const int64_t* index, int64_t rows, int64_t n,
+                                  int64_t k, int64_t inner) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t o = r / k, j = r - o * k;
+    const int64_t v = index[j];
+    if (v < 0 || v >= n) bad_index("index_select", v, n);
+    const B* src = x + (o * n + v) * inner;
+    B* dst = out + r * inner;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < inner;
+         c += step)
+      dst[c] = src[c];
+  }
+}
+
+template <typename T>
+__global__ void index_add_rows(T* out, const int64_t* index, const T* src, int64_t rows, int64_t n,
+                               int64_t k, int64_t inner) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t o = r / k, j = r - o * k;
+    const int64_t v = index[j];
+    if (v < 0 || v >= n) bad_index("index_add", v, n);
+    const T* s = src + r * inner;
+    T* d = out + (o * n + v) * inner;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < inner;
+         c += step)
+      atomic_add(d + c, s[c]);
+  }
+}
+
 template <typename T>
 __global__ void index_add_kernel(T* out, const int64_t* index, const T* src, int64_t outer,
                                  int64_t n, int64_t k, int64_t inner) {
@@ -202,8 +245,13 @@ void launch_index_select(size_t elem_size, const void* x, void* out, const int64
   if (total == 0) return;
   dispatch_bits(elem_size, "index_select", [&](auto tag) {
     using B = typename decltype(tag)::type;
-    index_select_kernel<B><<<grid_for(total), kThreads, 0, stream>>>(
-        static_cast<const B*>(x), static_cast<B*>(out), index, outer, n, k, inner);
+    if (inner >= kRowThreads) {
+      index_select_rows<B><<<row_grid(outer * k, inner), kRowThreads, 0, stream>>>(
+          static_cast<const B*>(x), static_cast<B*>(out), index, outer * k, n, k, inner);
+    } else {
+      index_select_kernel<B><<<grid_for(total), kThreads, 0, stream>>>(
+          static_cast<const B*>(x), static_cast<B*>(out), index, outer, n, k, inner);
+    }
     COHORT_CUDA_LAUNCH_CHECK();
   });
 }
@@ -214,8 +262,13 @@ void launch_index_add(DType dtype, void* out, const int64_t* index, const void* 
   if (total == 0) return;
   auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    index_add_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(
-        static_cast<T*>(out), index, static_cast<const T*>(src), outer, n, k, inner);
+    if (inner >= kRowThreads) {
+      index_add_rows<T><<<row_grid(outer * k, inner), kRowThreads, 0, stream>>>(
+          static_cast<T*>(out), index, static_cast<const T*>(src), outer * k, n, k, inner);
+    } else {
+      index_add_kernel<T><<<grid_for(total), kThreads, 0, stream>>>(
+          static_cast<T*>(out), index, static_cast<const T*>(src), outer, n, k, inner);
+    }
     COHORT_CUDA_LAUNCH_CHECK();
   };
   switch (dtype) {

@@ -25,6 +25,16 @@ TEST(CudaIndex, IndexSelectEveryDimAndDtype) {
     EXPECT_TRUE(same_values(native::index_select(x.to(gpu()), dim, idx.to(gpu())),
                             native::index_select(x, dim, idx), 0, 0));
   }
+  // Rows long enough for the row-per-block kernel (embedding rows), with a
+  // leading dim too.
+  Tensor rows = random_tensor({3, 30, 300}, 40);
+  Tensor ridx = random_ints({50}, 41, 0, 30);
+  EXPECT_TRUE(same_values(native::index_select(rows.to(gpu()), 1, ridx.to(gpu())),
+                          native::index_select(rows, 1, ridx), 0, 0));
+  Tensor rsrc = random_tensor({3, 50, 300}, 42);
+  EXPECT_TRUE(
+      same_values(native::index_add({3, 30, 300}, kFloat32, 1, ridx.to(gpu()), rsrc.to(gpu())),
+                  native::index_add({3, 30, 300}, kFloat32, 1, ridx, rsrc), 1e-5, 1e-5));
   Tensor idx32 = random_ints({4}, 5, 0, 5, kInt32);
   for (DType dt : {kFloat64, kInt64, kUInt8, kBFloat16}) {
     SCOPED_TRACE(dtype_name(dt));

@@ -26,10 +26,13 @@ template <int K>
 void expect_same_offsets(const Shape& sizes, const std::array<Shape, K>& strides) {
   StridedPlan<K> plan = make_plan<K>(sizes, strides, "test");
   for (int64_t i = 0; i < shape_numel(sizes); ++i) {
-    int64_t off[K];
+    int64_t off[K], off32[K];
     plan.offsets(i, off);
-    for (int k = 0; k < K; ++k)
+    plan.offsets32(static_cast<uint32_t>(i), off32);
+    for (int k = 0; k < K; ++k) {
       ASSERT_EQ(off[k], brute_offset(sizes, strides[k], i)) << "operand " << k << " index " << i;
+      ASSERT_EQ(off32[k], off[k]) << "operand " << k << " index " << i;
+    }
   }
 }
 
