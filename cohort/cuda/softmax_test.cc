@@ -40,6 +40,22 @@ TEST(CudaSoftmax, ForwardAndBackwardAlongEveryDim) {
       same_values(native::log_softmax(x.to(gpu()), 1), native::log_softmax(x, 1), 1e-12, 1e-12));
 }
 
+TEST(CudaSoftmax, Bfloat16ComputesInFloat) {
+  COHORT_REQUIRE_CUDA();
+  // The CPU has no bfloat16 math: its float32 result rounded to bfloat16,
+  // within one bfloat16 ulp (2^-7 relative) where the float results sit
+  // near a rounding boundary.
+  Tensor x = random_tensor({16, 3000}, 10, kBFloat16, -6, 6);
+  Tensor g = random_tensor({16, 3000}, 11, kBFloat16);
+  Tensor hs = native::softmax(x.to(kFloat32), 1), hl = native::log_softmax(x.to(kFloat32), 1);
+  Tensor ds = native::softmax(x.to(gpu()), 1), dl = native::log_softmax(x.to(gpu()), 1);
+  ASSERT_EQ(ds.dtype(), kBFloat16);
+  EXPECT_TRUE(same_values(ds, hs.to(kBFloat16), 1.0 / 128, 1e-6));
+  EXPECT_TRUE(same_values(dl, hl.to(kBFloat16), 1.0 / 128, 1e-6));
+  Tensor hb = native::log_softmax_backward(g.to(kFloat32), dl.to(kFloat32), 1).to(kBFloat16);
+  EXPECT_TRUE(same_values(native::log_softmax_backward(g.to(gpu()), dl, 1), hb, 1.0 / 128, 1e-3));
+}
+
 TEST(CudaSoftmax, NllLossEveryReductionAndIgnoreIndex) {
   COHORT_REQUIRE_CUDA();
   Tensor logp = native::log_softmax(random_tensor({300, 10}, 4), 1);
