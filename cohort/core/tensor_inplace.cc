@@ -1,9 +1,12 @@
 // In-place math members of Tensor (used by optimizers and gradient
-// accumulation). They are not recorded by autograd.
+// accumulation). They are not recorded by autograd. On a device they run the
+// out-of-place kernel (native/elementwise.h's device entries) and copy the
+// result into this view: one temporary, no host access.
 #include <cmath>
 
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
+#include "cohort/core/native/elementwise.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort {
@@ -67,9 +70,17 @@ void inplace_unary(Tensor& self, const char* op, F&& f) {
       });
 }
 
+// self <- value (same shape after broadcasting; converted to self's dtype).
+Tensor& assign(Tensor& self, const Tensor& value) { return self.copy_(value); }
+
+using native::BinaryOp;
+
 }  // namespace
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  if (!is_cpu())
+    return assign(*this, alpha == 1.0 ? native::binary(BinaryOp::kAdd, *this, other)
+                                      : native::axpby(*this, 1.0, other, alpha));
   dispatch_arith(dtype(), "add_", [&](auto tag) {
     using T = decltype(tag);
     if (alpha == 1.0) {
@@ -83,6 +94,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 }
 
 Tensor& Tensor::add_(double value) {
+  if (!is_cpu()) return assign(*this, native::binary_scalar(BinaryOp::kAdd, *this, value));
   dispatch_arith(dtype(), "add_", [&](auto tag) {
     using T = decltype(tag);
     T v = static_cast<T>(value);
@@ -92,6 +104,7 @@ Tensor& Tensor::add_(double value) {
 }
 
 Tensor& Tensor::mul_(const Tensor& other) {
+  if (!is_cpu()) return assign(*this, native::binary(BinaryOp::kMul, *this, other));
   dispatch_arith(dtype(), "mul_", [&](auto tag) {
     using T = decltype(tag);
     inplace_apply<T, 1>(*this, {other}, "mul_", [](T& d, T a) { d *= a; });
@@ -100,6 +113,7 @@ Tensor& Tensor::mul_(const Tensor& other) {
 }
 
 Tensor& Tensor::mul_(double value) {
+  if (!is_cpu()) return assign(*this, native::binary_scalar(BinaryOp::kMul, *this, value));
   dispatch_arith(dtype(), "mul_", [&](auto tag) {
     using T = decltype(tag);
     T v = static_cast<T>(value);
@@ -109,6 +123,7 @@ Tensor& Tensor::mul_(double value) {
 }
 
 Tensor& Tensor::div_(const Tensor& other) {
+  if (!is_cpu()) return assign(*this, native::binary(BinaryOp::kDiv, *this, other));
   dispatch_arith(dtype(), "div_", [&](auto tag) {
     using T = decltype(tag);
     inplace_apply<T, 1>(*this, {other}, "div_", [](T& d, T a) { d /= a; });
@@ -117,6 +132,8 @@ Tensor& Tensor::div_(const Tensor& other) {
 }
 
 Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, double value) {
+  if (!is_cpu())
+    return assign(*this, native::axpby(*this, 1.0, native::binary(BinaryOp::kMul, t1, t2), value));
   dispatch_floating(dtype(), "addcmul_", [&](auto tag) {
     using T = decltype(tag);
     T v = static_cast<T>(value);
@@ -126,6 +143,8 @@ Tensor& Tensor::addcmul_(const Tensor& t1, const Tensor& t2, double value) {
 }
 
 Tensor& Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, double value) {
+  if (!is_cpu())
+    return assign(*this, native::axpby(*this, 1.0, native::binary(BinaryOp::kDiv, t1, t2), value));
   dispatch_floating(dtype(), "addcdiv_", [&](auto tag) {
     using T = decltype(tag);
     T v = static_cast<T>(value);
@@ -135,6 +154,7 @@ Tensor& Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, double value) {
 }
 
 Tensor& Tensor::sqrt_() {
+  if (!is_cpu()) return assign(*this, native::unary(native::UnaryOp::kSqrt, *this));
   dispatch_floating(dtype(), "sqrt_", [&](auto tag) {
     using T = decltype(tag);
     inplace_unary<T>(*this, "sqrt_", [](T& d) { d = std::sqrt(d); });
@@ -143,6 +163,7 @@ Tensor& Tensor::sqrt_() {
 }
 
 Tensor& Tensor::clamp_(double lo, double hi) {
+  if (!is_cpu()) return assign(*this, native::clamp(*this, lo, hi));
   dispatch_arith(dtype(), "clamp_", [&](auto tag) {
     using T = decltype(tag);
     T l = static_cast<T>(lo), h = static_cast<T>(hi);

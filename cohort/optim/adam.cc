@@ -5,6 +5,8 @@
 #include <type_traits>
 
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/core/native/fused_optim.h"
+#include "cohort/optim/device_update.h"
 #include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
@@ -121,23 +123,32 @@ void Adam::step() {
                decoupled_,
                0.0};
     size_t offset = group_offset(gi);
+    // Parameters on a device: one fused multi-tensor step for the group.
+    DeviceUpdates on_device(name().c_str());
+    std::vector<double> steps;
     for (size_t j = 0; j < group.params.size(); ++j) {
       const Tensor& p = group.params[j];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
       TensorDict& st = state(offset + j);
       if (!st.contains("step")) {
+        // The step count stays on the CPU (the bias corrections are host math).
         st.insert("step", Tensor::scalar(0.0, kFloat32));
-        st.insert("exp_avg", Tensor::zeros(p.sizes(), p.dtype()));
-        st.insert("exp_avg_sq", Tensor::zeros(p.sizes(), p.dtype()));
+        st.insert("exp_avg", Tensor::zeros(p.sizes(), p.dtype(), p.device()));
+        st.insert("exp_avg_sq", Tensor::zeros(p.sizes(), p.dtype(), p.device()));
       }
       if (s.amsgrad && !st.contains("max_exp_avg_sq"))
-        st.insert("max_exp_avg_sq", Tensor::zeros(p.sizes(), p.dtype()));
+        st.insert("max_exp_avg_sq", Tensor::zeros(p.sizes(), p.dtype(), p.device()));
       float& step = *st.at("step").data_ptr<float>();
       step += 1.0f;
       s.step = step;
-      Tensor m = st.at("exp_avg"), v = st.at("exp_avg_sq");
-      Tensor vmax = s.amsgrad ? st.at("max_exp_avg_sq") : Tensor();
+      Tensor m = state_on(st, "exp_avg", p), v = state_on(st, "exp_avg_sq", p);
+      Tensor vmax = s.amsgrad ? state_on(st, "max_exp_avg_sq", p) : Tensor();
+      if (!p.is_cpu()) {
+        on_device.add(p, grad, {m, v, vmax});
+        steps.push_back(s.step);
+        continue;
+      }
       const DenseUpdate& u = updates.emplace_back(p, grad, name().c_str());
       if (p.dtype() == kFloat64)
         batch.add(p.numel(), adam_kernel(u.param<double>(), u.grad<double>(), m.data_ptr<double>(),
@@ -147,6 +158,13 @@ void Adam::step() {
         batch.add(p.numel(), adam_kernel(u.param<float>(), u.grad<float>(), m.data_ptr<float>(),
                                          v.data_ptr<float>(),
                                          vmax.defined() ? vmax.data_ptr<float>() : nullptr, s));
+    }
+    if (!on_device.empty()) {
+      native::AdamStep d{s.lr,           s.beta1,   s.beta2,    s.eps,
+                         s.weight_decay, s.amsgrad, s.maximize, decoupled_};
+      native::adam_step(on_device.params(), on_device.grads(), on_device.state(0),
+                        on_device.state(1), on_device.state(2), steps, d);
+      on_device.finish();
     }
   }
   batch.run();

@@ -7,6 +7,7 @@
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/parallel.h"
+#include "cohort/core/native/fused_optim.h"
 #include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
@@ -41,11 +42,35 @@ double accumulate(const T* x, int64_t n, double p) {
   return total;
 }
 
+// The gradients when they are on a device (contiguous; empty when they are
+// on the CPU, or there are none): their norm and clipping then run as fused
+// kernels there (native/fused_optim.h).
+std::vector<Tensor> device_grads(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  bool on_device = false;
+  for (const Tensor& p : params) {
+    if (!p.defined() || !p.grad().defined()) continue;
+    Tensor g = p.grad();
+    on_device = on_device || !g.is_cpu();
+    grads.push_back(g);
+  }
+  if (!on_device) return {};
+  for (Tensor& g : grads) {
+    COHORT_CHECK(g.dtype() == kFloat32 || g.dtype() == kFloat64,
+                 "clip_grad_norm: gradients must be float32 or float64, got {}",
+                 dtype_name(g.dtype()));
+    g = g.contiguous();
+  }
+  return grads;
+}
+
 }  // namespace
 
 double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   COHORT_CHECK(norm_type > 0, "clip_grad_norm: norm_type must be positive or inf, got {}",
                norm_type);
+  if (std::vector<Tensor> grads = device_grads(params); !grads.empty())
+    return native::total_norm(grads, norm_type).item<double>();
   const bool inf = std::isinf(norm_type);
   double total = 0;
   for (const Tensor& p : params) {
@@ -66,6 +91,31 @@ double grad_norm(const std::vector<Tensor>& params, double norm_type) {
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type,
                       bool error_if_nonfinite) {
+  COHORT_CHECK(norm_type > 0, "clip_grad_norm: norm_type must be positive or inf, got {}",
+               norm_type);
+  if (std::vector<Tensor> grads = device_grads(params); !grads.empty()) {
+    // The norm and the scaling stay on the device; the host reads the one
+    // scalar it returns (first, when it must refuse a non-finite norm).
+    NoGradGuard no_grad;
+    Tensor norm = native::total_norm(grads, norm_type);
+    double total = 0;
+    if (error_if_nonfinite) {
+      total = norm.item<double>();
+      COHORT_CHECK(std::isfinite(total),
+                   "clip_grad_norm: the total norm of order {} of the gradients is non-finite "
+                   "({}), so they cannot be clipped",
+                   norm_type, total);
+    }
+    native::scale_by_norm(grads, norm, max_norm);
+    // Gradients that were not contiguous were scaled in a copy.
+    size_t k = 0;
+    for (const Tensor& p : params) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      if (!grads[k].is_same(p.grad())) p.mutable_grad().copy_(grads[k]);
+      ++k;
+    }
+    return error_if_nonfinite ? total : norm.item<double>();
+  }
   double total = grad_norm(params, norm_type);
   COHORT_CHECK(!error_if_nonfinite || std::isfinite(total),
                "clip_grad_norm: the total norm of order {} of the gradients is non-finite ({}), "

@@ -4,6 +4,8 @@
 #include <type_traits>
 
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/core/native/fused_optim.h"
+#include "cohort/optim/device_update.h"
 #include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
@@ -98,6 +100,9 @@ void SGD::step() {
               group.option("maximize") != 0,
               false};
     size_t offset = group_offset(gi);
+    // Parameters on a device: one fused multi-tensor step for the group.
+    DeviceUpdates on_device("SGD");
+    std::vector<uint8_t> first;
     for (size_t j = 0; j < group.params.size(); ++j) {
       const Tensor& p = group.params[j];
       Tensor grad = p.grad();
@@ -106,8 +111,13 @@ void SGD::step() {
       Tensor buf;
       if (s.momentum != 0) {
         s.first = !st.contains("momentum_buffer");
-        if (s.first) st.insert("momentum_buffer", Tensor::empty(p.sizes(), p.dtype()));
-        buf = st.at("momentum_buffer");
+        if (s.first) st.insert("momentum_buffer", Tensor::empty(p.sizes(), p.dtype(), p.device()));
+        buf = state_on(st, "momentum_buffer", p);
+      }
+      if (!p.is_cpu()) {
+        on_device.add(p, grad, {buf});
+        first.push_back(s.first ? 1 : 0);
+        continue;
       }
       const DenseUpdate& u = updates.emplace_back(p, grad, "SGD");
       if (p.dtype() == kFloat64)
@@ -116,6 +126,11 @@ void SGD::step() {
       else
         batch.add(p.numel(), sgd_kernel(u.param<float>(), u.grad<float>(),
                                         buf.defined() ? buf.data_ptr<float>() : nullptr, s));
+    }
+    if (!on_device.empty()) {
+      native::SgdStep d{s.lr, s.momentum, s.dampening, s.weight_decay, s.nesterov, s.maximize};
+      native::sgd_step(on_device.params(), on_device.grads(), on_device.state(0), first, d);
+      on_device.finish();
     }
   }
   batch.run();

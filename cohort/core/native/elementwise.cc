@@ -169,8 +169,26 @@ const char* binary_name(BinaryOp op) {
 
 }  // namespace
 
+DeviceOp<Tensor(BinaryOp, const Tensor&, const Tensor&)> binary_device("binary");
+DeviceOp<Tensor(BinaryOp, const Tensor&, double)> binary_scalar_device("binary_scalar");
+DeviceOp<Tensor(BinaryOp, double, const Tensor&)> rbinary_scalar_device("rbinary_scalar");
+DeviceOp<Tensor(CompareOp, const Tensor&, const Tensor&)> compare_device("compare");
+DeviceOp<Tensor(CompareOp, const Tensor&, double)> compare_scalar_device("compare_scalar");
+DeviceOp<Tensor(UnaryOp, const Tensor&)> unary_device("unary");
+DeviceOp<Tensor(const Tensor&, double, double)> clamp_device("clamp");
+DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&)> where_device("where");
+DeviceOp<Tensor(const Tensor&, double, const Tensor&, double)> axpby_device("axpby");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> relu_backward_device("relu_backward");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> gelu_backward_device("gelu_backward");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> tanh_backward_device("tanh_backward");
+DeviceOp<Tensor(const Tensor&, const Tensor&)> sigmoid_backward_device("sigmoid_backward");
+DeviceOp<Tensor(const Tensor&, const Tensor&, double, double)> clamp_backward_device(
+    "clamp_backward");
+
 Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
   const char* name = binary_name(op);
+  if (Device d = op_device(name, {&a_in, &b_in}, true); !d.is_cpu())
+    return binary_device(d, op, a_in, b_in);
   Shape shape = broadcast_shapes(a_in.sizes(), b_in.sizes(), name);
   DType dt = result_dtype(op, a_in.dtype(), b_in.dtype());
   Tensor a = a_in.to(dt), b = b_in.to(dt);
@@ -187,18 +205,22 @@ Tensor binary(BinaryOp op, const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor binary_scalar(BinaryOp op, const Tensor& a, double s) {
+  if (!a.is_cpu()) return binary_scalar_device(a.device(), op, a, s);
   DType dt = a.dtype();
   if (!is_floating(dt) && (op == BinaryOp::kDiv || s != std::floor(s))) dt = DType::kFloat32;
   return binary(op, a.to(dt), Tensor::scalar(s, dt));
 }
 
 Tensor rbinary_scalar(BinaryOp op, double s, const Tensor& a) {
+  if (!a.is_cpu()) return rbinary_scalar_device(a.device(), op, s, a);
   DType dt = a.dtype();
   if (!is_floating(dt) && (op == BinaryOp::kDiv || s != std::floor(s))) dt = DType::kFloat32;
   return binary(op, Tensor::scalar(s, dt), a.to(dt));
 }
 
 Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in) {
+  if (Device d = op_device("compare", {&a_in, &b_in}, true); !d.is_cpu())
+    return compare_device(d, op, a_in, b_in);
   Shape shape = broadcast_shapes(a_in.sizes(), b_in.sizes(), "compare");
   DType dt = promote_types(a_in.dtype(), b_in.dtype());
   Tensor a = a_in.to(dt), b = b_in.to(dt);
@@ -225,6 +247,7 @@ Tensor compare(CompareOp op, const Tensor& a_in, const Tensor& b_in) {
 }
 
 Tensor compare_scalar(CompareOp op, const Tensor& a, double s) {
+  if (!a.is_cpu()) return compare_scalar_device(a.device(), op, a, s);
   DType dt = is_floating(a.dtype()) ? a.dtype() : DType::kFloat64;
   return compare(op, a, Tensor::scalar(s, dt));
 }
@@ -238,6 +261,7 @@ double gelu_derivative(double x) {
 }
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  if (!x.is_cpu()) return unary_device(x.device(), op, x);
   if (op == UnaryOp::kNeg || op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kSign) {
     const VecKernels* vec =
         x.dtype() == DType::kFloat32 && x.is_contiguous() ? vec_kernels() : nullptr;
@@ -285,6 +309,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
+  if (!x.is_cpu()) return clamp_device(x.device(), x, lo, hi);
   return dispatch_arith(x.dtype(), "clamp", [&](auto tag) {
     using T = decltype(tag);
     T l = static_cast<T>(lo), h = static_cast<T>(hi);
@@ -293,6 +318,8 @@ Tensor clamp(const Tensor& x, double lo, double hi) {
 }
 
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
+  if (Device d = op_device("where", {&mask, &a, &b}, true); !d.is_cpu())
+    return where_device(d, mask, a, b);
   Shape shape =
       broadcast_shapes(broadcast_shapes(mask.sizes(), a.sizes(), "where"), b.sizes(), "where");
   DType dt = promote_types(a.dtype(), b.dtype());
@@ -314,6 +341,8 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
 }
 
 Tensor axpby(const Tensor& a, double alpha, const Tensor& b, double beta) {
+  if (Device d = op_device("axpby", {&a, &b}); !d.is_cpu())
+    return axpby_device(d, a, alpha, b, beta);
   Shape shape = broadcast_shapes(a.sizes(), b.sizes(), "axpby");
   DType dt = promote_types(a.dtype(), b.dtype());
   Tensor out = Tensor::empty(shape, dt);
@@ -326,6 +355,8 @@ Tensor axpby(const Tensor& a, double alpha, const Tensor& b, double beta) {
 }
 
 Tensor relu_backward(const Tensor& grad, const Tensor& out) {
+  if (Device d = op_device("relu_backward", {&grad, &out}); !d.is_cpu())
+    return relu_backward_device(d, grad, out);
   Tensor r = Tensor::empty(grad.sizes(), grad.dtype());
   Tensor y = out.to(grad.dtype());
   const VecKernels* vec = grad.dtype() == DType::kFloat32 ? vec_kernels() : nullptr;
@@ -345,6 +376,8 @@ Tensor relu_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
+  if (Device d = op_device("gelu_backward", {&grad, &x}); !d.is_cpu())
+    return gelu_backward_device(d, grad, x);
   Tensor r = Tensor::empty(grad.sizes(), grad.dtype());
   dispatch_floating(grad.dtype(), "gelu_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -358,6 +391,8 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x) {
 }
 
 Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
+  if (Device d = op_device("tanh_backward", {&grad, &out}); !d.is_cpu())
+    return tanh_backward_device(d, grad, out);
   Tensor r = Tensor::empty(grad.sizes(), grad.dtype());
   dispatch_floating(grad.dtype(), "tanh_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -367,6 +402,8 @@ Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
+  if (Device d = op_device("sigmoid_backward", {&grad, &out}); !d.is_cpu())
+    return sigmoid_backward_device(d, grad, out);
   Tensor r = Tensor::empty(grad.sizes(), grad.dtype());
   dispatch_floating(grad.dtype(), "sigmoid_backward", [&](auto tag) {
     using T = decltype(tag);
@@ -376,6 +413,8 @@ Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor clamp_backward(const Tensor& grad, const Tensor& x, double lo, double hi) {
+  if (Device d = op_device("clamp_backward", {&grad, &x}); !d.is_cpu())
+    return clamp_backward_device(d, grad, x, lo, hi);
   Tensor r = Tensor::empty(grad.sizes(), grad.dtype());
   dispatch_floating(grad.dtype(), "clamp_backward", [&](auto tag) {
     using T = decltype(tag);

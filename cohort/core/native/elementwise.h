@@ -10,6 +10,7 @@
 // the per-ISA copies of vec_kernels.h, with the same results.
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::native {
@@ -38,6 +39,24 @@ Tensor tanh_backward(const Tensor& grad, const Tensor& out);     // grad * (1 - 
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& out);  // grad * out * (1 - out)
 // grad where lo <= x <= hi, else 0.
 Tensor clamp_backward(const Tensor& grad, const Tensor& x, double lo, double hi);
+
+// Device kernels of the ops above (device_dispatch.h): the entry points
+// forward to them when their tensors are on a device. binary, compare and
+// where also accept a 0-d CPU tensor beside device tensors (a scalar).
+extern DeviceOp<Tensor(BinaryOp, const Tensor&, const Tensor&)> binary_device;
+extern DeviceOp<Tensor(BinaryOp, const Tensor&, double)> binary_scalar_device;
+extern DeviceOp<Tensor(BinaryOp, double, const Tensor&)> rbinary_scalar_device;
+extern DeviceOp<Tensor(CompareOp, const Tensor&, const Tensor&)> compare_device;
+extern DeviceOp<Tensor(CompareOp, const Tensor&, double)> compare_scalar_device;
+extern DeviceOp<Tensor(UnaryOp, const Tensor&)> unary_device;
+extern DeviceOp<Tensor(const Tensor&, double, double)> clamp_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&)> where_device;
+extern DeviceOp<Tensor(const Tensor&, double, const Tensor&, double)> axpby_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&)> relu_backward_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&)> gelu_backward_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&)> tanh_backward_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&)> sigmoid_backward_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&, double, double)> clamp_backward_device;
 
 // The scalar formulas (exposed so tests and reference loops share them).
 double gelu_value(double x);

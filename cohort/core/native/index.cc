@@ -22,7 +22,20 @@ void check_range(int64_t v, int64_t n, const char* op) {
 
 }  // namespace
 
+DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> index_select_device("index_select");
+DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)> index_add_device(
+    "index_add");
+DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> gather_device("gather");
+DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)> scatter_add_device(
+    "scatter_add");
+DeviceOp<Tensor(const std::vector<Tensor>&, int64_t)> cat_device("cat");
+DeviceOp<Tensor(const Tensor&, int64_t, bool)> triangle_device("triangle");
+DeviceOp<Tensor(const Tensor&, const Tensor&, double)> masked_fill_device("masked_fill");
+DeviceOp<DropoutResult(const Tensor&, double, Generator&)> dropout_device("dropout");
+
 Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
+  if (Device d = op_device("index_select", {&x_in, &index}); !d.is_cpu())
+    return index_select_device(d, x_in, dim, index);
   dim = wrap_dim(dim, x_in.dim(), "index_select");
   COHORT_CHECK(index.dim() <= 1, "index_select: index must be 1-D, got {}",
                shape_str(index.sizes()));
@@ -53,6 +66,8 @@ Tensor index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
 
 Tensor index_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
                  const Tensor& src_in) {
+  if (Device d = op_device("index_add", {&index, &src_in}); !d.is_cpu())
+    return index_add_device(d, sizes, dtype, dim, index, src_in);
   dim = wrap_dim(dim, static_cast<int64_t>(sizes.size()), "index_add");
   Tensor idx = as_index(index, "index_add");
   const int64_t* pi = idx.data_ptr<int64_t>();
@@ -116,6 +131,8 @@ void for_gather(const Shape& xs, const Tensor& idx, int64_t dim, const char* op,
 }  // namespace
 
 Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
+  if (Device d = op_device("gather", {&x_in, &index}); !d.is_cpu())
+    return gather_device(d, x_in, dim, index);
   dim = wrap_dim(dim, x_in.dim(), "gather");
   Tensor idx = as_index(index, "gather");
   Tensor x = x_in.contiguous();
@@ -131,6 +148,8 @@ Tensor gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
 
 Tensor scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
                    const Tensor& src_in) {
+  if (Device d = op_device("scatter_add", {&index, &src_in}); !d.is_cpu())
+    return scatter_add_device(d, sizes, dtype, dim, index, src_in);
   dim = wrap_dim(dim, static_cast<int64_t>(sizes.size()), "scatter_add");
   Tensor idx = as_index(index, "scatter_add");
   COHORT_CHECK(src_in.sizes() == idx.sizes(), "scatter_add: source {} must match index {}",
@@ -148,6 +167,9 @@ Tensor scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& i
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   COHORT_CHECK(!tensors.empty(), "cat: needs at least one tensor");
+  // One device for all (a CPU result must not gather device tensors silently).
+  for (const Tensor& t : tensors) op_device("cat", {&tensors[0], &t});
+  if (!tensors[0].is_cpu()) return cat_device(tensors[0].device(), tensors, dim);
   const Tensor& first = tensors[0];
   dim = wrap_dim(dim, first.dim(), "cat");
   DType dt = first.dtype();
@@ -176,6 +198,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 DropoutResult dropout(const Tensor& x, double p, Generator& gen) {
+  if (!x.is_cpu()) return dropout_device(x.device(), x, p, gen);
   COHORT_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got {}", p);
   COHORT_CHECK(is_floating(x.dtype()), "dropout: needs a floating tensor, got {}",
                dtype_name(x.dtype()));
@@ -191,6 +214,7 @@ DropoutResult dropout(const Tensor& x, double p, Generator& gen) {
 }
 
 Tensor triangle(const Tensor& x_in, int64_t diagonal, bool lower) {
+  if (!x_in.is_cpu()) return triangle_device(x_in.device(), x_in, diagonal, lower);
   const char* op = lower ? "tril" : "triu";
   COHORT_CHECK(x_in.dim() >= 2, "{}: input must be at least 2-D, got {}", op,
                shape_str(x_in.sizes()));
@@ -219,6 +243,8 @@ Tensor triangle(const Tensor& x_in, int64_t diagonal, bool lower) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  if (Device d = op_device("masked_fill", {&x, &mask}); !d.is_cpu())
+    return masked_fill_device(d, x, mask, value);
   COHORT_CHECK(mask.dtype() == kUInt8 || mask.dtype() == kInt32 || mask.dtype() == kInt64,
                "masked_fill: mask must be an integer (boolean) tensor, got {}",
                dtype_name(mask.dtype()));

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/random.h"
 #include "cohort/core/tensor.h"
 
@@ -34,5 +35,17 @@ struct DropoutResult {
   Tensor out, mask;
 };
 DropoutResult dropout(const Tensor& x, double p, Generator& gen);
+
+// Device kernels (device_dispatch.h) of the ops above.
+extern DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> index_select_device;
+extern DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> gather_device;
+extern DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)>
+    scatter_add_device;
+extern DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)>
+    index_add_device;
+extern DeviceOp<Tensor(const std::vector<Tensor>&, int64_t)> cat_device;
+extern DeviceOp<Tensor(const Tensor&, int64_t, bool)> triangle_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&, double)> masked_fill_device;
+extern DeviceOp<DropoutResult(const Tensor&, double, Generator&)> dropout_device;
 
 }  // namespace cohort::native

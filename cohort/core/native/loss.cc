@@ -6,10 +6,14 @@
 #include "cohort/core/native/class_rows.h"
 
 namespace cohort::native {
-namespace {}  // namespace
+DeviceOp<Tensor(const Tensor&, const Tensor&, Reduction, int64_t)> nll_loss_device("nll_loss");
+DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&, Reduction, int64_t)>
+    nll_loss_backward_device("nll_loss_backward");
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
                 int64_t ignore_index) {
+  if (Device d = op_device("nll_loss", {&input, &target}); !d.is_cpu())
+    return nll_loss_device(d, input, target, reduction, ignore_index);
   ClassRows s = class_rows(input, target, "nll_loss", "input");
   const int64_t* t = s.target.data_ptr<int64_t>();
   return dispatch_floating(input.dtype(), "nll_loss", [&](auto tag) {
@@ -46,6 +50,8 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
 
 Tensor nll_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                          Reduction reduction, int64_t ignore_index) {
+  if (Device d = op_device("nll_loss_backward", {&grad, &input, &target}); !d.is_cpu())
+    return nll_loss_backward_device(d, grad, input, target, reduction, ignore_index);
   ClassRows s = class_rows(input, target, "nll_loss_backward", "input");
   const int64_t* t = s.target.data_ptr<int64_t>();
   Tensor dx = Tensor::zeros({s.n, s.c}, input.dtype());

@@ -5,6 +5,7 @@
 // are ignored), kSum sums, kNone returns [N].
 #pragma once
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort {
@@ -27,5 +28,10 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
 // Gradient w.r.t. input given the gradient of the (reduced) loss.
 Tensor nll_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                          Reduction reduction, int64_t ignore_index = kNoIgnoreIndex);
+
+// Device kernels of the two ops above (device_dispatch.h).
+extern DeviceOp<Tensor(const Tensor&, const Tensor&, Reduction, int64_t)> nll_loss_device;
+extern DeviceOp<Tensor(const Tensor&, const Tensor&, const Tensor&, Reduction, int64_t)>
+    nll_loss_backward_device;
 
 }  // namespace cohort::native

@@ -42,6 +42,11 @@ Acc fast_row_sum(const VecKernels* vec, const T* p, int64_t n) {
 
 }  // namespace
 
+DeviceOp<Tensor(const Tensor&, const Shape&, bool)> sum_device("sum");
+DeviceOp<Tensor(const Tensor&, const Shape&, bool)> mean_device("mean");
+DeviceOp<std::pair<Tensor, Tensor>(const Tensor&, int64_t, bool)> max_device("max");
+DeviceOp<std::pair<Tensor, Tensor>(const Tensor&, int64_t, bool)> min_device("min");
+
 std::vector<bool> reduce_mask(const Shape& dims, int64_t ndim, const char* op) {
   std::vector<bool> mask(ndim, dims.empty());
   for (int64_t d : dims) {
@@ -65,6 +70,7 @@ Shape reduced_shape(const Shape& sizes, const std::vector<bool>& mask, bool keep
 }
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (!x.is_cpu()) return sum_device(x.device(), x, dims, keepdim);
   const int64_t nd = x.dim();
   std::vector<bool> mask = reduce_mask(dims, nd, "sum");
   Shape out_shape = reduced_shape(x.sizes(), mask, keepdim);
@@ -159,6 +165,7 @@ Tensor sum_reference(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  if (!x.is_cpu()) return mean_device(x.device(), x, dims, keepdim);
   COHORT_CHECK(is_floating(x.dtype()), "mean: needs a floating tensor, got {}",
                dtype_name(x.dtype()));
   std::vector<bool> mask = reduce_mask(dims, x.dim(), "mean");
@@ -263,10 +270,12 @@ std::pair<Tensor, Tensor> extreme(const Tensor& x, int64_t dim, bool keepdim, co
 }  // namespace
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  if (!x.is_cpu()) return max_device(x.device(), x, dim, keepdim);
   return extreme<true>(x, dim, keepdim, "max");
 }
 
 std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  if (!x.is_cpu()) return min_device(x.device(), x, dim, keepdim);
   return extreme<false>(x, dim, keepdim, "min");
 }
 
@@ -274,11 +283,13 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return max(x, dim, k
 
 Tensor max_all(const Tensor& x) {
   COHORT_CHECK(x.numel() > 0, "max: empty tensor");
+  if (!x.is_cpu()) return max_device(x.device(), x.reshape({-1}), 0, false).first;
   return extreme<true>(x.reshape({-1}), 0, false, "max").first;
 }
 
 Tensor min_all(const Tensor& x) {
   COHORT_CHECK(x.numel() > 0, "min: empty tensor");
+  if (!x.is_cpu()) return min_device(x.device(), x.reshape({-1}), 0, false).first;
   return extreme<false>(x.reshape({-1}), 0, false, "min").first;
 }
 

@@ -10,6 +10,7 @@
 
 #include <utility>
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::native {
@@ -26,6 +27,13 @@ std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max_all(const Tensor& x);  // 0-d
 Tensor min_all(const Tensor& x);  // 0-d
+
+// Device kernels (device_dispatch.h) of sum, mean, max and min; sum_to,
+// argmax, max_all and min_all reach them through those.
+extern DeviceOp<Tensor(const Tensor&, const Shape&, bool)> sum_device;
+extern DeviceOp<Tensor(const Tensor&, const Shape&, bool)> mean_device;
+extern DeviceOp<std::pair<Tensor, Tensor>(const Tensor&, int64_t, bool)> max_device;
+extern DeviceOp<std::pair<Tensor, Tensor>(const Tensor&, int64_t, bool)> min_device;
 
 // Plain loop version of sum over dims (the oracle in tests).
 Tensor sum_reference(const Tensor& x, const Shape& dims, bool keepdim);

@@ -88,17 +88,31 @@ Tensor backward(const Tensor& grad, const Tensor& out, int64_t dim, Kind kind, c
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return forward(x, dim, Kind::kSoftmax, "softmax"); }
+DeviceOp<Tensor(const Tensor&, int64_t)> softmax_device("softmax");
+DeviceOp<Tensor(const Tensor&, int64_t)> log_softmax_device("log_softmax");
+DeviceOp<Tensor(const Tensor&, const Tensor&, int64_t)> log_softmax_backward_device(
+    "log_softmax_backward");
+DeviceOp<Tensor(const Tensor&, const Tensor&, int64_t)> softmax_backward_device("softmax_backward");
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  if (!x.is_cpu()) return softmax_device(x.device(), x, dim);
+  return forward(x, dim, Kind::kSoftmax, "softmax");
+}
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (!x.is_cpu()) return log_softmax_device(x.device(), x, dim);
   return forward(x, dim, Kind::kLogSoftmax, "log_softmax");
 }
 
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& out, int64_t dim) {
+  if (Device d = op_device("log_softmax_backward", {&grad, &out}); !d.is_cpu())
+    return log_softmax_backward_device(d, grad, out, dim);
   return backward(grad, out, dim, Kind::kLogSoftmax, "log_softmax_backward");
 }
 
 Tensor softmax_backward(const Tensor& grad, const Tensor& out, int64_t dim) {
+  if (Device d = op_device("softmax_backward", {&grad, &out}); !d.is_cpu())
+    return softmax_backward_device(d, grad, out, dim);
   return backward(grad, out, dim, Kind::kSoftmax, "softmax_backward");
 }
 
