@@ -26,6 +26,11 @@ void launch_copy(void* dst, DType dst_dtype, const void* src, DType src_dtype,
 void launch_fill(void* dst, DType dtype, double value, const StridedPlan<1>& plan, int64_t n,
                  cudaStream_t stream);
 
+// native/bf16_rounding.h's stochastic rounding of n float32 values: y[i]
+// from (seed, offset + i), bit for bit the CPU's.
+void launch_to_bf16_stochastic(const float* x, uint16_t* y, int64_t n, uint64_t seed,
+                               uint64_t offset, cudaStream_t stream);
+
 // ---- elementwise.cu ----
 // The values of native::BinaryOp, CompareOp and UnaryOp (elementwise.h, which
 // nvcc cannot include; cohort/cuda/elementwise.cc checks that they agree).

@@ -3,6 +3,7 @@
 // forgotten registration fails here and not on the device.
 #include <gtest/gtest.h>
 
+#include "cohort/core/native/bf16_rounding.h"
 #include "cohort/core/native/elementwise.h"
 #include "cohort/core/native/fused_optim.h"
 #include "cohort/core/native/index.h"
@@ -22,7 +23,7 @@ void expect_registered(const Ops&... ops) {
 
 TEST(CudaPointwiseRegistry, EveryEntryHasAKernel) {
   using namespace native;
-  expect_registered(copy_device, fill_device);
+  expect_registered(copy_device, fill_device, to_bf16_stochastic_device);
   expect_registered(binary_device, binary_scalar_device, rbinary_scalar_device, compare_device,
                     compare_scalar_device, unary_device, clamp_device, where_device, axpby_device,
                     relu_backward_device, gelu_backward_device, tanh_backward_device,

@@ -2,6 +2,7 @@
 // fill_device entries, tensor_device_ops.h); the kernels are in
 // tensor_copy.cu.
 #include "cohort/core/loops.h"
+#include "cohort/core/native/bf16_rounding.h"
 #include "cohort/core/tensor_device_ops.h"
 #include "cohort/cuda/kernels.h"
 #include "cohort/cuda/pointwise_launch.h"
@@ -24,11 +25,20 @@ void cuda_fill(const Tensor& dst, double value) {
               current_cuda_stream(dst.device()));
 }
 
+Tensor cuda_to_bf16_stochastic(const Tensor& x_in, uint64_t seed, uint64_t offset) {
+  Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty(x.sizes(), kBFloat16, x.device());
+  launch_to_bf16_stochastic(x.device_ptr<float>(), static_cast<uint16_t*>(y.device_data()),
+                            x.numel(), seed, offset, current_cuda_stream(x.device()));
+  return y;
+}
+
 }  // namespace
 
 void register_tensor_kernels() {
   copy_device.set(DeviceType::kCUDA, &cuda_copy);
   fill_device.set(DeviceType::kCUDA, &cuda_fill);
+  native::to_bf16_stochastic_device.set(DeviceType::kCUDA, &cuda_to_bf16_stochastic);
 }
 
 }  // namespace cohort::cuda

@@ -1,5 +1,6 @@
 // Kernels behind Tensor::copy_ and fill_ on a CUDA device: strided,
-// broadcasting, dtype-converting copy, and fill.
+// broadcasting, dtype-converting copy, and fill; and the stochastic rounding
+// to bfloat16 of native/bf16_rounding.h.
 #include <cmath>
 
 #include "cohort/cuda/device_types.cuh"
@@ -36,7 +37,44 @@ T host_cast(double v) {
   }
 }
 
+// bf16_rounding.cc's splitmix64 finaliser.
+__device__ __forceinline__ uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void stochastic_bf16_kernel(const float* x, uint16_t* y, int64_t n, uint64_t key,
+                                       uint64_t offset) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const uint32_t u = __float_as_uint(x[i]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      y[i] = 0x7fc0;
+      continue;
+    }
+    const uint32_t r = static_cast<uint32_t>(mix(key ^ (offset + static_cast<uint64_t>(i)))) >> 16;
+    const bool inf = (u & 0x7fffffffu) == 0x7f800000u;
+    y[i] = static_cast<uint16_t>((inf ? u : u + r) >> 16);
+  }
+}
+
+uint64_t host_mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
+
+void launch_to_bf16_stochastic(const float* x, uint16_t* y, int64_t n, uint64_t seed,
+                               uint64_t offset, cudaStream_t stream) {
+  if (n == 0) return;
+  stochastic_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n, host_mix(seed), offset);
+  COHORT_CUDA_LAUNCH_CHECK();
+}
 
 void launch_copy(void* dst, DType dst_dtype, const void* src, DType src_dtype,
                  const StridedPlan<2>& plan, int64_t n, cudaStream_t stream) {

@@ -1,6 +1,12 @@
 // Parity of Tensor::copy_ / fill_ on cuda:0 with the CPU: strided and
-// broadcast copies, every dtype conversion the models use, fills of views.
+// broadcast copies, every dtype conversion the models use, fills of views;
+// and the bf16 rounding of weights (nearest and stochastic), bit for bit.
+#include <cstring>
+#include <limits>
+
+#include "cohort/core/native/bf16_rounding.h"
 #include "cohort/cuda/pointwise_testing.h"
+#include "cohort/optim/bf16_weights.h"
 
 namespace cohort::cuda {
 namespace {
@@ -78,6 +84,38 @@ TEST(CudaCopy, FillsViewsInEveryDtype) {
   Tensor g = Tensor::ones({1000}, kFloat32, gpu());
   g.zero_();
   EXPECT_TRUE(same_values(g, Tensor::zeros({1000}), 0, 0));
+}
+
+TEST(CudaCopy, StochasticBf16RoundingIsTheCpusBitForBit) {
+  COHORT_REQUIRE_CUDA();
+  std::vector<float> v = random_tensor({5000}, 7).to_vector<float>();
+  v[10] = std::numeric_limits<float>::quiet_NaN();
+  v[11] = std::numeric_limits<float>::infinity();
+  v[12] = -std::numeric_limits<float>::infinity();
+  Tensor x = Tensor::from_vector(v);
+  Tensor h = native::to_bf16_stochastic(x, 42, 1000);
+  Tensor d = native::to_bf16_stochastic(x.to(gpu()), 42, 1000);
+  ASSERT_EQ(d.dtype(), kBFloat16);
+  // Compared as bits (NaN included).
+  std::vector<uint16_t> want(h.numel()), got(h.numel());
+  std::memcpy(want.data(), h.raw_data(), want.size() * 2);
+  Tensor dc = d.cpu();
+  std::memcpy(got.data(), dc.raw_data(), got.size() * 2);
+  EXPECT_EQ(got, want);
+}
+
+TEST(CudaCopy, Bf16WeightsModeRoundsDeviceParametersAsTheCpu) {
+  COHORT_REQUIRE_CUDA();
+  for (optim::WeightRounding r :
+       {optim::WeightRounding::kNearest, optim::WeightRounding::kStochastic}) {
+    SCOPED_TRACE(optim::weight_rounding_name(r));
+    std::vector<Tensor> h{random_tensor({33, 7}, 8), random_tensor({300}, 9)};
+    std::vector<Tensor> d{h[0].to(gpu()), h[1].to(gpu())};
+    optim::round_weights_to_bf16(h, r, 5, 3);
+    optim::round_weights_to_bf16(d, r, 5, 3);
+    EXPECT_TRUE(same_values(d[0], h[0], 0, 0));
+    EXPECT_TRUE(same_values(d[1], h[1], 0, 0));
+  }
 }
 
 }  // namespace

@@ -44,6 +44,16 @@ void round_weights_to_bf16(const std::vector<Tensor>& params, WeightRounding rou
     COHORT_CHECK(p.dtype() == kFloat32,
                  "round_weights_to_bf16: parameter {} is {}; bf16 weights need float32 ones", j,
                  dtype_name(p.dtype()));
+    if (!p.is_cpu()) {
+      // On a device: the rounded copy (the same bits as the CPU's, element i
+      // of the row-major order drawing with offset + i), written back.
+      Tensor rounded = rounding == WeightRounding::kStochastic
+                           ? native::to_bf16_stochastic(p, s, offset)
+                           : p.to(kBFloat16);
+      Tensor(p).copy_(rounded);
+      offset += static_cast<uint64_t>(p.numel());
+      continue;
+    }
     Tensor work = p.is_contiguous() ? p : p.contiguous();
     float* x = work.data_ptr<float>();
     const uint64_t base = offset;

@@ -34,9 +34,12 @@ void to_bf16_stochastic(const float* x, BFloat16* y, int64_t n, uint64_t seed, u
   }
 }
 
+DeviceOp<Tensor(const Tensor&, uint64_t, uint64_t)> to_bf16_stochastic_device("to_bf16_stochastic");
+
 Tensor to_bf16_stochastic(const Tensor& x_in, uint64_t seed, uint64_t offset) {
   COHORT_CHECK(x_in.dtype() == kFloat32, "to_bf16_stochastic: needs float32, got {}",
                dtype_name(x_in.dtype()));
+  if (!x_in.is_cpu()) return to_bf16_stochastic_device(x_in.device(), x_in, seed, offset);
   Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty(x.sizes(), kBFloat16);
   const float* px = x.data_ptr<float>();

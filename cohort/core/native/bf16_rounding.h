@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cohort/core/device_dispatch.h"
 #include "cohort/core/tensor.h"
 
 namespace cohort::native {
@@ -22,5 +23,7 @@ void to_bf16_stochastic(const float* x, BFloat16* y, int64_t n, uint64_t seed, u
 // The same on a float32 tensor (any layout; the result is contiguous, element
 // i of the row-major order drawing with offset + i).
 Tensor to_bf16_stochastic(const Tensor& x, uint64_t seed, uint64_t offset = 0);
+// Its device kernel (device_dispatch.h): the same bits on every device.
+extern DeviceOp<Tensor(const Tensor&, uint64_t, uint64_t)> to_bf16_stochastic_device;
 
 }  // namespace cohort::native
