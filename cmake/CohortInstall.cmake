@@ -105,6 +105,16 @@ function(cohort_install_layers)
   if(COHORT_HAVE_ONEDNN)
     list(APPEND libs "-ldnnl")  # core's bf16 matmul path; libdnnl-dev ships no .pc file
   endif()
+  set(COHORT_PC_CFLAGS "")
+  if(COHORT_HAVE_CUDA)
+    # The CUDA layer's registration member (install.cc) is pulled in by name,
+    # and the toolkit (not a Debian package) brings its libraries and headers.
+    list(PREPEND libs "-Wl,--undefined=cohort_cuda_install")
+    list(APPEND libs "-L${CUDAToolkit_LIBRARY_DIR}" "-lcudart" "-lcublasLt" "-lcudnn")
+    foreach(dir ${CUDAToolkit_INCLUDE_DIRS})
+      string(APPEND COHORT_PC_CFLAGS " -I${dir}")
+    endforeach()
+  endif()
   list(JOIN libs " " COHORT_PC_LIBS)
   set(COHORT_PC_REQUIRES "openblas fmt zlib nlohmann_json")
   if(COHORT_HAVE_MPI)

@@ -48,11 +48,19 @@ endif()
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${dev_depends}")
 set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "g++ (>= 4:12), cmake (>= 3.25), pkg-config")
 
-include(CPack)
-cpack_add_component(runtime DISPLAY_NAME "cohort CLI"
-  DESCRIPTION "The command-line tool: cohort run launches a job's worker processes
+set(COHORT_RUNTIME_DESCRIPTION "The command-line tool: cohort run launches a job's worker processes
 (like torchrun), cohort train trains the built-in models, cohort bench
 measures, cohort info describes the machine and the build.")
+if(COHORT_HAVE_CUDA)
+  # cudart, cuBLASLt and cuDNN are NVIDIA's, outside Debian's archive: not
+  # Depends, said here.
+  string(APPEND COHORT_RUNTIME_DESCRIPTION "
+Built with the CUDA layer: needs the CUDA 13 toolkit's cudart, cuBLASLt and
+cuDNN 9 libraries (NVIDIA's packages) on the library path.")
+endif()
+include(CPack)
+cpack_add_component(runtime DISPLAY_NAME "cohort CLI"
+  DESCRIPTION "${COHORT_RUNTIME_DESCRIPTION}")
 cpack_add_component(dev DISPLAY_NAME "cohort headers, libraries, CMake and pkg-config files"
   DESCRIPTION "Development files: headers, static libraries, the CMake package
 (find_package(cohort) gives cohort::cohort and cohort::<layer>) and cohort.pc

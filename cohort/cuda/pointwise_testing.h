@@ -11,7 +11,7 @@
 
 #include "cohort/core/native/test_util.h"
 #include "cohort/core/tensor.h"
-#include "cohort/cuda/testing.h"
+#include "cohort/cuda/cuda_testing.h"
 
 namespace cohort::cuda::testing {
 

@@ -202,6 +202,13 @@ case $mode in
     for soname in $(objdump -p "$build/tools/cohort/cohort" | awk '$1 == "NEEDED" { print $2 }'); do
       path=$(ldconfig -p | awk -v s="$soname" '$1 == s && !done { print $NF; done = 1 }')
       [[ -n $path ]] || fail "cannot find $soname"
+      if [[ $(readlink -f "$path") == /usr/local/cuda* ]]; then
+        # A build with the CUDA layer: NVIDIA's toolkit, not a Debian package,
+        # provides cudart, cuBLASLt and cuDNN (the package's description says so).
+        grep -q 'CUDA' <<<"$runtime_info" || fail "$soname comes from the CUDA toolkit, unsaid"
+        echo "$soname: the CUDA toolkit's"
+        continue
+      fi
       owner=$(owner_of "$path")
       [[ -n $owner ]] || fail "no Debian package owns $path ($soname)"
       declares "$depends" "$owner" || fail "cohort's Depends ($depends) lacks $owner ($soname)"
