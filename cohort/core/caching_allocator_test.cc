@@ -79,7 +79,7 @@ TEST(CachingAllocator, OutOfMemoryEmptiesTheCacheOnceThenNamesTheNumbers) {
   mem.fail_above = size_t{6} << 20;
   CachingAllocator a("cuda:0", mem);
   void* x = a.allocate(size_t{4} << 20, kMain);
-  a.deallocate(x);  // cached
+  a.deallocate(x);                               // cached
   void* y = a.allocate(size_t{5} << 20, kMain);  // fits only after the cache is emptied
   ASSERT_NE(y, nullptr);
   EXPECT_EQ(a.stats().oom_retries, 1u);

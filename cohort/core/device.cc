@@ -7,9 +7,7 @@
 
 namespace cohort {
 
-const char* device_type_name(DeviceType type) {
-  return type == DeviceType::kCUDA ? "cuda" : "cpu";
-}
+const char* device_type_name(DeviceType type) { return type == DeviceType::kCUDA ? "cuda" : "cpu"; }
 
 Device::Device(std::string_view spec) {
   auto bad = [&] {

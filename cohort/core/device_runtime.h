@@ -67,8 +67,8 @@ struct DeviceMemoryStats {
   size_t peak_reserved = 0;
   uint64_t device_allocs = 0;  // calls to the device's allocator (cudaMalloc)
   uint64_t device_frees = 0;
-  uint64_t cache_hits = 0;     // requests served from cached blocks
-  uint64_t oom_retries = 0;    // times the cache was emptied to satisfy a request
+  uint64_t cache_hits = 0;   // requests served from cached blocks
+  uint64_t oom_retries = 0;  // times the cache was emptied to satisfy a request
 };
 
 class DeviceRuntime {
@@ -102,8 +102,8 @@ class DeviceRuntime {
   // device: of the destination). Host memory is staged through the pinned
   // pool, so the call returns once `src` may be reused; a copy into host
   // memory returns once the bytes have arrived.
-  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
-                    size_t nbytes, const Stream& stream) = 0;
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                    const Stream& stream) = 0;
   virtual void fill_bytes(void* dst, int value, size_t nbytes, const Stream& stream) = 0;
 
   virtual Stream default_stream(int index) = 0;

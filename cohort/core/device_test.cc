@@ -6,6 +6,7 @@
 #include "cohort/base/runtime.h"
 #include "cohort/core/device_dispatch.h"
 #include "cohort/core/fake_device_testing.h"
+#include "cohort/core/native/index.h"
 
 namespace cohort {
 namespace {
@@ -167,6 +168,24 @@ TEST(DeviceStreams, SynchronizeTimesOutNamingTheWait) {
   testing::FakeCudaDevice fake;
   fake.memory().complete_events = false;
   EXPECT_THROW(synchronize_device(Device("cuda:0"), "test wait"), TimeoutError);
+}
+
+}  // namespace
+}  // namespace cohort
+
+namespace cohort {
+namespace {
+
+// cat is copy_ into narrow views of an output on the inputs' device, so it
+// runs wherever copy_ has a kernel; inputs on two devices are refused.
+TEST(DeviceTensor, CatGathersOnTheInputsDeviceAndRefusesTwoDevices) {
+  testing::FakeCudaDevice fake;
+  Tensor a = Tensor::arange(0.0, 4.0, 1.0).view({2, 2});
+  Tensor b = Tensor::arange(4.0, 6.0, 1.0).view({2, 1});
+  Tensor c = native::cat({a.cuda(), b.cuda()}, 1);
+  EXPECT_EQ(c.device(), Device("cuda:0"));
+  EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{0, 1, 4, 2, 3, 5}));
+  EXPECT_THROW(native::cat({a, b.cuda()}, 1), InvalidArgument);
 }
 
 }  // namespace

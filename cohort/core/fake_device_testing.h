@@ -71,8 +71,8 @@ class FakeCudaDevice final : public DeviceRuntime {
  public:
   explicit FakeCudaDevice(int devices = 1) : devices_(devices) {
     for (int i = 0; i < devices; ++i) {
-      allocators_.push_back(std::make_unique<CachingAllocator>(
-          "cuda:" + std::to_string(i), memory_));
+      allocators_.push_back(
+          std::make_unique<CachingAllocator>("cuda:" + std::to_string(i), memory_));
     }
     previous_ = find_device_runtime(DeviceType::kCUDA);
     previous_copy_ = copy_device;

@@ -8,9 +8,9 @@
 #include "cohort/core/autograd_meta.h"
 #include "cohort/core/device_dispatch.h"
 #include "cohort/core/device_runtime.h"
-#include "cohort/core/tensor_device_ops.h"
 #include "cohort/core/dispatch.h"
 #include "cohort/core/loops.h"
+#include "cohort/core/tensor_device_ops.h"
 #include "cohort/core/view_autograd.h"
 
 namespace cohort {
@@ -153,8 +153,8 @@ Tensor Tensor::from_blob(void* data, const Shape& sizes, DType dtype, Device dev
   size_t nbytes = static_cast<size_t>(shape_numel(sizes)) * dtype_size(dtype);
   COHORT_CHECK(data != nullptr || nbytes == 0, "from_blob: data is null for a tensor of sizes {}",
                shape_str(sizes));
-  auto storage = std::make_shared<Storage>(data, nbytes, std::move(deleter),
-                                           resolve_device(device));
+  auto storage =
+      std::make_shared<Storage>(data, nbytes, std::move(deleter), resolve_device(device));
   return from_storage(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype);
 }
 

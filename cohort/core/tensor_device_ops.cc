@@ -41,8 +41,8 @@ void copy_between_devices(const Tensor& dst, const Tensor& src) {
     synchronize_device(sd, "copy_ between devices");
   }
   if (d.nbytes() > 0) {
-    device_runtime(side, "copy_").copy(d.device_data(), dd, s.device_data(), sd, d.nbytes(),
-                                       current_stream(side));
+    device_runtime(side, "copy_")
+        .copy(d.device_data(), dd, s.device_data(), sd, d.nbytes(), current_stream(side));
   }
   if (!d.is_same(dst)) Tensor(dst).copy_(d);
 }

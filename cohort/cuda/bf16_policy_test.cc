@@ -7,8 +7,8 @@
 
 #include "cohort/autograd/ops.h"
 #include "cohort/autograd/precision.h"
-#include "cohort/cuda/dense_testing.h"
 #include "cohort/cuda/cuda_testing.h"
+#include "cohort/cuda/dense_testing.h"
 
 namespace cohort::cuda {
 namespace {

@@ -21,25 +21,25 @@ std::string cuda_error_text(cudaError_t err);
 
 }  // namespace cohort::cuda
 
-#define COHORT_CUDA_CHECK(call)                                            \
-  do {                                                                     \
-    cudaError_t cohort_cuda_err_ = (call);                                 \
-    if (cohort_cuda_err_ != cudaSuccess) [[unlikely]]                      \
-      ::cohort::cuda::throw_cuda_error(cohort_cuda_err_, #call);           \
+#define COHORT_CUDA_CHECK(call)                                  \
+  do {                                                           \
+    cudaError_t cohort_cuda_err_ = (call);                       \
+    if (cohort_cuda_err_ != cudaSuccess) [[unlikely]]            \
+      ::cohort::cuda::throw_cuda_error(cohort_cuda_err_, #call); \
   } while (0)
 
-#define COHORT_CUBLAS_CHECK(call)                                          \
-  do {                                                                     \
-    cublasStatus_t cohort_cublas_st_ = (call);                             \
-    if (cohort_cublas_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]           \
-      ::cohort::cuda::throw_cublas_error(cohort_cublas_st_, #call);        \
+#define COHORT_CUBLAS_CHECK(call)                                   \
+  do {                                                              \
+    cublasStatus_t cohort_cublas_st_ = (call);                      \
+    if (cohort_cublas_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]    \
+      ::cohort::cuda::throw_cublas_error(cohort_cublas_st_, #call); \
   } while (0)
 
-#define COHORT_CUDNN_CHECK(call)                                           \
-  do {                                                                     \
-    cudnnStatus_t cohort_cudnn_st_ = (call);                               \
-    if (cohort_cudnn_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]             \
-      ::cohort::cuda::throw_cudnn_error(cohort_cudnn_st_, #call);          \
+#define COHORT_CUDNN_CHECK(call)                                  \
+  do {                                                            \
+    cudnnStatus_t cohort_cudnn_st_ = (call);                      \
+    if (cohort_cudnn_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]    \
+      ::cohort::cuda::throw_cudnn_error(cohort_cudnn_st_, #call); \
   } while (0)
 
 // After a kernel launch: a bad launch configuration is reported at once.

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "cohort/autograd/ops.h"
-#include "cohort/cuda/dense_testing.h"
 #include "cohort/cuda/cuda_testing.h"
+#include "cohort/cuda/dense_testing.h"
 
 namespace cohort::cuda {
 namespace {

@@ -8,9 +8,8 @@
 
 #include "cohort/cuda/runtime.h"
 
-#define COHORT_REQUIRE_CUDA()                                                     \
-  do {                                                                            \
-    if (::cohort::cuda::runtime().device_count() == 0)                            \
-      GTEST_SKIP() << "no usable CUDA device: "                                   \
-                   << ::cohort::cuda::runtime().unavailable_reason();             \
+#define COHORT_REQUIRE_CUDA()                                                                      \
+  do {                                                                                             \
+    if (::cohort::cuda::runtime().device_count() == 0)                                             \
+      GTEST_SKIP() << "no usable CUDA device: " << ::cohort::cuda::runtime().unavailable_reason(); \
   } while (0)

@@ -32,7 +32,8 @@ std::shared_ptr<void> record_event(const Stream& stream) {
     cudaEventDestroy(event);
     throw_cuda_error(err, "cudaEventRecord");
   }
-  return std::shared_ptr<void>(event, [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  return std::shared_ptr<void>(event,
+                               [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
 
 bool event_done(const std::shared_ptr<void>& event) {
@@ -71,7 +72,9 @@ std::string CudaDeviceMemory::describe() {
   return fmt::format("{:.1f} MiB free of {:.1f} MiB", free_bytes / 1048576.0, total / 1048576.0);
 }
 
-std::shared_ptr<void> CudaDeviceMemory::record(const Stream& stream) { return record_event(stream); }
+std::shared_ptr<void> CudaDeviceMemory::record(const Stream& stream) {
+  return record_event(stream);
+}
 bool CudaDeviceMemory::done(const std::shared_ptr<void>& event) { return event_done(event); }
 
 void* PinnedHostMemory::raw_alloc(size_t nbytes) {
@@ -89,7 +92,9 @@ void PinnedHostMemory::raw_free(void* ptr) noexcept { cudaFreeHost(ptr); }
 
 std::string PinnedHostMemory::describe() { return "page-locked host memory is exhausted"; }
 
-std::shared_ptr<void> PinnedHostMemory::record(const Stream& stream) { return record_event(stream); }
+std::shared_ptr<void> PinnedHostMemory::record(const Stream& stream) {
+  return record_event(stream);
+}
 bool PinnedHostMemory::done(const std::shared_ptr<void>& event) { return event_done(event); }
 
 }  // namespace cohort::cuda

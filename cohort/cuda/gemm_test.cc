@@ -9,8 +9,8 @@
 #include "cohort/core/kernels/gelu.h"
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/native/linalg_bf16.h"
-#include "cohort/cuda/dense_testing.h"
 #include "cohort/cuda/cuda_testing.h"
+#include "cohort/cuda/dense_testing.h"
 
 namespace cohort::cuda {
 namespace {

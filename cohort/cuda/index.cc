@@ -104,35 +104,6 @@ Tensor cuda_scatter_add(const Shape& sizes, DType dtype, int64_t dim, const Tens
   return out;
 }
 
-Tensor cuda_cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  const Tensor& first = tensors[0];
-  dim = wrap_dim(dim, first.dim(), "cat");
-  DType dt = first.dtype();
-  int64_t total = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    COHORT_CHECK(t.dim() == first.dim(), "cat: tensor {} has shape {}, tensor 0 has {}", i,
-                 shape_str(t.sizes()), shape_str(first.sizes()));
-    for (int64_t d = 0; d < t.dim(); ++d)
-      COHORT_CHECK(d == dim || t.sizes()[d] == first.sizes()[d],
-                   "cat: tensor {} has shape {}, tensor 0 has {} (only dim {} may differ)", i,
-                   shape_str(t.sizes()), shape_str(first.sizes()), dim);
-    dt = promote_types(dt, t.dtype());
-    total += t.sizes()[dim];
-  }
-  Shape os = first.sizes();
-  os[dim] = total;
-  Tensor out = Tensor::empty(os, dt, first.device());
-  int64_t at = 0;
-  // One strided, converting copy per input (copy_device).
-  for (const Tensor& t : tensors) {
-    const int64_t len = t.sizes()[dim];
-    if (len) out.narrow(dim, at, len).copy_(t);
-    at += len;
-  }
-  return out;
-}
-
 Tensor cuda_triangle(const Tensor& x_in, int64_t diagonal, bool lower) {
   const char* op = lower ? "tril" : "triu";
   COHORT_CHECK(x_in.dim() >= 2, "{}: input must be at least 2-D, got {}", op,
@@ -193,7 +164,6 @@ void register_index_kernels() {
   native::index_add_device.set(kCuda, &cuda_index_add);
   native::gather_device.set(kCuda, &cuda_gather);
   native::scatter_add_device.set(kCuda, &cuda_scatter_add);
-  native::cat_device.set(kCuda, &cuda_cat);
   native::triangle_device.set(kCuda, &cuda_triangle);
   native::masked_fill_device.set(kCuda, &cuda_masked_fill);
   native::dropout_device.set(kCuda, &cuda_dropout);

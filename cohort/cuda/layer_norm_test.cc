@@ -6,8 +6,8 @@
 #include "cohort/autograd/ops.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/core/native/norm.h"
-#include "cohort/cuda/dense_testing.h"
 #include "cohort/cuda/cuda_testing.h"
+#include "cohort/cuda/dense_testing.h"
 
 namespace cohort::cuda {
 namespace {

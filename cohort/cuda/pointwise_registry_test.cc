@@ -32,7 +32,7 @@ TEST(CudaPointwiseRegistry, EveryEntryHasAKernel) {
   expect_registered(softmax_device, log_softmax_device, softmax_backward_device,
                     log_softmax_backward_device, nll_loss_device, nll_loss_backward_device);
   expect_registered(index_select_device, index_add_device, gather_device, scatter_add_device,
-                    cat_device, triangle_device, masked_fill_device, dropout_device);
+                    triangle_device, masked_fill_device, dropout_device);
   expect_registered(sgd_step_device, adam_step_device, total_norm_device, scale_by_norm_device);
 }
 

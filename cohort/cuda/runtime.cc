@@ -122,8 +122,8 @@ class CudaRuntime final : public DeviceRuntime {
       if (src_device == dst_device) {
         COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s));
       } else {
-        COHORT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index(), src, src_device.index(),
-                                              nbytes, s));
+        COHORT_CUDA_CHECK(
+            cudaMemcpyPeerAsync(dst, dst_device.index(), src, src_device.index(), nbytes, s));
       }
       return;
     }
@@ -177,14 +177,12 @@ class CudaRuntime final : public DeviceRuntime {
     return Stream{Device(DeviceType::kCUDA, index), d.streams[slot], slot + 1};
   }
 
-  Event record(const Stream& stream) override {
-    return Event{stream.device, record_event(stream)};
-  }
+  Event record(const Stream& stream) override { return Event{stream.device, record_event(stream)}; }
 
   void wait(const Stream& stream, const Event& event) override {
     if (!event.valid()) return;
-    COHORT_CUDA_CHECK(cudaStreamWaitEvent(raw_stream(stream),
-                                          static_cast<cudaEvent_t>(event.handle.get()), 0));
+    COHORT_CUDA_CHECK(
+        cudaStreamWaitEvent(raw_stream(stream), static_cast<cudaEvent_t>(event.handle.get()), 0));
   }
 
   bool query(const Event& event) override { return event_done(event.handle); }

@@ -145,8 +145,8 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
                      name_, full, shape_str(t->sizes()), scalar ? "[]" : shape_str(p.sizes()));
         // State lives with its parameter (a checkpoint written on a GPU loads
         // on the CPU and back); the step count stays a host scalar.
-        Tensor c = scalar ? Tensor::empty({}, kFloat32)
-                          : Tensor::empty(p.sizes(), p.dtype(), p.device());
+        Tensor c =
+            scalar ? Tensor::empty({}, kFloat32) : Tensor::empty(p.sizes(), p.dtype(), p.device());
         new_state[i].insert(key, c.copy_(*t));
       }
     }

@@ -168,8 +168,8 @@ TEST(TrainCli, DeviceCudaWithoutAGpuFailsAtOnceNamingWhatIsMissing) {
   ASSERT_EQ(info.exit_code, 0) << info.output;
   if (info.output.find("gpu cuda:0:") != std::string::npos)
     GTEST_SKIP() << "a GPU is present here: the cuda tests and scripts/gpu_check.sh cover it";
-  Finished f = run_command({kCohort, "train", "--device", "cuda", "--dataset", "synthetic",
-                            "--max-steps", "1"});
+  Finished f = run_command(
+      {kCohort, "train", "--device", "cuda", "--dataset", "synthetic", "--max-steps", "1"});
   EXPECT_NE(f.exit_code, 0) << f.output;
   EXPECT_NE(f.output.find("--device cuda"), std::string::npos) << f.output;
   const bool named = f.output.find("built without") != std::string::npos ||

@@ -33,8 +33,8 @@ void print_gpus() {
   }
   for (int i = 0; i < n; ++i) {
     DeviceProperties p = rt->properties(i);
-    std::printf("gpu cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB\n", i,
-                p.name.c_str(), p.major, p.minor, p.multiprocessors,
+    std::printf("gpu cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB\n", i, p.name.c_str(),
+                p.major, p.minor, p.multiprocessors,
                 static_cast<double>(p.total_memory) / (1 << 30));
   }
 }

@@ -28,7 +28,6 @@ DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)> ind
 DeviceOp<Tensor(const Tensor&, int64_t, const Tensor&)> gather_device("gather");
 DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)> scatter_add_device(
     "scatter_add");
-DeviceOp<Tensor(const std::vector<Tensor>&, int64_t)> cat_device("cat");
 DeviceOp<Tensor(const Tensor&, int64_t, bool)> triangle_device("triangle");
 DeviceOp<Tensor(const Tensor&, const Tensor&, double)> masked_fill_device("masked_fill");
 DeviceOp<DropoutResult(const Tensor&, double, Generator&)> dropout_device("dropout");
@@ -169,7 +168,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   COHORT_CHECK(!tensors.empty(), "cat: needs at least one tensor");
   // One device for all (a CPU result must not gather device tensors silently).
   for (const Tensor& t : tensors) op_device("cat", {&tensors[0], &t});
-  if (!tensors[0].is_cpu()) return cat_device(tensors[0].device(), tensors, dim);
   const Tensor& first = tensors[0];
   dim = wrap_dim(dim, first.dim(), "cat");
   DType dt = first.dtype();
@@ -187,7 +185,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   }
   Shape os = first.sizes();
   os[dim] = total;
-  Tensor out = Tensor::empty(os, dt);
+  // On the inputs' device: the copies below are copy_'s, which run there.
+  Tensor out = Tensor::empty(os, dt, first.device());
   int64_t at = 0;
   for (const Tensor& t : tensors) {
     int64_t len = t.sizes()[dim];

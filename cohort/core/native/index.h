@@ -43,7 +43,6 @@ extern DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor
     scatter_add_device;
 extern DeviceOp<Tensor(const Shape&, DType, int64_t, const Tensor&, const Tensor&)>
     index_add_device;
-extern DeviceOp<Tensor(const std::vector<Tensor>&, int64_t)> cat_device;
 extern DeviceOp<Tensor(const Tensor&, int64_t, bool)> triangle_device;
 extern DeviceOp<Tensor(const Tensor&, const Tensor&, double)> masked_fill_device;
 extern DeviceOp<DropoutResult(const Tensor&, double, Generator&)> dropout_device;

@@ -140,8 +140,9 @@ Tensor CausalSelfAttention::attend(const Tensor& q, const Tensor& k, const Tenso
     return scaled_dot_product_attention(q, k, v, /*is_causal=*/past == 0 && tq > 1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   Tensor att = mul(matmul(q, transpose(k, -2, -1)), scale);  // [B, nh, Tq, Tk]
-  if (tq > 1) att = add(att, causal_mask(tq, tk, past).to(att.device()));     // one query sees every key
-  return matmul(softmax(att, -1), v);                        // [B, nh, Tq, hs]
+  if (tq > 1)
+    att = add(att, causal_mask(tq, tk, past).to(att.device()));  // one query sees every key
+  return matmul(softmax(att, -1), v);                            // [B, nh, Tq, hs]
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
