@@ -110,7 +110,7 @@ function(cohort_install_layers)
     # The CUDA layer's registration member (install.cc) is pulled in by name,
     # and the toolkit (not a Debian package) brings its libraries and headers.
     list(PREPEND libs "-Wl,--undefined=cohort_cuda_install")
-    list(APPEND libs "-L${CUDAToolkit_LIBRARY_DIR}" "-lcudart" "-lcublasLt" "-lcudnn")
+    list(APPEND libs "-L${CUDAToolkit_LIBRARY_DIR}" "-lcudart" "-lcudnn" "-ldl")
     foreach(dir ${CUDAToolkit_INCLUDE_DIRS})
       string(APPEND COHORT_PC_CFLAGS " -I${dir}")
     endforeach()
