@@ -31,7 +31,6 @@
 # Usage: scripts/gpu_check.sh pack | run
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 mode=${1:-}
 
 pack() {
