@@ -109,9 +109,16 @@ run() {
   LD_LIBRARY_PATH=$cohort_libs timeout 240 "$bin/cohort_cuda_tests" --gtest_output=xml:"$out/cuda_tests.xml" \
     >"$out/cuda_tests.txt" 2>&1
   local rc=$?
-  local counts
-  counts=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cuda_tests.txt" | tr '\n' ' ')
-  if [ $rc -eq 0 ]; then summary "PASS cuda tests: $counts"; else summary "FAIL cuda tests (rc $rc): $counts"; fi
+  local counts skipped
+  counts=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$out/cuda_tests.txt" | tr -s ' \n' ' ')
+  skipped=$(grep -cE '^\[ +SKIPPED +\] .*\([0-9]+ ms\)$' "$out/cuda_tests.txt")
+  if [ $rc -ne 0 ]; then
+    summary "FAIL cuda tests (rc $rc): $counts"
+  elif [ "$skipped" -gt 0 ]; then
+    summary "SKIP cuda tests: $skipped skipped, the GPU was not usable: $counts"
+  else
+    summary "PASS cuda tests: $counts"
+  fi
   grep -E '^\[  FAILED  \]' "$out/cuda_tests.txt" | head -40 >>"$out/summary.txt"
 
   # 2. Net, one epoch, GPU against CPU: test accuracy within 0.5 points.
