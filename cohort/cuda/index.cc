@@ -12,11 +12,7 @@
 namespace cohort::cuda {
 namespace {
 
-Tensor as_index(const Tensor& index, const char* op) {
-  COHORT_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32 || index.dtype() == kUInt8,
-               "{}: index must be an integer tensor, got {}", op, dtype_name(index.dtype()));
-  return index.to(kInt64).contiguous();
-}
+using native::as_index;
 
 Tensor cuda_index_select(const Tensor& x_in, int64_t dim, const Tensor& index) {
   dim = wrap_dim(dim, x_in.dim(), "index_select");

@@ -8,13 +8,13 @@
 #include "cohort/core/native/elementwise.h"
 
 namespace cohort::native {
-namespace {
-
 Tensor as_index(const Tensor& index, const char* op) {
   COHORT_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32 || index.dtype() == kUInt8,
                "{}: index must be an integer tensor, got {}", op, dtype_name(index.dtype()));
   return index.to(kInt64).contiguous();
 }
+
+namespace {
 
 void check_range(int64_t v, int64_t n, const char* op) {
   COHORT_CHECK(v >= 0 && v < n, "{}: index {} out of range [0, {})", op, v, n);

@@ -13,6 +13,10 @@ namespace cohort::native {
 
 // out = x.index_select(dim, index): index 1-D, out has index.numel() at dim.
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// An index argument as contiguous int64 on its device (int32 and uint8
+// accepted); InvalidArgument naming `op` for other dtypes. Shared by the
+// device kernels' entry points.
+Tensor as_index(const Tensor& index, const char* op);
 // out = zeros(sizes); out.index_add_(dim, index, src) (sums repeated indices).
 Tensor index_add(const Shape& sizes, DType dtype, int64_t dim, const Tensor& index,
                  const Tensor& src);
