@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -27,6 +28,7 @@ namespace cohort::testing {
 class FakeDeviceMemory final : public DeviceMemory {
  public:
   void* raw_alloc(size_t nbytes) override {
+    std::lock_guard<std::mutex> lock(mu);
     if (fail_above > 0 && outstanding + nbytes > fail_above) return nullptr;
     outstanding += nbytes;
     ++allocs;
@@ -35,6 +37,7 @@ class FakeDeviceMemory final : public DeviceMemory {
     return p;
   }
   void raw_free(void* ptr) noexcept override {
+    std::lock_guard<std::mutex> lock(mu);
     ++frees;
     outstanding -= live[ptr];
     live.erase(ptr);
@@ -42,6 +45,7 @@ class FakeDeviceMemory final : public DeviceMemory {
   }
   std::string describe() override { return "fake device full"; }
   std::shared_ptr<void> record(const Stream&) override {
+    std::lock_guard<std::mutex> lock(mu);
     auto e = std::make_shared<std::atomic<bool>>(complete_events);
     events.push_back(e);
     return e;
@@ -50,9 +54,11 @@ class FakeDeviceMemory final : public DeviceMemory {
     return static_cast<std::atomic<bool>*>(e.get())->load();
   }
   void complete_all() {
+    std::lock_guard<std::mutex> lock(mu);
     for (auto& e : events) e->store(true);
   }
 
+  std::mutex mu;  // ranks on threads share the fake device
   size_t fail_above = 0;
   size_t outstanding = 0;  // bytes held from this "device" now
   int allocs = 0, frees = 0;
@@ -113,6 +119,7 @@ class FakeCudaDevice final : public DeviceRuntime {
     for (auto& a : allocators_) a->empty_cache();
   }
   void copy(void* dst, Device dd, const void* src, Device sd, size_t n, const Stream&) override {
+    std::lock_guard<std::mutex> lock(memory_.mu);
     ++copies;
     if (dd.is_cpu()) ++copies_to_host;
     std::memcpy(dst, src, n);
@@ -137,7 +144,8 @@ class FakeCudaDevice final : public DeviceRuntime {
   }
 
   FakeDeviceMemory& memory() { return memory_; }
-  int copies = 0, copies_to_host = 0, waits = 0;
+  int copies = 0, copies_to_host = 0;  // under memory().mu
+  std::atomic<int> waits{0};
 
  private:
   int devices_;

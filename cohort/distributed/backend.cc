@@ -48,6 +48,12 @@ bool backend_available(BackendKind kind) {
   return false;
 }
 
+DeviceCompletion Backend::run_on_device(const OpArgs& a, const DeviceOpContext& ctx) {
+  throw NotSupported(fmt::format("{} backend: {} on {} buffers is not supported",
+                                 backend_name(kind()), collectives::op_kind_name(a.kind),
+                                 ctx.device.str()));
+}
+
 std::unique_ptr<Backend> create_backend(BackendKind kind, std::shared_ptr<rendezvous::Store> store,
                                         int rank, int size, const ProcessGroupOptions& options) {
   switch (kind) {

@@ -4,20 +4,27 @@
 // one entry point, run(OpArgs), with a case per op of the op table
 // (collectives/op_table.h). Implementations: NativeBackend (cohort's
 // Communicator), MpiBackend (mpi/mpi_backend.h, built when COHORT_HAVE_MPI).
-// An NCCL backend would be a third implementation; this build has none
-// (create_backend throws NotSupported for BackendKind::kNccl).
+// NcclBackend (nccl/nccl_backend.h, built when COHORT_HAVE_NCCL) runs ops on
+// device memory only, through run_on_device.
 //
+// Device buffers (CUDA tensors): a backend that takes them (runs_on_device)
+// enqueues the op on its own stream after `ready` and returns at once with
+// the op's DeviceCompletion; the ProcessGroup stages device buffers through
+// host memory for the others (process_group_device.cc), so every backend
+// carries CUDA tensors.
 // Shapes follow the op table: counts are elements per rank; all_gather's recv
 // holds size()*count elements, etc. (OpInfo::send, OpInfo::recv).
 // Errors are exceptions of cohort's types; the ProcessGroup adds the op's
 // context. Thread safety: one op at a time; abort() from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cohort/collectives/communicator.h"
+#include "cohort/core/device_runtime.h"
 #include "cohort/distributed/options.h"
 #include "cohort/rendezvous/store.h"
 
@@ -36,6 +43,9 @@ struct ProcessGroupOptions {
   // init_process_group takes COHORT_<OP>_ALGO and COHORT_SPIN_US from the
   // env:// bootstrap).
   collectives::CollectiveTuning tuning;
+  // nccl: the CUDA device of this rank's communicator (-1: the current device
+  // when the group is created, as PyTorch's torch.cuda.set_device sets it).
+  int device_index = -1;
   // native: which address to advertise, the connect time-out and waiting
   // reports (transport/network.h); init_process_group fills it from env://.
   transport::NetworkOptions network;
@@ -45,6 +55,27 @@ struct ProcessGroupOptions {
   // bootstrap).
   size_t flight_recorder_entries = 2048;
   std::string flight_recorder_dir;
+};
+
+// One op on device buffers: the issuing thread's current stream on the
+// buffers' device, an event recorded on it when the op was issued (the op
+// must see everything enqueued before it), and the base pointers of the
+// allocator blocks the op uses (the backend marks them used by its stream,
+// as PyTorch's recordStream, so they are not reused before the op ends).
+struct DeviceOpContext {
+  Device device;
+  Stream stream;
+  Event ready;
+  std::vector<void*> blocks;
+};
+
+// The device side of an op that the host only enqueued: `end` completes when
+// the op did on the device; `check` (may be empty) throws the op's failure
+// found since (the backend's watchdog: a time-out, a lost peer), with the
+// group, rank, op and sequence number named.
+struct DeviceCompletion {
+  Event end;
+  std::function<void()> check;
 };
 
 class Backend {
@@ -66,6 +97,12 @@ class Backend {
   // Runs one op (arguments checked by the caller; a.timeout resolved, never
   // kUseDefaultTimeout). One case per OpKind.
   virtual void run(const OpArgs& a) = 0;
+
+  // Whether run_on_device takes buffers in `device`'s memory.
+  virtual bool runs_on_device(Device /*device*/) const { return false; }
+  // Enqueues one op on device buffers (see DeviceOpContext) and returns
+  // without waiting for it. Only called when runs_on_device(ctx.device).
+  virtual DeviceCompletion run_on_device(const OpArgs& a, const DeviceOpContext& ctx);
 
   // The backend of a subgroup of this group's ranks `ranks` (sorted, in this
   // group's numbering), or null on ranks outside it. Every rank of this group

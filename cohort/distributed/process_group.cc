@@ -25,6 +25,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(BackendKind backend,
                                         std::move(world), std::move(options));
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::create(std::unique_ptr<Backend> backend,
+                                                   std::shared_ptr<rendezvous::Store> store,
+                                                   ProcessGroupOptions options) {
+  COHORT_CHECK(backend != nullptr, "ProcessGroup::create: backend is null");
+  std::vector<int> world(static_cast<size_t>(backend->size()));
+  std::iota(world.begin(), world.end(), 0);
+  BackendKind kind = backend->kind();
+  return std::make_shared<ProcessGroup>(Private{}, kind, std::move(backend), std::move(store),
+                                        std::move(world), std::move(options));
+}
+
 ProcessGroup::ProcessGroup(Private, BackendKind kind, std::unique_ptr<Backend> backend,
                            std::shared_ptr<rendezvous::Store> store, std::vector<int> world_ranks,
                            ProcessGroupOptions options)
@@ -116,7 +127,8 @@ ProcessGroupStats ProcessGroup::stats() const {
 }
 
 Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
-                           Duration timeout, bool async_op) {
+                           Duration timeout, bool async_op,
+                           std::shared_ptr<detail::DeviceEnd> device_end) {
   std::shared_ptr<detail::WorkState> s = new_state();
   s->op = op;
   s->collective = collective;
@@ -124,6 +136,7 @@ Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()
   s->wait_limit = std::max(timeout, options_.timeout) + std::chrono::seconds(5);
   s->may_run_inline = ops_have_deadlines_;
   s->body = std::move(body);
+  s->device_end = std::move(device_end);
   {
     std::lock_guard<std::mutex> lk(issue_mu_);
     if (destroyed_) {
@@ -190,6 +203,12 @@ Work ProcessGroup::run_op(OpArgs a, Keep keep, bool async) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   collectives::check_op_args(a, rank_, size_, options_.name);
   a.timeout = op_timeout(a.timeout);
+  const Device first = keep.first ? keep.first->device() : kCPU;
+  const Device second = keep.second ? keep.second->device() : first;
+  COHORT_CHECK(first == second,
+               "{}: expected all tensors on one device, but found at least two devices, {} and {}",
+               info.name, first.str(), second.str());
+  if (!first.is_cpu()) return run_device_op(a, std::move(keep), async, first);
   Backend* b = backend_.get();
   return submit(info.name, info.collective, a.timeout, async, keep, [b, a] { b->run(a); });
 }

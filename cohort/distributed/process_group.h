@@ -88,6 +88,11 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   static std::shared_ptr<ProcessGroup> create(BackendKind backend,
                                               std::shared_ptr<rendezvous::Store> store, int rank,
                                               int size, ProcessGroupOptions options = {});
+  // A group over a backend made by the caller (a backend outside
+  // create_backend's list, or a test's double); `store` as the backend's.
+  static std::shared_ptr<ProcessGroup> create(std::unique_ptr<Backend> backend,
+                                              std::shared_ptr<rendezvous::Store> store,
+                                              ProcessGroupOptions options = {});
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -328,10 +333,18 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   struct Keep {
     const Tensor* first = nullptr;
     const Tensor* second = nullptr;
+    // An async op on device buffers through a backend that enqueues it: the
+    // Work's device side (work.h), filled in by the op's body.
+    std::shared_ptr<detail::DeviceEnd> device_end = nullptr;
   };
   // Every op: checks a's arguments against the op table (check_op_args),
   // resolves its timeout and submits backend->run(a).
+  // Tensors on a device go to run_device_op.
   Work run_op(OpArgs a, Keep keep, bool async);
+  // `a` on the buffers of keep's tensors, which live on `device` (not the
+  // CPU): enqueued by a backend that runs on the device, else staged through
+  // host memory around backend->run (process_group_device.cc).
+  Work run_device_op(const OpArgs& a, Keep keep, bool async, Device device);
   // The one-tensor forms (all_reduce, broadcast, reduce, send, recv): `a`
   // with the tensor's memory as its buffer.
   Work run_tensor(OpArgs a, const Tensor& tensor, bool async);
@@ -371,7 +384,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<detail::WorkState> new_state() const;
   // Queues body as op `op` and returns its Work (waited for unless async_op).
   Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
-               bool async_op);
+               bool async_op, std::shared_ptr<detail::DeviceEnd> device_end = nullptr);
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
   Duration op_timeout(Duration t) const { return t == kUseDefaultTimeout ? options_.timeout : t; }

@@ -28,7 +28,20 @@ Buf check_tensor(const char* op, const std::string& what, const Tensor& t) {
                op, what, shape_str(t.sizes()), shape_str(t.strides()));
   DataType dt = to_data_type(t.dtype());
   auto n = static_cast<size_t>(t.numel());
-  return Buf{n == 0 ? nullptr : t.raw_data(), n, dt, t.nbytes()};
+  void* data = n == 0 ? nullptr : t.is_cpu() ? t.raw_data() : t.device_data();
+  return Buf{data, n, dt, t.nbytes()};
+}
+
+// The list forms pack through host memory; on a device, the flat forms take
+// one tensor instead.
+void check_on_host(const char* op, const char* flat_form, const std::vector<Tensor>& list) {
+  for (const Tensor& t : list) {
+    if (t.defined() && !t.is_cpu()) {
+      throw NotSupported(fmt::format(
+          "{}: lists of {} tensors are not supported; use {} with one flat tensor", op,
+          t.device().str(), flat_form));
+    }
+  }
 }
 
 void check_like(const char* op, const std::string& what, const Buf& b, DataType dtype,
@@ -124,6 +137,7 @@ Work ProcessGroup::run_tensor(OpArgs a, const Tensor& tensor, bool async) {
 
 Work ProcessGroup::all_gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
                                    const AllGatherOptions& o, bool async) {
+  check_on_host("all_gather", "all_gather_into_tensor", joined(outputs, {input}));
   Buf in = check_tensor("all_gather", "input", input);
   auto outs =
       check_list("all_gather", "outputs", outputs, static_cast<size_t>(size_), in.dtype, in.count);
@@ -145,6 +159,7 @@ Work ProcessGroup::all_gather_into_tensor_impl(const Tensor& output, const Tenso
 
 Work ProcessGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
                                const GatherOptions& o, bool async) {
+  check_on_host("gather", "all_gather_into_tensor", joined(outputs, {input}));
   Buf in = check_tensor("gather", "input", input);
   check_root("gather", o.root);
   OpArgs a = op_args(OpKind::kGather, in.data, nullptr, in.count, in.dtype, o);
@@ -162,6 +177,7 @@ Work ProcessGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor&
 
 Work ProcessGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                 const ScatterOptions& o, bool async) {
+  check_on_host("scatter", "broadcast of one flat tensor", joined(inputs, {output}));
   Buf out = check_tensor("scatter", "output", output);
   check_root("scatter", o.root);
   OpArgs a = op_args(OpKind::kScatter, nullptr, out.data, out.count, out.dtype, o);
@@ -179,6 +195,7 @@ Work ProcessGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>&
 
 Work ProcessGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                        const ReduceScatterOptions& o, bool async) {
+  check_on_host("reduce_scatter", "reduce_scatter_tensor", joined(inputs, {output}));
   Buf out = check_tensor("reduce_scatter", "output", output);
   auto ins = check_list("reduce_scatter", "inputs", inputs, static_cast<size_t>(size_), out.dtype,
                         out.count);
@@ -202,6 +219,8 @@ Work ProcessGroup::all_to_all_impl(const std::vector<Tensor>& outputs,
                                    const std::vector<Tensor>& inputs, const AllToAllOptions& o,
                                    bool async) {
   COHORT_CHECK(!inputs.empty(), "all_to_all: inputs must hold {} tensors, got 0", size_);
+  check_on_host("all_to_all", "all_to_all_single", joined(inputs, {}));
+  check_on_host("all_to_all", "all_to_all_single", outputs);
   Buf first = check_tensor("all_to_all", "inputs[0]", inputs[0]);
   auto ins = check_list("all_to_all", "inputs", inputs, static_cast<size_t>(size_), first.dtype,
                         first.count);

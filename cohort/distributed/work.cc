@@ -88,9 +88,20 @@ void Work::wait(Duration timeout) const {
     }
   }
   if (s.error) std::rethrow_exception(s.error);
+  if (s.device_end && s.device_end->end.valid()) {
+    if (s.device_end->check) s.device_end->check();
+    const Event& e = s.device_end->end;
+    device_runtime(e.device, s.op).wait(current_stream(e.device), e);
+  }
 }
 
-bool Work::is_completed() const { return state().done.load(std::memory_order_acquire); }
+bool Work::is_completed() const {
+  const detail::WorkState& s = state();
+  if (!s.done.load(std::memory_order_acquire)) return false;
+  if (!s.device_end || !s.device_end->end.valid()) return true;
+  const Event& e = s.device_end->end;
+  return device_runtime(e.device, s.op).query(e);
+}
 
 bool Work::is_success() const {
   const detail::WorkState& s = state();

@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 
+#include "cohort/core/device_runtime.h"
 #include "cohort/distributed/options.h"
 
 namespace cohort::distributed {
@@ -43,6 +44,12 @@ namespace cohort::distributed {
 namespace detail {
 
 class WorkQueue;
+
+// The device side of a queued device op, filled in by its body.
+struct DeviceEnd {
+  Event end;
+  std::function<void()> check;  // throws the backend's failure of the op, if any
+};
 
 // State shared by a Work, its copies and the queue that runs it.
 struct WorkState {
@@ -65,6 +72,10 @@ struct WorkState {
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   std::exception_ptr error;
+  // Ops on device buffers through a backend that enqueues them (nccl): set by
+  // the op's body before `done`; the host part is done once enqueued, and the
+  // op's end on the device is this event (see Work::wait).
+  std::shared_ptr<struct DeviceEnd> device_end;
 
   // "all_reduce (group 'default', rank 0, seq 3)"
   std::string describe() const;
@@ -89,12 +100,17 @@ class Work {
   explicit Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
 
   bool defined() const { return state_ != nullptr; }
-  // Blocks until the op completed and rethrows its exception. timeout:
+  // Blocks until the op completed and rethrows its exception. For an op on
+  // device buffers that the backend only enqueued (nccl), "completed" is on
+  // the host side: wait() then makes the calling thread's current stream wait
+  // for the op's end on the device without blocking the host (PyTorch's
+  // ProcessGroupNCCL semantics), after rethrowing any failure the backend's
+  // watchdog found. timeout:
   // kUseDefaultTimeout = the group's timeout, counted from when the op
   // started (ops queued ahead of it do not use it up); otherwise counted from
   // this call. TimeoutError when it passes (the op stays pending).
   void wait(Duration timeout = kUseDefaultTimeout) const;
-  // Never blocks.
+  // Never blocks. Device ops: also ended on the device.
   bool is_completed() const;
   // Completed without an error.
   bool is_success() const;
