@@ -29,6 +29,8 @@ std::vector<float> values(const Tensor& t) { return t.cpu().to_vector<float>(); 
 
 TEST(ProcessGroupDevice, NativeStagesDeviceTensorsThroughTheHost) {
   cohort::testing::FakeCudaDevice fake;
+  // The fake's device memory is host memory, so only the copies show the staging.
+  const int to_host = fake.copies_to_host;
   run_ranks(3, [](ProcessGroup& pg) {
     float r = static_cast<float>(pg.rank());
     Tensor t = Tensor::from_vector<float>({r, 2 * r, 1}, {3}).to(kCuda);
@@ -60,6 +62,9 @@ TEST(ProcessGroupDevice, NativeStagesDeviceTensorsThroughTheHost) {
     s.wait();
     EXPECT_EQ(values(got), std::vector<float>(4, static_cast<float>(prev)));
   });
+  // Per rank: five staged inputs (all_reduce, broadcast, all_gather,
+  // reduce_scatter, send) and five .cpu() reads.
+  EXPECT_GE(fake.copies_to_host - to_host, 3 * (5 + 5));
 }
 
 TEST(ProcessGroupDevice, ErrorsNameTheDevicesAndTheFlatForm) {
