@@ -64,8 +64,15 @@ Reducer::~Reducer() {
 
 void Reducer::build_buckets(size_t cap_bytes) {
   std::vector<BucketParam> sizes;
-  for (const Param& p : params_)
-    sizes.push_back({p.tensor.nbytes(), static_cast<int>(p.tensor.dtype())});
+  // A bucket holds one dtype on one device (a model split over two GPUs, as
+  // the tutorials' ToyMpModel, reduces each device's gradients in its own
+  // buckets, on that device).
+  auto key = [](const Tensor& t) {
+    const Device d = t.device();
+    const int device = d.is_cpu() ? 0 : 1 + static_cast<int>(d.type()) * 64 + d.index();
+    return static_cast<int>(t.dtype()) * 4096 + device;
+  };
+  for (const Param& p : params_) sizes.push_back({p.tensor.nbytes(), key(p.tensor)});
   std::vector<std::vector<size_t>> closed = assign_buckets(sizes, cap_bytes);
   for (auto& members : closed) {
     Bucket b;
@@ -74,7 +81,8 @@ void Reducer::build_buckets(size_t cap_bytes) {
     // The unsharded form of ZeRO's flat layout: plain concatenation.
     FlatLayout layout(std::move(numels), 1);
     DType dtype = params_[members.front()].tensor.dtype();
-    b.buffer = Tensor::zeros({layout.total_numel()}, dtype);
+    b.buffer = Tensor::zeros({layout.total_numel()}, dtype,
+                             params_[members.front()].tensor.device());
     for (size_t j = 0; j < members.size(); ++j) {
       Param& p = params_[members[j]];
       p.bucket = buckets_.size();
