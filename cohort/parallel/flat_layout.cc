@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cohort/core/tensor_device_ops.h"
+
 namespace cohort::parallel {
 
 FlatLayout::FlatLayout(std::vector<int64_t> numels, int shards)
@@ -112,6 +114,83 @@ Tensor FlatLayout::piece_of_tensor(const Tensor& tensor, size_t i, int r) const 
 Tensor FlatLayout::piece_of_segment(const Tensor& segment, size_t i, int r) const {
   return Tensor::from_storage(segment.storage(), {local_numel(i, r)}, {1},
                               segment.storage_offset() + offsets_[i], segment.dtype());
+}
+
+namespace {
+
+// `n` elements of `buffer` from element `at` (of its storage offset), 1-d.
+Tensor span(const Tensor& buffer, int64_t at, int64_t n) {
+  return Tensor::from_storage(buffer.storage(), {n}, {1}, buffer.storage_offset() + at,
+                              buffer.dtype());
+}
+
+void check_flat(const char* what, const Tensor& flat, int64_t numel) {
+  COHORT_CHECK(flat.is_contiguous() && flat.numel() == numel,
+               "FlatLayout::{}: the buffer must be contiguous with {} elements, got {} {}", what,
+               numel, dtype_name(flat.dtype()), shape_str(flat.sizes()));
+}
+
+}  // namespace
+
+void FlatLayout::pack_segment(const std::vector<Tensor>& tensors, int r,
+                              const Tensor& segment) const {
+  check_flat("pack_segment", segment, shard_numel_);
+  if (segment.is_cpu()) {
+    pack_segment(tensors, r, segment.raw_data(), dtype_size(segment.dtype()));
+    return;
+  }
+  COHORT_CHECK(tensors.size() == numels_.size(), "FlatLayout::pack: {} tensors for a layout of {}",
+               tensors.size(), numels_.size());
+  const Device d = segment.device();
+  for (size_t i = 0; i < numels_.size(); ++i) {
+    int64_t n = local_numel(i, r);
+    const Tensor& t = tensors[i];
+    if (n > 0 && t.defined()) {
+      COHORT_CHECK(t.is_contiguous() && t.numel() == numels_[i] && t.device() == d,
+                   "FlatLayout::pack: tensor {} must be contiguous with {} elements on {}, got {}",
+                   i, numels_[i], d.str(),
+                   fmt::format("{} {} on {}", dtype_name(t.dtype()), shape_str(t.sizes()),
+                               t.device().str()));
+      copy_device(d, span(segment, offsets_[i], n), piece_of_tensor(t, i, r));
+    } else {
+      n = 0;
+    }
+    if (chunks_[i] > n) fill_device(d, span(segment, offsets_[i] + n, chunks_[i] - n), 0.0);
+  }
+}
+
+void FlatLayout::unpack_segment(const Tensor& segment, int r,
+                                const std::vector<Tensor>& tensors) const {
+  check_flat("unpack_segment", segment, shard_numel_);
+  if (segment.is_cpu()) {
+    unpack_segment(segment.raw_data(), r, tensors, dtype_size(segment.dtype()));
+    return;
+  }
+  COHORT_CHECK(tensors.size() == numels_.size(),
+               "FlatLayout::unpack: {} tensors for a layout of {}", tensors.size(), numels_.size());
+  const Device d = segment.device();
+  for (size_t i = 0; i < numels_.size(); ++i) {
+    const int64_t n = local_numel(i, r);
+    if (n == 0 || !tensors[i].defined()) continue;
+    const Tensor& t = tensors[i];
+    COHORT_CHECK(t.is_contiguous() && t.numel() == numels_[i] && t.device() == d,
+                 "FlatLayout::unpack: tensor {} must be contiguous with {} elements on {}, got {}",
+                 i, numels_[i], d.str(),
+                 fmt::format("{} {} on {}", dtype_name(t.dtype()), shape_str(t.sizes()),
+                             t.device().str()));
+    copy_device(d, piece_of_tensor(t, i, r), span(segment, offsets_[i], n));
+  }
+}
+
+void FlatLayout::pack(const std::vector<Tensor>& tensors, const Tensor& flat) const {
+  check_flat("pack", flat, total_numel());
+  for (int r = 0; r < shards_; ++r) pack_segment(tensors, r, span(flat, r * shard_numel_, shard_numel_));
+}
+
+void FlatLayout::unpack(const Tensor& flat, const std::vector<Tensor>& tensors) const {
+  check_flat("unpack", flat, total_numel());
+  for (int r = 0; r < shards_; ++r)
+    unpack_segment(span(flat, r * shard_numel_, shard_numel_), r, tensors);
 }
 
 }  // namespace cohort::parallel

@@ -59,6 +59,15 @@ class FlatLayout {
   void unpack_segment(const void* segment, int r, const std::vector<Tensor>& tensors,
                       size_t elem_size) const;
 
+  // The same with tensors as the flat buffer (elements of its dtype), on any
+  // device: CPU buffers take the raw copies above; device buffers are copied
+  // by the device's kernels (two small copies per tensor and segment), on the
+  // current stream, without autograd or version bumps either.
+  void pack(const std::vector<Tensor>& tensors, const Tensor& flat) const;
+  void unpack(const Tensor& flat, const std::vector<Tensor>& tensors) const;
+  void pack_segment(const std::vector<Tensor>& tensors, int r, const Tensor& segment) const;
+  void unpack_segment(const Tensor& segment, int r, const std::vector<Tensor>& tensors) const;
+
   // shards() == 1 only: tensor i as a contiguous view of `buffer` with `sizes`.
   Tensor view(const Tensor& buffer, size_t i, const Shape& sizes) const;
   // Chunk r of tensor i as a 1-d view of `buffer`, a tensor laid out like

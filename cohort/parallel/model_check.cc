@@ -37,6 +37,15 @@ std::vector<std::string> split_lines(const char* p, size_t n) {
 
 }  // namespace
 
+Device exchange_device(const distributed::ProcessGroup& pg, Device model_device) {
+  return pg.backend() == distributed::BackendKind::kNccl ? model_device : kCPU;
+}
+
+Device module_device(const nn::Module& module) {
+  for (const Tensor& p : module.parameters()) return p.device();
+  return kCPU;
+}
+
 std::vector<std::string> model_entries(const nn::Module& module) {
   std::vector<std::string> out;
   for (const auto& [name, t] : module.named_parameters())
@@ -50,11 +59,12 @@ std::vector<std::string> model_entries(const nn::Module& module) {
 
 void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
                        const std::string& what) {
-  verify_same_entries(pg, model_entries(module), what);
+  verify_same_entries(pg, model_entries(module), what, module_device(module));
 }
 
 void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::string>& entries,
-                         const std::string& what) {
+                         const std::string& what, Device device) {
+  const Device on = exchange_device(pg, device);
   const int n = pg.size();
   const int rank = pg.rank();
   std::string blob;
@@ -62,14 +72,14 @@ void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::s
   std::vector<int64_t> mine = {static_cast<int64_t>(entries.size()),
                                static_cast<int64_t>(fnv1a(blob)),
                                static_cast<int64_t>(blob.size())};
-  Tensor in = Tensor::from_vector(mine);
-  Tensor all = Tensor::zeros({n * 3}, DType::kInt64);
+  Tensor in = Tensor::from_vector(mine).to(on);
+  Tensor all = Tensor::zeros({n * 3}, DType::kInt64, on);
   try {
     pg.all_gather_into_tensor(all, in);
   } catch (...) {
     rethrow_with(what, rank, "checking that every rank wraps the same model (all_gather)");
   }
-  std::vector<int64_t> v = all.to_vector<int64_t>();
+  std::vector<int64_t> v = all.cpu().to_vector<int64_t>();
   bool same = true;
   int64_t max_len = 0;
   for (int r = 0; r < n; ++r) {
@@ -81,12 +91,14 @@ void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::s
   // since every rank saw the same hashes) to name the first difference.
   Tensor text = Tensor::zeros({max_len + 1}, DType::kUInt8);
   std::memcpy(text.raw_data(), blob.data(), blob.size());
-  Tensor texts = Tensor::zeros({n * (max_len + 1)}, DType::kUInt8);
+  text = text.to(on);
+  Tensor texts = Tensor::zeros({n * (max_len + 1)}, DType::kUInt8, on);
   try {
     pg.all_gather_into_tensor(texts, text);
   } catch (...) {
     rethrow_with(what, rank, "gathering the model descriptions of the ranks");
   }
+  texts = texts.cpu();
   const char* base = static_cast<const char*>(texts.raw_data());
   std::vector<std::string> ref = split_lines(base, static_cast<size_t>(max_len + 1));
   std::string first;

@@ -22,14 +22,22 @@
 
 namespace cohort::parallel {
 
+// Where the wrappers' small exchanges (model checks, norms) put their
+// tensors: a group that carries device tensors only (nccl) gets them on the
+// model's device, every other group on the CPU.
+Device exchange_device(const distributed::ProcessGroup& pg, Device model_device);
+// The device of a module's first parameter (the CPU without parameters).
+Device module_device(const nn::Module& module);
+
 // One entry per parameter, then per buffer, in the module's order.
 std::vector<std::string> model_entries(const nn::Module& module);
 
 // Throws InvalidArgument on every rank unless every rank passed the same
 // entries (the message names the first difference and the ranks). `what`
 // prefixes errors ("DistributedDataParallel (rank 1): ...").
+// device: the model's (exchange_device picks where the exchange runs).
 void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::string>& entries,
-                         const std::string& what);
+                         const std::string& what, Device device = kCPU);
 
 // verify_same_entries of model_entries(module): the same parameter and buffer
 // names, dtypes and shapes on every rank.

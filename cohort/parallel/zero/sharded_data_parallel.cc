@@ -6,11 +6,25 @@
 #include <unordered_map>
 
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/core/tensor_device_ops.h"
 #include "cohort/autograd/node.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/model_check.h"
 
 namespace cohort::parallel {
+namespace {
+
+// dst <- src, both contiguous, same size, on one device: no autograd and no
+// version bump (views of these storages are saved for backward).
+void copy_raw(const Tensor& dst, const Tensor& src) {
+  if (dst.is_cpu()) {
+    std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+  } else {
+    copy_device(dst.device(), dst, src);
+  }
+}
+
+}  // namespace
 
 ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
                                          std::shared_ptr<distributed::ProcessGroup> pg,
@@ -36,6 +50,12 @@ ShardedDataParallel::ShardedDataParallel(nn::ModulePtr module,
                    name, dtype_name(p.dtype()));
   }
   register_module("module", module_);
+  device_ = module_device(*module_);
+  for (const auto& [name, p] : module_->named_parameters())
+    COHORT_CHECK(p.device() == device_,
+                 "ShardedDataParallel: the parameters must live on one device; '{}' is on {}, "
+                 "the first parameter on {} (move the model with .to(device) first)",
+                 name, p.device().str(), device_.str());
   verify_same_model(*pg_, *module_, "ShardedDataParallel");
   broadcast_module_state(*pg_, *module_, 0);
   HybridShardGroups groups = make_hybrid_shard_groups(
@@ -57,7 +77,7 @@ ShardedDataParallel::~ShardedDataParallel() {
   for (Unit& u : units_) {
     // The module may outlive the buffers: gathered parameters go home.
     if (u.buffer >= 0) {
-      std::memcpy(u.home.raw_data(), u.full.raw_data(), u.full.nbytes());
+      copy_raw(u.home, u.full);
       unbind_gather_buffer(u);
     }
     if (u.module != nullptr)
@@ -139,7 +159,7 @@ void ShardedDataParallel::build_units() {
       std::vector<int64_t> n;
       for (size_t k : u.params) n.push_back(params_[k].tensor.numel());
       FlatLayout natural(std::move(n), 1);
-      u.full_grad = Tensor::zeros({natural.total_numel()}, dtype);
+      u.full_grad = Tensor::zeros({natural.total_numel()}, dtype, device_);
       for (size_t j = 0; j < u.params.size(); ++j) {
         Param& p = params_[u.params[j]];
         if (!p.tensor.requires_grad()) continue;
@@ -147,7 +167,7 @@ void ShardedDataParallel::build_units() {
         restore_grad_view(p);
       }
     } else {
-      u.grad_shard = Tensor::zeros({u.layout.shard_numel()}, dtype);
+      u.grad_shard = Tensor::zeros({u.layout.shard_numel()}, dtype, device_);
     }
     for (size_t k : u.params) {
       Param& p = params_[k];
@@ -209,13 +229,13 @@ void ShardedDataParallel::setup_stage3(Unit& u) {
   for (size_t k : u.params) n.push_back(params_[k].tensor.numel());
   FlatLayout natural(std::move(n), 1);
   const DType dtype = params_[u.params.front()].tensor.dtype();
-  u.home = Tensor::empty({natural.total_numel()}, dtype);
+  u.home = Tensor::empty({natural.total_numel()}, dtype, device_);
   std::shared_ptr<Storage> home = u.home.storage();
   u.full = Tensor::from_storage(
-      std::make_shared<Storage>(u.home.raw_data(), u.home.nbytes(), [home](void*) {}),
+      std::make_shared<Storage>(home->data(), u.home.nbytes(), [home](void*) {}, device_),
       {natural.total_numel()}, {1}, 0, dtype);
   if (u.module != nullptr) largest_unit_numel_ = std::max(largest_unit_numel_, u.full.numel());
-  u.shard = Tensor::zeros({u.layout.shard_numel()}, dtype);
+  u.shard = Tensor::zeros({u.layout.shard_numel()}, dtype, device_);
   std::vector<Tensor> tensors;
   for (size_t j = 0; j < u.params.size(); ++j) {
     Param& p = params_[u.params[j]];
@@ -227,7 +247,7 @@ void ShardedDataParallel::setup_stage3(Unit& u) {
     impl->strides = v.strides();
     tensors.push_back(p.tensor);
   }
-  u.layout.pack_segment(tensors, rank_, u.shard.raw_data(), dtype_size(dtype));
+  u.layout.pack_segment(tensors, rank_, u.shard);
   u.gathered = true;
   free_unit(static_cast<size_t>(&u - units_.data()));
 }
@@ -362,11 +382,10 @@ void ShardedDataParallel::end_accumulation() {
 BucketReduction ShardedDataParallel::launch_reduce_scatter(size_t n) {
   Unit& u = units_[reduce_order_[n]];
   const DType dtype = params_[u.params.front()].tensor.dtype();
-  const size_t es = dtype_size(dtype);
   std::vector<Tensor> grads;
   for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-  Tensor send = Tensor::empty({u.layout.total_numel()}, dtype);
-  u.layout.pack(grads, send.raw_data(), es);
+  Tensor send = Tensor::empty({u.layout.total_numel()}, dtype, device_);
+  u.layout.pack(grads, send);
   // bf16 on the wire: summed there, averaged once widened (apply_reduced).
   const bool narrow = options_.reduce_dtype != dtype;
   if (narrow) send = send.to(options_.reduce_dtype);
@@ -377,11 +396,9 @@ BucketReduction ShardedDataParallel::launch_reduce_scatter(size_t n) {
   }
   if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
   const DType wire = send.dtype();
-  Tensor recv = Tensor::empty({u.layout.shard_numel()}, wire);
-  distributed::Work work = shard_pg_->reduce_scatter(
-      send.raw_data(), recv.raw_data(), static_cast<size_t>(u.layout.shard_numel()),
-      distributed::to_data_type(wire),
-      {.op = narrow ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
+  Tensor recv = Tensor::empty({u.layout.shard_numel()}, wire, device_);
+  distributed::Work work = shard_pg_->reduce_scatter_tensor(
+      recv, send, {.op = narrow ? distributed::ReduceOp::kSum : distributed::ReduceOp::kAvg},
       distributed::async_op);
   traffic_.reduce_scatter_bytes += send.nbytes();
   // The buffers live in the finish step until the reduction is done.
@@ -422,7 +439,7 @@ void ShardedDataParallel::apply_reduced(Unit& u, Tensor recv) {
     // This rank's averaged chunk goes back into the full gradients.
     std::vector<Tensor> grads;
     for (size_t k : u.params) grads.push_back(params_[k].tensor.grad());
-    u.layout.unpack_segment(recv.raw_data(), rank_, grads, dtype_size(dtype));
+    u.layout.unpack_segment(recv, rank_, grads);
     u.full_grad.storage()->bump_version();
   } else {
     u.grad_shard.add_(recv);
@@ -458,8 +475,7 @@ void ShardedDataParallel::after_step() {
     try {
       f.work.wait();
       if (!error)
-        units_[f.unit].layout.unpack(f.recv.raw_data(), unit_tensors(units_[f.unit]),
-                                     dtype_size(f.recv.dtype()));
+        units_[f.unit].layout.unpack(f.recv, unit_tensors(units_[f.unit]));
     } catch (...) {
       if (!error)
         error = distributed::detail::with_context(
@@ -475,13 +491,11 @@ void ShardedDataParallel::after_step() {
     if (error) break;
     const DType dtype = params_[u.params.front()].tensor.dtype();
     InFlight f{ui,
-               Tensor::empty({u.layout.shard_numel()}, dtype),
-               Tensor::empty({u.layout.total_numel()}, dtype),
+               Tensor::empty({u.layout.shard_numel()}, dtype, device_),
+               Tensor::empty({u.layout.total_numel()}, dtype, device_),
                {}};
-    u.layout.pack_segment(unit_tensors(u), rank_, f.send.raw_data(), dtype_size(dtype));
-    f.work = shard_pg_->all_gather(f.send.raw_data(), f.recv.raw_data(),
-                                   static_cast<size_t>(u.layout.shard_numel()),
-                                   distributed::to_data_type(dtype), {}, distributed::async_op);
+    u.layout.pack_segment(unit_tensors(u), rank_, f.send);
+    f.work = shard_pg_->all_gather_into_tensor(f.recv, f.send, {}, distributed::async_op);
     traffic_.all_gather_bytes += f.recv.nbytes();
     flight.push_back(std::move(f));
   }
@@ -514,17 +528,17 @@ void ShardedDataParallel::reduce_gradients() {
 }
 
 double ShardedDataParallel::all_reduce_sum(double value) {
-  Tensor t = Tensor::from_vector<double>({value});
+  Tensor t = Tensor::from_vector<double>({value}).to(exchange_device(*shard_pg_, device_));
   shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kSum});
   traffic_.all_reduce_bytes += 2 * t.nbytes();
-  return t.item<double>();
+  return t.cpu().item<double>();
 }
 
 double ShardedDataParallel::all_reduce_max(double value) {
-  Tensor t = Tensor::from_vector<double>({value});
+  Tensor t = Tensor::from_vector<double>({value}).to(exchange_device(*shard_pg_, device_));
   shard_pg_->all_reduce(t, {.op = distributed::ReduceOp::kMax});
   traffic_.all_reduce_bytes += 2 * t.nbytes();
-  return t.item<double>();
+  return t.cpu().item<double>();
 }
 
 // ---- queries ----

@@ -49,6 +49,15 @@
 // Sequential), which run the forward hooks (nn/module.h); a unit entered by a
 // direct forward() call is named in an InvalidArgument after forward.
 //
+// Devices: the model's parameters live on one device (a CUDA model is moved
+// there before wrapping), and every buffer -- gradient shards, the units'
+// flat buffers, gather buffers -- is made on it; the collectives take them as
+// device tensors (nccl enqueues them on its stream, other backends stage them
+// through host memory). Under stage 3 on a device, a freed unit's own block
+// stays allocated (the CPU gives its pages back to the OS; device memory has
+// no such call), so the parameter memory saved is that of the gather buffers
+// only; gradient and optimizer-state sharding save as on the CPU.
+//
 // Options beyond the stages: gradients reduce-scattered in bf16
 // (ZeroOptions::reduce_dtype), gradient accumulation without a reduction per
 // micro-batch (no_sync()), and HSDP -- sharded within groups of
@@ -375,6 +384,7 @@ class ShardedDataParallel : public nn::Module {
   ZeroOptions options_;
   int rank_ = 0;   // in the shard group: the segment this rank owns
   int world_ = 1;  // the shard group's size: the layouts' shards
+  Device device_ = kCPU;  // the parameters' (one device; every buffer lives there)
   std::vector<Param> params_;
   std::vector<Unit> units_;  // child units in module order, then the root
   std::vector<size_t> reduce_order_;

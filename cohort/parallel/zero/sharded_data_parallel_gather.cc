@@ -15,7 +15,8 @@ namespace {
 // Gives the whole pages inside t's bytes back to the OS; they read as zeros
 // until written again. The address range stays valid (views keep pointing at it).
 void release_pages(const Tensor& t) {
-  if (t.numel() == 0) return;
+  // Device memory stays with the caching allocator (see the header).
+  if (t.numel() == 0 || !t.is_cpu()) return;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto b = reinterpret_cast<uintptr_t>(t.raw_data());
   const uintptr_t start = (b + page - 1) / page * page, end = (b + t.nbytes()) / page * page;
@@ -30,10 +31,8 @@ void ShardedDataParallel::issue_gather(size_t ui) {
   Unit& u = units_[ui];
   if (u.gathered || u.ag_work.defined()) return;
   const DType dtype = u.shard.dtype();
-  u.ag_recv = Tensor::empty({u.layout.total_numel()}, dtype);
-  u.ag_work = shard_pg_->all_gather(u.shard.raw_data(), u.ag_recv.raw_data(),
-                                    static_cast<size_t>(u.layout.shard_numel()),
-                                    distributed::to_data_type(dtype), {}, distributed::async_op);
+  u.ag_recv = Tensor::empty({u.layout.total_numel()}, dtype, device_);
+  u.ag_work = shard_pg_->all_gather_into_tensor(u.ag_recv, u.shard, {}, distributed::async_op);
   traffic_.all_gather_bytes += u.ag_recv.nbytes();
   note_gathered();
 }
@@ -52,7 +51,7 @@ void ShardedDataParallel::ensure_gathered(size_t ui) {
         fmt::format("ShardedDataParallel: all_gather of the parameters of unit '{}'", u.name)));
   }
   bind_gather_buffer(ui);
-  u.layout.unpack(u.ag_recv.raw_data(), unit_tensors(u), dtype_size(u.shard.dtype()));
+  u.layout.unpack(u.ag_recv, unit_tensors(u));
   u.ag_work = distributed::Work();
   u.ag_recv = Tensor();
   u.gathered = true;
@@ -96,19 +95,20 @@ void ShardedDataParallel::bind_gather_buffer(size_t ui) {
     // More units at once than buffers: this one stays in its own block.
     if (count >= (root ? 1 : kUnitGatherBuffers)) return;
     gather_buffers_.push_back(
-        {Tensor::empty({root ? u.full.numel() : largest_unit_numel_}, u.full.dtype()), root, -1});
+        {Tensor::empty({root ? u.full.numel() : largest_unit_numel_}, u.full.dtype(), device_), root,
+         -1});
     free_buffer = static_cast<int>(gather_buffers_.size() - 1);
   }
   gather_buffers_[static_cast<size_t>(free_buffer)].unit = static_cast<int>(ui);
   u.buffer = free_buffer;
-  u.full.storage()->rebind(gather_buffers_[static_cast<size_t>(free_buffer)].bytes.raw_data());
+  u.full.storage()->rebind(gather_buffers_[static_cast<size_t>(free_buffer)].bytes.storage()->data());
 }
 
 void ShardedDataParallel::unbind_gather_buffer(Unit& u) {
   if (u.buffer < 0) return;
   gather_buffers_[static_cast<size_t>(u.buffer)].unit = -1;
   u.buffer = -1;
-  u.full.storage()->rebind(u.home.raw_data());
+  u.full.storage()->rebind(u.home.storage()->data());
 }
 
 void ShardedDataParallel::note_gathered() {
@@ -180,7 +180,7 @@ void ShardedDataParallel::load_full_params() {
     if (u.ag_work.defined()) u.ag_work.wait();
     u.ag_work = distributed::Work();
     u.ag_recv = Tensor();
-    u.layout.pack_segment(unit_tensors(u), rank_, u.shard.raw_data(), dtype_size(u.shard.dtype()));
+    u.layout.pack_segment(unit_tensors(u), rank_, u.shard);
     u.gathered = true;  // the full parameters are current
   }
 }
@@ -200,11 +200,10 @@ Tensor ShardedDataParallel::gather_chunk(const Tensor& shard, const Tensor& chun
                "ShardedDataParallel::gather_chunk: '{}': the chunk has {} elements, the shard {}",
                p.name, chunk.numel(), shard.numel());
   const int64_t c = l.chunk(p.slot);
-  Tensor send = Tensor::zeros({c}, chunk.dtype());
+  Tensor send = Tensor::zeros({c}, chunk.dtype(), chunk.device());
   if (chunk.numel() > 0) send.narrow(0, 0, chunk.numel()).copy_(chunk.reshape({-1}));
-  Tensor recv = Tensor::empty({c * world_}, chunk.dtype());
-  shard_pg_->all_gather(send.raw_data(), recv.raw_data(), static_cast<size_t>(c),
-                        distributed::to_data_type(chunk.dtype()));
+  Tensor recv = Tensor::empty({c * world_}, chunk.dtype(), chunk.device());
+  shard_pg_->all_gather_into_tensor(recv, send);
   traffic_.all_gather_bytes += recv.nbytes();
   return recv.narrow(0, 0, p.tensor.numel()).reshape(p.tensor.sizes()).clone();
 }
@@ -216,7 +215,7 @@ Tensor ShardedDataParallel::chunk_of(const Tensor& shard, const Tensor& full) co
                "ShardedDataParallel::chunk_of: '{}' has {} elements, the tensor given {}", p.name,
                p.tensor.numel(), full.numel());
   const int64_t n = l.local_numel(p.slot, rank_);
-  if (n == 0) return Tensor::zeros({0}, full.dtype());
+  if (n == 0) return Tensor::zeros({0}, full.dtype(), full.device());
   return full.reshape({-1}).narrow(0, rank_ * l.chunk(p.slot), n).clone();
 }
 
