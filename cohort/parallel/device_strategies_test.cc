@@ -1,0 +1,126 @@
+// DistributedDataParallel and ZeRO 1-3 on device tensors, on the CPU: the
+// fake CUDA device with the CPU kernels behind its tables
+// (core/fake_device_kernels_testing.h) stands for the GPU, and the native
+// backend stages the device buffers through host memory. Two ranks on
+// threads, each with half of every batch on "cuda:0", must reach the
+// parameters of one CPU process on the whole batch. This checks the device
+// plumbing of the strategies (buckets, flat layouts, gather buffers and
+// collectives on the parameters' device); the kernels themselves are checked
+// on a GPU (cohort/cuda tests, scripts/gpu_check.sh).
+#include <gtest/gtest.h>
+
+#include "cohort/autograd/ops.h"
+#include "cohort/core/fake_device_kernels_testing.h"
+#include "cohort/distributed/thread_ranks_testing.h"
+#include "cohort/nn/activation.h"
+#include "cohort/nn/linear.h"
+#include "cohort/nn/sequential.h"
+#include "cohort/optim/sgd.h"
+#include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/zero/sharded_data_parallel.h"
+#include "cohort/parallel/zero/sharded_optimizer.h"
+
+namespace cohort::parallel {
+namespace {
+
+const Device kCuda(DeviceType::kCUDA, 0);
+constexpr int kSteps = 6;
+constexpr int64_t kBatch = 8;
+const optim::SGDOptions kSgd{.lr = 0.1, .momentum = 0.9};
+
+// Rank 0's weights for seed 42; other ranks start elsewhere (the wrappers
+// broadcast rank 0's).
+std::shared_ptr<nn::Sequential> make_model(int rank) {
+  Generator gen(rank == 0 ? 42 : 4242 + static_cast<uint64_t>(rank));
+  return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(6, 12, gen), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(12, 3, gen)});
+}
+
+std::pair<Tensor, Tensor> batch_of(int step) {
+  Generator gen(100 + static_cast<uint64_t>(step));
+  return {rand({kBatch, 6}, gen), randint(0, 3, {kBatch}, gen)};
+}
+
+// Rows [rank * n, (rank + 1) * n) of the step's batch, on `device`.
+std::pair<Tensor, Tensor> shard_of(int step, int rank, int world, Device device) {
+  auto [x, y] = batch_of(step);
+  const int64_t n = kBatch / world;
+  return {x.narrow(0, rank * n, n).contiguous().to(device),
+          y.narrow(0, rank * n, n).contiguous().to(device)};
+}
+
+Tensor loss_of(nn::Module& m, const Tensor& x, const Tensor& y) {
+  return nll_loss(log_softmax(m(x), 1), y);
+}
+
+nn::NamedTensors reference() {
+  auto model = make_model(0);
+  optim::SGD opt(model->parameters(), kSgd);
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = batch_of(s);
+    opt.zero_grad();
+    loss_of(*model, x, y).backward();
+    opt.step();
+  }
+  return model->named_parameters();
+}
+
+void expect_equal(const nn::NamedTensors& got, const nn::NamedTensors& want, int rank,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i].second.is_cuda()) << what << ": " << got[i].first << " left the device";
+    EXPECT_TRUE(allclose(got[i].second.cpu(), want[i].second, 1e-4, 1e-6))
+        << what << " rank " << rank << ": parameter " << got[i].first
+        << " differs from one CPU process";
+  }
+}
+
+TEST(DeviceStrategies, DdpOnADeviceEqualsOneCpuProcess) {
+  const nn::NamedTensors want = reference();
+  cohort::testing::FakeCudaDevice fake;
+  cohort::testing::FakeDeviceKernels kernels;
+  distributed::testing::run_ranks_named("ddp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+    auto model = make_model(pg->rank());
+    model->to(kCuda);
+    auto ddp = std::make_shared<DistributedDataParallel>(model, pg);
+    EXPECT_TRUE(ddp->reducer().bucket_buffer(0).is_cuda());
+    optim::SGD opt(ddp->parameters(), kSgd);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = shard_of(s, pg->rank(), pg->size(), kCuda);
+      opt.zero_grad();
+      loss_of(*ddp, x, y).backward();
+      opt.step();
+    }
+    expect_equal(model->named_parameters(), want, pg->rank(), "DDP");
+  });
+}
+
+TEST(DeviceStrategies, ZeroStagesOneToThreeOnADeviceEqualOneCpuProcess) {
+  const nn::NamedTensors want = reference();
+  cohort::testing::FakeCudaDevice fake;
+  cohort::testing::FakeDeviceKernels kernels;
+  for (int stage = 1; stage <= 3; ++stage) {
+    distributed::testing::run_ranks_named(
+        fmt::format("zero{}", stage), 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+          auto model = make_model(pg->rank());
+          model->to(kCuda);
+          ShardedDataParallel zero(model, pg, {.stage = stage});
+          ShardedOptimizer opt(zero,
+                               std::make_unique<optim::SGD>(zero.shard_parameters(), kSgd));
+          for (int s = 0; s < kSteps; ++s) {
+            auto [x, y] = shard_of(s, pg->rank(), pg->size(), kCuda);
+            opt.zero_grad();
+            zero.forward_with([&](nn::Module& m) { return loss_of(m, x, y); }).backward();
+            opt.step();
+          }
+          zero.summon_full_params();
+          expect_equal(model->named_parameters(), want, pg->rank(),
+                       fmt::format("ZeRO stage {}", stage));
+        });
+  }
+}
+
+}  // namespace
+}  // namespace cohort::parallel
