@@ -1,4 +1,5 @@
-// DistributedDataParallel and ZeRO 1-3 on device tensors, on the CPU: the
+// DistributedDataParallel, ZeRO 1-3, the pipeline and tensor parallelism on
+// device tensors, on the CPU: the
 // fake CUDA device with the CPU kernels behind its tables
 // (core/fake_device_kernels_testing.h) stands for the GPU, and the native
 // backend stages the device buffers through host memory. Two ranks on
@@ -14,9 +15,13 @@
 #include "cohort/distributed/thread_ranks_testing.h"
 #include "cohort/nn/activation.h"
 #include "cohort/nn/linear.h"
+#include "cohort/nn/models/sequential_models.h"
 #include "cohort/nn/sequential.h"
 #include "cohort/optim/sgd.h"
 #include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/pipeline/pipeline.h"
+#include "cohort/parallel/tensor_parallel/full_state_dict.h"
+#include "cohort/parallel/tensor_parallel/tensor_parallel_models.h"
 #include "cohort/parallel/zero/sharded_data_parallel.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
 
@@ -120,6 +125,84 @@ TEST(DeviceStrategies, ZeroStagesOneToThreeOnADeviceEqualOneCpuProcess) {
                        fmt::format("ZeRO stage {}", stage));
         });
   }
+}
+
+// The MLP the pipeline and tensor-parallel cases split: flatten, 2 x
+// (Linear(12) + ReLU), Linear(3), log_softmax.
+std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
+  Generator gen(seed);
+  return nn::make_mlp(gen, {.in_features = 6, .width = 12, .hidden_layers = 2, .classes = 3});
+}
+
+struct MlpReference {
+  std::vector<double> losses;
+  TensorDict params;
+};
+
+MlpReference mlp_reference() {
+  auto model = make_mlp(7);
+  optim::SGD opt(model->parameters(), kSgd);
+  MlpReference ref;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = batch_of(s);
+    opt.zero_grad();
+    Tensor loss = nll_loss((*model)(x), y);
+    loss.backward();
+    opt.step();
+    ref.losses.push_back(loss.item<double>());
+  }
+  for (auto& [name, t] : model->named_parameters()) ref.params.insert(name, t.clone());
+  return ref;
+}
+
+TEST(DeviceStrategies, PipelineOnADeviceEqualsOneCpuProcess) {
+  const MlpReference want = mlp_reference();
+  cohort::testing::FakeCudaDevice fake;
+  cohort::testing::FakeDeviceKernels kernels;
+  distributed::testing::run_ranks_named("pp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+    auto model = make_mlp(7);
+    model->to(kCuda);
+    pipeline::Pipeline pipe(model, pipeline::make_pipeline_grid(pg, 2),
+                            {.schedule = pipeline::Schedule::k1F1B, .micro_batches = 4});
+    optim::SGD opt(pipe.parameters(), kSgd);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = batch_of(s);  // on the CPU: the pipeline moves micro-batches to its device
+      pipe.zero_grad();
+      const double loss = pipe.step(x, y, pipeline::nll_loss_fn);
+      opt.step();
+      EXPECT_NEAR(loss, want.losses[static_cast<size_t>(s)], 1e-5) << "step " << s;
+    }
+    for (auto& [name, t] : pipe.named_parameters()) {
+      EXPECT_TRUE(t.is_cuda()) << name;
+      EXPECT_TRUE(allclose(t.cpu(), want.params.at(name), 1e-4, 1e-6))
+          << "rank " << pg->rank() << ": " << name;
+    }
+  });
+}
+
+TEST(DeviceStrategies, TensorParallelOnADeviceEqualsOneCpuProcess) {
+  const MlpReference want = mlp_reference();
+  cohort::testing::FakeCudaDevice fake;
+  cohort::testing::FakeDeviceKernels kernels;
+  distributed::testing::run_ranks_named("tp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+    auto full = make_mlp(7);
+    auto model = make_tensor_parallel_mlp(*full, pg);
+    model->to(kCuda);
+    optim::SGD opt(model->parameters(), kSgd);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = batch_of(s);
+      opt.zero_grad();
+      Tensor loss = nll_loss((*model)(x.to(kCuda)), y.to(kCuda));
+      loss.backward();
+      opt.step();
+      EXPECT_NEAR(loss.cpu().item<double>(), want.losses[static_cast<size_t>(s)], 1e-5)
+          << "step " << s;
+    }
+    TensorDict got = full_state_dict(*model, *pg);
+    for (const auto& [name, t] : want.params)
+      EXPECT_TRUE(allclose(got.at(name).cpu(), t, 1e-4, 1e-6)) << "rank " << pg->rank() << ": "
+                                                               << name;
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "cohort/base/error.h"
 #include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/buckets.h"
+#include "cohort/parallel/model_check.h"
 #include "cohort/parallel/pipeline/partition.h"
 #include "cohort/parallel/reduction_scheduler.h"
 
@@ -51,6 +52,8 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid,
   COHORT_CHECK(model != nullptr, "Pipeline: the model is null");
   if (!grid_.world) grid_.world = grid_.pp;
   rank_ = grid_.pp->rank();
+  device_ = module_device(*model);
+  channel_.set_device(device_);
   const int p = grid_.pp->size();
   plan_ = make_schedule(options_.schedule, p, options_.micro_batches, options_.virtual_stages);
   validate_schedule(plan_);
@@ -70,8 +73,9 @@ Pipeline::Pipeline(std::shared_ptr<nn::Sequential> model, PipelineGrid grid,
       std::vector<int64_t> s = balanced_cuts(measure_layer_costs(*model, options_.sample_input), S);
       for (int i = 0; i <= S; ++i) cuts.data_ptr<int64_t>()[i] = s[static_cast<size_t>(i)];
     }
+    cuts = cuts.to(exchange_device(*grid_.world, device_));
     grid_.world->broadcast(cuts, {.root = 0});
-    starts_ = cuts.to_vector<int64_t>();
+    starts_ = cuts.cpu().to_vector<int64_t>();
   } else {
     std::vector<double> costs;
     for (const auto& c : model->children()) costs.push_back(double(c->num_parameters()) + 1.0);
@@ -248,11 +252,11 @@ double Pipeline::step(const Tensor& input, const Tensor& target, const LossFn& l
   COHORT_CHECK(!(is_first() && is_last()) || input.size(0) == target.size(0),
                "Pipeline::step (rank {}): input has {} rows, target {}", rank_, input.size(0),
                target.size(0));
-  std::vector<Tensor> inputs = is_first() ? split(input, m) : std::vector<Tensor>{};
-  std::vector<Tensor> targets = is_last() ? split(target, m) : std::vector<Tensor>{};
+  std::vector<Tensor> inputs = is_first() ? split(input.to(device_), m) : std::vector<Tensor>{};
+  std::vector<Tensor> targets = is_last() ? split(target.to(device_), m) : std::vector<Tensor>{};
   run_plan(plan_, inputs, targets, &loss_fn, nullptr, batch);
   // The loss, from the last stage to every rank (and averaged over replicas).
-  Tensor loss = Tensor::scalar(stats_loss_, kFloat64);
+  Tensor loss = Tensor::scalar(stats_loss_, kFloat64).to(exchange_device(*grid_.pp, device_));
   try {
     sum_tied_gradients();
     grid_.pp->broadcast(loss, {.root = plan_.ranks - 1});
@@ -267,7 +271,7 @@ double Pipeline::step(const Tensor& input, const Tensor& target, const LossFn& l
   } catch (const std::exception& e) {
     fail(e, Action{ActionKind::kForward, -1, -1, -1}, SIZE_MAX);
   }
-  return loss.item<double>();
+  return loss.cpu().item<double>();
 }
 
 Tensor Pipeline::forward(const Tensor& input) {
@@ -284,7 +288,7 @@ Tensor Pipeline::forward(const Tensor& input) {
     validate_schedule(plan);
     it = forward_plans_.emplace(m, std::move(plan)).first;
   }
-  std::vector<Tensor> inputs = is_first() ? split(input, m) : std::vector<Tensor>{};
+  std::vector<Tensor> inputs = is_first() ? split(input.to(device_), m) : std::vector<Tensor>{};
   std::vector<Tensor> outputs(static_cast<size_t>(m));
   NoGradGuard no_grad;
   run_plan(it->second, inputs, {}, nullptr, &outputs, input.size(0));
@@ -319,7 +323,8 @@ void Pipeline::average_over_replicas() {
         const std::vector<size_t>& members = groups[g];
         int64_t numel = 0;
         for (size_t k : members) numel += params[k].numel();
-        Tensor flat = Tensor::empty({numel}, params[members.front()].dtype());
+        Tensor flat =
+            Tensor::empty({numel}, params[members.front()].dtype(), params[members.front()].device());
         int64_t off = 0;
         for (size_t k : members) {
           const int64_t n = params[k].numel();
@@ -377,11 +382,12 @@ double Pipeline::grad_norm() {
       counted.push_back(g);
   }
   const double local = optim::grad_norm(counted);
-  Tensor sq = Tensor::scalar(local * local, kFloat64);
   // With ZeRO each rank holds 1/R of its stage's gradients: the sum runs
   // over every rank.
-  (zero_ ? grid_.world : grid_.pp)->all_reduce(sq, {.op = distributed::ReduceOp::kSum});
-  return std::sqrt(sq.item<double>());
+  distributed::ProcessGroup& over = *(zero_ ? grid_.world : grid_.pp);
+  Tensor sq = Tensor::scalar(local * local, kFloat64).to(exchange_device(over, device_));
+  over.all_reduce(sq, {.op = distributed::ReduceOp::kSum});
+  return std::sqrt(sq.cpu().item<double>());
 }
 
 double Pipeline::clip_grad_norm(double max_norm) {
@@ -432,7 +438,7 @@ TensorDict Pipeline::full_state_dict() {
       else
         grid_.pp->send(t.contiguous(), 0, {});
     } else if (rank_ == 0) {
-      Tensor t = Tensor::empty(e.shape, e.dtype);
+      Tensor t = Tensor::empty(e.shape, e.dtype, device_);
       grid_.pp->recv(t, e.rank, {});
       out.insert(e.name, t);
     }

@@ -211,6 +211,7 @@ class Pipeline {
   PipelineOptions options_;
   SchedulePlan plan_;
   int rank_ = 0;
+  Device device_ = kCPU;  // the model's: micro-batches and received messages go there
   std::vector<int64_t> starts_;
   std::vector<std::shared_ptr<nn::Sequential>> stages_;  // by chunk
   // The full model's state layout: name, shape, dtype, owning pipeline rank.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "cohort/base/error.h"
+#include "cohort/parallel/model_check.h"
 
 namespace cohort::parallel::pipeline {
 
@@ -34,7 +35,7 @@ const char* kind_word(bool gradient) { return gradient ? "gradient" : "activatio
 }  // namespace
 
 void StageChannel::send(const Tensor& t, const MessageId& id, int peer) {
-  Tensor payload = t.contiguous();
+  Tensor payload = t.to(device_).contiguous();
   COHORT_CHECK(payload.dim() <= kMaxDims,
                "pipeline (rank {}): a {} of {} dims cannot be sent: at most {}", group_->rank(),
                kind_word(id.gradient), payload.dim(), kMaxDims);
@@ -49,6 +50,7 @@ void StageChannel::send(const Tensor& t, const MessageId& id, int peer) {
   h[kNdimF] = payload.dim();
   for (int64_t d = 0; d < payload.dim(); ++d) h[kDimsF + d] = payload.size(d);
   h[kSenderF] = group_->rank();
+  header = header.to(exchange_device(*group_, device_));
   // Drop the sends that completed so long steps do not pile up buffers.
   std::erase_if(pending_,
                 [](const Pending& p) { return p.work.is_completed() && p.work.is_success(); });
@@ -60,8 +62,9 @@ void StageChannel::send(const Tensor& t, const MessageId& id, int peer) {
 
 Tensor StageChannel::recv(const MessageId& expected, int peer, const Shape* expected_shape) {
   auto t0 = std::chrono::steady_clock::now();
-  Tensor header = Tensor::zeros({kHeaderSize}, kInt64);
+  Tensor header = Tensor::zeros({kHeaderSize}, kInt64, exchange_device(*group_, device_));
   group_->recv(header, peer, {.tag = kHeaderTag});
+  header = header.cpu();
   const int64_t* h = header.data_ptr<int64_t>();
   const int me = group_->rank();
   auto mismatch = [&](const char* what, auto want, auto got) {
@@ -80,7 +83,7 @@ Tensor StageChannel::recv(const MessageId& expected, int peer, const Shape* expe
   if (h[kDtypeF] < 0 || h[kDtypeF] > static_cast<int64_t>(DType::kFloat16))
     mismatch("dtype", "a known dtype", h[kDtypeF]);
   Shape shape(h + kDimsF, h + kDimsF + h[kNdimF]);
-  Tensor payload = Tensor::empty(shape, static_cast<DType>(h[kDtypeF]));
+  Tensor payload = Tensor::empty(shape, static_cast<DType>(h[kDtypeF]), device_);
   group_->recv(payload, peer, {.tag = kPayloadTag});
   if (h[kSenderF] != peer) mismatch("sender", peer, h[kSenderF]);
   if (h[kStepF] != expected.step) mismatch("step", expected.step, h[kStepF]);

@@ -34,6 +34,9 @@ struct MessageId {
 class StageChannel {
  public:
   explicit StageChannel(distributed::ProcessGroup& group) : group_(&group) {}
+  // Where received payloads are made (the stages' device; the CPU by
+  // default). Headers travel where the group carries them (exchange_device).
+  void set_device(Device device) { device_ = device; }
 
   // Queues `t` (made contiguous) for `peer`.
   void send(const Tensor& t, const MessageId& id, int peer);
@@ -55,6 +58,7 @@ class StageChannel {
     Tensor keep;
   };
   distributed::ProcessGroup* group_;
+  Device device_ = kCPU;
   std::vector<Pending> pending_;
   double recv_seconds_ = 0;
   double send_wait_seconds_ = 0;

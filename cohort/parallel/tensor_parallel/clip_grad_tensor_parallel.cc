@@ -6,6 +6,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/error.h"
 #include "cohort/optim/clip_grad.h"
+#include "cohort/parallel/model_check.h"
 #include "cohort/parallel/tensor_parallel/tensor_parallel_layer.h"
 
 namespace cohort::parallel {
@@ -28,9 +29,9 @@ double grad_norm_tensor_parallel(const nn::Module& model, distributed::ProcessGr
     double& acc = p.split_dim == kReplicated ? replicated : sharded;
     acc = inf ? std::max(acc, part(p.tensor)) : acc + part(p.tensor);
   }
-  Tensor t = Tensor::scalar(sharded, kFloat64);
+  Tensor t = Tensor::scalar(sharded, kFloat64).to(exchange_device(tp, module_device(model)));
   tp.all_reduce(t, {.op = inf ? distributed::ReduceOp::kMax : distributed::ReduceOp::kSum});
-  sharded = t.item<double>();
+  sharded = t.cpu().item<double>();
   if (inf) return std::max(sharded, replicated);
   const double total = sharded + replicated;
   return norm_type == 2.0 ? std::sqrt(total) : std::pow(total, 1.0 / norm_type);

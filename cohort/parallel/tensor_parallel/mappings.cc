@@ -58,7 +58,7 @@ Tensor all_gather_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp, int6
   full[dim] *= p;
   if (p == 1) return x.clone();
   Tensor in = x.contiguous();
-  Tensor flat = Tensor::empty({p * x.numel()}, x.dtype());
+  Tensor flat = Tensor::empty({p * x.numel()}, x.dtype(), x.device());
   tp.all_gather_into_tensor(flat, in, {});
   // flat is [p, A, s, B] (rank-major); the result wants [A, p, s, B].
   int64_t a = 1, b = 1;
@@ -99,7 +99,7 @@ Tensor reduce_scatter_along_dim(const Tensor& x, int64_t dim, ProcessGroup& tp) 
   Tensor in = x.transpose(0, dim).contiguous();
   Shape s = in.sizes();
   s[0] /= p;
-  Tensor out = Tensor::empty(s, x.dtype());
+  Tensor out = Tensor::empty(s, x.dtype(), x.device());
   tp.reduce_scatter_tensor(out, in, {});
   return out.transpose(0, dim).contiguous();
 }
