@@ -113,8 +113,7 @@ class DeviceBackendDouble final : public Backend {
     };
     return c;
   }
-  std::unique_ptr<Backend> new_subgroup(const std::vector<int>&,
-                                        std::shared_ptr<rendezvous::Store>,
+  std::unique_ptr<Backend> new_subgroup(const std::vector<int>&, std::shared_ptr<rendezvous::Store>,
                                         const ProcessGroupOptions&) override {
     return nullptr;
   }

@@ -37,9 +37,9 @@ Buf check_tensor(const char* op, const std::string& what, const Tensor& t) {
 void check_on_host(const char* op, const char* flat_form, const std::vector<Tensor>& list) {
   for (const Tensor& t : list) {
     if (t.defined() && !t.is_cpu()) {
-      throw NotSupported(fmt::format(
-          "{}: lists of {} tensors are not supported; use {} with one flat tensor", op,
-          t.device().str(), flat_form));
+      throw NotSupported(
+          fmt::format("{}: lists of {} tensors are not supported; use {} with one flat tensor", op,
+                      t.device().str(), flat_form));
     }
   }
 }

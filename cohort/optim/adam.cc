@@ -125,7 +125,6 @@ void Adam::step() {
     size_t offset = group_offset(gi);
     // Parameters on a device: one fused multi-tensor step for the group.
     DeviceUpdates on_device(name().c_str());
-    std::vector<double> steps;
     for (size_t j = 0; j < group.params.size(); ++j) {
       const Tensor& p = group.params[j];
       Tensor grad = p.grad();
@@ -145,8 +144,7 @@ void Adam::step() {
       Tensor m = state_on(st, "exp_avg", p), v = state_on(st, "exp_avg_sq", p);
       Tensor vmax = s.amsgrad ? state_on(st, "max_exp_avg_sq", p) : Tensor();
       if (!p.is_cpu()) {
-        on_device.add(p, grad, {m, v, vmax});
-        steps.push_back(s.step);
+        on_device.add(p, grad, {m, v, vmax}, s.step);
         continue;
       }
       const DenseUpdate& u = updates.emplace_back(p, grad, name().c_str());
@@ -162,9 +160,10 @@ void Adam::step() {
     if (!on_device.empty()) {
       native::AdamStep d{s.lr,           s.beta1,   s.beta2,    s.eps,
                          s.weight_decay, s.amsgrad, s.maximize, decoupled_};
-      native::adam_step(on_device.params(), on_device.grads(), on_device.state(0),
-                        on_device.state(1), on_device.state(2), steps, d);
-      on_device.finish();
+      for (const DeviceUpdates& u : on_device.by_device()) {
+        native::adam_step(u.params(), u.grads(), u.state(0), u.state(1), u.state(2), u.extras(), d);
+        u.finish();
+      }
     }
   }
   batch.run();

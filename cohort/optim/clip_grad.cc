@@ -64,13 +64,43 @@ std::vector<Tensor> device_grads(const std::vector<Tensor>& params) {
   return grads;
 }
 
+// The gradients by device (in order of first appearance): a fused norm runs
+// on one device; a model spread over several (ToyMpModel) combines theirs.
+std::vector<std::vector<Tensor>> by_device(const std::vector<Tensor>& grads) {
+  std::vector<std::vector<Tensor>> out;
+  std::vector<Device> devices;
+  for (const Tensor& g : grads) {
+    size_t k = 0;
+    while (k < devices.size() && devices[k] != g.device()) ++k;
+    if (k == devices.size()) {
+      devices.push_back(g.device());
+      out.emplace_back();
+    }
+    out[k].push_back(g);
+  }
+  return out;
+}
+
+double combine_norms(const std::vector<std::vector<Tensor>>& groups, double norm_type) {
+  const bool inf = std::isinf(norm_type);
+  double total = 0;
+  for (const auto& g : groups) {
+    const double n = native::total_norm(g, norm_type).item<double>();
+    total = inf ? std::max(total, n) : total + std::pow(n, norm_type);
+  }
+  return inf ? total : std::pow(total, 1.0 / norm_type);
+}
+
 }  // namespace
 
 double grad_norm(const std::vector<Tensor>& params, double norm_type) {
   COHORT_CHECK(norm_type > 0, "clip_grad_norm: norm_type must be positive or inf, got {}",
                norm_type);
-  if (std::vector<Tensor> grads = device_grads(params); !grads.empty())
+  if (std::vector<Tensor> grads = device_grads(params); !grads.empty()) {
+    auto groups = by_device(grads);
+    if (groups.size() > 1) return combine_norms(groups, norm_type);
     return native::total_norm(grads, norm_type).item<double>();
+  }
   const bool inf = std::isinf(norm_type);
   double total = 0;
   for (const Tensor& p : params) {
@@ -97,16 +127,22 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
     // The norm and the scaling stay on the device; the host reads the one
     // scalar it returns (first, when it must refuse a non-finite norm).
     NoGradGuard no_grad;
-    Tensor norm = native::total_norm(grads, norm_type);
+    auto groups = by_device(grads);
+    Tensor norm = native::total_norm(groups.front(), norm_type);
     double total = 0;
-    if (error_if_nonfinite) {
-      total = norm.item<double>();
-      COHORT_CHECK(std::isfinite(total),
+    if (groups.size() > 1) {
+      // Several devices: the host combines their norms (one read each).
+      total = combine_norms(groups, norm_type);
+      norm.fill_(total);
+    }
+    if (error_if_nonfinite || groups.size() > 1) {
+      if (groups.size() == 1) total = norm.item<double>();
+      COHORT_CHECK(!error_if_nonfinite || std::isfinite(total),
                    "clip_grad_norm: the total norm of order {} of the gradients is non-finite "
                    "({}), so they cannot be clipped",
                    norm_type, total);
     }
-    native::scale_by_norm(grads, norm, max_norm);
+    for (const auto& g : groups) native::scale_by_norm(g, norm.to(g.front().device()), max_norm);
     // Gradients that were not contiguous were scaled in a copy.
     size_t k = 0;
     for (const Tensor& p : params) {
@@ -114,7 +150,7 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
       if (!grads[k].is_same(p.grad())) p.mutable_grad().copy_(grads[k]);
       ++k;
     }
-    return error_if_nonfinite ? total : norm.item<double>();
+    return error_if_nonfinite || groups.size() > 1 ? total : norm.item<double>();
   }
   double total = grad_norm(params, norm_type);
   COHORT_CHECK(!error_if_nonfinite || std::isfinite(total),

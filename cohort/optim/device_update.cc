@@ -11,7 +11,8 @@ Tensor state_on(TensorDict& st, const char* key, const Tensor& p) {
   return t;
 }
 
-void DeviceUpdates::add(const Tensor& p, const Tensor& grad, std::initializer_list<Tensor> state) {
+void DeviceUpdates::add(const Tensor& p, const Tensor& grad, std::initializer_list<Tensor> state,
+                        double extra) {
   COHORT_CHECK(p.dtype() == kFloat32 || p.dtype() == kFloat64,
                "{}: only float32 and float64 parameters are supported, got {}", optimizer_,
                dtype_name(p.dtype()));
@@ -23,9 +24,31 @@ void DeviceUpdates::add(const Tensor& p, const Tensor& grad, std::initializer_li
   size_t k = 0;
   for (const Tensor& t : state) state_[k++].push_back(t);
   for (; k < kMaxState; ++k) state_[k].push_back(Tensor());
+  extras_.push_back(extra);
 }
 
-void DeviceUpdates::finish() {
+std::vector<DeviceUpdates> DeviceUpdates::by_device() const {
+  std::vector<DeviceUpdates> out;
+  std::vector<Device> devices;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Device d = params_[i].device();
+    size_t g = 0;
+    while (g < devices.size() && devices[g] != d) ++g;
+    if (g == devices.size()) {
+      devices.push_back(d);
+      out.emplace_back(optimizer_);
+    }
+    DeviceUpdates& u = out[g];
+    u.params_.push_back(params_[i]);
+    u.work_.push_back(work_[i]);
+    u.grads_.push_back(grads_[i]);
+    for (size_t k = 0; k < kMaxState; ++k) u.state_[k].push_back(state_[k][i]);
+    u.extras_.push_back(extras_[i]);
+  }
+  return out;
+}
+
+void DeviceUpdates::finish() const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (!work_[i].is_same(params_[i])) Tensor(params_[i]).copy_(work_[i]);
 }

@@ -2,7 +2,11 @@
 // gathered for one fused multi-tensor update (core's native/fused_optim.h),
 // as DenseUpdate (update_util.h) gathers the CPU ones: contiguous work views
 // of the parameters (copied back by finish() where a parameter is not
-// contiguous), gradients in the parameter's dtype, and the state tensors.
+// contiguous), gradients in the parameter's dtype, the state tensors and one
+// number per parameter (SGD's first-step flag, Adam's step count). A fused
+// update runs on one device: by_device() splits a model spread over several
+// (the tutorials' ToyMpModel) into one update per device, as PyTorch's
+// foreach and fused optimizers group their tensors.
 // Not part of the public API. Thread safety: one step's, single-threaded.
 #pragma once
 
@@ -26,18 +30,23 @@ class DeviceUpdates {
   // p on a device, its gradient, up to kMaxState state tensors (undefined
   // where the optimizer has none). Throws InvalidArgument naming the
   // optimizer for a non-float parameter or a gradient of another shape.
-  void add(const Tensor& p, const Tensor& grad, std::initializer_list<Tensor> state);
+  void add(const Tensor& p, const Tensor& grad, std::initializer_list<Tensor> state,
+           double extra = 0);
   bool empty() const { return params_.empty(); }
   const std::vector<Tensor>& params() const { return work_; }
   const std::vector<Tensor>& grads() const { return grads_; }
   const std::vector<Tensor>& state(size_t k) const { return state_[k]; }
+  const std::vector<double>& extras() const { return extras_; }
+  // The same updates, one per device (in order of first appearance).
+  std::vector<DeviceUpdates> by_device() const;
   // Writes the work copies back into non-contiguous parameters.
-  void finish();
+  void finish() const;
 
  private:
   const char* optimizer_;
   std::vector<Tensor> params_, work_, grads_;
   std::array<std::vector<Tensor>, kMaxState> state_;
+  std::vector<double> extras_;
 };
 
 }  // namespace cohort::optim

@@ -102,7 +102,6 @@ void SGD::step() {
     size_t offset = group_offset(gi);
     // Parameters on a device: one fused multi-tensor step for the group.
     DeviceUpdates on_device("SGD");
-    std::vector<uint8_t> first;
     for (size_t j = 0; j < group.params.size(); ++j) {
       const Tensor& p = group.params[j];
       Tensor grad = p.grad();
@@ -115,8 +114,7 @@ void SGD::step() {
         buf = state_on(st, "momentum_buffer", p);
       }
       if (!p.is_cpu()) {
-        on_device.add(p, grad, {buf});
-        first.push_back(s.first ? 1 : 0);
+        on_device.add(p, grad, {buf}, s.first ? 1 : 0);
         continue;
       }
       const DenseUpdate& u = updates.emplace_back(p, grad, "SGD");
@@ -129,8 +127,11 @@ void SGD::step() {
     }
     if (!on_device.empty()) {
       native::SgdStep d{s.lr, s.momentum, s.dampening, s.weight_decay, s.nesterov, s.maximize};
-      native::sgd_step(on_device.params(), on_device.grads(), on_device.state(0), first, d);
-      on_device.finish();
+      for (const DeviceUpdates& u : on_device.by_device()) {
+        const std::vector<uint8_t> first(u.extras().begin(), u.extras().end());
+        native::sgd_step(u.params(), u.grads(), u.state(0), first, d);
+        u.finish();
+      }
     }
   }
   batch.run();

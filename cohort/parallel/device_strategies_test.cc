@@ -17,6 +17,7 @@
 #include "cohort/nn/linear.h"
 #include "cohort/nn/models/sequential_models.h"
 #include "cohort/nn/sequential.h"
+#include "cohort/optim/clip_grad.h"
 #include "cohort/optim/sgd.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/pipeline/pipeline.h"
@@ -86,20 +87,21 @@ TEST(DeviceStrategies, DdpOnADeviceEqualsOneCpuProcess) {
   const nn::NamedTensors want = reference();
   cohort::testing::FakeCudaDevice fake;
   cohort::testing::FakeDeviceKernels kernels;
-  distributed::testing::run_ranks_named("ddp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
-    auto model = make_model(pg->rank());
-    model->to(kCuda);
-    auto ddp = std::make_shared<DistributedDataParallel>(model, pg);
-    EXPECT_TRUE(ddp->reducer().bucket_buffer(0).is_cuda());
-    optim::SGD opt(ddp->parameters(), kSgd);
-    for (int s = 0; s < kSteps; ++s) {
-      auto [x, y] = shard_of(s, pg->rank(), pg->size(), kCuda);
-      opt.zero_grad();
-      loss_of(*ddp, x, y).backward();
-      opt.step();
-    }
-    expect_equal(model->named_parameters(), want, pg->rank(), "DDP");
-  });
+  distributed::testing::run_ranks_named(
+      "ddp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+        auto model = make_model(pg->rank());
+        model->to(kCuda);
+        auto ddp = std::make_shared<DistributedDataParallel>(model, pg);
+        EXPECT_TRUE(ddp->reducer().bucket_buffer(0).is_cuda());
+        optim::SGD opt(ddp->parameters(), kSgd);
+        for (int s = 0; s < kSteps; ++s) {
+          auto [x, y] = shard_of(s, pg->rank(), pg->size(), kCuda);
+          opt.zero_grad();
+          loss_of(*ddp, x, y).backward();
+          opt.step();
+        }
+        expect_equal(model->named_parameters(), want, pg->rank(), "DDP");
+      });
 }
 
 TEST(DeviceStrategies, ZeroStagesOneToThreeOnADeviceEqualOneCpuProcess) {
@@ -112,8 +114,7 @@ TEST(DeviceStrategies, ZeroStagesOneToThreeOnADeviceEqualOneCpuProcess) {
           auto model = make_model(pg->rank());
           model->to(kCuda);
           ShardedDataParallel zero(model, pg, {.stage = stage});
-          ShardedOptimizer opt(zero,
-                               std::make_unique<optim::SGD>(zero.shard_parameters(), kSgd));
+          ShardedOptimizer opt(zero, std::make_unique<optim::SGD>(zero.shard_parameters(), kSgd));
           for (int s = 0; s < kSteps; ++s) {
             auto [x, y] = shard_of(s, pg->rank(), pg->size(), kCuda);
             opt.zero_grad();
@@ -159,50 +160,122 @@ TEST(DeviceStrategies, PipelineOnADeviceEqualsOneCpuProcess) {
   const MlpReference want = mlp_reference();
   cohort::testing::FakeCudaDevice fake;
   cohort::testing::FakeDeviceKernels kernels;
-  distributed::testing::run_ranks_named("pp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
-    auto model = make_mlp(7);
-    model->to(kCuda);
-    pipeline::Pipeline pipe(model, pipeline::make_pipeline_grid(pg, 2),
-                            {.schedule = pipeline::Schedule::k1F1B, .micro_batches = 4});
-    optim::SGD opt(pipe.parameters(), kSgd);
-    for (int s = 0; s < kSteps; ++s) {
-      auto [x, y] = batch_of(s);  // on the CPU: the pipeline moves micro-batches to its device
-      pipe.zero_grad();
-      const double loss = pipe.step(x, y, pipeline::nll_loss_fn);
-      opt.step();
-      EXPECT_NEAR(loss, want.losses[static_cast<size_t>(s)], 1e-5) << "step " << s;
-    }
-    for (auto& [name, t] : pipe.named_parameters()) {
-      EXPECT_TRUE(t.is_cuda()) << name;
-      EXPECT_TRUE(allclose(t.cpu(), want.params.at(name), 1e-4, 1e-6))
-          << "rank " << pg->rank() << ": " << name;
-    }
-  });
+  distributed::testing::run_ranks_named(
+      "pp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+        auto model = make_mlp(7);
+        model->to(kCuda);
+        pipeline::Pipeline pipe(model, pipeline::make_pipeline_grid(pg, 2),
+                                {.schedule = pipeline::Schedule::k1F1B, .micro_batches = 4});
+        optim::SGD opt(pipe.parameters(), kSgd);
+        for (int s = 0; s < kSteps; ++s) {
+          auto [x, y] = batch_of(s);  // on the CPU: the pipeline moves micro-batches to its device
+          pipe.zero_grad();
+          const double loss = pipe.step(x, y, pipeline::nll_loss_fn);
+          opt.step();
+          EXPECT_NEAR(loss, want.losses[static_cast<size_t>(s)], 1e-5) << "step " << s;
+        }
+        for (auto& [name, t] : pipe.named_parameters()) {
+          EXPECT_TRUE(t.is_cuda()) << name;
+          EXPECT_TRUE(allclose(t.cpu(), want.params.at(name), 1e-4, 1e-6))
+              << "rank " << pg->rank() << ": " << name;
+        }
+      });
 }
 
 TEST(DeviceStrategies, TensorParallelOnADeviceEqualsOneCpuProcess) {
   const MlpReference want = mlp_reference();
   cohort::testing::FakeCudaDevice fake;
   cohort::testing::FakeDeviceKernels kernels;
-  distributed::testing::run_ranks_named("tp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
-    auto full = make_mlp(7);
-    auto model = make_tensor_parallel_mlp(*full, pg);
-    model->to(kCuda);
-    optim::SGD opt(model->parameters(), kSgd);
-    for (int s = 0; s < kSteps; ++s) {
-      auto [x, y] = batch_of(s);
-      opt.zero_grad();
-      Tensor loss = nll_loss((*model)(x.to(kCuda)), y.to(kCuda));
-      loss.backward();
-      opt.step();
-      EXPECT_NEAR(loss.cpu().item<double>(), want.losses[static_cast<size_t>(s)], 1e-5)
-          << "step " << s;
-    }
-    TensorDict got = full_state_dict(*model, *pg);
-    for (const auto& [name, t] : want.params)
-      EXPECT_TRUE(allclose(got.at(name).cpu(), t, 1e-4, 1e-6)) << "rank " << pg->rank() << ": "
-                                                               << name;
-  });
+  distributed::testing::run_ranks_named(
+      "tp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+        auto full = make_mlp(7);
+        auto model = make_tensor_parallel_mlp(*full, pg);
+        model->to(kCuda);
+        optim::SGD opt(model->parameters(), kSgd);
+        for (int s = 0; s < kSteps; ++s) {
+          auto [x, y] = batch_of(s);
+          opt.zero_grad();
+          Tensor loss = nll_loss((*model)(x.to(kCuda)), y.to(kCuda));
+          loss.backward();
+          opt.step();
+          EXPECT_NEAR(loss.cpu().item<double>(), want.losses[static_cast<size_t>(s)], 1e-5)
+              << "step " << s;
+        }
+        TensorDict got = full_state_dict(*model, *pg);
+        for (const auto& [name, t] : want.params)
+          EXPECT_TRUE(allclose(got.at(name).cpu(), t, 1e-4, 1e-6))
+              << "rank " << pg->rank() << ": " << name;
+      });
+}
+
+// The tutorial's ToyMpModel: ToyModel's net1 on one device, net2 on
+// another, the activation moved between them inside forward.
+class ToyMpModel : public nn::Cloneable<ToyMpModel> {
+ public:
+  ToyMpModel(Generator& gen, Device dev0, Device dev1)
+      : Cloneable("ToyMpModel"), dev0_(dev0), dev1_(dev1) {
+    net1_ = register_module("net1", std::make_shared<nn::Linear>(10, 10, gen));
+    net2_ = register_module("net2", std::make_shared<nn::Linear>(10, 5, gen));
+    net1_->to(dev0);
+    net2_->to(dev1);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu(net1_(x.to(dev0_)));
+    return log_softmax(net2_(h.to(dev1_)), 1);
+  }
+
+ private:
+  Device dev0_, dev1_;
+  nn::Child<nn::Linear> net1_, net2_;
+};
+
+std::pair<Tensor, Tensor> toy_batch(int step) {
+  Generator gen(300 + static_cast<uint64_t>(step));
+  return {randn({kBatch, 10}, gen), randint(0, 5, {kBatch}, gen)};
+}
+
+TEST(DeviceStrategies, DdpOverAModelSplitAcrossTwoDevicesEqualsOneCpuProcess) {
+  Generator ref_gen(0);
+  auto ref = std::make_shared<ToyMpModel>(ref_gen, kCPU, kCPU);
+  optim::SGD ref_opt(ref->parameters(), kSgd);
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = toy_batch(s);
+    ref_opt.zero_grad();
+    nll_loss((*ref)(x), y).backward();
+    optim::clip_grad_norm(ref->parameters(), 0.5);
+    ref_opt.step();
+  }
+  const nn::NamedTensors want = ref->named_parameters();
+
+  cohort::testing::FakeCudaDevice fake(2);
+  cohort::testing::FakeDeviceKernels kernels;
+  const Device cuda1(DeviceType::kCUDA, 1);
+  distributed::testing::run_ranks_named(
+      "toy", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
+        Generator gen(pg->rank() == 0 ? 0 : 77);
+        auto model = std::make_shared<ToyMpModel>(gen, kCuda, cuda1);
+        DistributedDataParallel ddp(model, pg);
+        // One bucket per device: each device's gradients are reduced where they live.
+        ASSERT_EQ(ddp.reducer().num_buckets(), 2u);
+        EXPECT_EQ(ddp.reducer().bucket_buffer(0).device(), cuda1);
+        EXPECT_EQ(ddp.reducer().bucket_buffer(1).device(), kCuda);
+        optim::SGD opt(model->parameters(), kSgd);
+        for (int s = 0; s < kSteps; ++s) {
+          auto [x, y] = toy_batch(s);
+          const int64_t n = kBatch / pg->size();
+          opt.zero_grad();
+          Tensor out = ddp(x.narrow(0, pg->rank() * n, n).contiguous());
+          nll_loss(out, y.narrow(0, pg->rank() * n, n).contiguous().to(cuda1)).backward();
+          // The norm over both devices' gradients, each device scaled by it.
+          optim::clip_grad_norm(model->parameters(), 0.5);
+          opt.step();
+        }
+        const nn::NamedTensors got = model->named_parameters();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          EXPECT_TRUE(allclose(got[i].second.cpu(), want[i].second, 1e-4, 1e-6))
+              << "rank " << pg->rank() << ": " << got[i].first;
+      });
 }
 
 }  // namespace

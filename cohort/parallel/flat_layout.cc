@@ -173,18 +173,19 @@ void FlatLayout::unpack_segment(const Tensor& segment, int r,
     const int64_t n = local_numel(i, r);
     if (n == 0 || !tensors[i].defined()) continue;
     const Tensor& t = tensors[i];
-    COHORT_CHECK(t.is_contiguous() && t.numel() == numels_[i] && t.device() == d,
-                 "FlatLayout::unpack: tensor {} must be contiguous with {} elements on {}, got {}",
-                 i, numels_[i], d.str(),
-                 fmt::format("{} {} on {}", dtype_name(t.dtype()), shape_str(t.sizes()),
-                             t.device().str()));
+    COHORT_CHECK(
+        t.is_contiguous() && t.numel() == numels_[i] && t.device() == d,
+        "FlatLayout::unpack: tensor {} must be contiguous with {} elements on {}, got {}", i,
+        numels_[i], d.str(),
+        fmt::format("{} {} on {}", dtype_name(t.dtype()), shape_str(t.sizes()), t.device().str()));
     copy_device(d, piece_of_tensor(t, i, r), span(segment, offsets_[i], n));
   }
 }
 
 void FlatLayout::pack(const std::vector<Tensor>& tensors, const Tensor& flat) const {
   check_flat("pack", flat, total_numel());
-  for (int r = 0; r < shards_; ++r) pack_segment(tensors, r, span(flat, r * shard_numel_, shard_numel_));
+  for (int r = 0; r < shards_; ++r)
+    pack_segment(tensors, r, span(flat, r * shard_numel_, shard_numel_));
 }
 
 void FlatLayout::unpack(const Tensor& flat, const std::vector<Tensor>& tensors) const {

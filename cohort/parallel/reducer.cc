@@ -81,8 +81,8 @@ void Reducer::build_buckets(size_t cap_bytes) {
     // The unsharded form of ZeRO's flat layout: plain concatenation.
     FlatLayout layout(std::move(numels), 1);
     DType dtype = params_[members.front()].tensor.dtype();
-    b.buffer = Tensor::zeros({layout.total_numel()}, dtype,
-                             params_[members.front()].tensor.device());
+    b.buffer =
+        Tensor::zeros({layout.total_numel()}, dtype, params_[members.front()].tensor.device());
     for (size_t j = 0; j < members.size(); ++j) {
       Param& p = params_[members[j]];
       p.bucket = buckets_.size();

@@ -323,8 +323,8 @@ void Pipeline::average_over_replicas() {
         const std::vector<size_t>& members = groups[g];
         int64_t numel = 0;
         for (size_t k : members) numel += params[k].numel();
-        Tensor flat =
-            Tensor::empty({numel}, params[members.front()].dtype(), params[members.front()].device());
+        Tensor flat = Tensor::empty({numel}, params[members.front()].dtype(),
+                                    params[members.front()].device());
         int64_t off = 0;
         for (size_t k : members) {
           const int64_t n = params[k].numel();

@@ -6,8 +6,8 @@
 #include <unordered_map>
 
 #include "cohort/autograd/grad_mode.h"
-#include "cohort/core/tensor_device_ops.h"
 #include "cohort/autograd/node.h"
+#include "cohort/core/tensor_device_ops.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/model_check.h"
 
@@ -231,9 +231,9 @@ void ShardedDataParallel::setup_stage3(Unit& u) {
   const DType dtype = params_[u.params.front()].tensor.dtype();
   u.home = Tensor::empty({natural.total_numel()}, dtype, device_);
   std::shared_ptr<Storage> home = u.home.storage();
-  u.full = Tensor::from_storage(
-      std::make_shared<Storage>(home->data(), u.home.nbytes(), [home](void*) {}, device_),
-      {natural.total_numel()}, {1}, 0, dtype);
+  u.full = Tensor::from_storage(std::make_shared<Storage>(
+                                    home->data(), u.home.nbytes(), [home](void*) {}, device_),
+                                {natural.total_numel()}, {1}, 0, dtype);
   if (u.module != nullptr) largest_unit_numel_ = std::max(largest_unit_numel_, u.full.numel());
   u.shard = Tensor::zeros({u.layout.shard_numel()}, dtype, device_);
   std::vector<Tensor> tensors;
@@ -474,8 +474,7 @@ void ShardedDataParallel::after_step() {
     flight.erase(flight.begin());
     try {
       f.work.wait();
-      if (!error)
-        units_[f.unit].layout.unpack(f.recv, unit_tensors(units_[f.unit]));
+      if (!error) units_[f.unit].layout.unpack(f.recv, unit_tensors(units_[f.unit]));
     } catch (...) {
       if (!error)
         error = distributed::detail::with_context(

@@ -95,13 +95,14 @@ void ShardedDataParallel::bind_gather_buffer(size_t ui) {
     // More units at once than buffers: this one stays in its own block.
     if (count >= (root ? 1 : kUnitGatherBuffers)) return;
     gather_buffers_.push_back(
-        {Tensor::empty({root ? u.full.numel() : largest_unit_numel_}, u.full.dtype(), device_), root,
-         -1});
+        {Tensor::empty({root ? u.full.numel() : largest_unit_numel_}, u.full.dtype(), device_),
+         root, -1});
     free_buffer = static_cast<int>(gather_buffers_.size() - 1);
   }
   gather_buffers_[static_cast<size_t>(free_buffer)].unit = static_cast<int>(ui);
   u.buffer = free_buffer;
-  u.full.storage()->rebind(gather_buffers_[static_cast<size_t>(free_buffer)].bytes.storage()->data());
+  u.full.storage()->rebind(
+      gather_buffers_[static_cast<size_t>(free_buffer)].bytes.storage()->data());
 }
 
 void ShardedDataParallel::unbind_gather_buffer(Unit& u) {
