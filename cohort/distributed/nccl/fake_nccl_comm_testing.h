@@ -67,8 +67,8 @@ struct FakeNcclWorld {
 
   std::mutex mu;
   std::condition_variable cv;
-  NcclAsyncError async_error;                 // (mu)
-  std::map<uint64_t, Round> rounds;           // the k-th collective of every rank (mu)
+  NcclAsyncError async_error;        // (mu)
+  std::map<uint64_t, Round> rounds;  // the k-th collective of every rank (mu)
   std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> mail;  // (src, dst) (mu)
 
   void set_async_error(NcclAsyncError e) {
@@ -168,8 +168,9 @@ class FakeNcclComm final : public NcclComm {
   void enter(const std::string& name) {
     {
       std::lock_guard<std::mutex> lk(world_->mu);
-      if (aborted_) throw Error("fake nccl: rank " + std::to_string(rank_) + ": " + name +
-                                " on an aborted communicator");
+      if (aborted_)
+        throw Error("fake nccl: rank " + std::to_string(rank_) + ": " + name +
+                    " on an aborted communicator");
     }
     ++world_->calls;
     if (world_->on_call) world_->on_call(rank_, name);

@@ -83,9 +83,8 @@ NcclBackend::~NcclBackend() {
   runtime_->deallocate(device_.index(), barrier_buffer_);
 }
 
-std::unique_ptr<NcclBackend> NcclBackend::create(std::shared_ptr<rendezvous::Store> store,
-                                                 int rank, int size,
-                                                 const ProcessGroupOptions& options) {
+std::unique_ptr<NcclBackend> NcclBackend::create(std::shared_ptr<rendezvous::Store> store, int rank,
+                                                 int size, const ProcessGroupOptions& options) {
 #if COHORT_HAVE_NCCL
   COHORT_CHECK(store != nullptr, "nccl backend: a store is required");
   ProcessGroupOptions o = options;
@@ -117,9 +116,10 @@ DeviceCompletion NcclBackend::run_on_device(const OpArgs& a, const DeviceOpConte
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   if (ctx.device != device_) {
     if (info.collective) ++seq_;
-    throw InvalidArgument(fmt::format("nccl backend: {} on {} buffers, but group '{}' (rank {}) "
-                                      "runs on {}",
-                                      info.name, ctx.device.str(), group_, rank(), device_.str()));
+    throw InvalidArgument(
+        fmt::format("nccl backend: {} on {} buffers, but group '{}' (rank {}) "
+                    "runs on {}",
+                    info.name, ctx.device.str(), group_, rank(), device_.str()));
   }
   auto [id, end] = enqueue(a, ctx.ready, ctx.blocks);
   if (a.kind == OpKind::kBarrier) wait_host(id, end, a.timeout, info.name);
@@ -136,12 +136,12 @@ std::pair<uint64_t, Event> NcclBackend::enqueue(const OpArgs& a, const Event& re
   watchdog_->check_healthy();
   if (ready.valid()) runtime_->wait(stream_, ready);
   for (void* b : blocks) runtime_->record_stream(device_.index(), b, stream_);
-  collectives::OpDesc desc{a.kind, a.dtype, a.op, collectives::Algo::kNone,
-                           info.has_root ? a.root : -1, a.count, a.tag, seq};
-  std::string label = info.collective ? fmt::format("{} (seq {})", info.name, seq)
-                      : a.kind == OpKind::kSend
-                          ? fmt::format("send to rank {}", a.root)
-                          : fmt::format("recv from rank {}", a.root);
+  collectives::OpDesc desc{
+      a.kind,  a.dtype, a.op, collectives::Algo::kNone, info.has_root ? a.root : -1,
+      a.count, a.tag,   seq};
+  std::string label = info.collective           ? fmt::format("{} (seq {})", info.name, seq)
+                      : a.kind == OpKind::kSend ? fmt::format("send to rank {}", a.root)
+                                                : fmt::format("recv from rank {}", a.root);
   const uint64_t id = watchdog_->begin(desc, info.collective, std::move(label));
   try {
     issue(a);
@@ -149,8 +149,8 @@ std::pair<uint64_t, Event> NcclBackend::enqueue(const OpArgs& a, const Event& re
     // A refused call leaves the communicator in an unknown state (a group
     // half issued, peers waiting): the group fails, as the watchdog would.
     std::rethrow_exception(watchdog_->fail(with_message(
-        std::current_exception(), fmt::format("nccl: rank {} of group '{}': issuing {}: ", rank(),
-                                              group_, info.name))));
+        std::current_exception(),
+        fmt::format("nccl: rank {} of group '{}': issuing {}: ", rank(), group_, info.name))));
   }
   Event end = runtime_->record(stream_);
   watchdog_->watch(id, end, a.timeout);
@@ -206,8 +206,7 @@ void NcclBackend::issue(const OpArgs& a) {
       return;
     }
     case OpKind::kBarrier:
-      comm_->all_reduce(barrier_buffer_, barrier_buffer_, 1, DataType::kFloat32, ReduceOp::kSum,
-                        s);
+      comm_->all_reduce(barrier_buffer_, barrier_buffer_, 1, DataType::kFloat32, ReduceOp::kSum, s);
       return;
     case OpKind::kSend:
       comm_->send(a.send, a.count, a.dtype, a.root, s);
@@ -216,16 +215,16 @@ void NcclBackend::issue(const OpArgs& a) {
       comm_->recv(a.recv, a.count, a.dtype, a.root, s);
       return;
   }
-  throw InvalidArgument(fmt::format("nccl backend: op kind {} is not in the op table",
-                                    static_cast<int>(a.kind)));
+  throw InvalidArgument(
+      fmt::format("nccl backend: op kind {} is not in the op table", static_cast<int>(a.kind)));
 }
 
 void NcclBackend::wait_host(uint64_t id, const Event& end, collectives::Duration timeout,
                             const char* op) {
   // The watchdog fails the op at its deadline; the margin only guards
   // against a watchdog that cannot run.
-  const auto limit = std::chrono::steady_clock::now() + timeout +
-                     10 * nccl_.watchdog_interval + std::chrono::seconds(1);
+  const auto limit = std::chrono::steady_clock::now() + timeout + 10 * nccl_.watchdog_interval +
+                     std::chrono::seconds(1);
   auto pause = std::chrono::microseconds(20);
   for (;;) {
     // The event first, then the failure: the watchdog records a failure
@@ -234,9 +233,10 @@ void NcclBackend::wait_host(uint64_t id, const Event& end, collectives::Duration
     watchdog_->check(id);
     if (done) return;
     if (std::chrono::steady_clock::now() >= limit) {
-      throw TimeoutError(fmt::format("nccl: {} on group '{}' (rank {}): the host waited {} ms "
-                                     "and the watchdog did not end it",
-                                     op, group_, rank(), timeout.count()));
+      throw TimeoutError(
+          fmt::format("nccl: {} on group '{}' (rank {}): the host waited {} ms "
+                      "and the watchdog did not end it",
+                      op, group_, rank(), timeout.count()));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
@@ -256,14 +256,15 @@ std::unique_ptr<Backend> NcclBackend::new_subgroup(const std::vector<int>& ranks
   // than ncclCommSplit, which every rank of the parent must call).
   std::unique_ptr<NcclComm> comm;
   if (nccl_.make_comm) {
-    comm = nccl_.make_comm(*store, sub_rank, static_cast<int>(ranks.size()), o.device_index,
-                           o.name, o.timeout);
+    comm = nccl_.make_comm(*store, sub_rank, static_cast<int>(ranks.size()), o.device_index, o.name,
+                           o.timeout);
   } else {
 #if COHORT_HAVE_NCCL
     comm = create_nccl_comm(*store, sub_rank, static_cast<int>(ranks.size()), o.device_index,
                             o.name, o.timeout);
 #else
-    throw NotSupported("nccl backend not built: cohort was built without NCCL (COHORT_HAVE_NCCL=0)");
+    throw NotSupported(
+        "nccl backend not built: cohort was built without NCCL (COHORT_HAVE_NCCL=0)");
 #endif
   }
   return std::make_unique<NcclBackend>(std::move(comm), o, nccl_);

@@ -39,7 +39,9 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-std::vector<float> values(const Tensor& t) { return t.cpu().to(DType::kFloat32).to_vector<float>(); }
+std::vector<float> values(const Tensor& t) {
+  return t.cpu().to(DType::kFloat32).to_vector<float>();
+}
 
 long long ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
@@ -237,8 +239,9 @@ TEST(NcclBackend, TheCommStreamWaitsForTheIssuingStreamBeforeTheCall) {
     if (!contains(record, "started")) break;
     std::this_thread::sleep_for(milliseconds(2));
   }
-  EXPECT_TRUE(contains(record, "\"op\":\"all_reduce\",\"reduce\":0,\"root\":-1,\"seq\":1,"
-                               "\"state\":\"completed\""))
+  EXPECT_TRUE(contains(record,
+                       "\"op\":\"all_reduce\",\"reduce\":0,\"root\":-1,\"seq\":1,"
+                       "\"state\":\"completed\""))
       << record;
   EXPECT_FALSE(contains(record, "started")) << record;
 }

@@ -85,7 +85,11 @@ class RealNcclComm final : public NcclComm {
  public:
   RealNcclComm(const NcclLibrary& lib, ncclComm_t comm, int rank, int size, std::string group,
                collectives::Duration timeout)
-      : lib_(lib), comm_(comm), rank_(rank), size_(size), group_(std::move(group)),
+      : lib_(lib),
+        comm_(comm),
+        rank_(rank),
+        size_(size),
+        group_(std::move(group)),
         timeout_(timeout) {}
 
   ~RealNcclComm() override {
@@ -268,9 +272,10 @@ std::unique_ptr<NcclComm> create_nccl_comm(rendezvous::Store& store, int rank, i
                       group)));
     }
     rendezvous::Bytes b = store.get(key);
-    COHORT_CHECK(b.size() == sizeof(id.internal),
-                 "nccl: rank {} of group '{}': the unique id in the store has {} bytes, expected {}",
-                 rank, group, b.size(), sizeof(id.internal));
+    COHORT_CHECK(
+        b.size() == sizeof(id.internal),
+        "nccl: rank {} of group '{}': the unique id in the store has {} bytes, expected {}", rank,
+        group, b.size(), sizeof(id.internal));
     std::memcpy(id.internal, b.data(), b.size());
   }
 
@@ -299,9 +304,10 @@ std::unique_ptr<NcclComm> create_nccl_comm(rendezvous::Store& store, int rank, i
       }
       lib.comm_abort(comm);
     }
-    throw Error(fmt::format("nccl: rank {} of group '{}': creating the communicator on cuda:{} "
-                            "failed: {}",
-                            rank, group, device_index, message));
+    throw Error(
+        fmt::format("nccl: rank {} of group '{}': creating the communicator on cuda:{} "
+                    "failed: {}",
+                    rank, group, device_index, message));
   }
   return std::make_unique<RealNcclComm>(lib, comm, rank, size, group, timeout);
 }

@@ -19,7 +19,9 @@ namespace {
 
 const Device kCuda(DeviceType::kCUDA, 0);
 
-std::vector<float> values(const Tensor& t) { return t.cpu().to(DType::kFloat32).to_vector<float>(); }
+std::vector<float> values(const Tensor& t) {
+  return t.cpu().to(DType::kFloat32).to_vector<float>();
+}
 
 bool skip_without_gpu(std::string& why) {
   DeviceRuntime* rt = find_device_runtime(DeviceType::kCUDA);
@@ -95,7 +97,9 @@ TEST(NcclGpu, GatherAndScatterAreGroupedSendRecv) {
     a.recv = dst.device_data();
     a.count = 2;
     a.timeout = std::chrono::seconds(30);
-    DeviceOpContext ctx{kCuda, current_stream(kCuda), rt.record(current_stream(kCuda)),
+    DeviceOpContext ctx{kCuda,
+                        current_stream(kCuda),
+                        rt.record(current_stream(kCuda)),
                         {src.storage()->data(), dst.storage()->data()}};
     DeviceCompletion done = backend->run_on_device(a, ctx);
     rt.synchronize(done.end, std::chrono::seconds(30), "gather/scatter");

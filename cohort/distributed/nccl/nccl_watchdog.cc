@@ -129,9 +129,10 @@ void NcclWatchdog::poll() {
   if (label.empty()) return;  // nothing on the device
   NcclAsyncError e = comm_.async_error();
   if (!e.ok) {
-    std::string msg = fmt::format("nccl: rank {} of group '{}': {} failed: {}; aborted the "
-                                  "communicator",
-                                  options_.rank, options_.group, label, e.message);
+    std::string msg = fmt::format(
+        "nccl: rank {} of group '{}': {} failed: {}; aborted the "
+        "communicator",
+        options_.rank, options_.group, label, e.message);
     fail(e.remote ? std::make_exception_ptr(PeerLost(msg)) : std::make_exception_ptr(Error(msg)));
     return;
   }
@@ -154,9 +155,9 @@ void NcclWatchdog::loop() {
     } catch (...) {
       // A failing device query or communicator call: the group cannot be
       // trusted any more.
-      fail(with_message(std::current_exception(),
-                        fmt::format("nccl: rank {} of group '{}': watchdog: ", options_.rank,
-                                    options_.group)));
+      fail(with_message(
+          std::current_exception(),
+          fmt::format("nccl: rank {} of group '{}': watchdog: ", options_.rank, options_.group)));
     }
     lk.lock();
   }

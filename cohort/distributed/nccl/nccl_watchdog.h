@@ -93,11 +93,11 @@ class NcclWatchdog {
   NcclWatchdogOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Op> ops_;            // issue order (mu_)
-  uint64_t next_id_ = 0;          // (mu_)
-  uint64_t first_unfinished_ = 0; // ids below it were seen complete (mu_)
-  std::exception_ptr failure_;    // (mu_)
-  bool stopping_ = false;         // (mu_)
+  std::deque<Op> ops_;             // issue order (mu_)
+  uint64_t next_id_ = 0;           // (mu_)
+  uint64_t first_unfinished_ = 0;  // ids below it were seen complete (mu_)
+  std::exception_ptr failure_;     // (mu_)
+  bool stopping_ = false;          // (mu_)
   collectives::FlightRecorder recorder_;
   uint64_t recorded_ = 0;  // flight entries started (mu_)
   std::thread thread_;
