@@ -2,7 +2,8 @@
 // label cuda; skipped where no CUDA device is usable). One rank: NCCL refuses
 // two ranks of one process on one GPU, so multi-rank runs are the GPU check
 // script's (one process per rank). Every op of the op table runs on CUDA
-// tensors through a world-1 group, and the watchdog sees the ops end.
+// tensors through a world-1 group, and the watchdog sees the ops end. The
+// loader's test needs no GPU (it only opens the library).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "cohort/core/device_runtime.h"
 #include "cohort/core/tensor.h"
 #include "cohort/distributed/nccl/nccl_backend.h"
+#include "cohort/distributed/nccl/nccl_library.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/rendezvous/hash_store.h"
 
@@ -34,6 +36,14 @@ bool skip_without_gpu(std::string& why) {
     return true;
   }
   return false;
+}
+
+TEST(NcclLibrary, OpensOnFirstUseAndResolvesEveryFunction) {
+  const detail::NcclLibrary& lib = detail::nccl_library();
+  EXPECT_GE(lib.version, NCCL_VERSION(2, 14, 0)) << "the loaded libnccl is older than cohort needs";
+  EXPECT_NE(lib.group_end, nullptr);
+  EXPECT_STREQ(lib.get_error_string(ncclSuccess), "no error");
+  EXPECT_EQ(&detail::nccl_library(), &lib) << "opened once";
 }
 
 TEST(NcclGpu, OneRankRunsEveryOpOnCudaTensors) {
