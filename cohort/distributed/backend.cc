@@ -7,6 +7,7 @@
 #include "cohort/base/config.h"
 #include "cohort/base/error.h"
 #include "cohort/distributed/native_backend.h"
+#include "cohort/distributed/nccl/nccl_backend.h"
 #if COHORT_HAVE_MPI
 #include "cohort/distributed/mpi/mpi_backend.h"
 #endif
@@ -70,7 +71,8 @@ std::unique_ptr<Backend> create_backend(BackendKind kind, std::shared_ptr<rendez
       throw NotSupported("mpi backend not built: cohort was built without MPI (COHORT_HAVE_MPI=0)");
 #endif
     case BackendKind::kNccl:
-      throw NotSupported("nccl backend not built: cohort was built without CUDA/NCCL");
+      // NotSupported in a build without NCCL, or without a CUDA device.
+      return NcclBackend::create(std::move(store), rank, size, options);
   }
   throw InvalidArgument("create_backend: unknown backend kind");
 }

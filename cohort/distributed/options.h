@@ -36,7 +36,8 @@ using collectives::ReduceOp;
 // Which implementation carries a group's collectives.
 //  kNative: cohort's own collectives (shared memory / TCP, see docs/transports.md).
 //  kMpi:    MPI_* calls on a duplicate of MPI_COMM_WORLD (built when COHORT_HAVE_MPI).
-//  kNccl:   reserved; this build has no CUDA/NCCL, creating one throws NotSupported.
+//  kNccl:   NCCL on CUDA tensors (nccl/nccl_backend.h; the communicator needs
+//           COHORT_HAVE_NCCL and a GPU, else creating one throws NotSupported).
 enum class BackendKind { kNative, kMpi, kNccl };
 
 // "native", "mpi", "nccl".
