@@ -14,6 +14,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/thread_ranks_testing.h"
+#include "cohort/rendezvous/hash_store.h"
 
 namespace cohort::distributed {
 namespace {
@@ -350,19 +351,24 @@ TEST(ProcessGroup, DestroyWithPendingOpsFailsThemInsteadOfHanging) {
       std::chrono::seconds(120));
 }
 
-TEST(ProcessGroup, BackendsThisBuildLacksAreNotSupported) {
-  try {
-    init_process_group(BackendKind::kNccl, "env://");
-    FAIL() << "nccl group created";
-  } catch (const NotSupported& e) {
-    EXPECT_TRUE(contains(e.what(), "nccl backend not built")) << e.what();
-  }
-  EXPECT_THROW(init_process_group("nccl"), NotSupported);
+TEST(ProcessGroup, NcclNeedsItsBuildAndADevice) {
   EXPECT_THROW(parse_backend("gloo"), InvalidArgument);
   EXPECT_EQ(parse_backend("MPI"), BackendKind::kMpi);
   EXPECT_EQ(backend_name(BackendKind::kNative), "native");
   EXPECT_TRUE(backend_available(BackendKind::kNative));
-  EXPECT_FALSE(backend_available(BackendKind::kNccl));
+  const DeviceRuntime* cuda = find_device_runtime(DeviceType::kCUDA);
+  if (backend_available(BackendKind::kNccl) && cuda != nullptr &&
+      const_cast<DeviceRuntime*>(cuda)->device_count() > 0)
+    GTEST_SKIP() << "this machine has a GPU: nccl groups are tested by cohort_nccl_tests";
+  try {
+    ProcessGroup::create(BackendKind::kNccl, std::make_shared<rendezvous::HashStore>(), 0, 1);
+    FAIL() << "nccl group created";
+  } catch (const NotSupported& e) {
+    // Without NCCL in the build, or without a CUDA device to run it on.
+    EXPECT_TRUE(contains(e.what(), "nccl backend")) << e.what();
+    if (backend_available(BackendKind::kNccl))
+      EXPECT_TRUE(contains(e.what(), "cuda")) << e.what();
+  }
 }
 
 TEST(ProcessGroup, FileInitMethodWithOneRank) {
