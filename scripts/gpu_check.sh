@@ -9,7 +9,10 @@
 #     shared libraries they need (not CUDA's: the device machine has its
 #     own, and libstdc++ / libgcc_s, whose newer versions there serve
 #     PyTorch too), Fashion-MNIST, xz-compressed. Prints the size that will
-#     travel.
+#     travel. NCCL is not packed either (libnccl.so.2 is 218 MB, the carry
+#     limit 64 MiB): a cohort built with the nccl backend finds the device
+#     machine's (its toolkit's or PyTorch's nvidia-nccl package, see
+#     find_cuda_libs); `run` fails a line naming any library the CLI lacks.
 #
 #   scripts/gpu_check.sh run    (there: device tool, `carry: [".gpu"]`)
 #     in about 8 minutes on an H100, writing everything under $OUT:
