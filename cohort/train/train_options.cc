@@ -54,6 +54,11 @@ constexpr std::string_view kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h
 
 }  // namespace
 
+bool runs_on_gpus(Strategy strategy) {
+  return strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
+         strategy == Strategy::kDdp || strategy == Strategy::kZero;
+}
+
 ModelKind parse_model(std::string_view name) { return parse_name("model", name, kModels); }
 DatasetKind parse_dataset(std::string_view name) { return parse_name("dataset", name, kDatasets); }
 OptimizerKind parse_optimizer(std::string_view name) {
@@ -95,12 +100,18 @@ void TrainOptions::validate() const {
     // Fails at once, naming what is missing (no CUDA in the build, no GPU,
     // an index past the device count), before data or models are built.
     device_runtime(device, fmt::format("--device {}", device.str()));
-    COHORT_CHECK(strategy == Strategy::kAuto || strategy == Strategy::kSingle,
-                 "--device {} trains in one process (--strategy single); --strategy {} on GPUs "
-                 "is not implemented yet",
+    COHORT_CHECK(runs_on_gpus(strategy),
+                 "--device {}: --strategy {} on GPUs is not implemented yet (on GPUs: single, "
+                 "ddp, zero or auto)",
                  device.str(), strategy_name(strategy));
     COHORT_CHECK(!bf16_weights, "--bf16-weights is not implemented on --device {}", device.str());
   }
+  COHORT_CHECK(backend == "auto" || backend == "native" || backend == "mpi" || backend == "nccl",
+               "--backend must be auto, native, mpi or nccl, got '{}'", backend);
+  COHORT_CHECK(backend != "nccl" || device.is_cuda(),
+               "--backend nccl carries CUDA tensors only: add --device cuda (or use --backend "
+               "native or auto on --device {})",
+               device.str());
   if (precision == ComputePrecision::kBFloat16 && bf16_path)
     native::check_bf16_path(*bf16_path, "--bf16-path");
   COHORT_CHECK(grad_reduce == ComputePrecision::kFloat32 || strategy == Strategy::kAuto ||

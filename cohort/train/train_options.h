@@ -96,8 +96,11 @@ struct TrainOptions {
   // ranks on different hosts use anyway); the CLI sets it from
   // COHORT_TRANSPORT=tcp, the switch the process groups follow.
   bool rpc_force_tcp = false;
-  // DDP process group backend: "native", "mpi", or "auto": mpi under mpirun
-  // when MASTER_ADDR is not exported (and the mpi backend was built), else native.
+  // The process group backend: "native", "mpi", "nccl" (--device cuda only)
+  // or "auto": mpi under mpirun when MASTER_ADDR is not exported (and the mpi
+  // backend was built); else, for CUDA tensors, nccl when every local rank has
+  // its own GPU and NCCL is built, otherwise native
+  // (distributed::choose_backend; the run's start-up line says which and why).
   std::string backend = "auto";
   int64_t synthetic_train_size = 6000;  // --dataset synthetic
   int64_t synthetic_test_size = 1000;
@@ -106,8 +109,11 @@ struct TrainOptions {
   // on a busy machine, so the default gathers inline.
   int64_t prefetch = 0;
   int64_t log_every = 0;  // progress period in steps; 0: about 10 per epoch
-  // Where the model trains: the CPU, or one GPU (--device cuda[:N]; the
-  // single-process strategy; checked at once by check_device()).
+  // Where the model trains: the CPU, or GPUs (--device cuda[:N]; checked at
+  // once by validate()). In a job (ddp, zero) "cuda" without an index is each
+  // worker's own GPU, cuda:(LOCAL_RANK mod device count)
+  // (distributed::worker_device); "cuda:N" puts every worker on GPU N.
+  // Strategies on GPUs: runs_on_gpus().
   Device device = kCPU;
 
   // ---- language models (--model gpt / gpt2) ----
@@ -163,5 +169,8 @@ std::string_view model_name(ModelKind kind);
 std::string_view dataset_name(DatasetKind kind);
 std::string_view optimizer_name(OptimizerKind kind);
 std::string_view strategy_name(Strategy strategy);
+// Whether the strategy trains on --device cuda: single, ddp, zero (and auto,
+// which resolves to single or ddp). dp, pipeline, tensor and ps are CPU-only.
+bool runs_on_gpus(Strategy strategy);
 
 }  // namespace cohort::train

@@ -13,6 +13,7 @@
 #include "cohort/data/data_loader.h"
 #include "cohort/data/distributed_sampler.h"
 #include "cohort/data/window_dataset.h"
+#include "cohort/distributed/backend_choice.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/run_trace.h"
@@ -40,7 +41,7 @@ std::string resolve_backend(const std::string& requested, bool mpirun_without_ma
   if (mpirun_without_master && distributed::backend_available(distributed::BackendKind::kMpi)) {
     return "mpi";
   }
-  return "native";
+  return "auto";
 }
 
 bool is_distributed(Strategy strategy) {
@@ -92,7 +93,9 @@ class Run {
   void report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last, Clock::time_point t0,
                    double local_samples_run);
 
-  const TrainOptions& o_;
+  // The run's options: the Trainer's, with the device resolved to this
+  // worker's in a job (set_up).
+  TrainOptions o_;
   const PrecisionPolicy precision_ = o_.precision_policy();  // each training step's
   TrainObserver* observer_;
   TrainResult& result_;
@@ -116,16 +119,31 @@ class Run {
 
 void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
   info_.strategy = resolve_strategy(o_.strategy);
-  if (!o_.device.is_cpu() && info_.strategy != Strategy::kSingle) {
+  if (!o_.device.is_cpu() && !runs_on_gpus(info_.strategy)) {
     throw NotSupported(fmt::format(
-        "--device {} trains in one process; {} workers on GPUs (--strategy {}) are not "
-        "implemented yet: run one process, or train on the CPU",
+        "--device {}: {} workers with --strategy {} on GPUs are not implemented yet (on GPUs: "
+        "single, ddp, zero): train on the CPU, or pick one of those",
         o_.device.str(), rendezvous::env_world_size().value_or(1), strategy_name(info_.strategy)));
   }
   if (is_distributed(info_.strategy) && pg_slot == nullptr) {
-    pg_slot = distributed::init_process_group(
-        resolve_backend(o_.backend, rendezvous::env_mpirun_without_master()), "env://");
+    const std::string backend =
+        resolve_backend(o_.backend, rendezvous::env_mpirun_without_master());
+    distributed::WorkerGroup w = distributed::init_worker_group(backend, o_.device, "env://");
+    pg_slot = w.group;
+    // Every part below (model, batches, evaluation) trains on the worker's device.
+    o_.device = w.device;
+    info_.backend = distributed::backend_name(w.backend.kind);
+    info_.backend_reason =
+        backend == o_.backend
+            ? w.backend.reason
+            : fmt::format(
+                  "auto: mpirun without MASTER_ADDR{}",
+                  o_.device.is_cpu() ? "" : "; mpi stages CUDA tensors through host memory");
+  } else if (is_distributed(info_.strategy)) {
+    info_.backend = distributed::backend_name(pg_slot->backend());
+    info_.backend_reason = "the group given";
   }
+  info_.device = o_.device;
   if (is_distributed(info_.strategy)) world_ = pg_slot;
   pg_ = world_.get();
   info_.rank = pg_ != nullptr ? pg_->rank() : 0;

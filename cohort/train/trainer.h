@@ -2,7 +2,8 @@
 // (workload.h) for some epochs in one of seven ways (train_strategy.h):
 //   single    one process, intra-op threads only;
 //   ddp       one process per rank of a job started by `cohort run` or mpirun:
-//             init_process_group(env://), DistributedDataParallel, a
+//             init_worker_group(env://; on --device cuda each worker takes
+//             its own GPU), DistributedDataParallel, a
 //             DistributedSampler per rank, test accuracy sharded and reduced;
 //   dp        one process, DataParallel replicas on threads;
 //   pipeline  the model's layers in stages over pipeline_stages ranks
@@ -55,7 +56,13 @@ struct RunInfo {
   int world_size = 1;
   int threads = 1;  // intra-op threads per process (per replica for dp)
   int replicas = 1;
-  std::string layout;          // how the model is split, e.g. "pipeline 1f1b: 2 stages x 1 replica"
+  std::string layout;  // how the model is split, e.g. "pipeline 1f1b: 2 stages x 1 replica"
+  // Where this rank trains (the worker's own GPU in a job on --device cuda).
+  Device device = kCPU;
+  // A job's group backend and why it was chosen ("" in one process), e.g.
+  // "native" and "2 local ranks share 1 GPU: NCCL refuses ...".
+  std::string backend;
+  std::string backend_reason;
   int64_t train_examples = 0;  // examples, or tokens of a language model's training split
   int64_t test_examples = 0;   // examples, or validation windows evaluated
   // Language models: the tokens of one example (block_size; 0 otherwise) and
@@ -128,9 +135,12 @@ class Trainer {
   std::shared_ptr<distributed::ProcessGroup> pg_;
 };
 
-// The backend `options.backend` resolves to: "auto" is mpi under mpirun
-// without MASTER_ADDR (as rendezvous::env_mpirun_without_master() reads the
-// environment) when the mpi backend was built, else native.
+// The backend `options.backend` resolves to before the group is joined:
+// "auto" is mpi under mpirun without MASTER_ADDR (as
+// rendezvous::env_mpirun_without_master() reads the environment) when the mpi
+// backend was built; otherwise it stays "auto", which
+// distributed::init_worker_group resolves from the tensors' device and the
+// GPUs per local rank (native on the CPU; nccl or native on GPUs).
 std::string resolve_backend(const std::string& requested, bool mpirun_without_master);
 
 // Whether the strategy runs as several processes (ddp, pipeline, tensor).

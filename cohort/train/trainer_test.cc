@@ -14,6 +14,8 @@
 #include "cohort/base/parallel.h"
 #include "cohort/base/runtime.h"
 #include "cohort/checkpoint/safetensors.h"
+#include "cohort/core/fake_device_testing.h"
+#include "cohort/distributed/options.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/workload.h"
 
@@ -114,6 +116,65 @@ TEST(TrainOptions, DefaultsFollowTheModelAndValidateRejectsBadValues) {
     bad(t);
     EXPECT_THROW(t.validate(), InvalidArgument);
   }
+}
+
+// GPUs train single, ddp and zero (and auto, which resolves to single or
+// ddp); the others are refused at validation, naming the strategy. The fake
+// device stands in for a GPU: validation asks the device runtime first.
+TEST(TrainOptions, DeviceCudaTakesTheDataParallelStrategiesAndNamesTheOthers) {
+  testing::FakeCudaDevice fake(2);
+  TrainOptions o = small_net();
+  o.device = Device("cuda");
+  for (Strategy s : {Strategy::kAuto, Strategy::kSingle, Strategy::kDdp, Strategy::kZero}) {
+    o.strategy = s;
+    EXPECT_NO_THROW(o.validate()) << strategy_name(s);
+    EXPECT_TRUE(runs_on_gpus(s)) << strategy_name(s);
+  }
+  for (Strategy s : {Strategy::kDp, Strategy::kPipeline, Strategy::kTensor, Strategy::kPs}) {
+    o.strategy = s;
+    EXPECT_FALSE(runs_on_gpus(s)) << strategy_name(s);
+    try {
+      o.validate();
+      ADD_FAILURE() << strategy_name(s) << " accepted on cuda";
+    } catch (const InvalidArgument& e) {
+      const std::string want = fmt::format(
+          "--device cuda: --strategy {} on GPUs is not implemented yet", strategy_name(s));
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TrainOptions, BackendNamesAndNcclNeedsCudaTensors) {
+  TrainOptions o = small_net();
+  o.strategy = Strategy::kDdp;
+  for (const char* b : {"auto", "native", "mpi"}) {
+    o.backend = b;
+    EXPECT_NO_THROW(o.validate()) << b;
+  }
+  o.backend = "gloo";
+  EXPECT_THROW(o.validate(), InvalidArgument);
+  o.backend = "nccl";
+  try {
+    o.validate();
+    FAIL() << "nccl accepted on the cpu";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--backend nccl carries CUDA tensors only"),
+              std::string::npos)
+        << e.what();
+  }
+  testing::FakeCudaDevice fake(1);
+  o.device = Device("cuda");
+  EXPECT_NO_THROW(o.validate());
+}
+
+// "auto" is settled before the group only under mpirun without MASTER_ADDR;
+// the rest is the device's choice (distributed::init_worker_group).
+TEST(Trainer, ResolveBackendLeavesAutoToTheDeviceChoiceOutsideMpirun) {
+  EXPECT_EQ(resolve_backend("auto", false), "auto");
+  EXPECT_EQ(resolve_backend("native", true), "native");
+  EXPECT_EQ(resolve_backend("nccl", true), "nccl");
+  EXPECT_EQ(resolve_backend("auto", true),
+            distributed::backend_available(distributed::BackendKind::kMpi) ? "mpi" : "auto");
 }
 
 TEST(TrainOptions, MicroBatchesAreCheckedOnlyWhereAPipelineRuns) {

@@ -22,6 +22,9 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
     : TrainStrategy(world), options_(options), world_(std::move(world)) {
   COHORT_CHECK(world_ != nullptr, "cohort train --strategy zero: needs a process group");
   model_ = make_model(options_, gen);
+  // Initialised on the CPU (the same weights for a seed on every device),
+  // then moved to this worker's device before ZeRO flattens and shards it.
+  model_->to(options_.device);
   std::vector<Tensor> trainable;
   for (const Tensor& p : model_->parameters())
     if (p.requires_grad()) trainable.push_back(p);
@@ -59,7 +62,10 @@ double ZeroStrategy::step(const data::Batch& batch, const std::function<void(dou
   Tensor loss;
   {
     TraceSpan span(tracer(), "main", "forward", "compute");
-    loss = compute_loss(options_.model, zero_->forward(batch.input), batch.target);
+    // The loader already put the batch on the device (DataLoaderOptions::device); `to` is then
+    // free.
+    loss = compute_loss(options_.model, zero_->forward(batch.input.to(options_.device)),
+                        batch.target.to(options_.device));
   }
   const double l = loss.item<double>();
   check(l);

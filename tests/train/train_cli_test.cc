@@ -178,6 +178,29 @@ TEST(TrainCli, DeviceCudaWithoutAGpuFailsAtOnceNamingWhatIsMissing) {
   EXPECT_EQ(f.output.find("epoch 1"), std::string::npos) << f.output;
 }
 
+// A job's start-up line names the backend and why (--backend auto decides
+// from the tensors' device and the GPUs per host: native for CPU tensors).
+TEST(TrainCli, JobStartLineNamesTheBackendAndWhy) {
+  Finished f = run_command(run_argv(2, {}, {"--strategy", "ddp", "--max-steps", "1"}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("cohort train: backend native (CPU tensors), rank 0 on cpu"),
+            std::string::npos)
+      << f.output;
+  f = run_command(
+      run_argv(2, {}, {"--strategy", "ddp", "--backend", "native", "--max-steps", "1"}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("cohort train: backend native (asked for), rank 0 on cpu"),
+            std::string::npos)
+      << f.output;
+}
+
+TEST(TrainCli, BackendNcclOnTheCpuIsRefusedNamingWhy) {
+  Finished f = run_command(train_argv({"--backend", "nccl", "--max-steps", "1"}));
+  EXPECT_EQ(f.exit_code, 2) << f.output;
+  EXPECT_NE(f.output.find("--backend nccl carries CUDA tensors only"), std::string::npos)
+      << f.output;
+}
+
 TEST(TrainCli, BadDeviceSpellingNamesTheAcceptedOnes) {
   Finished f = run_command({kCohort, "train", "--device", "gpu0", "--max-steps", "1"});
   EXPECT_EQ(f.exit_code, 2) << f.output;

@@ -198,8 +198,9 @@ std::function<int()> setup(CLI::App& app) {
                  "sgd (default), adam or adamw (default for gpt: betas 0.9/0.95)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--device", args->device,
-                 "cpu (default), cuda or cuda:N: train on that GPU (one process); fails at once "
-                 "naming what is missing where there is none")
+                 "cpu (default), cuda or cuda:N: train on GPUs (--strategy single, ddp, zero); "
+                 "in a job, cuda is each worker's own GPU, cuda:(LOCAL_RANK mod GPUs); fails at "
+                 "once naming what is missing where there is none")
       ->capture_default_str();
   app.add_option("--threads", o.threads,
                  "Intra-op threads (0: COHORT_NUM_THREADS, e.g. cohort run's share; under srun "
@@ -303,9 +304,11 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--replicas", o.replicas, "DataParallel replicas (--strategy dp)")
       ->capture_default_str();
   app.add_option("--backend", o.backend,
-                 "DDP process group backend: native, mpi, or auto (mpi under mpirun without "
-                 "MASTER_ADDR, else native)")
-      ->check(CLI::IsMember({"auto", "native", "mpi"}))
+                 "Process group backend: native, mpi, nccl (--device cuda), or auto: mpi under "
+                 "mpirun without MASTER_ADDR; else on --device cuda nccl when every local rank "
+                 "has its own GPU and NCCL is built, otherwise native (CUDA tensors staged "
+                 "through host memory); else native. The start-up line says which and why")
+      ->check(CLI::IsMember({"auto", "native", "mpi", "nccl"}))
       ->capture_default_str();
   app.add_option("--synthetic-train-size", o.synthetic_train_size,
                  "Training examples of --dataset synthetic")

@@ -81,6 +81,12 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
         static_cast<long long>(options_.batch_size), static_cast<long long>(info.global_batch_size),
         static_cast<long long>(info.steps_per_epoch));
   }
+  if (!info.backend.empty()) {
+    // Which backend carries the job and why (`--backend auto` decides from the
+    // device and the GPUs per host), and where this rank trains.
+    std::fprintf(out_, "cohort train: backend %s (%s), rank %d on %s\n", info.backend.c_str(),
+                 info.backend_reason.c_str(), info.rank, info.device.str().c_str());
+  }
   if (!info.resumed_from.empty()) {
     std::fprintf(out_, "resumed from %s at step %lld (epoch %lld)\n", info.resumed_from.c_str(),
                  static_cast<long long>(info.start_step),
