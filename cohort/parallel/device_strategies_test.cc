@@ -1,14 +1,16 @@
 // DistributedDataParallel, ZeRO 1-3, the pipeline and tensor parallelism on
-// device tensors, on the CPU: the
-// fake CUDA device with the CPU kernels behind its tables
-// (core/fake_device_kernels_testing.h) stands for the GPU, and the native
-// backend stages the device buffers through host memory. Two ranks on
-// threads, each with half of every batch on "cuda:0", must reach the
-// parameters of one CPU process on the whole batch. This checks the device
-// plumbing of the strategies (buckets, flat layouts, gather buffers and
-// collectives on the parameters' device); the kernels themselves are checked
-// on a GPU (cohort/cuda tests, scripts/gpu_check.sh).
+// device tensors: two ranks on threads, each with half of every batch on
+// cuda:0, through the native backend (which stages device buffers through
+// host memory), must reach the parameters of one CPU process on the whole
+// batch. On a machine with a GPU they run on it, with the CUDA kernels
+// (scripts/gpu_check.sh runs them there); elsewhere the fake CUDA device
+// with the CPU kernels behind its tables (core/fake_device_kernels_testing.h)
+// stands for it, which checks the strategies' device plumbing (buckets, flat
+// layouts, gather buffers, collectives on the parameters' device) but no
+// kernel.
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "cohort/autograd/ops.h"
 #include "cohort/core/fake_device_kernels_testing.h"
@@ -28,6 +30,31 @@
 
 namespace cohort::parallel {
 namespace {
+
+// The GPU when this machine has one, else the fake device and its kernels.
+class DeviceUnderTest {
+ public:
+  explicit DeviceUnderTest(int devices = 1) {
+    DeviceRuntime* cuda = find_device_runtime(DeviceType::kCUDA);
+    real_ = cuda != nullptr && cuda->device_count() > 0;
+    if (real_) {
+      count_ = cuda->device_count();
+      return;
+    }
+    count_ = devices;
+    fake_.emplace(devices);
+    kernels_.emplace();
+  }
+  // Device i, or cuda:0 on a machine with fewer GPUs (the tutorial lets
+  // ToyMpModel's halves share one GPU).
+  Device device(int i) const { return Device(DeviceType::kCUDA, i < count_ ? i : 0); }
+
+ private:
+  bool real_ = false;
+  int count_ = 1;
+  std::optional<cohort::testing::FakeCudaDevice> fake_;
+  std::optional<cohort::testing::FakeDeviceKernels> kernels_;
+};
 
 const Device kCuda(DeviceType::kCUDA, 0);
 constexpr int kSteps = 6;
@@ -85,8 +112,7 @@ void expect_equal(const nn::NamedTensors& got, const nn::NamedTensors& want, int
 
 TEST(DeviceStrategies, DdpOnADeviceEqualsOneCpuProcess) {
   const nn::NamedTensors want = reference();
-  cohort::testing::FakeCudaDevice fake;
-  cohort::testing::FakeDeviceKernels kernels;
+  DeviceUnderTest gpu;
   distributed::testing::run_ranks_named(
       "ddp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
         auto model = make_model(pg->rank());
@@ -106,8 +132,7 @@ TEST(DeviceStrategies, DdpOnADeviceEqualsOneCpuProcess) {
 
 TEST(DeviceStrategies, ZeroStagesOneToThreeOnADeviceEqualOneCpuProcess) {
   const nn::NamedTensors want = reference();
-  cohort::testing::FakeCudaDevice fake;
-  cohort::testing::FakeDeviceKernels kernels;
+  DeviceUnderTest gpu;
   for (int stage = 1; stage <= 3; ++stage) {
     distributed::testing::run_ranks_named(
         fmt::format("zero{}", stage), 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
@@ -158,8 +183,7 @@ MlpReference mlp_reference() {
 
 TEST(DeviceStrategies, PipelineOnADeviceEqualsOneCpuProcess) {
   const MlpReference want = mlp_reference();
-  cohort::testing::FakeCudaDevice fake;
-  cohort::testing::FakeDeviceKernels kernels;
+  DeviceUnderTest gpu;
   distributed::testing::run_ranks_named(
       "pp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
         auto model = make_mlp(7);
@@ -184,8 +208,7 @@ TEST(DeviceStrategies, PipelineOnADeviceEqualsOneCpuProcess) {
 
 TEST(DeviceStrategies, TensorParallelOnADeviceEqualsOneCpuProcess) {
   const MlpReference want = mlp_reference();
-  cohort::testing::FakeCudaDevice fake;
-  cohort::testing::FakeDeviceKernels kernels;
+  DeviceUnderTest gpu;
   distributed::testing::run_ranks_named(
       "tp", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
         auto full = make_mlp(7);
@@ -247,9 +270,8 @@ TEST(DeviceStrategies, DdpOverAModelSplitAcrossTwoDevicesEqualsOneCpuProcess) {
   }
   const nn::NamedTensors want = ref->named_parameters();
 
-  cohort::testing::FakeCudaDevice fake(2);
-  cohort::testing::FakeDeviceKernels kernels;
-  const Device cuda1(DeviceType::kCUDA, 1);
+  DeviceUnderTest gpu(2);
+  const Device cuda1 = gpu.device(1);
   distributed::testing::run_ranks_named(
       "toy", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
         Generator gen(pg->rank() == 0 ? 0 : 77);
