@@ -34,6 +34,12 @@
 #   scripts/gpu_check.sh run dist   (there, as its own call: about 5 minutes)
 #     the distributed checks of issue 36, every one at 2 ranks on the one GPU,
 #     each command line first in its log:
+#       dev_strategies.txt, nccl_tests.txt
+#                       DDP, ZeRO 1-3, pipeline, tensor parallel and DDP over
+#                       ToyMpModel, two ranks on threads on the GPU through
+#                       native's staging, against one CPU process
+#                       (cohort_parallel_tests DeviceStrategies*); the nccl
+#                       backend's every op on the real NCCL at world size 1;
 #       dist_equal.txt  DDP and ZeRO 1/2/3 at 2 ranks (64 examples each) against
 #                       one process (128), Net on Fashion-MNIST, 20 steps, all
 #                       on cuda: the epoch's train loss, the test loss and every
@@ -57,8 +63,8 @@
 #     nccl checks SKIP when the bundle's cohort has no nccl backend (`cohort
 #     info`'s backends line). One device call runs at most 10 minutes: run
 #     `run` (the single-GPU checks) and `run dist` as two calls; `run PART...`
-#     runs only those parts (tests net gpt bench equal fault overlap libtorch;
-#     dist = the last four; default: the first four).
+#     runs only those parts (tests net gpt bench devtests equal fault overlap
+#     libtorch; dist = the last five; default: the first four).
 #
 #   scripts/gpu_check.sh dry-dist   (here, no GPU: checks the script itself)
 #     the distributed checks on the CPU with this tree's build/ (its cohort
@@ -75,10 +81,15 @@ pack() {
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_WITH_CUDA=ON \
     -DCOHORT_WITH_ONEDNN=OFF -DCOHORT_WITH_MPI=OFF -DCOHORT_WITH_LIBTORCH=OFF \
     -DCOHORT_BUILD_BENCH=ON >/dev/null
-  ninja -C "$build" cohort cohort_cuda_tests bench_gpt
+  ninja -C "$build" cohort cohort_cuda_tests bench_gpt cohort_parallel_tests
+  # The real-NCCL tests exist when the toolkit has NCCL (COHORT_HAVE_NCCL).
+  ninja -C "$build" cohort_nccl_tests 2>/dev/null || true
   rm -rf .gpu && mkdir -p .gpu/stage/bin .gpu/stage/lib .gpu/stage/data/fashion-mnist
   cp "$build/tools/cohort/cohort" "$build/cohort/cuda/cohort_cuda_tests" \
-    "$build/bench/gpt/bench_gpt" .gpu/stage/bin/
+    "$build/bench/gpt/bench_gpt" "$build/cohort/parallel/cohort_parallel_tests" .gpu/stage/bin/
+  if [ -f "$build/cohort/distributed/cohort_nccl_tests" ]; then
+    cp "$build/cohort/distributed/cohort_nccl_tests" .gpu/stage/bin/
+  fi
   # Shared libraries from Debian (CUDA's and glibc's come from the machine).
   for b in .gpu/stage/bin/*; do
     ldd "$b" | awk '/=> \//{print $3}'
@@ -132,7 +143,7 @@ want() {
   local p
   for p in $parts; do
     [ "$p" = "$1" ] && return 0
-    [ "$p" = dist ] && case $1 in equal | fault | overlap | libtorch) return 0 ;; esac
+    [ "$p" = dist ] && case $1 in devtests | equal | fault | overlap | libtorch) return 0 ;; esac
   done
   return 1
 }
@@ -514,8 +525,38 @@ check_libtorch() {
   summary "SKIP libtorch cuda: not built into the GPU bundle"
 }
 
+# The strategies on the GPU in one process (two ranks on threads through
+# native's host staging, real kernels: DDP, ZeRO 1-3, pipeline, tensor
+# parallel, DDP over ToyMpModel against one CPU process) and the nccl
+# backend on the real NCCL at world size 1.
+check_devtests() {
+  LD_LIBRARY_PATH=$cohort_libs timeout 120 "$bin/cohort_parallel_tests" \
+    --gtest_filter='DeviceStrategies*' >"$out/dev_strategies.txt" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    summary "PASS device strategies: $(grep -E '^\[  PASSED  \]' "$out/dev_strategies.txt")"
+  else
+    summary "FAIL device strategies (rc $rc): see dev_strategies.txt"
+    grep -E '^\[  FAILED  \]' "$out/dev_strategies.txt" | head -10 >>"$out/summary.txt"
+  fi
+  if [ ! -x "$bin/cohort_nccl_tests" ]; then
+    summary "SKIP nccl tests: the bundle was built without NCCL"
+    return 0
+  fi
+  LD_LIBRARY_PATH=$cohort_libs timeout 120 "$bin/cohort_nccl_tests" >"$out/nccl_tests.txt" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    summary "FAIL nccl tests (rc $rc): see nccl_tests.txt"
+  elif grep -qE '^\[ +SKIPPED +\] .*\([0-9]+ ms\)$' "$out/nccl_tests.txt"; then
+    summary "SKIP nccl tests: skipped, the GPU was not usable"
+  else
+    summary "PASS nccl tests: $(grep -E '^\[  PASSED  \]' "$out/nccl_tests.txt")"
+  fi
+}
+
 run_dist() {
   [ -n "${gpt2+x}" ] || gpt2=(--model gpt2 --batch-size 4)
+  want devtests && [ "$dev" = cuda ] && check_devtests
   want equal && check_equal
   want fault && check_fault
   want overlap && check_overlap
