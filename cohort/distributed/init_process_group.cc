@@ -86,6 +86,9 @@ std::shared_ptr<ProcessGroup> init_process_group(BackendKind backend,
     options.timeout = timeout;
     return ProcessGroup::create(backend, nullptr, rank, world_size, options);
   }
+  // No GPU: say so before waiting for the other ranks.
+  if (backend == BackendKind::kNccl)
+    device_runtime(Device(DeviceType::kCUDA), "init_process_group(\"nccl\")");
   rendezvous::BootstrapResult r = meet(init_method, world_size, rank, timeout, options);
   if (backend == BackendKind::kNccl && options.device_index < 0) {
     options.device_index = set_worker_cuda_device(r.local_rank);

@@ -414,9 +414,12 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
 // what is set), "tcp://host:port" or "file:///path" (see
 // rendezvous/env_bootstrap.h); world_size/rank -1 = from the method or the
 // environment. The mpi backend ignores init_method: rank and size are MPI's.
+// nccl: makes cuda:(LOCAL_RANK mod device count) the current device first
+// (backend_choice.h), as the tutorials' torch.cuda.set_device(local_rank).
 // Throws InvalidArgument for a bad method or backend name, NotSupported for a
-// backend this build lacks ("nccl backend not built: ..."), TimeoutError when
-// the other ranks do not arrive within timeout.
+// backend this build lacks ("nccl backend not built: ...") or nccl without a
+// CUDA device (before waiting for anyone), TimeoutError when the other ranks
+// do not arrive within timeout.
 std::shared_ptr<ProcessGroup> init_process_group(BackendKind backend,
                                                  const std::string& init_method = "env://",
                                                  int world_size = -1, int rank = -1,

@@ -369,6 +369,8 @@ TEST(ProcessGroup, NcclNeedsItsBuildAndADevice) {
     if (backend_available(BackendKind::kNccl))
       EXPECT_TRUE(contains(e.what(), "cuda")) << e.what();
   }
+  // Before the env:// bootstrap (no RANK here): nothing waits for other ranks.
+  EXPECT_THROW(init_process_group("nccl"), NotSupported);
 }
 
 TEST(ProcessGroup, FileInitMethodWithOneRank) {
