@@ -3,6 +3,8 @@
 #include <cstring>
 #include <map>
 
+#include "cohort/core/tensor_device_ops.h"
+
 namespace cohort::checkpoint {
 namespace {
 
@@ -42,8 +44,19 @@ int64_t numel_of(const Shape& s) {
 void read_into(const CheckpointSource& src, const std::string& name, int64_t b, int64_t e,
                const Tensor& dst) {
   COHORT_ASSERT(dst.is_contiguous() && dst.numel() == e - b, "read_into: bad destination");
-  if (e > b) src.read(name, b, e, dst.raw_data());
+  if (e <= b) return;
+  if (dst.is_cpu()) {
+    src.read(name, b, e, dst.raw_data());
+    return;
+  }
+  // A shard on a device: read on the host, then one copy across.
+  Tensor host = Tensor::empty(dst.sizes(), dst.dtype());
+  src.read(name, b, e, host.raw_data());
+  copy_between_devices(dst, host);
 }
+
+// Where a tensor's elements start, on whichever device they live.
+const void* address_of(const Tensor& t) { return t.is_cpu() ? t.raw_data() : t.device_data(); }
 
 const TensorEntry& entry_for(const CheckpointSource& src, const std::string& name,
                              const Shape& shape, DType dtype) {
@@ -64,7 +77,8 @@ const TensorEntry& entry_for(const CheckpointSource& src, const std::string& nam
 // or nullptr for a buffer.
 const Tensor* aliased_param(const nn::NamedTensors& params, const Tensor& t) {
   for (const auto& [name, p] : params)
-    if (p.raw_data() == t.raw_data() && p.sizes() == t.sizes() && p.dtype() == t.dtype()) return &p;
+    if (address_of(p) == address_of(t) && p.sizes() == t.sizes() && p.dtype() == t.dtype())
+      return &p;
   return nullptr;
 }
 

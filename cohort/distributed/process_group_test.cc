@@ -366,8 +366,7 @@ TEST(ProcessGroup, NcclNeedsItsBuildAndADevice) {
   } catch (const NotSupported& e) {
     // Without NCCL in the build, or without a CUDA device to run it on.
     EXPECT_TRUE(contains(e.what(), "nccl backend")) << e.what();
-    if (backend_available(BackendKind::kNccl))
-      EXPECT_TRUE(contains(e.what(), "cuda")) << e.what();
+    if (backend_available(BackendKind::kNccl)) EXPECT_TRUE(contains(e.what(), "cuda")) << e.what();
   }
   // Before the env:// bootstrap (no RANK here): nothing waits for other ranks.
   EXPECT_THROW(init_process_group("nccl"), NotSupported);
