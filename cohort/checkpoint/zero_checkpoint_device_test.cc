@@ -23,14 +23,14 @@ namespace {
 namespace fs = std::filesystem;
 const Device kCuda(DeviceType::kCUDA, 0);
 
-struct Run {
+struct ZeroRun {
   std::shared_ptr<nn::ToyModel> model;
   std::unique_ptr<parallel::ShardedDataParallel> zero;
   std::unique_ptr<parallel::ShardedOptimizer> opt;
 };
 
-Run make_run(std::shared_ptr<distributed::ProcessGroup> pg, Device device, uint64_t seed) {
-  Run r;
+ZeroRun make_run(std::shared_ptr<distributed::ProcessGroup> pg, Device device, uint64_t seed) {
+  ZeroRun r;
   Generator gen(seed);
   r.model = std::make_shared<nn::ToyModel>(gen);
   r.model->to(device);
@@ -41,7 +41,7 @@ Run make_run(std::shared_ptr<distributed::ProcessGroup> pg, Device device, uint6
   return r;
 }
 
-void train(Run& r, int rank, int steps) {
+void train(ZeroRun& r, int rank, int steps) {
   for (int s = 0; s < steps; ++s) {
     Generator gen(50 + static_cast<uint64_t>(s * 2 + rank));
     Tensor x = randn({4, 10}, gen).to(r.model->net1().weight().device());
@@ -60,13 +60,13 @@ TEST(ZeroCheckpointDevice, ShardsWrittenOnADeviceResumeOnTheCpuAndBack) {
   distributed::testing::run_ranks_named(
       "zckpt", 2, [&](std::shared_ptr<distributed::ProcessGroup> pg) {
         // Trained on the device, saved, then one more step there: the reference.
-        Run dev = make_run(pg, kCuda, 1);
+        ZeroRun dev = make_run(pg, kCuda, 1);
         train(dev, pg->rank(), 2);
         const std::string path =
             save_zero_checkpoint(*dev.opt, (root / "dev").string(), {.step = 2});
         // Resumed on the CPU from other weights: the same parameters, and the
         // same next step (Adam's moments came back too).
-        Run cpu = make_run(pg, kCPU, 9);
+        ZeroRun cpu = make_run(pg, kCPU, 9);
         load_zero_checkpoint(*open_checkpoint(path), *cpu.opt);
         train(dev, pg->rank(), 1);
         train(cpu, pg->rank(), 1);
@@ -79,7 +79,7 @@ TEST(ZeroCheckpointDevice, ShardsWrittenOnADeviceResumeOnTheCpuAndBack) {
         // And back: the CPU run's checkpoint onto a device.
         const std::string back =
             save_zero_checkpoint(*cpu.opt, (root / "cpu").string(), {.step = 3});
-        Run again = make_run(pg, kCuda, 5);
+        ZeroRun again = make_run(pg, kCuda, 5);
         load_zero_checkpoint(*open_checkpoint(back), *again.opt);
         const auto c = again.model->named_parameters();
         for (size_t i = 0; i < c.size(); ++i) {
