@@ -17,10 +17,17 @@
 // unpack from one flat buffer, as cohort's own do. dtypes: Float, Double,
 // Half, BFloat16, Int, Long and Byte (cohort's seven collective types; Half
 // and BFloat16 reduce in float32).
+// CUDA tensors (all of an op's tensors on one device) take the path
+// cuda_tensors.h describes: their own memory, ordered on LibTorch's current
+// CUDA stream (a blocking op returns once that stream waits for the op, as
+// PyTorch's NCCL group does; Work::wait() makes the waiting thread's current
+// stream wait), or host copies that are copied back before the blocking call
+// returns or in Work::wait().
 //
 // Argument errors are thrown by the call itself as cohort::InvalidArgument
 // naming the op, the argument and what would be right: an undefined,
-// non-CPU (CUDA, ...), sparse or non-contiguous tensor, an unsupported dtype,
+// sparse or non-contiguous tensor, one on a device other than the CPU and
+// CUDA, tensors of one op on two devices, an unsupported dtype,
 // a list with other than size() tensors, a tensor whose dtype or element
 // count differs from what the op needs. Failures of the op itself (a lost
 // peer, a timeout, a mismatch between ranks) are those of the underlying
