@@ -1,12 +1,12 @@
 // CUDA torch::Tensors through the adapter, on a GPU (binary
 // cohort_libtorch_cuda_tests, ctest label cuda): every collective at 2 ranks,
 // blocking and async, on cuda:0 (both ranks share the one GPU: the native
-// backend; the path is cuda_tensors.h's for this build), an all_reduce
-// ordered after work queued on a LibTorch side stream, DistributedDataParallel
-// on a small CUDA model equal to one process over 20 steps, and ZeRO stage 2
-// likewise. Ranks are processes (cohort::spawn): autograd runs CUDA backward
-// on one device thread per GPU, which two ranks on threads would share, and
-// a process may not use CUDA after forking; so this parent never touches
+// backend), on this build's path (cuda_tensors.h; zero copy with LibTorch
+// >= 2.1) and on host staging; an all_reduce ordered after work queued on a
+// LibTorch side stream; DistributedDataParallel on a small CUDA model equal
+// to one process over 20 steps on both paths; and ZeRO stage 2 likewise. Ranks are processes
+// (cohort::spawn): autograd runs CUDA backward on one device thread per GPU, which two ranks on
+// threads would share, and a process may not use CUDA after forking; so this parent never touches
 // CUDA, and asks a child whether LibTorch sees a GPU. Without one every test
 // skips, saying why.
 #include <c10/core/StreamGuard.h>
@@ -73,11 +73,12 @@ at::Tensor ramp(int r, int64_t n, at::ScalarType dtype = at::kFloat) {
   return (torch::arange(n, at::kDouble) + 100.0 * r).to(dtype).to(kGpu);
 }
 
-void collectives(int rank) {
-  auto pg = init_process_group("native", "env://", -1, -1, 60s);
+// Every collective through `pg`, on `pg.cuda_tensor_path()`.
+void collectives(int rank, const ProcessGroup& pg) {
   const int n = pg.size();
   const int64_t k = 4;
-  std::printf("rank %d: %s\n", rank, cuda_tensor_path().reason.c_str());
+  std::printf("rank %d: the %s path\n", rank,
+              std::string(cuda_tensor_path_name(pg.cuda_tensor_path())).c_str());
   for (bool async : {false, true}) {
     auto run = [&](auto&& blocking, auto&& asynchronous) {
       if (!async) return blocking();
@@ -85,7 +86,8 @@ void collectives(int rank) {
       w.wait();
       if (!w.is_completed() || !w.is_success()) throw Error("async op did not complete");
     };
-    const std::string mode = async ? " (async)" : "";
+    const std::string mode = std::string(async ? " (async" : " (blocking") + ", " +
+                             std::string(cuda_tensor_path_name(pg.cuda_tensor_path())) + ")";
     for (auto dtype : {at::kFloat, at::kDouble, at::kLong, at::kHalf, at::kBFloat16}) {
       at::Tensor t = torch::full({k}, rank + 1, at::TensorOptions(dtype).device(kGpu));
       run([&] { pg.all_reduce(t); }, [&] { return pg.all_reduce(t, {}, async_op); });
@@ -155,13 +157,22 @@ void collectives(int rank) {
     rw.wait();
     expect_equal(got, ramp(prev, k), "send/recv" + mode);
   }
-  auto world = pg.group();
-  distributed::destroy_process_group(world);
 }
 
-TEST(LibTorchCuda, EveryCollectiveOnCudaTensorsAtTwoRanks) {
+// This process's path (zero copy with LibTorch >= 2.1 and cohort's CUDA
+// layer), then host staging through the same group.
+TEST(LibTorchCuda, EveryCollectiveOnCudaTensorsAtTwoRanksOnBothPaths) {
   SKIP_WITHOUT_GPU();
-  spawn(collectives, 2, ranks_options());
+  spawn(
+      [](int rank) {
+        auto pg = init_process_group("native", "env://", -1, -1, 60s);
+        std::printf("rank %d: %s\n", rank, cuda_tensor_path().reason.c_str());
+        collectives(rank, pg);
+        collectives(rank, pg.with_cuda_tensor_path(CudaTensorPath::kHostStaging));
+        auto world = pg.group();
+        distributed::destroy_process_group(world);
+      },
+      2, ranks_options());
 }
 
 // Work queued on a LibTorch side stream before the op (a fill of a large
@@ -231,8 +242,9 @@ std::vector<at::Tensor> one_process(int steps) {
   return ref->parameters();
 }
 
-void ddp_vs_one_process(int rank) {
-  auto pg = init_process_group("native", "env://", -1, -1, 60s);
+void ddp_vs_one_process(int rank, CudaTensorPath path) {
+  auto world = init_process_group("native", "env://", -1, -1, 60s);
+  ProcessGroup pg = path == cuda_tensor_path().path ? world : world.with_cuda_tensor_path(path);
   const int64_t local = kGlobalBatch / pg.size();
   auto model = make_mlp(rank == 0 ? 3 : 77);  // DDP broadcasts rank 0's
   DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.001});
@@ -247,14 +259,17 @@ void ddp_vs_one_process(int rank) {
     torch::mse_loss(out, y.narrow(0, rank * local, local)).backward();
     opt.step();
   }
-  expect_close(model->parameters(), one_process(steps), fmt::format("DDP rank {}", rank));
-  auto world = pg.group();
-  distributed::destroy_process_group(world);
+  expect_close(model->parameters(), one_process(steps),
+               fmt::format("DDP rank {} ({})", rank, cuda_tensor_path_name(path)));
+  auto g = world.group();
+  distributed::destroy_process_group(g);
 }
 
-TEST(LibTorchCuda, DdpOnACudaModelEqualsOneProcessOverTwentySteps) {
+TEST(LibTorchCuda, DdpOnACudaModelEqualsOneProcessOverTwentyStepsOnBothPaths) {
   SKIP_WITHOUT_GPU();
-  spawn(ddp_vs_one_process, 2, ranks_options());
+  spawn([](int rank) { ddp_vs_one_process(rank, cuda_tensor_path().path); }, 2, ranks_options());
+  spawn([](int rank) { ddp_vs_one_process(rank, CudaTensorPath::kHostStaging); }, 2,
+        ranks_options());
 }
 
 void zero_vs_one_process(int rank, bool overlap) {

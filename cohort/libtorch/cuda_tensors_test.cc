@@ -196,6 +196,35 @@ TEST(LibTorchCudaTensors, HostStagingCopiesResultsBackAtOnceOrInWait) {
   });
 }
 
+TEST(LibTorchCudaTensors, AHandleCanChooseStagingButZeroCopyOnlyWhereAvailable) {
+  two_ranks([](ProcessGroup& pg) {
+    const CudaTensorPathChoice here = cuda_tensor_path();
+    EXPECT_EQ(pg.cuda_tensor_path(), here.path);
+    ProcessGroup staged = pg.with_cuda_tensor_path(CudaTensorPath::kHostStaging);
+    EXPECT_EQ(staged.cuda_tensor_path(), CudaTensorPath::kHostStaging);
+    EXPECT_EQ(staged.group(), pg.group());
+    EXPECT_EQ(pg.cuda_tensor_path(), here.path);  // the original handle is unchanged
+    ProcessGroup sub = staged.new_group({0, 1});
+    EXPECT_EQ(sub.cuda_tensor_path(), CudaTensorPath::kHostStaging);
+    if (here.path == CudaTensorPath::kZeroCopy) {
+      EXPECT_EQ(staged.with_cuda_tensor_path(CudaTensorPath::kZeroCopy).cuda_tensor_path(),
+                CudaTensorPath::kZeroCopy);
+    } else {
+      try {
+        (void)pg.with_cuda_tensor_path(CudaTensorPath::kZeroCopy);
+        ADD_FAILURE() << "zero copy was granted where it is not available";
+      } catch (const NotSupported& e) {
+        EXPECT_THAT(e.what(), HasSubstr("zero copy is not available here"));
+        EXPECT_THAT(e.what(), HasSubstr(here.reason));
+      }
+    }
+    // CPU tensors are untouched by the choice.
+    at::Tensor t = torch::ones({3});
+    staged.all_reduce(t);
+    EXPECT_TRUE(torch::equal(t, torch::full({3}, 2.0f)));
+  });
+}
+
 TEST(LibTorchCudaTensors, AnOpOnTwoDevicesIsRejectedNamingThem) {
   two_ranks([](ProcessGroup& pg) {
     try {

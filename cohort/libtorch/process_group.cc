@@ -160,6 +160,13 @@ Work issue(bool async, std::vector<at::Tensor> kept, std::function<void()> finis
   return Work(std::move(st));
 }
 
+// This process's path for CUDA tensors, found once (it follows from the build
+// and the machine, which do not change while the process runs).
+const CudaTensorPathChoice& process_cuda_path() {
+  static const CudaTensorPathChoice choice = cuda_tensor_path();
+  return choice;
+}
+
 // Where an op's tensors live decides its path: the host (CPU tensors),
 // or for CUDA tensors this process's path (cuda_tensors.h).
 enum class Path { kHost, kZeroCopy, kStaging };
@@ -168,7 +175,8 @@ struct Route {
   int index = -1;  // the CUDA device
 };
 
-Route route_of(const char* op, const std::vector<at::Tensor>& tensors) {
+Route route_of(const char* op, const std::vector<at::Tensor>& tensors,
+               std::optional<CudaTensorPath> forced) {
   std::optional<c10::Device> device;
   for (const at::Tensor& t : tensors) {
     if (!t.defined()) continue;  // check_tensor names it
@@ -181,9 +189,9 @@ Route route_of(const char* op, const std::vector<at::Tensor>& tensors) {
     }
   }
   if (!device || !device->is_cuda()) return Route{};
-  // The build decides it (cuda_tensors.h): once per process.
-  static const CudaTensorPathChoice choice = cuda_tensor_path();
-  return Route{choice.path == CudaTensorPath::kZeroCopy ? Path::kZeroCopy : Path::kStaging,
+  // The build decides it (cuda_tensors.h), unless the handle chose staging.
+  const CudaTensorPath path = forced ? *forced : process_cuda_path().path;
+  return Route{path == CudaTensorPath::kZeroCopy ? Path::kZeroCopy : Path::kStaging,
                device->has_index() ? device->index() : 0};
 }
 
@@ -315,6 +323,21 @@ Work detail::chain(Work inner, std::vector<at::Tensor> keep, std::function<void(
 
 // ---- ProcessGroup ----
 
+ProcessGroup ProcessGroup::with_cuda_tensor_path(CudaTensorPath path) const {
+  if (path == CudaTensorPath::kZeroCopy && process_cuda_path().path != path) {
+    throw NotSupported(fmt::format(
+        "libtorch::ProcessGroup::with_cuda_tensor_path: zero copy is not available here: {}",
+        process_cuda_path().reason));
+  }
+  ProcessGroup out = *this;
+  out.cuda_path_ = path;
+  return out;
+}
+
+CudaTensorPath ProcessGroup::cuda_tensor_path() const {
+  return cuda_path_ ? *cuda_path_ : process_cuda_path().path;
+}
+
 distributed::ProcessGroup& ProcessGroup::get() const {
   COHORT_CHECK(pg_ != nullptr,
                "libtorch::ProcessGroup: undefined handle (this rank is outside the subgroup, or "
@@ -324,7 +347,7 @@ distributed::ProcessGroup& ProcessGroup::get() const {
 
 Work ProcessGroup::run_tensor(distributed::OpArgs a, const at::Tensor& t, bool async) const {
   const char* op = collectives::op_kind_name(a.kind);
-  const Route r = route_of(op, {t});
+  const Route r = route_of(op, {t}, cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     const bool written = a.kind != OpKind::kSend;
@@ -344,7 +367,7 @@ Work ProcessGroup::run_tensor(distributed::OpArgs a, const at::Tensor& t, bool a
 Work ProcessGroup::all_gather_impl(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
                                    const AllGatherOptions& o, bool async) const {
   auto& pg = get();
-  const Route r = route_of("all_gather", keep(outputs, {input}));
+  const Route r = route_of("all_gather", keep(outputs, {input}), cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     return s.done(all_gather_impl(s.out(outputs), s.in(input), o, async));
@@ -369,7 +392,7 @@ Work ProcessGroup::all_gather_into_tensor_impl(const at::Tensor& output, const a
                                                const AllGatherOptions& o, bool async) const {
   const char* op = "all_gather_into_tensor";
   auto& pg = get();
-  const Route r = route_of(op, {output, input});
+  const Route r = route_of(op, {output, input}, cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     return s.done(all_gather_into_tensor_impl(s.out(output), s.in(input), o, async));
@@ -393,7 +416,7 @@ Work ProcessGroup::gather_impl(const std::vector<at::Tensor>& outputs, const at:
                                const GatherOptions& o, bool async) const {
   auto& pg = get();
   // cohort has no device form of gather: CUDA tensors are staged on both paths.
-  if (route_of("gather", keep(outputs, {input})).path != Path::kHost) {
+  if (route_of("gather", keep(outputs, {input}), cuda_path_).path != Path::kHost) {
     detail::HostStaging s;
     return s.done(gather_impl(s.out(outputs), s.in(input), o, async));
   }
@@ -419,7 +442,7 @@ Work ProcessGroup::scatter_impl(const at::Tensor& output, const std::vector<at::
                                 const ScatterOptions& o, bool async) const {
   auto& pg = get();
   // As gather: staged on both CUDA paths.
-  if (route_of("scatter", keep(inputs, {output})).path != Path::kHost) {
+  if (route_of("scatter", keep(inputs, {output}), cuda_path_).path != Path::kHost) {
     detail::HostStaging s;
     return s.done(scatter_impl(s.out(output), s.in(inputs), o, async));
   }
@@ -445,7 +468,7 @@ Work ProcessGroup::reduce_scatter_impl(const at::Tensor& output,
                                        const std::vector<at::Tensor>& inputs,
                                        const ReduceScatterOptions& o, bool async) const {
   auto& pg = get();
-  const Route r = route_of("reduce_scatter", keep(inputs, {output}));
+  const Route r = route_of("reduce_scatter", keep(inputs, {output}), cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     return s.done(reduce_scatter_impl(s.out(output), s.in(inputs), o, async));
@@ -470,7 +493,7 @@ Work ProcessGroup::reduce_scatter_tensor_impl(const at::Tensor& output, const at
                                               const ReduceScatterOptions& o, bool async) const {
   const char* op = "reduce_scatter_tensor";
   auto& pg = get();
-  const Route r = route_of(op, {output, input});
+  const Route r = route_of(op, {output, input}, cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     return s.done(reduce_scatter_tensor_impl(s.out(output), s.in(input), o, async));
@@ -500,7 +523,7 @@ Work ProcessGroup::all_to_all_impl(const std::vector<at::Tensor>& outputs,
                inputs.size());
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
-  const Route r = route_of("all_to_all", all);
+  const Route r = route_of("all_to_all", all, cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     return s.done(all_to_all_impl(s.out(outputs), s.in(inputs), o, async));
@@ -530,7 +553,7 @@ Work ProcessGroup::all_to_all_single_impl(const at::Tensor& output, const at::Te
   const char* op = "all_to_all_single";
   auto& pg = get();
   const auto n = static_cast<size_t>(pg.size());
-  const Route r = route_of(op, {output, input});
+  const Route r = route_of(op, {output, input}, cuda_path_);
   if (r.path == Path::kStaging) {
     detail::HostStaging s;
     return s.done(all_to_all_single_impl(s.out(output), s.in(input), o, async));

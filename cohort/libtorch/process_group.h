@@ -51,11 +51,13 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cohort/distributed/process_group.h"
+#include "cohort/libtorch/cuda_tensors.h"
 
 namespace cohort::libtorch {
 
@@ -124,8 +126,19 @@ class ProcessGroup {
 
   // A subgroup (collective over this group; undefined on ranks outside it).
   ProcessGroup new_group(std::vector<int> ranks, NewGroupOptions options = {}) const {
-    return ProcessGroup(get().new_group(std::move(ranks), std::move(options)));
+    ProcessGroup sub(get().new_group(std::move(ranks), std::move(options)));
+    sub.cuda_path_ = cuda_path_;
+    return sub;
   }
+  // A handle on the same group whose ops carry CUDA tensors by `path`
+  // (cuda_tensors.h) instead of this process's choice: kHostStaging always
+  // (e.g. to compare the paths, or where a LibTorch and cohort built against
+  // two CUDA versions disagree), kZeroCopy only where it is this process's
+  // choice anyway (NotSupported with the reason otherwise). nccl takes
+  // device memory only, so staging needs native or mpi.
+  ProcessGroup with_cuda_tensor_path(CudaTensorPath path) const;
+  // The path this handle's ops take for CUDA tensors.
+  CudaTensorPath cuda_tensor_path() const;
   void destroy() const { get().destroy(); }
 
   void all_reduce(const at::Tensor& tensor, const AllReduceOptions& opts = {}) const {
@@ -271,6 +284,7 @@ class ProcessGroup {
                               const AllToAllOptions& o, bool async) const;
 
   std::shared_ptr<distributed::ProcessGroup> pg_;
+  std::optional<CudaTensorPath> cuda_path_;  // unset: this process's choice
 };
 
 // Joins the job as cohort::distributed::init_process_group does (the same
