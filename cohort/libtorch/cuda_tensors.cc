@@ -23,10 +23,10 @@ CudaTensorPathChoice choose_cuda_tensor_path(const CudaTensorEnvironment& env) {
   auto staging = [](std::string why) {
     return CudaTensorPathChoice{CudaTensorPath::kHostStaging, std::move(why)};
   };
-  if (env.torch_major < 2 || (env.torch_major == 2 && env.torch_minor < 1)) {
+  if (!env.torch_names_streams) {
     return staging(fmt::format(
-        "{} cannot name its current CUDA stream to cohort (c10::Stream::native_handle needs "
-        "PyTorch 2.1 or later), so CUDA tensors are copied to the host and back",
+        "{} cannot name its current CUDA stream to cohort (it has no c10::Stream::native_handle, "
+        "which PyTorch 2.11 added), so CUDA tensors are copied to the host and back",
         torch));
   }
   if (!env.torch_has_cuda) {
@@ -55,6 +55,7 @@ CudaTensorEnvironment cuda_tensor_environment() {
   CudaTensorEnvironment env;
   env.torch_major = TORCH_VERSION_MAJOR;
   env.torch_minor = TORCH_VERSION_MINOR;
+  env.torch_names_streams = detail::torch_names_cuda_streams();
   env.torch_has_cuda = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA);
   if (DeviceRuntime* rt = find_device_runtime(DeviceType::kCUDA)) {
     env.cohort_has_cuda = true;
@@ -69,6 +70,21 @@ CudaTensorPathChoice cuda_tensor_path() {
 }
 
 namespace detail {
+namespace {
+
+// s.native_handle() where S has it; never called otherwise.
+template <typename S>
+void* native_handle_of(const S& s) {
+  if constexpr (has_native_handle<S>) {
+    return s.native_handle();
+  } else {
+    throw NotSupported("this LibTorch has no c10::Stream::native_handle()");
+  }
+}
+
+}  // namespace
+
+bool torch_names_cuda_streams() { return has_native_handle<c10::Stream>; }
 
 Stream stream_for_torch_handle(Device device, void* handle) {
   if (handle == nullptr) return Stream{device, nullptr, 0};
@@ -78,15 +94,11 @@ Stream stream_for_torch_handle(Device device, void* handle) {
 }
 
 std::optional<Stream> torch_current_stream(int index) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) return std::nullopt;
+  if (!torch_names_cuda_streams() || !c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA))
+    return std::nullopt;
   const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
   const c10::Stream s = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
-  return stream_for_torch_handle(Device(DeviceType::kCUDA, index), s.native_handle());
-#else
-  (void)index;
-  return std::nullopt;
-#endif
+  return stream_for_torch_handle(Device(DeviceType::kCUDA, index), native_handle_of(s));
 }
 
 TorchStreamScope::TorchStreamScope(int index) {

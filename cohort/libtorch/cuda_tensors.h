@@ -18,12 +18,15 @@
 //    the host, as PyTorch's ProcessGroupNCCL does; native and mpi stage the
 //    bytes through cohort's pinned buffers on a side stream ordered after
 //    that event. It needs (1) a LibTorch that names its current stream's
-//    cudaStream_t without ATen's CUDA headers, i.e. c10::Stream::
-//    native_handle(), PyTorch >= 2.1 (checked with torch/version.h at
-//    compile time; Debian's LibTorch 1.13 is CPU-only and does not ship the
-//    CUDA libraries those headers would need), (2) LibTorch built with CUDA
-//    (its CUDA device guard is registered), and (3) cohort built with its
-//    CUDA layer, which found a device (find_device_runtime(kCUDA)). Both
+//    cudaStream_t without ATen's CUDA headers (which would need LibTorch's
+//    c10_cuda library, absent from Debian's CPU-only LibTorch 1.13):
+//    c10::Stream::native_handle(), which PyTorch added in February 2026
+//    (so 2.11; 2.1 to 2.10 lack it). It is detected
+//    at compile time (a requires-expression on c10::Stream), not by
+//    torch/version.h, so a LibTorch with it takes this path whatever its
+//    number; (2) LibTorch built with CUDA (its CUDA device guard is
+//    registered), and (3) cohort built with its CUDA layer, which found a
+//    device (find_device_runtime(kCUDA)). Both
 //    runtimes use the driver's primary context of the device, so torch's
 //    cudaStream_t and cohort's events work on one another.
 //  * host staging (CudaTensorPath::kHostStaging), everywhere else: LibTorch
@@ -42,6 +45,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/version.h>
 
+#include <concepts>
 #include <functional>
 #include <optional>
 #include <string>
@@ -66,7 +70,8 @@ struct CudaTensorPathChoice {
 
 // What the adapter knows about its surroundings, for choose_cuda_tensor_path.
 struct CudaTensorEnvironment {
-  int torch_major = 0, torch_minor = 0;  // LibTorch's version (torch/version.h)
+  int torch_major = 0, torch_minor = 0;  // LibTorch's version (torch/version.h), for messages
+  bool torch_names_streams = false;      // c10::Stream::native_handle() exists
   bool torch_has_cuda = false;           // LibTorch registered a CUDA device guard
   bool cohort_has_cuda = false;          // cohort's CUDA layer is linked ...
   int cohort_devices = 0;                // ... and sees this many devices
@@ -81,11 +86,15 @@ CudaTensorPathChoice cuda_tensor_path();
 
 namespace detail {
 
-// Whether this LibTorch can name its current CUDA stream:
-// c10::Stream::native_handle() exists from PyTorch 2.1 on.
-constexpr bool torch_names_cuda_streams() {
-  return TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1);
-}
+// Whether a stream type S has native_handle() (a template, so that the
+// answer for c10::Stream is a value, not a compile error, on LibTorches
+// without it).
+template <typename S>
+constexpr bool has_native_handle = requires(const S& s) {
+  { s.native_handle() } -> std::convertible_to<void*>;
+};
+// Whether this LibTorch can name its current CUDA stream.
+bool torch_names_cuda_streams();
 
 // cohort's Stream for LibTorch's stream `handle` (a cudaStream_t) on
 // `device`: the null handle is the device's default stream, which both

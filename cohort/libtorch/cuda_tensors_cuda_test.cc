@@ -1,10 +1,10 @@
 // CUDA torch::Tensors through the adapter, on a GPU (binary
 // cohort_libtorch_cuda_tests, ctest label cuda): every collective at 2 ranks,
 // blocking and async, on cuda:0 (both ranks share the one GPU: the native
-// backend), on this build's path (cuda_tensors.h; zero copy with LibTorch
-// >= 2.1) and on host staging; an all_reduce ordered after work queued on a
-// LibTorch side stream; DistributedDataParallel on a small CUDA model equal
-// to one process over 20 steps on both paths; and ZeRO stage 2 likewise. Ranks are processes
+// backend), on this build's path (cuda_tensors.h; zero copy with a LibTorch
+// that has c10::Stream::native_handle, 2.11) and on host staging; an all_reduce ordered after work
+// queued on a LibTorch side stream; DistributedDataParallel on a small CUDA model equal to one
+// process over 20 steps on both paths; and ZeRO stage 2 likewise. Ranks are processes
 // (cohort::spawn): autograd runs CUDA backward on one device thread per GPU, which two ranks on
 // threads would share, and a process may not use CUDA after forking; so this parent never touches
 // CUDA, and asks a child whether LibTorch sees a GPU. Without one every test
@@ -159,8 +159,8 @@ void collectives(int rank, const ProcessGroup& pg) {
   }
 }
 
-// This process's path (zero copy with LibTorch >= 2.1 and cohort's CUDA
-// layer), then host staging through the same group.
+// This process's path (zero copy with a LibTorch that names its streams and
+// cohort's CUDA layer), then host staging through the same group.
 TEST(LibTorchCuda, EveryCollectiveOnCudaTensorsAtTwoRanksOnBothPaths) {
   SKIP_WITHOUT_GPU();
   spawn(

@@ -27,13 +27,14 @@ using ::testing::HasSubstr;
 CudaTensorEnvironment everything() {
   return CudaTensorEnvironment{.torch_major = 2,
                                .torch_minor = 11,
+                               .torch_names_streams = true,
                                .torch_has_cuda = true,
                                .cohort_has_cuda = true,
                                .cohort_devices = 1,
                                .cohort_unavailable = ""};
 }
 
-TEST(LibTorchCudaTensors, ZeroCopyNeedsTorchTwoOneWithCudaAndCohortsCudaLayerWithADevice) {
+TEST(LibTorchCudaTensors, ZeroCopyNeedsStreamHandlesAndCudaInTorchAndCohortsCudaLayerWithADevice) {
   CudaTensorPathChoice c = choose_cuda_tensor_path(everything());
   EXPECT_EQ(c.path, CudaTensorPath::kZeroCopy) << c.reason;
   EXPECT_THAT(c.reason, HasSubstr("LibTorch 2.11"));
@@ -41,17 +42,16 @@ TEST(LibTorchCudaTensors, ZeroCopyNeedsTorchTwoOneWithCudaAndCohortsCudaLayerWit
   CudaTensorEnvironment e = everything();
   e.torch_major = 1;
   e.torch_minor = 13;
+  e.torch_names_streams = false;
   c = choose_cuda_tensor_path(e);
   EXPECT_EQ(c.path, CudaTensorPath::kHostStaging);
   EXPECT_THAT(c.reason, HasSubstr("LibTorch 1.13 cannot name its current CUDA stream"));
-  EXPECT_THAT(c.reason, HasSubstr("2.1"));
+  EXPECT_THAT(c.reason, HasSubstr("native_handle"));
+  // The feature decides, not the number.
   e.torch_major = 2;
-  e.torch_minor = 0;
+  e.torch_minor = 10;
   EXPECT_EQ(choose_cuda_tensor_path(e).path, CudaTensorPath::kHostStaging);
-  e.torch_minor = 1;
-  EXPECT_EQ(choose_cuda_tensor_path(e).path, CudaTensorPath::kZeroCopy);
-  e.torch_major = 3;
-  e.torch_minor = 0;
+  e.torch_names_streams = true;
   EXPECT_EQ(choose_cuda_tensor_path(e).path, CudaTensorPath::kZeroCopy);
 
   e = everything();
@@ -77,10 +77,27 @@ TEST(LibTorchCudaTensors, ZeroCopyNeedsTorchTwoOneWithCudaAndCohortsCudaLayerWit
   EXPECT_EQ(cuda_tensor_path_name(CudaTensorPath::kHostStaging), "host staging");
 }
 
+struct WithHandle {
+  void* native_handle() const { return nullptr; }
+};
+struct WithoutHandle {
+  int id() const { return 0; }
+};
+
+TEST(LibTorchCudaTensors, StreamHandlesAreDetectedByTheMemberNotTheVersion) {
+  EXPECT_TRUE(detail::has_native_handle<WithHandle>);
+  EXPECT_FALSE(detail::has_native_handle<WithoutHandle>);
+  EXPECT_EQ(detail::torch_names_cuda_streams(), detail::has_native_handle<c10::Stream>);
+}
+
 TEST(LibTorchCudaTensors, ThisBuildsChoiceFollowsItsLibTorch) {
   const CudaTensorEnvironment env = cuda_tensor_environment();
   EXPECT_EQ(env.torch_major, TORCH_VERSION_MAJOR);
   EXPECT_EQ(env.torch_minor, TORCH_VERSION_MINOR);
+  EXPECT_EQ(env.torch_names_streams, detail::torch_names_cuda_streams());
+  if (TORCH_VERSION_MAJOR < 2) {
+    EXPECT_FALSE(env.torch_names_streams);  // Debian's 1.13
+  }
   EXPECT_EQ(env.torch_has_cuda, c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA));
   EXPECT_EQ(env.cohort_has_cuda, find_device_runtime(DeviceType::kCUDA) != nullptr);
   const CudaTensorPathChoice c = cuda_tensor_path();
