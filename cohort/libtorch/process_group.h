@@ -139,6 +139,14 @@ class ProcessGroup {
   ProcessGroup with_cuda_tensor_path(CudaTensorPath path) const;
   // The path this handle's ops take for CUDA tensors.
   CudaTensorPath cuda_tensor_path() const;
+  // Tests only: zero copy even where this process stages, so that the path
+  // runs on a CPU-only LibTorch against core's fake CUDA device (whose device
+  // memory is host memory; cohort's current stream stands for LibTorch's).
+  friend ProcessGroup zero_copy_for_testing(const ProcessGroup& pg) {
+    ProcessGroup out = pg;
+    out.cuda_path_ = CudaTensorPath::kZeroCopy;
+    return out;
+  }
   void destroy() const { get().destroy(); }
 
   void all_reduce(const at::Tensor& tensor, const AllReduceOptions& opts = {}) const {
