@@ -67,7 +67,10 @@ Work ProcessGroup::run_device_op(const OpArgs& a, Keep keep, bool async, Device 
   ctx.stream = current_stream(device);
   ctx.ready = rt.record(ctx.stream);
   for (const Tensor* t : {keep.first, keep.second}) {
-    if (t && t->storage()->nbytes() > 0) ctx.blocks.push_back(t->storage()->data());
+    // Borrowed memory (a LibTorch tensor's) is its owner's to keep alive;
+    // only the caching allocator's own blocks are recorded on the op's stream.
+    if (t && t->storage()->nbytes() > 0 && !t->storage()->borrowed())
+      ctx.blocks.push_back(t->storage()->data());
   }
   Backend* b = backend_.get();
   if (!b->runs_on_device(device)) {

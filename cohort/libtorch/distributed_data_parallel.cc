@@ -46,12 +46,14 @@ std::vector<std::string> model_entries(const torch::nn::Module& module) {
   return out;
 }
 
-// Collective: rank 0's values of `tensors` on every rank, one broadcast per dtype.
+// Collective: rank 0's values of `tensors` on every rank, one broadcast per
+// dtype and device (the flat copy lives where its tensors do).
 void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors) {
   at::NoGradGuard no_grad;
-  std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
-  for (const at::Tensor& t : tensors) by_dtype[t.scalar_type()].push_back(t);
-  for (auto& [dtype, list] : by_dtype) {
+  std::map<std::pair<int, std::string>, std::vector<at::Tensor>> by_dtype;
+  for (const at::Tensor& t : tensors)
+    by_dtype[{static_cast<int>(t.scalar_type()), t.device().str()}].push_back(t);
+  for (auto& [key, list] : by_dtype) {
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : list) flat_parts.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flat_parts);
@@ -105,9 +107,15 @@ struct DistributedDataParallel::Impl {
 };
 
 void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
+  // A bucket holds one dtype on one device, and lives on that device (a
+  // model split over two GPUs reduces each device's gradients there).
+  auto key = [](const at::Tensor& t) {
+    const c10::Device d = t.device();
+    const int device = d.is_cpu() ? 0 : 1 + static_cast<int>(d.type()) * 64 + d.index();
+    return static_cast<int>(t.scalar_type()) * 4096 + device;
+  };
   std::vector<parallel::BucketParam> sizes;
-  for (const Param& p : params)
-    sizes.push_back({p.tensor.nbytes(), static_cast<int>(p.tensor.scalar_type())});
+  for (const Param& p : params) sizes.push_back({p.tensor.nbytes(), key(p.tensor)});
   std::vector<std::vector<size_t>> closed = parallel::assign_buckets(sizes, cap_bytes);
   for (auto& members : closed) {
     Bucket b;
@@ -266,12 +274,15 @@ parallel::BucketReduction DistributedDataParallel::Impl::launch(size_t i) {
   Bucket& b = buckets[i];
   b.launched = Clock::now();
   if (i + 1 < buckets.size()) {
-    distributed::Work work =
-        pg->all_reduce(b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()), b.dtype,
-                       {.op = ReduceOp::kAvg}, async_op);
+    // Through the adapter's ops, so that a CUDA bucket takes its path
+    // (cuda_tensors.h); its wait() orders LibTorch's current stream after
+    // the reduction, or copies a staged result back.
+    Work lw = pg.all_reduce(b.buffer, {.op = ReduceOp::kAvg}, async_op);
+    distributed::Work work = lw.work();
     return parallel::BucketReduction{
         work,
-        [this, i, work] {
+        [this, i, lw, work] {
+          lw.wait();
           trace.buckets.push_back(BucketTrace{i, buckets[i].buffer.nbytes(), buckets[i].launched,
                                               work.started_at(), work.finished_at()});
         },
@@ -286,8 +297,7 @@ parallel::BucketReduction DistributedDataParallel::Impl::launch(size_t i) {
       [this, i] {
         Bucket& last = buckets[i];
         const auto started = Clock::now();
-        pg->all_reduce(last.buffer.data_ptr(), static_cast<size_t>(last.buffer.numel()), last.dtype,
-                       {.op = ReduceOp::kAvg});
+        pg.all_reduce(last.buffer, {.op = ReduceOp::kAvg});
         trace.buckets.push_back(
             BucketTrace{i, last.buffer.nbytes(), last.launched, started, Clock::now()});
       },
@@ -331,9 +341,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (const auto& item : module_->named_parameters()) {
     const at::Tensor& t = item.value();
     const std::string& name = item.key();
-    COHORT_CHECK(t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous(),
-                 "DistributedDataParallel: parameter '{}' must be a dense contiguous CPU tensor "
-                 "(device {}, contiguous {})",
+    COHORT_CHECK((t.device().is_cpu() || t.device().is_cuda()) && t.layout() == at::kStrided &&
+                     t.is_contiguous(),
+                 "DistributedDataParallel: parameter '{}' must be a dense contiguous CPU or CUDA "
+                 "tensor (device {}, contiguous {})",
                  name, t.device().str(), t.is_contiguous());
     to_data_type(t.scalar_type(), "DistributedDataParallel", name);
     state.push_back(t);

@@ -20,7 +20,10 @@
 // checks that every rank wraps the same model (parameter and buffer names,
 // dtypes and shapes; InvalidArgument naming the first difference and the
 // ranks, on every rank), then broadcasts the parameters and buffers from
-// rank 0. Parameters must be dense, contiguous CPU tensors.
+// rank 0. Parameters must be dense, contiguous CPU or CUDA tensors; CUDA
+// parameters get buckets on their device (one dtype and one device per
+// bucket), reduced through the path of cuda_tensors.h: in place on LibTorch's
+// current stream (zero copy) or through host copies (staging).
 //
 // Gradients (cohort's design, cohort/parallel/reducer.h): parameters that
 // require grad go into flat buckets in reverse registration order (about the

@@ -17,10 +17,17 @@
 // unpack from one flat buffer, as cohort's own do. dtypes: Float, Double,
 // Half, BFloat16, Int, Long and Byte (cohort's seven collective types; Half
 // and BFloat16 reduce in float32).
+// CUDA tensors (all of an op's tensors on one device) take the path
+// cuda_tensors.h describes: their own memory, ordered on LibTorch's current
+// CUDA stream (a blocking op returns once that stream waits for the op, as
+// PyTorch's NCCL group does; Work::wait() makes the waiting thread's current
+// stream wait), or host copies that are copied back before the blocking call
+// returns or in Work::wait().
 //
 // Argument errors are thrown by the call itself as cohort::InvalidArgument
 // naming the op, the argument and what would be right: an undefined,
-// non-CPU (CUDA, ...), sparse or non-contiguous tensor, an unsupported dtype,
+// sparse or non-contiguous tensor, one on a device other than the CPU and
+// CUDA, tensors of one op on two devices, an unsupported dtype,
 // a list with other than size() tensors, a tensor whose dtype or element
 // count differs from what the op needs. Failures of the op itself (a lost
 // peer, a timeout, a mismatch between ranks) are those of the underlying
@@ -44,11 +51,13 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cohort/distributed/process_group.h"
+#include "cohort/libtorch/cuda_tensors.h"
 
 namespace cohort::libtorch {
 
@@ -117,7 +126,26 @@ class ProcessGroup {
 
   // A subgroup (collective over this group; undefined on ranks outside it).
   ProcessGroup new_group(std::vector<int> ranks, NewGroupOptions options = {}) const {
-    return ProcessGroup(get().new_group(std::move(ranks), std::move(options)));
+    ProcessGroup sub(get().new_group(std::move(ranks), std::move(options)));
+    sub.cuda_path_ = cuda_path_;
+    return sub;
+  }
+  // A handle on the same group whose ops carry CUDA tensors by `path`
+  // (cuda_tensors.h) instead of this process's choice: kHostStaging always
+  // (e.g. to compare the paths, or where a LibTorch and cohort built against
+  // two CUDA versions disagree), kZeroCopy only where it is this process's
+  // choice anyway (NotSupported with the reason otherwise). nccl takes
+  // device memory only, so staging needs native or mpi.
+  ProcessGroup with_cuda_tensor_path(CudaTensorPath path) const;
+  // The path this handle's ops take for CUDA tensors.
+  CudaTensorPath cuda_tensor_path() const;
+  // Tests only: zero copy even where this process stages, so that the path
+  // runs on a CPU-only LibTorch against core's fake CUDA device (whose device
+  // memory is host memory; cohort's current stream stands for LibTorch's).
+  friend ProcessGroup zero_copy_for_testing(const ProcessGroup& pg) {
+    ProcessGroup out = pg;
+    out.cuda_path_ = CudaTensorPath::kZeroCopy;
+    return out;
   }
   void destroy() const { get().destroy(); }
 
@@ -264,6 +292,7 @@ class ProcessGroup {
                               const AllToAllOptions& o, bool async) const;
 
   std::shared_ptr<distributed::ProcessGroup> pg_;
+  std::optional<CudaTensorPath> cuda_path_;  // unset: this process's choice
 };
 
 // Joins the job as cohort::distributed::init_process_group does (the same

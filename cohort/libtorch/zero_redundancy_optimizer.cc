@@ -141,8 +141,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> params,
                options_.stage);
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];
-    COHORT_CHECK(p.defined() && p.device().is_cpu() && p.is_contiguous(),
-                 "ZeroRedundancyOptimizer: parameter {} must be a defined, contiguous CPU tensor",
+    COHORT_CHECK(p.defined() && (p.device().is_cpu() || p.device().is_cuda()) && p.is_contiguous(),
+                 "ZeroRedundancyOptimizer: parameter {} must be a defined, contiguous CPU or CUDA "
+                 "tensor",
                  i);
     to_data_type(p.scalar_type(), "ZeroRedundancyOptimizer", "parameter " + std::to_string(i));
   }
@@ -214,15 +215,19 @@ void ZeroRedundancyOptimizer::step() {
   const int rank = pg_.rank();
   if (options_.stage == 2) reduce_gradients();
   local_->step();
-  // Each shard from its owner, one broadcast per shard and dtype.
+  // Each shard from its owner, one broadcast per shard, dtype and device.
   at::NoGradGuard no_grad;
   for (size_t r = 0; r < shards_.size(); ++r) {
     if (shards_[r].empty()) continue;
     std::vector<size_t> rest = shards_[r];
     while (!rest.empty()) {
       const auto dtype = params_[rest.front()].scalar_type();
+      const c10::Device device = params_[rest.front()].device();
       std::vector<size_t> same, other;
-      for (size_t i : rest) (params_[i].scalar_type() == dtype ? same : other).push_back(i);
+      for (size_t i : rest) {
+        const at::Tensor& p = params_[i];
+        (p.scalar_type() == dtype && p.device() == device ? same : other).push_back(i);
+      }
       std::vector<at::Tensor> parts;
       for (size_t i : same) parts.push_back(params_[i].reshape({-1}));
       at::Tensor flat = at::cat(parts);

@@ -32,6 +32,10 @@
 // step with the same parameters. Same result as the full optimizer on every rank, to rounding of
 // the average.
 //
+// Parameters: contiguous CPU or CUDA tensors; CUDA ones are reduced and
+// broadcast through the path of cuda_tensors.h (one broadcast per shard,
+// dtype and device).
+//
 // Sharding: parameters sorted by size (largest first, registration order
 // among equals) go each to the rank with the fewest elements so far (the
 // lowest rank among equals); every rank computes the same assignment.
