@@ -522,7 +522,11 @@ EOF
 # (d) LibTorch's DDP on CUDA tensors: the bundle has no LibTorch (pack
 # configures -DCOHORT_WITH_LIBTORCH=OFF: the bare device machine lacks it).
 check_libtorch() {
-  summary "SKIP libtorch cuda: not built into the GPU bundle"
+  # cohort_libtorch_cuda_tests needs cohort built against a CUDA LibTorch
+  # (PyTorch 2.11's, on the device machine only); the bundle is built here,
+  # against Debian's CPU-only LibTorch 1.13, and the device machine lacks the
+  # Debian headers and libraries (fmt, GoogleTest, OpenBLAS) to build cohort.
+  summary "SKIP libtorch cuda: needs cohort built against PyTorch 2.11's LibTorch; not in the bundle (built against Debian's CPU-only LibTorch 1.13)"
 }
 
 # The strategies on the GPU in one process (two ranks on threads through
