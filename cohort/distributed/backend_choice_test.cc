@@ -142,16 +142,30 @@ TEST(InitWorkerGroup, AutoOnTheCpuIsNative) {
 }
 
 TEST(InitWorkerGroup, AutoWithCudaExplainsTheChoice) {
-  if (backend_available(BackendKind::kNccl)) GTEST_SKIP() << "NCCL is built: auto picks it";
+  // Two ranks on one GPU: native, whether or not this build has NCCL.
   testing::FakeCudaDevice fake(1);
   const std::string path = file_store_path("worker-group-auto");
-  WorkerGroup w = init_worker_group(
-      "auto", Device("cuda"), "file://" + path + "?rank=0&world_size=1", std::chrono::seconds(30));
-  EXPECT_EQ(w.device, Device(DeviceType::kCUDA, 0));
+  std::vector<WorkerGroup> groups(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      groups[static_cast<size_t>(r)] = init_worker_group(
+          "auto", Device("cuda"), fmt::format("file://{}?rank={}&world_size=2", path, r),
+          std::chrono::seconds(30));
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (WorkerGroup& w : groups) {
+    ASSERT_NE(w.group, nullptr);
+    EXPECT_EQ(w.device, Device(DeviceType::kCUDA, 0));
+    EXPECT_EQ(w.local_world_size, 2);
+    EXPECT_EQ(w.backend.kind, BackendKind::kNative);
+    const char* why = backend_available(BackendKind::kNccl) ? "2 local ranks share 1 GPU"
+                                                            : "this build has no NCCL";
+    EXPECT_TRUE(contains(w.backend.reason, why)) << w.backend.reason;
+  }
   EXPECT_EQ(fake.current_device(), 0);
-  EXPECT_EQ(w.backend.kind, BackendKind::kNative);
-  EXPECT_TRUE(contains(w.backend.reason, "this build has no NCCL")) << w.backend.reason;
-  destroy_process_group(w.group);
+  for (WorkerGroup& w : groups) destroy_process_group(w.group);
   ::unlink(path.c_str());
 }
 

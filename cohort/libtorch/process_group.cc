@@ -145,9 +145,11 @@ std::vector<at::Tensor> keep(std::vector<at::Tensor> list, std::initializer_list
 }
 
 // Runs an op: op() blocking, then finish; or op(async_op), the Work keeping
-// `kept` alive and running finish in wait().
+// `kept` alive and running finish in wait() (on cuda:<device_index>'s
+// LibTorch stream when that is >= 0).
 template <typename Op>
-Work issue(bool async, std::vector<at::Tensor> kept, std::function<void()> finish, Op&& op) {
+Work issue(bool async, std::vector<at::Tensor> kept, std::function<void()> finish, Op&& op,
+           int device_index = -1) {
   if (!async) {
     op();
     if (finish) finish();
@@ -156,6 +158,7 @@ Work issue(bool async, std::vector<at::Tensor> kept, std::function<void()> finis
   auto st = std::make_shared<Work::State>();
   st->keep = std::move(kept);
   st->finish = std::move(finish);
+  st->device_index = device_index;
   st->work = op(async_op);
   return Work(std::move(st));
 }
@@ -202,17 +205,7 @@ template <typename Op>
 Work issue_on_device(bool async, int index, std::vector<at::Tensor> kept,
                      std::function<void()> finish, Op&& op) {
   detail::TorchStreamScope scope(index);
-  if (!async) {
-    op();
-    if (finish) finish();
-    return Work();
-  }
-  auto st = std::make_shared<Work::State>();
-  st->keep = std::move(kept);
-  st->finish = std::move(finish);
-  st->device_index = index;
-  st->work = op(async_op);
-  return Work(std::move(st));
+  return issue(async, std::move(kept), std::move(finish), std::forward<Op>(op), index);
 }
 
 // The one-tensor ops on a cohort tensor, blocking or (with the tag) async.
