@@ -15,6 +15,8 @@
 // test's threads start; restores the tables when it goes.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -66,8 +68,12 @@ inline std::pair<Tensor, Tensor> on_device(const std::pair<Tensor, Tensor>& p, D
   return {on_device(p.first, d), on_device(p.second, d)};
 }
 
+// Calls of emulated kernels in this process (any thread).
+inline std::atomic<uint64_t> calls{0};
+
 template <auto Cpu, typename R, typename... Args>
 R emulated(Args... args) {
+  calls.fetch_add(1, std::memory_order_relaxed);
   Device d = kCPU;
   (find_device(d, args), ...);
   if constexpr (std::is_void_v<R>) {

@@ -18,7 +18,13 @@ const rendezvous::EnvSettings& env_settings() {
 }
 }  // namespace cohort::cli
 
+// A test build of the CLI may define this to set the process up before any
+// command runs (tests/train/fake_gpu_cli.cc: a fake GPU); the cohort
+// executable does not define it.
+extern "C" void cohort_cli_before_main() __attribute__((weak));
+
 int main(int argc, char** argv) {
+  if (cohort_cli_before_main != nullptr) cohort_cli_before_main();
   CLI::App app{"cohort: distributed deep-learning training in C++"};
   app.require_subcommand(1);
   // A bad flag or value prints the chosen subcommand's usage with the error.
