@@ -8,6 +8,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/base/parallel.h"
 #include "cohort/core/native/fused_optim.h"
+#include "cohort/optim/device_update.h"
 #include "cohort/optim/update_kernels.h"
 #include "cohort/optim/update_util.h"
 
@@ -68,15 +69,9 @@ std::vector<Tensor> device_grads(const std::vector<Tensor>& params) {
 // on one device; a model spread over several (ToyMpModel) combines theirs.
 std::vector<std::vector<Tensor>> by_device(const std::vector<Tensor>& grads) {
   std::vector<std::vector<Tensor>> out;
-  std::vector<Device> devices;
-  for (const Tensor& g : grads) {
-    size_t k = 0;
-    while (k < devices.size() && devices[k] != g.device()) ++k;
-    if (k == devices.size()) {
-      devices.push_back(g.device());
-      out.emplace_back();
-    }
-    out[k].push_back(g);
+  for (const std::vector<size_t>& group : indices_by_device(grads)) {
+    std::vector<Tensor>& g = out.emplace_back();
+    for (size_t i : group) g.push_back(grads[i]);
   }
   return out;
 }

@@ -27,23 +27,33 @@ void DeviceUpdates::add(const Tensor& p, const Tensor& grad, std::initializer_li
   extras_.push_back(extra);
 }
 
-std::vector<DeviceUpdates> DeviceUpdates::by_device() const {
-  std::vector<DeviceUpdates> out;
+std::vector<std::vector<size_t>> indices_by_device(const std::vector<Tensor>& tensors) {
+  std::vector<std::vector<size_t>> groups;
   std::vector<Device> devices;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Device d = params_[i].device();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Device d = tensors[i].device();
     size_t g = 0;
     while (g < devices.size() && devices[g] != d) ++g;
     if (g == devices.size()) {
       devices.push_back(d);
-      out.emplace_back(optimizer_);
+      groups.emplace_back();
     }
-    DeviceUpdates& u = out[g];
-    u.params_.push_back(params_[i]);
-    u.work_.push_back(work_[i]);
-    u.grads_.push_back(grads_[i]);
-    for (size_t k = 0; k < kMaxState; ++k) u.state_[k].push_back(state_[k][i]);
-    u.extras_.push_back(extras_[i]);
+    groups[g].push_back(i);
+  }
+  return groups;
+}
+
+std::vector<DeviceUpdates> DeviceUpdates::by_device() const {
+  std::vector<DeviceUpdates> out;
+  for (const std::vector<size_t>& group : indices_by_device(params_)) {
+    DeviceUpdates& u = out.emplace_back(optimizer_);
+    for (size_t i : group) {
+      u.params_.push_back(params_[i]);
+      u.work_.push_back(work_[i]);
+      u.grads_.push_back(grads_[i]);
+      for (size_t k = 0; k < kMaxState; ++k) u.state_[k].push_back(state_[k][i]);
+      u.extras_.push_back(extras_[i]);
+    }
   }
   return out;
 }

@@ -18,6 +18,10 @@
 
 namespace cohort::optim {
 
+// The positions of `tensors` grouped by device, groups in order of each
+// device's first tensor (a fused kernel runs on one device).
+std::vector<std::vector<size_t>> indices_by_device(const std::vector<Tensor>& tensors);
+
 // st[key] on p's device: state created or loaded on another device (a
 // checkpoint read on the CPU, then the model moved) is moved to p's, once.
 Tensor state_on(TensorDict& st, const char* key, const Tensor& p);

@@ -22,27 +22,10 @@ const std::string kFakeGpu = COHORT_FAKE_GPU_BIN;
 // `cohort run --nproc-per-node 2` of `worker train` on the small synthetic
 // MLP job (the fake kernels cover its ops).
 std::vector<std::string> job(const std::string& worker, std::vector<std::string> extra) {
-  std::vector<std::string> argv = {kCohort,
-                                   "run",
-                                   "--nproc-per-node",
-                                   "2",
-                                   worker,
-                                   "train",
-                                   "--model",
-                                   "mlp",
-                                   "--dataset",
-                                   "synthetic",
-                                   "--synthetic-train-size",
-                                   "512",
-                                   "--synthetic-test-size",
-                                   "128",
-                                   "--threads",
-                                   "1",
-                                   "--seed",
-                                   "7",
-                                   "--max-steps",
-                                   "4"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::vector<std::string> argv = {kCohort, "run", "--nproc-per-node", "2"};
+  extra.insert(extra.end(), {"--max-steps", "4"});
+  auto t = train_argv_of(worker, "mlp", std::move(extra));
+  argv.insert(argv.end(), t.begin(), t.end());
   return argv;
 }
 

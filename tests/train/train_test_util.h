@@ -15,13 +15,15 @@ namespace cohort::test {
 
 inline const std::string kCohort = COHORT_BIN;
 
-// `cohort train` on a small synthetic set: 512 training examples (8 steps of
-// 64 per epoch in one process, 4 per rank with two), one thread per process.
-inline std::vector<std::string> train_argv(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {kCohort,
+// `binary train` (the cohort CLI or a test build of it) of `model` on a
+// small synthetic set: 512 training examples (8 steps of 64 per epoch in one
+// process, 4 per rank with two), one thread per process.
+inline std::vector<std::string> train_argv_of(const std::string& binary, const std::string& model,
+                                              std::vector<std::string> extra) {
+  std::vector<std::string> argv = {binary,
                                    "train",
                                    "--model",
-                                   "net",
+                                   model,
                                    "--dataset",
                                    "synthetic",
                                    "--synthetic-train-size",
@@ -36,6 +38,11 @@ inline std::vector<std::string> train_argv(std::vector<std::string> extra) {
                                    "7"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
+}
+
+// Net by the cohort CLI.
+inline std::vector<std::string> train_argv(std::vector<std::string> extra) {
+  return train_argv_of(kCohort, "net", std::move(extra));
 }
 
 // The same under `cohort run --nproc-per-node n` (one thread per worker).
