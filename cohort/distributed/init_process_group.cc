@@ -44,6 +44,22 @@ rendezvous::BootstrapResult meet(const std::string& init_method, int world_size,
   return r;
 }
 
+}  // namespace
+
+ProcessGroupOptions options_from_env(Duration timeout) {
+  COHORT_CHECK(timeout > Duration::zero(), "options_from_env: timeout must be positive, got {} ms",
+               timeout.count());
+  ProcessGroupOptions options;
+  options.timeout = timeout;
+  rendezvous::GroupEnvSettings g = rendezvous::read_group_env_settings(collectives::knob_names());
+  options.network = std::move(g.network);
+  options.flight_recorder_dir = std::move(g.flight_recorder_dir);
+  collectives::apply_knobs(g.knobs, options.transport, options.tuning);
+  return options;
+}
+
+namespace {
+
 // Groups without a store: MPI brings its own bootstrap (mpirun); an
 // unavailable backend throws NotSupported before anything waits on other ranks.
 bool needs_no_store(BackendKind backend) {

@@ -429,6 +429,13 @@ std::shared_ptr<ProcessGroup> init_process_group(std::string_view backend,
                                                  const std::string& init_method = "env://",
                                                  int world_size = -1, int rank = -1,
                                                  Duration timeout = kDefaultGroupTimeout);
+// The options init_process_group gives a group from the environment: the
+// transport, algorithm and spin knobs (collectives/knobs.h), the address to
+// advertise, the shared-memory settings and the flight recorder's directory
+// (rendezvous/env_bootstrap.h), with `timeout`. For a group created with
+// ProcessGroup::create over a store from elsewhere (the PyTorch backend's,
+// which gets PyTorch's store). InvalidArgument names a malformed variable.
+ProcessGroupOptions options_from_env(Duration timeout = kDefaultGroupTimeout);
 // pg->destroy(), then releases the caller's reference.
 void destroy_process_group(std::shared_ptr<ProcessGroup>& pg);
 int get_rank(const ProcessGroup& pg);

@@ -38,12 +38,19 @@ void WorkState::run() noexcept {
   // Release captured buffers and tensors before anyone sees the op as done.
   body = nullptr;
   finished_ns.store(now_ns(), std::memory_order_release);
+  complete(failure);
+}
+
+void WorkState::complete(std::exception_ptr failure) noexcept {
+  std::vector<std::function<void()>> run_after;
   {
     std::lock_guard<std::mutex> lk(mu);
     error = failure;
     done.store(true, std::memory_order_release);
+    run_after.swap(callbacks);
   }
   cv.notify_all();
+  for (auto& f : run_after) f();
 }
 
 std::exception_ptr with_context(std::exception_ptr error, const std::string& prefix) {
@@ -118,6 +125,18 @@ std::exception_ptr Work::exception() const {
 const char* Work::op() const { return state().op; }
 uint64_t Work::sequence() const { return state().collective ? state().seq : 0; }
 std::string Work::describe() const { return state().describe(); }
+
+void Work::then(std::function<void()> callback) const {
+  const detail::WorkState& s = state();
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    if (!s.done.load(std::memory_order_acquire)) {
+      s.callbacks.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
+}
 
 namespace {
 std::optional<std::chrono::steady_clock::time_point> time_of(const std::atomic<int64_t>& ns) {

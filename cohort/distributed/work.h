@@ -35,6 +35,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cohort/core/device_runtime.h"
 #include "cohort/distributed/options.h"
@@ -76,11 +77,16 @@ struct WorkState {
   // the op's body before `done`; the host part is done once enqueued, and the
   // op's end on the device is this event (see Work::wait).
   std::shared_ptr<struct DeviceEnd> device_end;
+  // Run once `done` is set (mu): see Work::then.
+  mutable std::vector<std::function<void()>> callbacks;
 
   // "all_reduce (group 'default', rank 0, seq 3)"
   std::string describe() const;
-  // Runs body, records its failure with this op's context, wakes waiters.
+  // Runs body, records its failure with this op's context, wakes waiters,
+  // then runs the callbacks.
   void run() noexcept;
+  // Marks the op done with `failure` (null: success) and runs the callbacks.
+  void complete(std::exception_ptr failure) noexcept;
 };
 
 // An op's context in messages: "all_reduce (group 'default', rank 0, seq 3)"
@@ -124,6 +130,13 @@ class Work {
   std::optional<std::chrono::steady_clock::time_point> started_at() const;
   std::optional<std::chrono::steady_clock::time_point> finished_at() const;
   std::string describe() const;
+  // Runs `callback` once the op completed on the host side (success or
+  // failure; read them with exception()): on the thread that ran the op,
+  // after its waiters were woken, or here and now when it already completed.
+  // What PyTorch's Work::getFuture is built on. The callback must not throw
+  // (it is called noexcept) nor wait for a later op of this group on the
+  // group's thread. Callbacks run in the order they were added.
+  void then(std::function<void()> callback) const;
 
   // A Work that is already complete (with `error` when non-null); for
   // callers that finish an op synchronously. op: a string literal.

@@ -268,6 +268,22 @@ InitMethod parse_init_method(const std::string& url) {
   return m;
 }
 
+GroupEnvSettings read_group_env_settings(const std::vector<std::string>& knobs) {
+  GroupEnvSettings g;
+  if (const char* a = env_str("COHORT_ADDR")) g.network.address = a;
+  if (const char* i = env_str("COHORT_SOCKET_IFNAME")) g.network.interface = i;
+  if (const char* d = env_str("COHORT_FLIGHT_RECORDER_DIR")) g.flight_recorder_dir = d;
+  if (std::optional<int> t = env_int({"COHORT_CONNECT_TIMEOUT"})) {
+    COHORT_CHECK(*t > 0, "bootstrap: COHORT_CONNECT_TIMEOUT must be a positive number of seconds");
+    g.network.connect_timeout = std::chrono::seconds(*t);
+  }
+  for (const std::string& name : knobs) {
+    if (const char* v = env_str(name.c_str())) g.knobs[name] = v;
+  }
+  read_shm_settings(g.network);
+  return g;
+}
+
 BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options) {
   InitMethod m = parse_init_method(init_method);
   BootstrapResult r;
@@ -333,21 +349,12 @@ BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions
   }
   r.master_addr = m.host;
   r.master_port = m.port;
+  GroupEnvSettings g = read_group_env_settings(options.knobs);
+  r.network = std::move(g.network);
   r.network.master_addr = m.host;
   r.network.master_port = m.port;
-  if (const char* a = std::getenv("COHORT_ADDR"); a != nullptr && *a != '\0') r.network.address = a;
-  if (const char* i = std::getenv("COHORT_SOCKET_IFNAME"); i != nullptr && *i != '\0')
-    r.network.interface = i;
-  if (const char* d = std::getenv("COHORT_FLIGHT_RECORDER_DIR"); d != nullptr && *d != '\0')
-    r.flight_recorder_dir = d;
-  if (std::optional<int> t = env_int({"COHORT_CONNECT_TIMEOUT"})) {
-    COHORT_CHECK(*t > 0, "bootstrap: COHORT_CONNECT_TIMEOUT must be a positive number of seconds");
-    r.network.connect_timeout = std::chrono::seconds(*t);
-  }
-  for (const std::string& name : options.knobs) {
-    if (const char* v = env_str(name.c_str())) r.knobs[name] = v;
-  }
-  read_shm_settings(r.network);
+  r.flight_recorder_dir = std::move(g.flight_recorder_dir);
+  r.knobs = std::move(g.knobs);
   if (const char* restart = std::getenv(kRestartCountEnv); restart && *restart) {
     store = std::make_shared<PrefixStore>(std::string("attempt") + restart, store);
   }

@@ -121,6 +121,17 @@ EnvSettings read_env_settings();
 // empty EnvSettings), calls it itself, as the cohort CLI does at start.
 void apply_env_settings(const EnvSettings& settings);
 
+// What the environment says of a group beyond its store: the network, flight
+// recorder and knob fields of BootstrapResult (COHORT_ADDR, ..., see there),
+// read and checked as bootstrap() reads them. For a program whose store comes
+// from elsewhere (the PyTorch backend gets PyTorch's); bootstrap() uses it too.
+struct GroupEnvSettings {
+  transport::NetworkOptions network;  // master_addr/port left empty
+  std::string flight_recorder_dir;
+  std::map<std::string, std::string> knobs;
+};
+GroupEnvSettings read_group_env_settings(const std::vector<std::string>& knobs);
+
 // Parses init_method, connects (or serves) the store, and returns the result.
 BootstrapResult bootstrap(const std::string& init_method, const BootstrapOptions& options = {});
 
