@@ -18,6 +18,8 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
 if [[ "${1:-}" == "--tests" ]]; then
   # libtorch-dev, libgloo-dev: the LibTorch adapter (cohort/libtorch/) and its tests.
   pkgs+=(libtorch-dev libgloo-dev)
+  # pybind11-dev, python3-dev: the torch.distributed backend (cohort/torch_backend/).
+  pkgs+=(pybind11-dev python3-dev)
   pkgs+=(python3 python3-torch python3-numpy clang-format qemu-user librsvg2-bin slurmctld slurmd slurm-client munge)
 fi
 

@@ -1,4 +1,5 @@
-"""PyTorch's gloo all_reduce (float32, sum), the peer of
+"""PyTorch's all_reduce (float32, sum) on gloo, or with --backend cohort on
+cohort's backend of torch.distributed (bench/torch_backend/run.sh), the peer of
 `cohort bench collectives --op all_reduce`, measured the same way: per size
 (--min..--max bytes, x2) warmup, then timed iterations of dist.all_reduce;
 each iteration's time is the slowest rank's; the median is reported. Rank 0
@@ -27,12 +28,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, nproc, port, lo, hi, warmup):
+def worker(rank, nproc, port, lo, hi, warmup, backend):
     import torch
     import torch.distributed as dist
 
+    if backend == "cohort":
+        import cohort_torch  # noqa: F401  registers "cohort" (PYTHONPATH=<build>/python)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=nproc)
     size = lo
     while size <= hi:
@@ -51,7 +54,7 @@ def worker(rank, nproc, port, lo, hi, warmup):
         us = float(times.sort().values[iters // 2])
         algbw = nbytes / (us * 1e-6) / 1e9
         if rank == 0:
-            print(json.dumps({"impl": "gloo", "op": "all_reduce", "bytes": nbytes, "iters": iters,
+            print(json.dumps({"impl": backend, "op": "all_reduce", "bytes": nbytes, "iters": iters,
                               "time_us": round(us, 3), "algbw_gbps": round(algbw, 4),
                               "busbw_gbps": round(algbw * 2 * (nproc - 1) / nproc, 4)}),
                   flush=True)
@@ -66,10 +69,13 @@ def main():
     p.add_argument("--min", default="8")
     p.add_argument("--max", default="64M")
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--backend", default="gloo", choices=["gloo", "cohort"],
+                   help="torch.distributed backend (cohort: cohort_torch, on PYTHONPATH)")
     a = p.parse_args()
     import torch.multiprocessing as mp
 
-    mp.spawn(worker, args=(a.nproc, free_port(), parse_size(a.min), parse_size(a.max), a.warmup),
+    mp.spawn(worker, args=(a.nproc, free_port(), parse_size(a.min), parse_size(a.max), a.warmup,
+                             a.backend),
              nprocs=a.nproc, join=True)
 
 

@@ -110,6 +110,8 @@ def main():
     ap.add_argument("--ddp", type=int, default=0,
                     help="N > 0: DistributedDataParallel (gloo) over N local processes of "
                          "--threads threads, --batch sequences each (mp.spawn); rank 0 prints")
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "cohort"],
+                    help="--ddp's torch.distributed backend (cohort: cohort_torch, on PYTHONPATH)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if args.attention is None:
@@ -141,7 +143,9 @@ def run(rank, args, port):
         import torch.distributed as dist
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=args.ddp)
+        if args.backend == "cohort":
+            import cohort_torch  # noqa: F401  registers "cohort" (PYTHONPATH=<build>/python)
+        dist.init_process_group(args.backend, rank=rank, world_size=args.ddp)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
@@ -213,7 +217,7 @@ def run(rank, args, port):
         max(1, args.ddp)
     mfu = flops / (med * 1e-3) / (args.peak_tflops * 1e12) if args.peak_tflops > 0 else None
     print(json.dumps({
-        "impl": "torch", "device": str(device),
+        "impl": "torch", "device": str(device), "backend": args.backend if ddp else "",
         "gpu": torch.cuda.get_device_name(device) if cuda else "",
         "compile": args.compile, "attention": args.attention, "adamw": adamw,
         "precision": args.precision, "threads": args.threads,

@@ -1,4 +1,4 @@
-"""PyTorch peer of cohort's main job: DDP (gloo), torch.multiprocessing.spawn,
+"""PyTorch peer of cohort's main job: DDP (gloo, or --backend cohort), torch.multiprocessing.spawn,
 2 workers x 1 thread, one epoch of Net on Fashion-MNIST with DistributedSampler
 (batch 64 per rank, SGD lr 0.01 momentum 0.9, clip_grad_norm 10).
 Rank 0 prints one JSON line: seconds, samples_per_second, test_accuracy,
@@ -23,7 +23,9 @@ def worker(rank, world, a, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if a.backend == "cohort":
+        import cohort_torch  # noqa: F401  registers "cohort" (PYTHONPATH=<build>/python)
+    dist.init_process_group(a.backend, rank=rank, world_size=world)
     torch.manual_seed(a.seed)
     xtr, ytr = fashion.load("train", a.data_dir)
     xte, yte = fashion.load("test", a.data_dir)
@@ -51,8 +53,11 @@ def worker(rank, world, a, port):
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         print(json.dumps({"seconds": seconds, "samples_per_second": samples * world / seconds,
-                          "test_accuracy": acc, "peak_rss_mib": rss.item(), "workers": world}),
+                          "test_accuracy": acc, "peak_rss_mib": rss.item(), "workers": world,
+                          "backend": a.backend}),
               flush=True)
+    if rank == 0 and a.save:
+        torch.save(model.module.state_dict(), a.save)
     dist.destroy_process_group()
 
 
@@ -68,5 +73,8 @@ if __name__ == "__main__":
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=fashion.DEFAULT_DIR)
+    p.add_argument("--backend", default="gloo", choices=["gloo", "cohort"],
+                   help="torch.distributed backend (cohort: cohort_torch, on PYTHONPATH)")
+    p.add_argument("--save", default="", help="rank 0 writes the trained state_dict here")
     a = p.parse_args()
     mp.spawn(worker, args=(a.nproc, a, free_port()), nprocs=a.nproc)

@@ -72,6 +72,11 @@ int run_info() {
               COHORT_HAVE_NCCL ? ", nccl" : "");
   std::printf("adapters: %s\n", COHORT_HAVE_LIBTORCH ? "libtorch (cohort_libtorch)"
                                                      : "none (built without LibTorch)");
+  std::printf("torch.distributed backend: %s\n",
+              COHORT_HAVE_TORCH_BACKEND
+                  ? "cohort (Python package cohort_torch: import cohort_torch, then "
+                    "init_process_group(\"cohort\"))"
+                  : "not built (needs python3-torch, libtorch-dev and pybind11-dev)");
   return 0;
 }
 

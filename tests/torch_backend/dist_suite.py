@@ -1,0 +1,90 @@
+"""PyTorch's own distributed suite (DistributedTest._DistTestBase of
+torch/testing/_internal/distributed/distributed_test.py, as python3-torch
+ships it) against one backend.
+
+    BACKEND=cohort WORLD_SIZE=2 python3 dist_suite.py [-k PATTERN ...]
+
+BACKEND: "cohort" (import cohort_torch), "gloo", or "gloo_plugin" (gloo
+registered as a plugin under another name: what a plugin as good as gloo
+passes, for comparison). The plugin's name joins the suite's "plugin", "ddp"
+and "subgroup" feature lists, as the suite expects of a third-party backend.
+Two fixes of this environment, the same for every backend: the expecttest
+stand-in in pylib/, and _set_ddp_with_replicated_tensor made a no-op
+(turning it on imports a module that fails under Python 3.11 with torch
+1.13). Prints a line per test and a summary; exits non-zero when a test
+failed or errored. See docs/pytorch_backend.md.
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "pylib"))
+
+BACKEND = os.environ.setdefault("BACKEND", "cohort")
+os.environ.setdefault("WORLD_SIZE", "2")
+if "TEMP_DIR" not in os.environ:
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="dist_suite_")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.parallel._replicated_tensor_ddp_utils as replicated  # noqa: E402
+
+replicated._set_ddp_with_replicated_tensor = lambda value: None
+
+if BACKEND == "cohort":
+    import cohort_torch  # noqa: E402,F401  registers "cohort"
+elif BACKEND == "gloo_plugin":
+    def _gloo(store, rank, size, timeout):
+        return dist.ProcessGroupGloo(store, rank, size, timeout)
+
+    if "GLOO_PLUGIN" not in dist.Backend._plugins:
+        dist.Backend.register_backend("gloo_plugin", _gloo)
+
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
+if BACKEND not in ("gloo", "nccl", "mpi", "ucc"):
+    for feature in ("plugin", "ddp", "subgroup"):
+        DistTestCases.backend_feature[feature].add(BACKEND)
+
+# Importing the suite evaluates its skip decorators: after the lists above.
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest,
+    TestDistBackend,
+)
+
+torch.backends.cuda.matmul.allow_tf32 = False
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+
+class _Summary(unittest.TextTestResult):
+    pass
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-k", action="append", default=[], help="run tests whose name has this")
+    parser.add_argument("--list", action="store_true", help="list the tests and exit")
+    args, _ = parser.parse_known_args()
+    loader = unittest.TestLoader()
+    if args.k:
+        loader.testNamePatterns = [f"*{k}*" for k in args.k]
+    suite = loader.loadTestsFromTestCase(TestDistBackendWithSpawn)
+    if args.list:
+        for t in suite:
+            print(t.id().rsplit(".", 1)[-1])
+        sys.exit(0)
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    passed = result.testsRun - len(result.failures) - len(result.errors) - len(result.skipped)
+    print(f"dist_suite: BACKEND={BACKEND} WORLD_SIZE={os.environ['WORLD_SIZE']}: "
+          f"{result.testsRun} run, {passed} passed, {len(result.skipped)} skipped, "
+          f"{len(result.failures)} failed, {len(result.errors)} errors")
+    sys.exit(0 if result.wasSuccessful() else 1)
