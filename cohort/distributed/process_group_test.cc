@@ -10,6 +10,7 @@
 #include <atomic>
 #include <functional>
 #include <latch>
+#include <mutex>
 #include <thread>
 
 #include "cohort/base/error.h"
@@ -243,6 +244,51 @@ TEST(ProcessGroup, WorkIssuedOnOneThreadIsWaitedOnAnother) {
     }
     waiter.join();
     for (auto& b : bufs) EXPECT_EQ(b, std::vector<float>(64, 2.0f));
+  });
+}
+
+TEST(ProcessGroup, ThenRunsOnceTheOpCompletedInOrderAndAtOnceWhenDone) {
+  run_ranks(2, [](ProcessGroup& pg) {
+    std::vector<float> buf(1000, 1.0f);
+    Work w = pg.all_reduce(buf.data(), buf.size(), DataType::kFloat32, {}, async_op);
+    std::mutex mu;
+    std::vector<std::string> seen;
+    std::latch ran(2);
+    for (const char* name : {"first", "second"}) {
+      w.then([&, name] {
+        std::lock_guard<std::mutex> lk(mu);
+        // The op's result is visible to its callbacks.
+        seen.push_back(std::string(name) + (buf[0] == 2.0f && w.is_success() ? "" : " early"));
+        ran.count_down();
+      });
+    }
+    ran.wait();  // the group's thread (or a waiter) completes the op unprompted
+    w.wait();
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      EXPECT_EQ(seen, (std::vector<std::string>{"first", "second"}));
+    }
+    // Added after completion: runs here and now.
+    bool now = false;
+    w.then([&] { now = true; });
+    EXPECT_TRUE(now);
+  });
+}
+
+TEST(ProcessGroup, ThenSeesTheFailureOfAFailedOp) {
+  run_ranks(2, [](ProcessGroup& pg) {
+    std::vector<float> buf(20, 1.0f);
+    Work w = pg.all_reduce(buf.data(), pg.rank() == 0 ? 10 : 11, DataType::kFloat32, {},
+                           async_op);
+    std::latch ran(1);
+    std::exception_ptr got;
+    w.then([&] {
+      got = w.exception();
+      ran.count_down();
+    });
+    ran.wait();
+    EXPECT_NE(got, nullptr);
+    EXPECT_THROW(w.wait(), Error);
   });
 }
 
