@@ -224,7 +224,7 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // only when its next message is a send with the tag; one whose next
   // message is another tag or a collective is passed over (that message stays
   // for its own op), and when no peer can send a match the op fails at once
-  // (collectives/communicator.h has the rules, docs/reference.md the
+  // (collectives/communicator.h has the rules, docs/transports.md the
   // details); the group's timeout applies, a lost peer is named. mpi:
   // MPI_ANY_SOURCE with MPI's tag matching. nccl: NotSupported.
   int recv_any(void* data, size_t count, DataType dtype, const RecvOptions& opts = {}) {
