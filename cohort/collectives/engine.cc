@@ -489,10 +489,10 @@ bool Engine::recv_piece(Stream& s, Piece& p) {
 }
 
 bool Engine::recv_header_in_place(Stream& s) {
-  // (A dropped any-source candidate has no pieces: only its header goes.)
   // Header and the start of a copied first piece straight out of the ring,
   // released with one consume: a small op then costs the producer's ring one
-  // tail update (and its fence) instead of two.
+  // tail update (and its fence) instead of two. (An any-source candidate that
+  // is dropped has no pieces: only its header is taken.)
   std::span<const std::byte> v = s.pair->peek();
   size_t k = std::min(v.size(), sizeof(WireHeader) - s.header_done);
   if (k == 0) return false;
