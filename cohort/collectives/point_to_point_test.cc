@@ -38,8 +38,9 @@ TEST_P(RecvAnyTest, GetsEverySenderOnceThenSendAndRecvStillWork) {
       if (c.rank() != 0) {
         int32_t x = payload(c.rank(), 0);
         c.send(&x, 1, DataType::kInt32, 0, 3);
+        c.send(nullptr, 0, DataType::kInt32, 0, 6);  // an empty message
       } else {
-        std::vector<int> seen;
+        std::vector<int> seen, empty_from;
         for (int i = 1; i < n; ++i) {
           int32_t x = -1;
           int src = c.recv_any(&x, 1, DataType::kInt32, 3);
@@ -48,8 +49,16 @@ TEST_P(RecvAnyTest, GetsEverySenderOnceThenSendAndRecvStillWork) {
           EXPECT_EQ(x, payload(src, 0)) << "from rank " << src;
           seen.push_back(src);
         }
+        for (int i = 1; i < n; ++i)
+          empty_from.push_back(c.recv_any(nullptr, 0, DataType::kInt32, 6));
         std::sort(seen.begin(), seen.end());
-        for (int i = 1; i < n; ++i) EXPECT_EQ(seen[static_cast<size_t>(i - 1)], i);
+        std::sort(empty_from.begin(), empty_from.end());
+        for (int i = 1; i < n; ++i) {
+          EXPECT_EQ(seen[static_cast<size_t>(i - 1)], i);
+          EXPECT_EQ(empty_from[static_cast<size_t>(i - 1)], i);
+        }
+        const std::string record = c.flight_record_json();
+        EXPECT_TRUE(contains(record, R"("op":"recv_any")")) << record;
       }
       // The pairs' message numbers still agree: plain recv/send both ways,
       // then a collective.

@@ -187,7 +187,7 @@ class Suite {
   void recv_any() {
     if (n_ == 1) return;
     const DataType dt = DataType::kFloat32;
-    for (size_t count : {size_t{1}, size_t{100003}}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{100003}}) {
       const auto tag = static_cast<uint32_t>(20 + count % 1000);
       if (r_ != 0) {
         Values out = make_input(r_, count, dt, ReduceOp::kSum);
