@@ -307,6 +307,11 @@ void Communicator::run(const OpArgs& a) {
     case OpKind::kRecv:
       PointToPoint(*this).recv(a.recv, a.count, a.dtype, a.root, a.tag, a.timeout);
       return;
+    case OpKind::kRecvAny: {
+      const int source = PointToPoint(*this).recv_any(a.recv, a.count, a.dtype, a.tag, a.timeout);
+      if (a.source != nullptr) *a.source = source;
+      return;
+    }
   }
 }
 

@@ -55,6 +55,18 @@
 // transport (ring or socket buffer); one larger than that waits for the
 // receiver, so two ranks must not both send large messages to each other
 // before receiving.
+// recv_any receives from whichever peer's matching send arrives first
+// (PyTorch's recv without src; the sender calls an ordinary send) and returns
+// its rank. Order stays per pair: a peer is chosen only when its next message
+// is a send with the tag; a peer whose next message is something else
+// (another tag, a collective) is passed over and that message stays for the
+// op it belongs to; so is a peer that closed its communicator. The chosen
+// message must match count and dtype as for recv (else a mismatch). When
+// several peers' messages are in, the peer after the last recv_any's source
+// (in rank order, wrapping) goes first, so peers that keep sending are served
+// in turn. When every peer was passed over, no message can come: it fails at
+// once (InvalidArgument listing each peer's next message, or PeerLost when
+// all left) instead of waiting for its timeout.
 //
 // Thread safety: one operation at a time per communicator (the ProcessGroup
 // runs them on one thread); abort() may be called from any thread.
@@ -198,6 +210,13 @@ class Communicator {
             Duration timeout = kUseDefaultTimeout) {
     run({OpKind::kRecv, nullptr, data, count, dtype, ReduceOp::kSum, src, tag, timeout});
   }
+  // A recv from any peer (see the header paragraph): returns the sender.
+  int recv_any(void* data, size_t count, DataType dtype, uint32_t tag = 0,
+               Duration timeout = kUseDefaultTimeout) {
+    int source = -1;
+    run({OpKind::kRecvAny, nullptr, data, count, dtype, ReduceOp::kSum, -1, tag, timeout, &source});
+    return source;
+  }
 
   // The last collectives (flight_recorder.h) and their JSON dump.
   FlightRecorder& recorder() { return recorder_; }
@@ -233,6 +252,7 @@ class Communicator {
   // Per-pair message numbers of send/recv (checked like collective sequence numbers).
   uint64_t next_send_number(int peer) { return sent_[static_cast<size_t>(peer)]++; }
   uint64_t next_recv_number(int peer) { return received_[static_cast<size_t>(peer)]++; }
+  uint64_t recv_number(int peer) const { return received_[static_cast<size_t>(peer)]; }
   // True when every rank reaches every other through shared memory and may
   // read its memory directly (process_vm_readv), on all ranks alike: the
   // single-copy "pull" algorithms are available. COHORT_SHM_SINGLE_COPY=0 turns it off.

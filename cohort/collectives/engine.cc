@@ -79,6 +79,8 @@ EngineState::EngineState(int size) {
   header_sent.assign(static_cast<size_t>(size), 0);
   header_received.assign(static_cast<size_t>(size), 0);
   wants.reserve(max_streams);
+  held.assign(static_cast<size_t>(size), WireHeader{});
+  held_bytes.assign(static_cast<size_t>(size), 0);
 }
 
 Piece* Stream::add(void* data, size_t len, const Piece* gate, bool reduce) {
@@ -97,6 +99,7 @@ void Stream::reset(transport::Pair* p, bool is_send) {
   pad = 0;
   pad_done = 0;
   finished = false;
+  any = false;
   bounce_fill = 0;
 }
 
@@ -144,6 +147,7 @@ void Engine::run() {
           }
         }
       }
+      if (!s.send && !s.finished && s.header_done == 0) take_held(s);
     }
     drive();
   } catch (...) {
@@ -152,6 +156,118 @@ void Engine::run() {
     comm_.fail(std::current_exception());
   }
   st_.used = 0;
+}
+
+int Engine::run_any(void* data, size_t len) {
+  COHORT_ASSERT(st_.used == 0, "run_any: the run must have no other stream");
+  any_ = true;
+  any_data_ = static_cast<std::byte*>(data);
+  any_len_ = len;
+  any_source_ = -1;
+  for (int i = 0; i < size(); ++i) {
+    const int p = (st_.any_first + i) % size();
+    if (p == rank()) continue;
+    Stream& s = recv(p);
+    s.any = true;
+    // Each candidate expects its own pair's next message number; only the
+    // chosen pair's is taken (choose).
+    s.header.seq = comm_.recv_number(p);
+  }
+  run();
+  any_ = false;
+  return any_source_;
+}
+
+void Engine::take_held(Stream& s) {
+  const auto peer = static_cast<size_t>(s.pair->peer());
+  const size_t n = st_.held_bytes[peer];
+  if (n == 0) return;
+  std::memcpy(&s.got, &st_.held[peer], n);
+  s.header_done = n;
+  st_.held_bytes[peer] = 0;
+  if (n == sizeof(WireHeader)) header_arrived(s);
+}
+
+void Engine::header_arrived(Stream& s) {
+  if (!s.any) {
+    check_header(s);
+    return;
+  }
+  const WireHeader& h = s.got;
+  if (h.magic != kWireMagic) check_header(s);  // corrupt: throws
+  if (h.kind == s.header.kind && h.tag == s.header.tag) {
+    choose(s);
+  } else {
+    drop(s);
+  }
+}
+
+void Engine::choose(Stream& s) {
+  const int peer = s.pair->peer();
+  check_header(s);  // count, dtype and message number as for recv
+  comm_.next_recv_number(peer);
+  s.any = false;
+  s.add(any_data_, any_len_);
+  s.pad = (8 - any_len_ % 8) % 8;
+  any_source_ = peer;
+  st_.any_first = (peer + 1) % size();
+  for (Stream& o : active()) {
+    if (&o != &s && o.any && !o.finished) drop(o);
+  }
+}
+
+void Engine::drop(Stream& s) {
+  const auto peer = static_cast<size_t>(s.pair->peer());
+  if (s.header_done > 0) {
+    std::memcpy(&st_.held[peer], &s.got, s.header_done);
+    st_.held_bytes[peer] = static_cast<uint8_t>(s.header_done);
+  }
+  s.finished = true;
+}
+
+bool Engine::drop_departed() {
+  bool dropped = false;
+  for (Stream& s : active()) {
+    if (s.any && !s.finished && ctx_.peer_left(s.pair->peer()) && !s.pair->readable()) {
+      drop(s);
+      dropped = true;
+    }
+  }
+  return dropped;
+}
+
+bool Engine::left_cleanly(int peer) {
+  // A peer that closed its communicator sent "left" on its control
+  // connection before closing the data one; the frame may still be in flight.
+  auto until = transport::Clock::now() + std::chrono::milliseconds(300);
+  while (true) {
+    ctx_.check_peers();  // throws for a crash or an abort: the better explanation
+    if (ctx_.peer_left(peer)) return true;
+    if (transport::Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Engine::throw_no_source() const {
+  std::string next;
+  bool any_held = false;
+  for (const Stream& s : active()) {
+    const int peer = s.pair->peer();
+    const auto p = static_cast<size_t>(peer);
+    next += next.empty() ? "" : "; ";
+    if (st_.held_bytes[p] == sizeof(WireHeader)) {
+      any_held = true;
+      next += fmt::format("rank {}'s next message is {}", peer, describe(st_.held[p]));
+    } else {
+      next += fmt::format("rank {} closed its communicator", peer);
+    }
+  }
+  std::string msg = fmt::format(
+      "{} in group '{}' on rank {}: no peer can send it (a peer is chosen only when its next "
+      "message is a send with tag {}): {}",
+      describe(desc_), comm_.name(), rank(), desc_.tag, next);
+  if (any_held) throw InvalidArgument(msg);
+  throw PeerLost(msg);
 }
 
 void Engine::fail(std::exception_ptr error) {
@@ -192,11 +308,20 @@ void Engine::drive() {
       try {
         progress |= s.send ? step_send(s) : step_recv(s);
       } catch (const PeerLost&) {
-        std::rethrow_exception(explain_loss(std::current_exception()));
+        // An any-source candidate whose peer left (TCP: its socket closed)
+        // is passed over; any other loss fails the op.
+        if (!s.any || !left_cleanly(s.pair->peer())) {
+          std::rethrow_exception(explain_loss(std::current_exception()));
+        }
+        drop(s);
+        progress = true;
       }
       all_done &= s.finished;
     }
-    if (all_done) return;
+    if (all_done) {
+      if (any_ && any_source_ < 0) throw_no_source();
+      return;
+    }
     if (progress) {
       idle = 0;
       continue;
@@ -227,10 +352,13 @@ void Engine::drive() {
     }
     auto now = transport::Clock::now();
     if (now >= deadline_) throw_timeout();
+    if (any_ && drop_departed()) continue;
     st_.wants.clear();
     for (const Stream& s : active()) {
       // A send held back by its gate waits on a receive, not on ring space.
-      if (!s.finished && (!s.send || can_send_now(s))) st_.wants.push_back({s.pair, s.send});
+      if (!s.finished && (!s.send || can_send_now(s))) {
+        st_.wants.push_back({s.pair, s.send, s.any});
+      }
     }
     if (st_.wants.empty()) continue;
     ctx_.wait(st_.wants, deadline_);
@@ -320,10 +448,13 @@ void Engine::check_header(const Stream& s) const {
         describe(desc_), comm_.name(), rank(), peer, b.magic));
   }
   if (std::memcmp(&a, &b, sizeof(WireHeader)) != 0) {
+    // This rank's side by its own op's name (a recv's header is a send's).
+    WireHeader mine = a;
+    mine.kind = static_cast<uint8_t>(desc_.kind);
     throw InvalidArgument(fmt::format(
         "collective mismatch in group '{}' between rank {} and rank {}: rank {} called {}, rank "
         "{} called {}",
-        comm_.name(), rank(), peer, rank(), describe(a), peer, describe(b)));
+        comm_.name(), rank(), peer, rank(), describe(mine), peer, describe(b)));
   }
 }
 
@@ -360,14 +491,15 @@ bool Engine::recv_piece(Stream& s, Piece& p) {
 bool Engine::recv_header_in_place(Stream& s) {
   // Header and the start of a copied first piece straight out of the ring,
   // released with one consume: a small op then costs the producer's ring one
-  // tail update (and its fence) instead of two.
+  // tail update (and its fence) instead of two. (An any-source candidate that
+  // is dropped has no pieces: only its header is taken.)
   std::span<const std::byte> v = s.pair->peek();
   size_t k = std::min(v.size(), sizeof(WireHeader) - s.header_done);
   if (k == 0) return false;
   std::memcpy(reinterpret_cast<std::byte*>(&s.got) + s.header_done, v.data(), k);
   s.header_done += k;
   if (s.header_done == sizeof(WireHeader)) {
-    check_header(s);
+    header_arrived(s);  // may choose or drop an any-source candidate
     if (s.current < s.pieces.size() && !s.pieces[s.current].reduce) {
       Piece& p = s.pieces[s.current];
       size_t m = std::min({v.size() - k, p.len - p.done, kChunk});
@@ -385,13 +517,15 @@ bool Engine::step_recv(Stream& s) {
   if (s.header_done < sizeof(WireHeader) && s.pair->can_peek()) {
     progress = recv_header_in_place(s);
     if (s.header_done < sizeof(WireHeader)) return progress;
+    if (s.finished) return true;  // dropped any-source candidate
   }
   if (s.header_done < sizeof(WireHeader)) {
     size_t r = s.pair->read_some(reinterpret_cast<std::byte*>(&s.got) + s.header_done,
                                  sizeof(WireHeader) - s.header_done);
     s.header_done += r;
     if (s.header_done < sizeof(WireHeader)) return r > 0;
-    check_header(s);
+    header_arrived(s);
+    if (s.finished) return true;  // dropped any-source candidate
     progress = true;
   }
   while (s.current < s.pieces.size()) {

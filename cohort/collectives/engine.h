@@ -7,6 +7,11 @@
 // ahead of the first stream to each peer, checks the peers' headers, makes
 // progress on all streams at once (so no send can block a receive), spins
 // briefly when nothing moves, then blocks in the transport (futex or poll).
+// An any-source receive (run_any) is one more shape of the same loop: a
+// header-only stream from every peer, and the first peer whose next message
+// is a send with the op's tag gets the payload buffer; a header read from a
+// peer that was not chosen is kept (EngineState::held) for the op it belongs
+// to, which starts from it as if it had just arrived.
 //
 // Internal to the collectives layer. One Engine per op; not thread safe.
 // Failure: every error goes through Communicator::fail (the communicator is
@@ -44,6 +49,9 @@ struct Stream {
   size_t pad = 0;
   size_t pad_done = 0;
   bool finished = false;
+  // run_any: a candidate (header only until chosen; dropped when its peer's
+  // next message is not the op's, or its peer left).
+  bool any = false;
   // TCP receive-and-reduce staging.
   std::vector<std::byte> bounce;
   size_t bounce_fill = 0;
@@ -64,6 +72,14 @@ struct EngineState {
   std::vector<char> header_sent;
   std::vector<char> header_received;
   std::vector<transport::Want> wants;
+  // Per peer: the first held_bytes of its next message's header, read by an
+  // any-source receive that did not choose that peer (kept across ops; the
+  // next op that receives from the peer starts from them).
+  std::vector<WireHeader> held;
+  std::vector<uint8_t> held_bytes;
+  // The peer an any-source receive looks at first: the one after its last
+  // source, so that peers that keep sending are served in turn.
+  int any_first = 0;
 };
 
 // Marks the calling thread as one that runs collectives beside the thread
@@ -97,6 +113,16 @@ class Engine {
   // Drives every stream added since the last run to completion. Two streams
   // in one direction on one pair must go in separate runs.
   void run();
+  // The any-source receive (recv_any): listens to every peer (no other
+  // stream in the run) and receives data[len] from the first one whose next
+  // message is a send with desc().tag, checking its header as recv does
+  // (count, dtype, per-pair number); returns that peer. A peer whose next
+  // message is anything else (another tag, a collective) is passed over and
+  // that message stays for the op it belongs to; so is a peer that left.
+  // InvalidArgument when every peer was passed over (no message can come),
+  // PeerLost when every peer left; the op's timeout, a lost peer and a
+  // mismatch with the chosen sender fail as in run().
+  int run_any(void* data, size_t len);
   // Fails the communicator with `error` (an error of work done outside run(),
   // such as single-copy reads); a PeerLost is first explained as in run().
   [[noreturn]] void fail(std::exception_ptr error);
@@ -111,6 +137,22 @@ class Engine {
   bool recv_piece(Stream& s, Piece& p);
   bool recv_header_in_place(Stream& s);
   void check_header(const Stream& s) const;
+  // A recv stream's header is complete: checked, or (run_any) the candidate
+  // is chosen or passed over.
+  void header_arrived(Stream& s);
+  // run() starts a recv stream from the peer's held header bytes, if any.
+  void take_held(Stream& s);
+  // run_any: `s` gets the payload; every other candidate is dropped.
+  void choose(Stream& s);
+  // run_any: `s` is dropped (its header bytes held for a later op).
+  void drop(Stream& s);
+  // run_any: drops the candidates whose peer left with nothing more to
+  // read; true when it dropped one.
+  bool drop_departed();
+  // run_any: whether peer's data connection ended because it left (a
+  // "left" frame, not a crash); waits briefly for the frame.
+  bool left_cleanly(int peer);
+  [[noreturn]] void throw_no_source() const;
   [[noreturn]] void throw_timeout() const;
   size_t stream_bytes(const Stream& s) const;
 
@@ -129,6 +171,11 @@ class Engine {
   std::chrono::nanoseconds spin_;
   size_t flight_slot_ = 0;
   int exceptions_at_start_ = 0;
+  // run_any: the payload buffer and the chosen peer (-1 until chosen).
+  bool any_ = false;
+  std::byte* any_data_ = nullptr;
+  size_t any_len_ = 0;
+  int any_source_ = -1;
 };
 
 }  // namespace cohort::collectives

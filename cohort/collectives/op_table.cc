@@ -88,6 +88,14 @@ constexpr OpInfo kTable[] = {
      .has_peer = true,
      .has_tag = true,
      .recv = kData},
+    // A recv from whichever peer's matching send arrives first (its header
+    // is a send's, as for recv); OpArgs::root is unused.
+    {.kind = OpKind::kRecvAny,
+     .name = "recv_any",
+     .wire_kind = OpKind::kSend,
+     .collective = false,
+     .has_tag = true,
+     .recv = kData},
 };
 
 constexpr size_t kRows = sizeof(kTable) / sizeof(kTable[0]);
@@ -192,6 +200,10 @@ void check_op_args(const OpArgs& a, int rank, int size, const std::string& group
                  a.root);
     COHORT_CHECK(a.root != rank, "{}: rank {} cannot {} itself (group '{}')", op, rank,
                  a.kind == OpKind::kSend ? "send to" : "receive from", group);
+  }
+  if (a.kind == OpKind::kRecvAny) {
+    COHORT_CHECK(size > 1, "{}: rank {} has no peer to receive from (group '{}' has size {})", op,
+                 rank, group, size);
   }
   const bool on_root = info.has_root && rank == a.root;
   const bool send_used = info.send.extent != Extent::kNone && (!info.send.root_only || on_root);

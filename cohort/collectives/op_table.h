@@ -23,7 +23,8 @@
 namespace cohort::collectives {
 
 // The ops. The values go on the wire (wire.h); a recv expects its send's
-// header, so both travel as kSend.
+// header, so both travel as kSend (and so does recv_any, a recv from whichever
+// peer's matching send arrives first: the sender calls an ordinary send).
 enum class OpKind : uint8_t {
   kAllReduce = 1,
   kBroadcast,
@@ -36,8 +37,9 @@ enum class OpKind : uint8_t {
   kBarrier,
   kSend,
   kRecv,
+  kRecvAny,
 };
-inline constexpr int kNumOpKinds = 12;  // one past the largest OpKind value
+inline constexpr int kNumOpKinds = 13;  // one past the largest OpKind value
 
 // Algorithms. kNone: not forced, chosen by message and world size (and "-" on
 // the wire for ops with a single algorithm).
@@ -79,7 +81,7 @@ const OpInfo& op_info(OpKind kind);
 const OpInfo* op_table_begin();
 const OpInfo* op_table_end();
 
-// "all_reduce", ..., "send", "recv".
+// "all_reduce", ..., "send", "recv", "recv_any".
 const char* op_kind_name(OpKind kind);
 // "-", "direct", "ring", "flat", "chain", "pull".
 const char* algo_name(Algo algo);
@@ -101,8 +103,9 @@ class AlgoOverrides {
 };
 
 // One call of an op on raw buffers: what every backend's run() receives.
-// In-place ops (all_reduce, broadcast, reduce) and recv work on `recv`; send
-// reads `send`. Shapes per op: see BufferRule (count is elements per rank).
+// In-place ops (all_reduce, broadcast, reduce), recv and recv_any work on
+// `recv`; send reads `send`. Shapes per op: see BufferRule (count is elements
+// per rank).
 struct OpArgs {
   OpKind kind = OpKind::kBarrier;
   const void* send = nullptr;
@@ -110,19 +113,23 @@ struct OpArgs {
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  int root = 0;  // root rank, or the peer of send/recv
+  int root = 0;  // root rank, or the peer of send/recv (unused by recv_any)
   uint32_t tag = 0;
   Duration timeout = kUseDefaultTimeout;
+  // recv_any: where the backend writes the sender's rank once the message is
+  // in (null: not wanted). Must outlive the op.
+  int* source = nullptr;
 };
 
 // `a` on one buffer of `count` elements of `dtype`, for the ops that take one
-// (all_reduce, broadcast, reduce, recv: recv; send: send).
+// (all_reduce, broadcast, reduce, recv, recv_any: recv; send: send).
 OpArgs with_one_buffer(OpArgs a, void* data, size_t count, DataType dtype);
 
 // The caller-side checks of one op on rank `rank` of a group of `size` named
-// `group`: root or peer in range (and not this rank for send/recv), buffers
-// non-null when count > 0 on the ranks that use them, and the two buffers of
-// an out-of-place op disjoint. InvalidArgument naming the op otherwise.
+// `group`: root or peer in range (and not this rank for send/recv), a peer to
+// receive from at all for recv_any (size > 1), buffers non-null when count > 0
+// on the ranks that use them, and the two buffers of an out-of-place op
+// disjoint. InvalidArgument naming the op otherwise.
 void check_op_args(const OpArgs& a, int rank, int size, const std::string& group);
 
 }  // namespace cohort::collectives

@@ -39,6 +39,20 @@ TEST(OpTable, RecvChecksTheHeaderOfItsSend) {
       << describe(recv);
 }
 
+TEST(OpTable, RecvAnyExpectsASendsHeaderAndAPeer) {
+  OpDesc any{OpKind::kRecvAny, DataType::kFloat32, ReduceOp::kSum, Algo::kDirect, -1, 4, 7};
+  EXPECT_EQ(to_wire(any).kind, static_cast<uint8_t>(OpKind::kSend));
+  EXPECT_EQ(describe(any).rfind("recv_any (count=4, dtype=float32, tag=7", 0), 0u) << describe(any);
+  float buf[4] = {};
+  OpArgs a{OpKind::kRecvAny, nullptr, buf, 4, DataType::kFloat32, ReduceOp::kSum, -1, 7};
+  EXPECT_NO_THROW(check_op_args(a, 0, 2, "g"));                // root is unused: no peer to check
+  EXPECT_THROW(check_op_args(a, 0, 1, "g"), InvalidArgument);  // nobody to receive from
+  a.recv = nullptr;
+  EXPECT_THROW(check_op_args(a, 1, 3, "g"), InvalidArgument);
+  a.count = 0;
+  EXPECT_NO_THROW(check_op_args(a, 1, 3, "g"));
+}
+
 TEST(OpTable, BufferSizesFollowCountAndWorld) {
   EXPECT_EQ(op_info(OpKind::kAllGather).recv.elements(5, 3), 15u);
   EXPECT_EQ(op_info(OpKind::kAllGather).send.elements(5, 3), 5u);

@@ -37,4 +37,15 @@ void PointToPoint::recv(void* data, size_t count, DataType dtype, int src, uint3
   e.run();
 }
 
+int PointToPoint::recv_any(void* data, size_t count, DataType dtype, uint32_t tag,
+                           Duration timeout) {
+  COHORT_CHECK(comm_.size() > 1, "recv_any in group '{}': rank {} has no peer to receive from",
+               comm_.name(), comm_.rank());
+  comm_.check_usable();
+  // seq stays 0: each peer's header carries its own pair's number (run_any).
+  OpDesc d{OpKind::kRecvAny, dtype, ReduceOp::kSum, Algo::kDirect, -1, count, tag};
+  Engine e(comm_, d, timeout);
+  return e.run_any(data, count * e.elem());
+}
+
 }  // namespace cohort::collectives

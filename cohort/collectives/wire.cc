@@ -20,8 +20,11 @@ std::string describe(const WireHeader& h) {
   auto kind = static_cast<OpKind>(h.kind);
   // A header from a peer may carry any byte: name what is not an op as such.
   const bool known = h.kind >= 1 && h.kind < kNumOpKinds;
-  std::string s = fmt::format("{} #{} (count={}, dtype={}", op_kind_name(kind), h.seq, h.count,
-                              dtype_name(static_cast<DataType>(h.dtype)));
+  // recv_any has no number of its own: it takes the sender's per-pair number.
+  std::string s = known && kind == OpKind::kRecvAny
+                      ? std::string(op_kind_name(kind))
+                      : fmt::format("{} #{}", op_kind_name(kind), h.seq);
+  s += fmt::format(" (count={}, dtype={}", h.count, dtype_name(static_cast<DataType>(h.dtype)));
   if (known && op_info(kind).reduces) {
     s += fmt::format(", op={}", reduce_op_name(static_cast<ReduceOp>(h.op)));
   }

@@ -44,7 +44,8 @@ struct WireHeader {
 static_assert(sizeof(WireHeader) == 32);
 
 WireHeader to_wire(const OpDesc& d);
-// "all_reduce #5 (count=10, dtype=float32, op=sum, algo=ring)"
+// "all_reduce #5 (count=10, dtype=float32, op=sum, algo=ring)"; recv_any has
+// no number: "recv_any (count=1, dtype=float32, tag=3, algo=direct)".
 std::string describe(const WireHeader& h);
 std::string describe(const OpDesc& d);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <numeric>
+#include <utility>
 
 #include "cohort/base/error.h"
 #include "cohort/collectives/op_table.h"
@@ -128,7 +129,8 @@ ProcessGroupStats ProcessGroup::stats() const {
 
 Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()> body,
                            Duration timeout, bool async_op,
-                           std::shared_ptr<detail::DeviceEnd> device_end) {
+                           std::shared_ptr<detail::DeviceEnd> device_end,
+                           std::shared_ptr<const int> source) {
   std::shared_ptr<detail::WorkState> s = new_state();
   s->op = op;
   s->collective = collective;
@@ -137,6 +139,7 @@ Work ProcessGroup::enqueue(const char* op, bool collective, std::function<void()
   s->may_run_inline = ops_have_deadlines_;
   s->body = std::move(body);
   s->device_end = std::move(device_end);
+  s->source = std::move(source);
   {
     std::lock_guard<std::mutex> lk(issue_mu_);
     if (destroyed_) {
@@ -208,9 +211,25 @@ Work ProcessGroup::run_op(OpArgs a, Keep keep, bool async) {
   COHORT_CHECK(first == second,
                "{}: expected all tensors on one device, but found at least two devices, {} and {}",
                info.name, first.str(), second.str());
-  if (!first.is_cpu()) return run_device_op(a, std::move(keep), async, first);
-  Backend* b = backend_.get();
-  return submit(info.name, info.collective, a.timeout, async, keep, [b, a] { b->run(a); });
+  // recv_any writes its source into a slot the op owns: a blocking caller
+  // that gave up waiting (Work::wait's own timeout) is not written to later.
+  int* caller_source = nullptr;
+  std::shared_ptr<int> source;
+  if (a.kind == OpKind::kRecvAny) {
+    source = std::make_shared<int>(-1);
+    caller_source = std::exchange(a.source, source.get());
+    keep.source = source;
+  }
+  Work w;
+  if (!first.is_cpu()) {
+    w = run_device_op(a, std::move(keep), async, first);
+  } else {
+    Backend* b = backend_.get();
+    w = submit(info.name, info.collective, a.timeout, async, std::move(keep),
+               [b, a] { b->run(a); });
+  }
+  if (caller_source != nullptr && !async) *caller_source = *source;
+  return w;
 }
 
 }  // namespace cohort::distributed

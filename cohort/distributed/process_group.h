@@ -128,7 +128,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   // ---- raw buffers (collectives/op_table.h: each op's buffers and sizes) ----
   // Each op in two forms: the plain call blocks until the op completed and
   // throws its error; with the async_op tag it returns the op's Work at once.
-  // run(OpArgs) is the one entry point; the named forms build its OpArgs.
+  // run(OpArgs) is the one entry point; the named forms build its OpArgs
+  // (recv_any: a blocking run writes the sender's rank to a.source, if set;
+  // an async one reports it through Work::source_rank).
   void run(const OpArgs& a) { run_op(a, {}, false); }
   [[nodiscard]] Work run(const OpArgs& a, AsyncOp) { return run_op(a, {}, true); }
 
@@ -212,6 +214,29 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   [[nodiscard]] Work recv(void* data, size_t count, DataType dtype, int src,
                           const RecvOptions& opts, AsyncOp) {
     return run(op_args(OpKind::kRecv, nullptr, data, count, dtype, opts, src), async_op);
+  }
+  // A recv from any source (PyTorch's recv without src, c10d's
+  // recvAnysource): the next message sent to this rank with opts.tag by
+  // whichever peer's send arrives first; the senders call an ordinary send.
+  // Returns the sender's group rank; the async form's Work reports it
+  // (Work::source_rank) once completed. count and dtype must match the
+  // sender's as for recv. native: order stays per pair, so a peer is chosen
+  // only when its next message is a send with the tag; one whose next
+  // message is another tag or a collective is passed over (that message stays
+  // for its own op), and when no peer can send a match the op fails at once
+  // (collectives/communicator.h has the rules, docs/transports.md the
+  // details); the group's timeout applies, a lost peer is named. mpi:
+  // MPI_ANY_SOURCE with MPI's tag matching. nccl: NotSupported.
+  int recv_any(void* data, size_t count, DataType dtype, const RecvOptions& opts = {}) {
+    int source = -1;
+    OpArgs a = op_args(OpKind::kRecvAny, nullptr, data, count, dtype, opts, -1);
+    a.source = &source;
+    run(a);
+    return source;
+  }
+  [[nodiscard]] Work recv_any(void* data, size_t count, DataType dtype, const RecvOptions& opts,
+                              AsyncOp) {
+    return run(op_args(OpKind::kRecvAny, nullptr, data, count, dtype, opts, -1), async_op);
   }
 
   // ---- tensors (contiguous; any shape; the op works on all elements) ----
@@ -318,6 +343,17 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   [[nodiscard]] Work recv(const Tensor& tensor, int src, const RecvOptions& opts, AsyncOp) {
     return run_tensor(op_args(OpKind::kRecv, nullptr, nullptr, 0, {}, opts, src), tensor, true);
   }
+  // recv_any into a tensor (see the raw form): returns the sender's rank.
+  int recv_any(const Tensor& tensor, const RecvOptions& opts = {}) {
+    int source = -1;
+    OpArgs a = op_args(OpKind::kRecvAny, nullptr, nullptr, 0, {}, opts, -1);
+    a.source = &source;
+    run_tensor(a, tensor, false);
+    return source;
+  }
+  [[nodiscard]] Work recv_any(const Tensor& tensor, const RecvOptions& opts, AsyncOp) {
+    return run_tensor(op_args(OpKind::kRecvAny, nullptr, nullptr, 0, {}, opts, -1), tensor, true);
+  }
 
  private:
   struct Private {};
@@ -336,10 +372,15 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // An async op on device buffers through a backend that enqueues it: the
     // Work's device side (work.h), filled in by the op's body.
     std::shared_ptr<detail::DeviceEnd> device_end = nullptr;
+    // recv_any: the slot its body writes the sender's rank to (the Work's
+    // source_rank), owned by the op so that it outlives any caller.
+    std::shared_ptr<int> source = nullptr;
   };
   // Every op: checks a's arguments against the op table (check_op_args),
   // resolves its timeout and submits backend->run(a).
-  // Tensors on a device go to run_device_op.
+  // Tensors on a device go to run_device_op. recv_any: the backend writes
+  // the sender's rank to keep.source (made here), which a blocking call then
+  // copies to a.source (may be null).
   Work run_op(OpArgs a, Keep keep, bool async);
   // `a` on the buffers of keep's tensors, which live on `device` (not the
   // CPU): enqueued by a backend that runs on the device, else staged through
@@ -384,7 +425,8 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   std::shared_ptr<detail::WorkState> new_state() const;
   // Queues body as op `op` and returns its Work (waited for unless async_op).
   Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
-               bool async_op, std::shared_ptr<detail::DeviceEnd> device_end = nullptr);
+               bool async_op, std::shared_ptr<detail::DeviceEnd> device_end = nullptr,
+               std::shared_ptr<const int> source = nullptr);
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
   Duration op_timeout(Duration t) const { return t == kUseDefaultTimeout ? options_.timeout : t; }

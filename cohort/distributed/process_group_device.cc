@@ -19,7 +19,8 @@ namespace {
 
 // Ops that read their recv buffer before writing it (in place).
 bool reads_recv(const collectives::OpInfo& info) {
-  return info.send.extent == collectives::Extent::kNone && info.kind != OpKind::kRecv;
+  return info.send.extent == collectives::Extent::kNone && info.kind != OpKind::kRecv &&
+         info.kind != OpKind::kRecvAny;
 }
 
 size_t buffer_bytes(const collectives::BufferRule& rule, const OpArgs& a, int rank, int size) {

@@ -35,7 +35,7 @@ Work ProcessGroup::submit(const char* op, bool collective, Duration timeout, boo
   return enqueue(op, collective,
                  std::function<void()>([call = std::forward<Call>(call), first = std::move(first),
                                         second = std::move(second)]() mutable { call(); }),
-                 timeout, async, std::move(keep.device_end));
+                 timeout, async, std::move(keep.device_end), std::move(keep.source));
 }
 
 }  // namespace cohort::distributed

@@ -124,6 +124,12 @@ std::exception_ptr Work::exception() const {
 
 const char* Work::op() const { return state().op; }
 uint64_t Work::sequence() const { return state().collective ? state().seq : 0; }
+int Work::source_rank() const {
+  const detail::WorkState& s = state();
+  // done (acquire) orders the body's write of *source before this read.
+  if (!s.source || !s.done.load(std::memory_order_acquire) || s.error) return -1;
+  return *s.source;
+}
 std::string Work::describe() const { return state().describe(); }
 
 void Work::then(std::function<void()> callback) const {

@@ -73,6 +73,9 @@ struct WorkState {
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   std::exception_ptr error;
+  // recv_any: where its body writes the sender's rank (before `done`); null
+  // for other ops.
+  std::shared_ptr<const int> source;
   // Ops on device buffers through a backend that enqueues them (nccl): set by
   // the op's body before `done`; the host part is done once enqueued, and the
   // op's end on the device is this event (see Work::wait).
@@ -125,6 +128,10 @@ class Work {
   const char* op() const;
   // Collective sequence number in the group (0 for send/recv).
   uint64_t sequence() const;
+  // recv_any: the group rank the message came from, once the op completed
+  // successfully (PyTorch's Work::sourceRank); -1 before that, after a
+  // failure, and for every other op.
+  int source_rank() const;
   // When the op started and ended running (steady clock), for traces; nullopt
   // before that, and for ops run synchronously by a blocking call.
   std::optional<std::chrono::steady_clock::time_point> started_at() const;

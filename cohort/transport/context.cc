@@ -165,6 +165,7 @@ void Context::wait(std::span<const Want> wants, Clock::time_point deadline) {
     bool ready = w.write ? w.pair->writable() : w.pair->readable();
     if (ready) return;
     if (left_[static_cast<size_t>(w.pair->peer())]) {
+      if (w.optional) return;  // the caller drops it
       throw PeerLost(fmt::format("rank {} closed its communicator while rank {} still waits on it",
                                  w.pair->peer(), rank_));
     }

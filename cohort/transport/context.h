@@ -33,9 +33,13 @@ namespace cohort::transport {
 enum class AbortKind : uint8_t { kError = 1, kPeerLost = 2, kMismatch = 3, kTimeout = 4 };
 
 // A pair the caller wants to read from (write == false) or write to.
+// optional: a read the caller can do without (one of several peers an
+// any-source receive listens to): when its peer has left, wait() returns at
+// once instead of throwing, and the caller drops it.
 struct Want {
   Pair* pair;
   bool write;
+  bool optional = false;
 };
 
 class Context {
@@ -63,7 +67,8 @@ class Context {
 
   // Blocks until one of `wants` may progress, about 100 ms pass, or deadline
   // passes (then returns; the caller decides). Throws when a peer died, left
-  // while wanted, or sent an abort (see check_peers).
+  // while wanted (an optional want's peer that left makes it return instead),
+  // or sent an abort (see check_peers).
   void wait(std::span<const Want> wants, Clock::time_point deadline);
   // Non-blocking look at the control connections. Throws cohort::PeerLost
   // for a dead peer, or the exception matching a peer's abort frame.

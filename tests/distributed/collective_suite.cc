@@ -2,14 +2,15 @@
 // through a ProcessGroup, checked against a serial reference, over sizes 0,
 // 1, odd counts, counts not divisible by the world size and ones large
 // enough for the pipelined algorithms, several dtypes and reductions,
-// subgroups, tensor overloads and async issue. The same program runs under
-// `cohort run` (native backend, env://) and under `mpirun` (mpi backend), so
-// both backends pass the same cases.
+// send/recv and recv_any, subgroups, tensor overloads and async issue. The
+// same program runs under `cohort run` (native backend, env://) and under
+// `mpirun` (mpi backend), so both backends pass the same cases.
 //
 //   collective_suite --backend native|mpi [--expect-transport shm|tcp]
 //
 // Exits 0 when every case passed; otherwise prints the first failed case
 // (rank, op, count, dtype, reduction) and exits 1.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -180,6 +181,51 @@ class Suite {
     }
   }
 
+  // Every other rank sends to rank 0, which takes the messages with
+  // recv_any in whatever order they come: each sender once, with its payload
+  // and rank; small and large counts, raw buffers blocking, tensors async.
+  void recv_any() {
+    if (n_ == 1) return;
+    const DataType dt = DataType::kFloat32;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{100003}}) {
+      const auto tag = static_cast<uint32_t>(20 + count % 1000);
+      if (r_ != 0) {
+        Values out = make_input(r_, count, dt, ReduceOp::kSum);
+        pg_.send(out.data(), count, dt, 0, {.tag = tag});
+        continue;
+      }
+      std::vector<int> seen;
+      for (int i = 1; i < n_; ++i) {
+        Values in(dt, count);
+        int src = pg_.recv_any(in.data(), count, dt, {.tag = tag});
+        expect(src > 0 && src < n_ && in == make_input(src, count, dt, ReduceOp::kSum),
+               describe("recv_any", count, dt, ReduceOp::kSum) + " from " + std::to_string(src));
+        seen.push_back(src);
+      }
+      check_each_sender_once(seen, "recv_any");
+    }
+    if (r_ != 0) {
+      pg_.send(Tensor::full({3}, static_cast<double>(r_)), 0, {.tag = 30});
+    } else {
+      std::vector<Tensor> got;
+      std::vector<Work> works;
+      for (int i = 1; i < n_; ++i) {
+        got.push_back(Tensor::zeros({3}));
+        works.push_back(pg_.recv_any(got.back(), {.tag = 30}, distributed::async_op));
+      }
+      std::vector<int> seen;
+      for (size_t i = 0; i < works.size(); ++i) {
+        works[i].wait();
+        int src = works[i].source_rank();
+        expect(got[i].to_vector<float>() == std::vector<float>(3, static_cast<float>(src)),
+               "async tensor recv_any from " + std::to_string(src));
+        seen.push_back(src);
+      }
+      check_each_sender_once(seen, "async recv_any");
+    }
+    pg_.barrier();
+  }
+
   void subgroups() {
     std::vector<int> evens, odds;
     for (int r = 0; r < n_; ++r) (r % 2 == 0 ? evens : odds).push_back(r);
@@ -234,6 +280,13 @@ class Suite {
     expect(v == reference_reduce(n_, 0, count, dt, op), describe("all_reduce", count, dt, op));
   }
 
+  void check_each_sender_once(std::vector<int> seen, const std::string& what) const {
+    std::sort(seen.begin(), seen.end());
+    for (int i = 1; i < n_; ++i) {
+      expect(seen[static_cast<size_t>(i - 1)] == i, what + ": not every sender exactly once");
+    }
+  }
+
   // Every rank's make_input(sum) concatenated in rank order.
   Values gathered(size_t count, DataType dt) const {
     Values all(dt, count * static_cast<size_t>(n_));
@@ -276,6 +329,7 @@ int run(int argc, char** argv) {
     s.reduce_scatter();
     s.all_to_all();
     s.send_recv();
+    s.recv_any();
     s.subgroups();
     s.tensors_and_async();
   } catch (const std::exception& e) {

@@ -248,6 +248,22 @@ void MpiBackend::run(const OpArgs& a) {
       }
       break;
     }
+    case OpKind::kRecvAny: {
+      // MPI matches by tag: the first message with it from any rank (MPI's
+      // order among senders; per sender, in send order).
+      MPI_Status status;
+      check(MPI_Recv(a.recv, n, type, MPI_ANY_SOURCE, static_cast<int>(a.tag), comm_, &status),
+            "MPI_Recv");
+      int got = 0;
+      MPI_Get_count(&status, type, &got);
+      if (static_cast<size_t>(got) != a.count) {
+        throw InvalidArgument(fmt::format(
+            "recv_any (mpi backend): rank {} expected {} elements, the message from rank {} had {}",
+            rank_, a.count, status.MPI_SOURCE, got));
+      }
+      if (a.source != nullptr) *a.source = status.MPI_SOURCE;
+      break;
+    }
   }
   // MPI has no avg: the ops above summed, and the ranks that hold a result
   // (all of them, but only the root for reduce) divide it.

@@ -50,6 +50,16 @@ class P2PGroup {
   bool ended_ = false;
 };
 
+// NCCL pairs each recv with a send of one named peer: there is no receive
+// from whichever peer sends first.
+[[noreturn]] void throw_recv_any_not_supported(const std::string& group, int rank) {
+  throw NotSupported(
+      fmt::format("nccl backend: recv_any (a receive from any source) is not supported (group "
+                  "'{}', rank {}): NCCL has no any-source receive; receive from a named rank "
+                  "with recv(tensor, src), or use the native or mpi backend",
+                  group, rank));
+}
+
 }  // namespace
 
 NcclBackend::NcclBackend(std::unique_ptr<NcclComm> comm, const ProcessGroupOptions& options,
@@ -101,6 +111,7 @@ std::unique_ptr<NcclBackend> NcclBackend::create(std::shared_ptr<rendezvous::Sto
 
 void NcclBackend::run(const OpArgs& a) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
+  if (a.kind == OpKind::kRecvAny) throw_recv_any_not_supported(group_, rank());
   if (a.kind != OpKind::kBarrier) {
     if (info.collective) ++seq_;  // the ProcessGroup numbered it
     throw InvalidArgument(fmt::format(
@@ -114,6 +125,7 @@ void NcclBackend::run(const OpArgs& a) {
 
 DeviceCompletion NcclBackend::run_on_device(const OpArgs& a, const DeviceOpContext& ctx) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
+  if (a.kind == OpKind::kRecvAny) throw_recv_any_not_supported(group_, rank());
   if (ctx.device != device_) {
     if (info.collective) ++seq_;
     throw InvalidArgument(
@@ -214,6 +226,8 @@ void NcclBackend::issue(const OpArgs& a) {
     case OpKind::kRecv:
       comm_->recv(a.recv, a.count, a.dtype, a.root, s);
       return;
+    case OpKind::kRecvAny:
+      throw_recv_any_not_supported(group_, rank());  // refused before issue
   }
   throw InvalidArgument(
       fmt::format("nccl backend: op kind {} is not in the op table", static_cast<int>(a.kind)));

@@ -267,6 +267,31 @@ TEST(NcclBackend, HostBuffersAreRefusedButBarrierRuns) {
   });
 }
 
+TEST(NcclBackend, RecvAnyIsNotSupported) {
+  cohort::testing::FakeCudaDevice fake;
+  auto world = std::make_shared<FakeNcclWorld>(2);
+  run_ranks(2, world, [](ProcessGroup& pg, int rank) {
+    Tensor t = Tensor::zeros({2}, DType::kFloat32, kCuda);
+    if (rank == 0) {
+      try {
+        pg.recv_any(t);
+        ADD_FAILURE() << "recv_any was accepted";
+      } catch (const NotSupported& e) {
+        EXPECT_TRUE(contains(e.what(), "nccl backend: recv_any")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "no any-source receive")) << e.what();
+      }
+      Work w = pg.recv_any(t, {}, async_op);
+      EXPECT_THROW(w.wait(), NotSupported);
+      EXPECT_EQ(w.source_rank(), -1);
+    }
+    // Refused before it reached NCCL: the group still runs.
+    pg.barrier();
+    Tensor one = Tensor::ones({2}, DType::kFloat32, kCuda);
+    pg.all_reduce(one);
+    EXPECT_EQ(values(one), (std::vector<float>{2, 2}));
+  });
+}
+
 // Waits (bounded) for a Work's failure; returns the exception and how long it took.
 std::exception_ptr wait_for_failure(Work& w, Clock::time_point since, long long& took_ms) {
   for (;;) {
