@@ -453,7 +453,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recv(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                 int tag) {
-  throw NotSupported("recv from any source: not yet in cohort's ProcessGroup");
+  const char* op = "recv_any";
+  const at::Tensor& t = single(op, "tensors", tensors);
+  COHORT_CHECK(tag >= 0, "{}: tag must be >= 0, got {}", op, tag);
+  COHORT_CHECK(t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous(),
+               "{}: the tensor must be a dense, contiguous CPU tensor (got {} on {}{})", op,
+               c10::toString(t.scalar_type()), t.device().str(),
+               t.is_contiguous() ? "" : ", not contiguous");
+  const at::Tensor m = movable(t);
+  distributed::Work w = group_->recv_any(
+      m.numel() ? m.data_ptr() : nullptr, static_cast<size_t>(m.numel()),
+      libtorch::to_data_type(m.scalar_type(), op, "tensor"),
+      {.tag = static_cast<uint32_t>(tag)}, async_op);
+  return CohortWork::make(rank(), OpType::RECVANYSOURCE, "cohort:recvAnySource", tensors, w, {m},
+                          {}, [w] { return w.source_rank(); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOptions& opts) {
