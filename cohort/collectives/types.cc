@@ -13,6 +13,8 @@ size_t element_size(DataType dtype) {
     case DataType::kInt64:
       return 8;
     case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
       return 1;
     case DataType::kBFloat16:
     case DataType::kFloat16:
@@ -37,6 +39,10 @@ std::string_view dtype_name(DataType dtype) {
       return "bfloat16";
     case DataType::kFloat16:
       return "float16";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kBool:
+      return "bool";
   }
   return "unknown";
 }
@@ -53,8 +59,41 @@ std::string_view reduce_op_name(ReduceOp op) {
       return "min";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kBand:
+      return "band";
+    case ReduceOp::kBor:
+      return "bor";
+    case ReduceOp::kBxor:
+      return "bxor";
   }
   return "unknown";
+}
+
+bool is_integral(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kInt32:
+    case DataType::kInt64:
+    case DataType::kBool:
+      return true;
+    case DataType::kFloat32:
+    case DataType::kFloat64:
+    case DataType::kBFloat16:
+    case DataType::kFloat16:
+      return false;
+  }
+  return false;
+}
+
+bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
+
+bool reduction_defined(ReduceOp op, DataType dtype) {
+  if (is_bitwise(op)) return is_integral(dtype);
+  if (op == ReduceOp::kAvg) return dtype != DataType::kBool;
+  return true;
 }
 
 }  // namespace cohort::collectives
