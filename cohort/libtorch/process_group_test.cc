@@ -185,11 +185,11 @@ TEST(LibTorchProcessGroup, ArgumentErrorsNameTheOpTheArgumentAndTheFix) {
   m = error_of([&] { pg.broadcast(torch::empty({4}, at::Device(at::kMeta))); });
   EXPECT_THAT(m, HasSubstr("broadcast: argument 'tensor' is on device meta"));
   EXPECT_THAT(m, HasSubstr("CPU tensors"));
-  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kBool)); });
-  EXPECT_THAT(m, HasSubstr("all_reduce: argument 'tensor' has dtype Bool"));
-  EXPECT_THAT(m, HasSubstr("Float, Double, Half, BFloat16, Int, Long and Byte"));
-  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kChar)); });
-  EXPECT_THAT(m, HasSubstr("dtype Char"));
+  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kShort)); });
+  EXPECT_THAT(m, HasSubstr("all_reduce: argument 'tensor' has dtype Short"));
+  EXPECT_THAT(m, HasSubstr("Float, Double, Half, BFloat16, Int, Long, Byte, Char and Bool"));
+  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kComplexFloat)); });
+  EXPECT_THAT(m, HasSubstr("dtype ComplexFloat"));
   m = error_of([&] { pg.all_reduce(at::Tensor()); });
   EXPECT_THAT(m, HasSubstr("all_reduce: argument 'tensor' is an undefined tensor"));
   m = error_of([&] { pg.all_gather_into_tensor(torch::zeros({3}), torch::zeros({4})); });
@@ -211,6 +211,8 @@ TEST(LibTorchProcessGroup, ArgumentErrorsNameTheOpTheArgumentAndTheFix) {
   EXPECT_EQ(to_data_type(at::kHalf), DataType::kFloat16);
   EXPECT_EQ(to_data_type(at::kBFloat16), DataType::kBFloat16);
   EXPECT_EQ(to_data_type(at::kByte), DataType::kUInt8);
+  EXPECT_EQ(to_data_type(at::kChar), DataType::kInt8);
+  EXPECT_EQ(to_data_type(at::kBool), DataType::kBool);
 }
 
 }  // namespace
