@@ -243,8 +243,8 @@ void check_op_args(const OpArgs& a, int rank, int size, const std::string& group
   const bool on_root = info.has_root && rank == a.root;
   const bool send_used = info.send.extent != Extent::kNone && (!info.send.root_only || on_root);
   const bool recv_used = info.recv.extent != Extent::kNone && (!info.recv.root_only || on_root);
-  const size_t send_n = send_used ? send_elements(a, size) : 0;
-  const size_t recv_n = recv_used ? recv_elements(a, size) : 0;
+  const size_t send_n = send_used ? elements_of(info.send, a, a.send_counts, size) : 0;
+  const size_t recv_n = recv_used ? elements_of(info.recv, a, a.recv_counts, size) : 0;
   if (send_used) check_buffer(op, info.send, a.send, per_rank ? send_n : a.count);
   if (recv_used) check_buffer(op, info.recv, a.recv, per_rank ? recv_n : a.count);
   if (send_used && recv_used) {

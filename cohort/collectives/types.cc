@@ -69,31 +69,4 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "unknown";
 }
 
-bool is_integral(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-    case DataType::kInt32:
-    case DataType::kInt64:
-    case DataType::kBool:
-      return true;
-    case DataType::kFloat32:
-    case DataType::kFloat64:
-    case DataType::kBFloat16:
-    case DataType::kFloat16:
-      return false;
-  }
-  return false;
-}
-
-bool is_bitwise(ReduceOp op) {
-  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
-}
-
-bool reduction_defined(ReduceOp op, DataType dtype) {
-  if (is_bitwise(op)) return is_integral(dtype);
-  if (op == ReduceOp::kAvg) return dtype != DataType::kBool;
-  return true;
-}
-
 }  // namespace cohort::collectives

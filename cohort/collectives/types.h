@@ -53,13 +53,20 @@ std::string_view dtype_name(DataType dtype);
 std::string_view reduce_op_name(ReduceOp op);
 
 // uint8, int8, int32, int64 and bool: the dtypes the bitwise reductions take.
-bool is_integral(DataType dtype);
+constexpr bool is_integral(DataType dtype) {
+  return dtype == DataType::kUInt8 || dtype == DataType::kInt8 || dtype == DataType::kInt32 ||
+         dtype == DataType::kInt64 || dtype == DataType::kBool;
+}
 // kBand, kBor, kBxor.
-bool is_bitwise(ReduceOp op);
+constexpr bool is_bitwise(ReduceOp op) {
+  return op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+}
 // Whether `op` is defined on `dtype`: every reduction on every dtype except
 // the bitwise ones on float types and avg on bool. check_op_args (op_table.h)
-// throws InvalidArgument for the others.
-bool reduction_defined(ReduceOp op, DataType dtype);
+// throws InvalidArgument for the others. (Inline: on every reducing op's path.)
+constexpr bool reduction_defined(ReduceOp op, DataType dtype) {
+  return is_bitwise(op) ? is_integral(dtype) : !(op == ReduceOp::kAvg && dtype == DataType::kBool);
+}
 
 // Timeouts of single operations. kUseDefaultTimeout (zero) means "the
 // communicator's default timeout" (CommunicatorOptions::timeout).
