@@ -47,8 +47,8 @@ void run_all_ops(int rank) {
     };
     const std::string mode = async ? " (async)" : "";
     // all_reduce over every dtype, in place (a slice of a bigger tensor too).
-    for (auto dtype :
-         {at::kFloat, at::kDouble, at::kInt, at::kLong, at::kByte, at::kHalf, at::kBFloat16}) {
+    for (auto dtype : {at::kFloat, at::kDouble, at::kInt, at::kLong, at::kByte, at::kHalf,
+                       at::kBFloat16, at::kChar}) {
       at::Tensor big = torch::zeros({3, k}, dtype);
       at::Tensor t = big[1];
       t.copy_(torch::full({k}, rank + 1, dtype));
@@ -61,6 +61,17 @@ void run_all_ops(int rank) {
     run([&] { pg.all_reduce(avg, {.op = ReduceOp::kAvg}); },
         [&] { return pg.all_reduce(avg, {.op = ReduceOp::kAvg}, async_op); });
     expect_equal(avg, torch::full({k}, double(n - 1)), "all_reduce avg" + mode);
+    // Bool as gloo's: sum is a logical or, product a logical and.
+    at::Tensor any = torch::full({k}, rank == 0, at::kBool), all = any.clone();
+    run([&] { pg.all_reduce(any); }, [&] { return pg.all_reduce(any, {}, async_op); });
+    run([&] { pg.all_reduce(all, {.op = ReduceOp::kProduct}); },
+        [&] { return pg.all_reduce(all, {.op = ReduceOp::kProduct}, async_op); });
+    expect_equal(any, torch::ones({k}, at::kBool), "all_reduce bool sum" + mode);
+    expect_equal(all, torch::full({k}, n == 1, at::kBool), "all_reduce bool product" + mode);
+    at::Tensor bits = torch::full({k}, int64_t{1} << rank, at::kLong);
+    run([&] { pg.all_reduce(bits, {.op = ReduceOp::kBor}); },
+        [&] { return pg.all_reduce(bits, {.op = ReduceOp::kBor}, async_op); });
+    expect_equal(bits, torch::full({k}, (int64_t{1} << n) - 1, at::kLong), "all_reduce bor" + mode);
     // broadcast from the last rank.
     at::Tensor b = ramp(rank, k);
     run([&] { pg.broadcast(b, {.root = n - 1}); },
