@@ -14,6 +14,7 @@
 #include "cohort/collectives/allreduce_pull.h"
 #include "cohort/collectives/allreduce_ring.h"
 #include "cohort/collectives/alltoall_direct.h"
+#include "cohort/collectives/alltoallv_direct.h"
 #include "cohort/collectives/barrier_direct.h"
 #include "cohort/collectives/broadcast_chain.h"
 #include "cohort/collectives/broadcast_flat.h"
@@ -297,6 +298,9 @@ void Communicator::run(const OpArgs& a) {
       return;
     case OpKind::kAllToAll:
       AlltoallDirect(*this, a.send, a.recv, a.count, a.dtype).run(a.timeout);
+      return;
+    case OpKind::kAllToAllV:
+      AlltoallvDirect(*this, a.send, a.send_counts, a.recv, a.recv_counts, a.dtype).run(a.timeout);
       return;
     case OpKind::kBarrier:
       BarrierDirect(*this).run(a.timeout);

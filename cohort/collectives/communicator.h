@@ -197,6 +197,18 @@ class Communicator {
                   Duration timeout = kUseDefaultTimeout) {
     run({OpKind::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0, 0, timeout});
   }
+  // Uneven all_to_all (op_table.h, OpArgs): send_counts[j] elements of send
+  // go to rank j, recv_counts[i] from rank i land in recv, each block after
+  // the previous ones; both arrays hold size() counts. A rank whose
+  // send_counts[j] is not rank j's recv_counts[rank] is a mismatch.
+  void all_to_all_v(const void* send, const size_t* send_counts, void* recv,
+                    const size_t* recv_counts, DataType dtype,
+                    Duration timeout = kUseDefaultTimeout) {
+    OpArgs a{OpKind::kAllToAllV, send, recv, 0, dtype, ReduceOp::kSum, 0, 0, timeout};
+    a.send_counts = send_counts;
+    a.recv_counts = recv_counts;
+    run(a);
+  }
   // Returns once every rank has entered the barrier.
   void barrier(Duration timeout = kUseDefaultTimeout) {
     run({OpKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, ReduceOp::kSum, 0, 0, timeout});

@@ -448,6 +448,27 @@ void Engine::check_header(const Stream& s) const {
         describe(desc_), comm_.name(), rank(), peer, b.magic));
   }
   if (std::memcmp(&a, &b, sizeof(WireHeader)) != 0) {
+    // all_to_all_v's headers carry the pair's two counts (wire.h): the same
+    // op with other counts is a disagreement of the two ranks' count arrays.
+    WireHeader same_counts = b;
+    same_counts.count = a.count;
+    same_counts.root = a.root;
+    same_counts.tag = a.tag;
+    if (a.kind == static_cast<uint8_t>(OpKind::kAllToAllV) &&
+        std::memcmp(&a, &same_counts, sizeof(WireHeader)) == 0) {
+      // This rank expects a.count from the peer and sends it other_way(a);
+      // the peer sends b.count here and expects other_way(b).
+      const bool to_me = a.count != b.count;
+      const int from = to_me ? peer : rank(), to = to_me ? rank() : peer;
+      const uint64_t sent = to_me ? b.count : other_way_count(a);
+      const uint64_t expected = to_me ? a.count : other_way_count(b);
+      throw InvalidArgument(fmt::format(
+          "collective mismatch in group '{}' between rank {} and rank {}: {} #{}: rank {} sends "
+          "{} elements to rank {} (its send_counts[{}]), but rank {} expects {} from rank {} (its "
+          "recv_counts[{}])",
+          comm_.name(), rank(), peer, op_kind_name(OpKind::kAllToAllV), a.seq, from, sent, to, to,
+          to, expected, from, from));
+    }
     // This rank's side by its own op's name (a recv's header is a send's).
     WireHeader mine = a;
     mine.kind = static_cast<uint8_t>(desc_.kind);

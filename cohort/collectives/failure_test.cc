@@ -145,6 +145,38 @@ TEST_P(FailureTest, CountMismatchIsReportedWithBothSides) {
   EXPECT_TRUE(both_sides) << errs[0] << "\n" << errs[1];
 }
 
+TEST_P(FailureTest, AllToAllVCountMismatchIsReportedWithBothSides) {
+  // Rank 0 sends 3 elements to rank 1, which expects 2. Both ranks of the
+  // pair see it in the other's header; rank 2, which agrees with both, hears
+  // of it from them (in the op, or at the barrier if it got through).
+  std::vector<int32_t> guarded(8, 77);
+  std::vector<std::string> errs = collect_errors(3, GetParam(), [&](Communicator& c) {
+    std::vector<size_t> sc(3, 1), rc(3, 1);
+    if (c.rank() == 0) sc[1] = 3;
+    if (c.rank() == 1) rc[0] = 2;
+    std::vector<int32_t> send(8, c.rank()), own(8);
+    int32_t* recv = c.rank() == 1 ? guarded.data() : own.data();
+    try {
+      c.all_to_all_v(send.data(), sc.data(), recv, rc.data(), DataType::kInt32);
+      c.barrier();
+    } catch (const InvalidArgument&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(std::string("wrong exception type: ") + e.what());
+    }
+  });
+  for (const std::string& e : errs) {
+    EXPECT_TRUE(contains(e,
+                         "rank 0 sends 3 elements to rank 1 (its send_counts[1]), but rank 1 "
+                         "expects 2 from rank 0 (its recv_counts[0])"))
+        << e;
+  }
+  // Rank 1 took nothing from rank 0 (the header comes first): the block of
+  // rank 0 (its first two elements) is untouched.
+  EXPECT_EQ(guarded[0], 77);
+  EXPECT_EQ(guarded[1], 77);
+}
+
 TEST_P(FailureTest, DifferentCollectivesAreDetected) {
   std::vector<std::string> errs = collect_errors(3, GetParam(), [](Communicator& c) {
     std::vector<int32_t> buf(5, c.rank());

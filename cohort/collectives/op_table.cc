@@ -96,6 +96,11 @@ constexpr OpInfo kTable[] = {
      .collective = false,
      .has_tag = true,
      .recv = kData},
+    {.kind = OpKind::kAllToAllV,
+     .name = "all_to_all_v",
+     .wire_kind = OpKind::kAllToAllV,
+     .send = {Extent::kCounts, false, "send"},
+     .recv = {Extent::kCounts, false, "recv"}},
 };
 
 constexpr size_t kRows = sizeof(kTable) / sizeof(kTable[0]);
@@ -108,6 +113,21 @@ constexpr bool rows_in_order() {
   return true;
 }
 static_assert(rows_in_order(), "row i describes OpKind i + 1");
+
+size_t sum_counts(const size_t* counts, int size) {
+  size_t n = 0;
+  for (int i = 0; counts != nullptr && i < size; ++i) n += counts[i];
+  return n;
+}
+
+size_t elements_of(const BufferRule& b, const OpArgs& a, const size_t* counts, int size) {
+  return b.extent == Extent::kCounts ? sum_counts(counts, size) : b.elements(a.count, size);
+}
+
+// What a reduction needs of the dtype, as a sentence for the error.
+const char* what_reduction_needs(ReduceOp op) {
+  return is_bitwise(op) ? "an integer or bool dtype" : "a dtype other than bool";
+}
 
 void check_buffer(const char* op, const BufferRule& b, const void* p, size_t count) {
   COHORT_CHECK(p != nullptr || count == 0, "{}: {}{} is null but count is {}", op, b.name,
@@ -172,6 +192,14 @@ AlgoOverrides& AlgoOverrides::set(OpKind kind, Algo algo) {
   return *this;
 }
 
+size_t send_elements(const OpArgs& a, int size) {
+  return elements_of(op_info(a.kind).send, a, a.send_counts, size);
+}
+
+size_t recv_elements(const OpArgs& a, int size) {
+  return elements_of(op_info(a.kind).recv, a, a.recv_counts, size);
+}
+
 OpArgs with_one_buffer(OpArgs a, void* data, size_t count, DataType dtype) {
   const OpInfo& info = op_info(a.kind);
   COHORT_CHECK((info.send.extent == Extent::kNone) != (info.recv.extent == Extent::kNone),
@@ -205,15 +233,35 @@ void check_op_args(const OpArgs& a, int rank, int size, const std::string& group
     COHORT_CHECK(size > 1, "{}: rank {} has no peer to receive from (group '{}' has size {})", op,
                  rank, group, size);
   }
+  if (info.reduces) {
+    COHORT_CHECK(static_cast<int>(a.op) < kNumReduceOps, "{}: {} is not a reduction", op,
+                 static_cast<int>(a.op));
+    COHORT_CHECK(reduction_defined(a.op, a.dtype), "{}: reduction '{}' needs {}, got {}", op,
+                 reduce_op_name(a.op), what_reduction_needs(a.op), dtype_name(a.dtype));
+  }
+  const bool per_rank = info.send.extent == Extent::kCounts;
+  if (per_rank) {
+    COHORT_CHECK(a.send_counts != nullptr && a.recv_counts != nullptr,
+                 "{}: send_counts and recv_counts must each hold {} counts (one per rank of "
+                 "group '{}'), got {} and {}",
+                 op, size, group, a.send_counts ? "an array" : "null",
+                 a.recv_counts ? "an array" : "null");
+    const auto r = static_cast<size_t>(rank);
+    COHORT_CHECK(a.send_counts[r] == a.recv_counts[r],
+                 "{}: rank {} of group '{}' sends {} elements to itself (send_counts[{}]) but "
+                 "expects {} from itself (recv_counts[{}])",
+                 op, rank, group, a.send_counts[r], rank, a.recv_counts[r], rank);
+  }
   const bool on_root = info.has_root && rank == a.root;
   const bool send_used = info.send.extent != Extent::kNone && (!info.send.root_only || on_root);
   const bool recv_used = info.recv.extent != Extent::kNone && (!info.recv.root_only || on_root);
-  if (send_used) check_buffer(op, info.send, a.send, a.count);
-  if (recv_used) check_buffer(op, info.recv, a.recv, a.count);
+  const size_t send_n = send_used ? elements_of(info.send, a, a.send_counts, size) : 0;
+  const size_t recv_n = recv_used ? elements_of(info.recv, a, a.recv_counts, size) : 0;
+  if (send_used) check_buffer(op, info.send, a.send, per_rank ? send_n : a.count);
+  if (recv_used) check_buffer(op, info.recv, a.recv, per_rank ? recv_n : a.count);
   if (send_used && recv_used) {
     const size_t es = element_size(a.dtype);
-    check_disjoint(op, a.send, info.send.elements(a.count, size) * es, a.recv,
-                   info.recv.elements(a.count, size) * es);
+    check_disjoint(op, a.send, send_n * es, a.recv, recv_n * es);
   }
 }
 

@@ -38,21 +38,25 @@ enum class OpKind : uint8_t {
   kSend,
   kRecv,
   kRecvAny,
+  kAllToAllV,  // uneven all_to_all: per-rank counts (OpArgs::send_counts, recv_counts)
 };
-inline constexpr int kNumOpKinds = 13;  // one past the largest OpKind value
+inline constexpr int kNumOpKinds = 14;  // one past the largest OpKind value
 
 // Algorithms. kNone: not forced, chosen by message and world size (and "-" on
 // the wire for ops with a single algorithm).
 enum class Algo : uint8_t { kNone = 0, kDirect, kRing, kFlat, kChain, kPull };
 inline constexpr int kNumAlgos = 6;
 
-// How many elements a buffer holds: none, count, or size()*count.
-enum class Extent : uint8_t { kNone, kCount, kWorld };
+// How many elements a buffer holds: none, count, size()*count, or the sum of
+// the op's size() per-rank counts (kCounts: OpArgs::send_counts for the send
+// buffer, recv_counts for recv; see send_elements / recv_elements).
+enum class Extent : uint8_t { kNone, kCount, kWorld, kCounts };
 
 struct BufferRule {
   Extent extent = Extent::kNone;
   bool root_only = false;  // used (and checked) on the root alone
   const char* name = "";   // "data", "send", "recv": for messages
+  // kNone, kCount and kWorld (kCounts needs the OpArgs: send_elements).
   size_t elements(size_t count, int size) const {
     return extent == Extent::kNone    ? 0
            : extent == Extent::kCount ? count
@@ -106,6 +110,10 @@ class AlgoOverrides {
 // In-place ops (all_reduce, broadcast, reduce), recv and recv_any work on
 // `recv`; send reads `send`. Shapes per op: see BufferRule (count is elements
 // per rank).
+// all_to_all_v ignores count: send_counts[j] elements go to rank j, taken
+// consecutively from send (offsets are the prefix sums), recv_counts[i]
+// arrive from rank i, stored consecutively in recv; each array holds size()
+// counts, is borrowed (valid until the op ran) and is null for other ops.
 struct OpArgs {
   OpKind kind = OpKind::kBarrier;
   const void* send = nullptr;
@@ -119,7 +127,15 @@ struct OpArgs {
   // recv_any: where the backend writes the sender's rank once the message is
   // in (null: not wanted). Must outlive the op.
   int* source = nullptr;
+  const size_t* send_counts = nullptr;  // all_to_all_v only
+  const size_t* recv_counts = nullptr;  // all_to_all_v only
 };
+
+// Elements of a's send / recv buffer on a rank of a group of `size`: the
+// op's BufferRule of a.count, or the sum of the counts for Extent::kCounts
+// (all of them, whether or not this rank uses the buffer: see root_only).
+size_t send_elements(const OpArgs& a, int size);
+size_t recv_elements(const OpArgs& a, int size);
 
 // `a` on one buffer of `count` elements of `dtype`, for the ops that take one
 // (all_reduce, broadcast, reduce, recv, recv_any: recv; send: send).
@@ -127,9 +143,12 @@ OpArgs with_one_buffer(OpArgs a, void* data, size_t count, DataType dtype);
 
 // The caller-side checks of one op on rank `rank` of a group of `size` named
 // `group`: root or peer in range (and not this rank for send/recv), a peer to
-// receive from at all for recv_any (size > 1), buffers non-null when count > 0
-// on the ranks that use them, and the two buffers of an out-of-place op
-// disjoint. InvalidArgument naming the op otherwise.
+// receive from at all for recv_any (size > 1), the reduction defined on the
+// dtype (bitwise ones need an integer or bool dtype, avg is not defined on
+// bool: reduction_defined in types.h), all_to_all_v's count arrays present,
+// buffers non-null when they hold elements on the ranks that use them, and
+// the two buffers of an out-of-place op disjoint. InvalidArgument naming the
+// op otherwise.
 void check_op_args(const OpArgs& a, int rank, int size, const std::string& group);
 
 }  // namespace cohort::collectives

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cohort/base/error.h"
 #include "cohort/collectives/knobs.h"
 #include "cohort/collectives/wire.h"
@@ -53,6 +55,16 @@ TEST(OpTable, RecvAnyExpectsASendsHeaderAndAPeer) {
   EXPECT_NO_THROW(check_op_args(a, 1, 3, "g"));
 }
 
+TEST(OpTable, AllToAllVHeadersCarryTheirKind) {
+  EXPECT_STREQ(op_kind_name(OpKind::kAllToAllV), "all_to_all_v");
+  EXPECT_EQ(static_cast<int>(OpKind::kAllToAllV), kNumOpKinds - 1);
+  EXPECT_EQ(op_info(OpKind::kAllToAllV).send.extent, Extent::kCounts);
+  EXPECT_FALSE(op_info(OpKind::kAllToAllV).reduces);
+  OpDesc d{OpKind::kAllToAllV, DataType::kInt8, ReduceOp::kSum, Algo::kDirect, -1, 9};
+  EXPECT_EQ(describe(d).rfind("all_to_all_v #0 (count=9, dtype=int8, algo=direct)", 0), 0u)
+      << describe(d);
+}
+
 TEST(OpTable, BufferSizesFollowCountAndWorld) {
   EXPECT_EQ(op_info(OpKind::kAllGather).recv.elements(5, 3), 15u);
   EXPECT_EQ(op_info(OpKind::kAllGather).send.elements(5, 3), 5u);
@@ -82,6 +94,83 @@ TEST(OpTable, ChecksArgumentsByTheRules) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The message of the InvalidArgument check_op_args throws for `a` ("" when none).
+std::string refusal(const OpArgs& a, int rank = 0, int size = 2) {
+  try {
+    check_op_args(a, rank, size, "g");
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OpTable, ReductionMustSuitTheDtype) {
+  int64_t buf[8] = {};
+  for (OpKind kind : {OpKind::kAllReduce, OpKind::kReduce, OpKind::kReduceScatter}) {
+    const OpInfo& info = op_info(kind);
+    OpArgs a{kind, kind == OpKind::kReduceScatter ? buf : nullptr, buf + 4, 1};
+    for (DataType dt :
+         {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16, DataType::kFloat16}) {
+      for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+        a.dtype = dt;
+        a.op = op;
+        EXPECT_EQ(refusal(a),
+                  fmt::format("{}: reduction '{}' needs an integer or bool dtype, got {}",
+                              info.name, reduce_op_name(op), dtype_name(dt)));
+      }
+    }
+    for (DataType dt :
+         {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kBool}) {
+      for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor, ReduceOp::kSum}) {
+        a.dtype = dt;
+        a.op = op;
+        EXPECT_EQ(refusal(a), "") << info.name << " " << dtype_name(dt);
+      }
+    }
+    a.dtype = DataType::kBool;
+    a.op = ReduceOp::kAvg;
+    EXPECT_EQ(refusal(a), fmt::format("{}: reduction 'avg' needs a dtype other than bool, got bool",
+                                      info.name));
+  }
+  // Ops that do not reduce ignore the reduction.
+  OpArgs bc{OpKind::kBroadcast, nullptr, buf, 1, DataType::kFloat32, ReduceOp::kBand};
+  EXPECT_EQ(refusal(bc), "");
+}
+
+TEST(OpTable, AllToAllVChecksItsCountsAndBuffers) {
+  int32_t send[6] = {}, recv[6] = {};
+  const size_t sc[3] = {1, 0, 3}, rc[3] = {2, 0, 4};
+  OpArgs a{OpKind::kAllToAllV, send, recv, 0, DataType::kInt32};
+  EXPECT_NE(refusal(a, 1, 3).find("all_to_all_v: send_counts and recv_counts must each hold 3 "
+                                  "counts (one per rank of group 'g'), got null and null"),
+            std::string::npos)
+      << refusal(a, 1, 3);
+  a.send_counts = sc;
+  a.recv_counts = rc;
+  EXPECT_EQ(send_elements(a, 3), 4u);
+  EXPECT_EQ(recv_elements(a, 3), 6u);
+  EXPECT_EQ(refusal(a, 1, 3), "");
+  // Its own block: send_counts[rank] must be recv_counts[rank].
+  EXPECT_EQ(refusal(a, 0, 3),
+            "all_to_all_v: rank 0 of group 'g' sends 1 elements to itself (send_counts[0]) but "
+            "expects 2 from itself (recv_counts[0])");
+  a.send = nullptr;
+  EXPECT_NE(refusal(a, 1, 3).find("all_to_all_v: send is null but count is 4"), std::string::npos)
+      << refusal(a, 1, 3);
+  const size_t none[3] = {0, 0, 0};
+  a.send_counts = none;
+  a.recv_counts = none;
+  EXPECT_EQ(refusal(a, 1, 3), "");  // nothing to send: null is fine
+  // The buffers' extents are the sums of the counts: these overlap.
+  a.send = send;
+  a.recv = send + 3;
+  a.send_counts = sc;
+  a.recv_counts = rc;
+  EXPECT_NE(refusal(a, 1, 3).find("send and recv buffers overlap"), std::string::npos);
+  a.recv = recv;
+  EXPECT_EQ(refusal(a, 1, 3), "");
 }
 
 TEST(Knobs, NameEveryAlgorithmVariable) {

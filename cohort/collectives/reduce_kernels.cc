@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -118,6 +119,28 @@ void float_block_to_f16(const float* __restrict in, uint16_t* __restrict out, si
   for (; i < n; ++i) out[i] = float_to_f16(in[i]);
 }
 
+// bool as PyTorch's gloo reduces it: sum/avg and max are a logical or,
+// product and min a logical and, bitwise ops their logical forms. Inputs are
+// read as "non-zero" and results are 0 or 1.
+void reduce_bool(uint8_t* __restrict dst, const uint8_t* __restrict src, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+    case ReduceOp::kMax:
+    case ReduceOp::kBor:
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>((dst[i] | src[i]) != 0);
+      return;
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kBand:
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>(dst[i] != 0 && src[i] != 0);
+      return;
+    case ReduceOp::kBxor:
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>((dst[i] != 0) != (src[i] != 0));
+      return;
+  }
+}
+
 // The baseline table: the plain loops above.
 void f32_reference(float* dst, const float* src, size_t n, ReduceOp op) {
   reduce_typed(dst, src, n, op);
@@ -146,6 +169,11 @@ const ReduceKernelTable& reduce_kernel_table() {
 }
 
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
+  if (is_bitwise(op) && !is_integral(dtype)) {
+    throw InvalidArgument(
+        fmt::format("reduce: reduction '{}' needs an integer or bool dtype, got {}",
+                    reduce_op_name(op), dtype_name(dtype)));
+  }
   switch (dtype) {
     case DataType::kFloat32:
       return reduce_kernel_table().f32(static_cast<float*>(dst), static_cast<const float*>(src),
@@ -159,6 +187,10 @@ void reduce_into(void* dst, const void* src, size_t count, DataType dtype, Reduc
       return reduce_any<int64_t>(dst, src, count, op);
     case DataType::kUInt8:
       return reduce_any<uint8_t>(dst, src, count, op);
+    case DataType::kInt8:
+      return reduce_any<int8_t>(dst, src, count, op);
+    case DataType::kBool:
+      return reduce_bool(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, op);
     case DataType::kBFloat16:
       return reduce_kernel_table().bf16(static_cast<uint16_t*>(dst),
                                         static_cast<const uint16_t*>(src), count, op);
@@ -189,6 +221,12 @@ void finish_avg(void* data, size_t count, DataType dtype, int divisor) {
       return divide<int64_t>(data, count, divisor);
     case DataType::kUInt8:
       return divide<uint8_t>(data, count, divisor);
+    case DataType::kInt8:
+      return divide<int8_t>(data, count, divisor);
+    case DataType::kBool:
+      // avg on bool is refused by check_op_args (as PyTorch does); a direct
+      // caller gets the same error rather than a value that is not 0/1.
+      throw InvalidArgument("finish_avg: reduction 'avg' is not defined on bool");
     case DataType::kBFloat16: {
       auto* p = static_cast<uint16_t*>(data);
       for (size_t i = 0; i < count; ++i) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cohort/base/isa.h"
 #include "cohort/collectives/reduce_kernel_table.h"

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "cohort/base/error.h"
 #include "cohort/base/kernel_path_testing.h"
 #include "cohort/collectives/reduce_kernel_table.h"
 
@@ -95,8 +96,84 @@ TEST(ReduceKernels, ElementSizesAndNames) {
   EXPECT_EQ(element_size(DataType::kFloat64), 8u);
   EXPECT_EQ(element_size(DataType::kUInt8), 1u);
   EXPECT_EQ(element_size(DataType::kFloat16), 2u);
+  EXPECT_EQ(element_size(DataType::kInt8), 1u);
+  EXPECT_EQ(element_size(DataType::kBool), 1u);
   EXPECT_EQ(dtype_name(DataType::kBFloat16), "bfloat16");
+  EXPECT_EQ(dtype_name(DataType::kInt8), "int8");
+  EXPECT_EQ(dtype_name(DataType::kBool), "bool");
   EXPECT_EQ(reduce_op_name(ReduceOp::kProduct), "product");
+  EXPECT_EQ(reduce_op_name(ReduceOp::kBand), "band");
+  EXPECT_EQ(reduce_op_name(ReduceOp::kBor), "bor");
+  EXPECT_EQ(reduce_op_name(ReduceOp::kBxor), "bxor");
+  // The enums go on the wire: the old values stay where they were.
+  EXPECT_EQ(static_cast<int>(DataType::kFloat16), 6);
+  EXPECT_EQ(static_cast<int>(DataType::kBool), kNumDataTypes - 1);
+  EXPECT_EQ(static_cast<int>(ReduceOp::kMax), 4);
+  EXPECT_EQ(static_cast<int>(ReduceOp::kBxor), kNumReduceOps - 1);
+}
+
+TEST(ReduceKernels, BoolReducesLogicallyToZeroOrOne) {
+  // Every pair of inputs, and a non-zero byte other than 1 read as true.
+  const std::vector<uint8_t> a{0, 0, 1, 1, 2}, b{0, 1, 0, 1, 1};
+  auto run = [&](ReduceOp op) {
+    std::vector<uint8_t> d = a;
+    reduce_into(d.data(), b.data(), d.size(), DataType::kBool, op);
+    return d;
+  };
+  const std::vector<uint8_t> logical_or{0, 1, 1, 1, 1}, logical_and{0, 0, 0, 1, 1},
+      logical_xor{0, 1, 1, 0, 0};
+  EXPECT_EQ(run(ReduceOp::kSum), logical_or);
+  EXPECT_EQ(run(ReduceOp::kMax), logical_or);
+  EXPECT_EQ(run(ReduceOp::kBor), logical_or);
+  EXPECT_EQ(run(ReduceOp::kProduct), logical_and);
+  EXPECT_EQ(run(ReduceOp::kMin), logical_and);
+  EXPECT_EQ(run(ReduceOp::kBand), logical_and);
+  EXPECT_EQ(run(ReduceOp::kBxor), logical_xor);
+  std::vector<uint8_t> d = a;
+  EXPECT_THROW(finish_avg(d.data(), d.size(), DataType::kBool, 2), InvalidArgument);
+}
+
+TEST(ReduceKernels, BitwiseOnIntegerTypes) {
+  std::vector<int8_t> x{-5, 12, -128}, y{3, 10, 127};
+  std::vector<int8_t> band = x, bor = x, bxor = x;
+  reduce_into(band.data(), y.data(), 3, DataType::kInt8, ReduceOp::kBand);
+  reduce_into(bor.data(), y.data(), 3, DataType::kInt8, ReduceOp::kBor);
+  reduce_into(bxor.data(), y.data(), 3, DataType::kInt8, ReduceOp::kBxor);
+  EXPECT_EQ(band, (std::vector<int8_t>{3, 8, 0}));
+  EXPECT_EQ(bor, (std::vector<int8_t>{-5, 14, -1}));
+  EXPECT_EQ(bxor, (std::vector<int8_t>{-8, 6, -1}));
+  std::vector<int64_t> p{int64_t{1} << 40 | 6, -1}, q{int64_t{1} << 40 | 3, 5};
+  reduce_into(p.data(), q.data(), 2, DataType::kInt64, ReduceOp::kBxor);
+  EXPECT_EQ(p, (std::vector<int64_t>{5, -6}));
+  std::vector<uint8_t> u{0xf0, 0x0f}, v{0x3c, 0x3c};
+  reduce_into(u.data(), v.data(), 2, DataType::kUInt8, ReduceOp::kBor);
+  EXPECT_EQ(u, (std::vector<uint8_t>{0xfc, 0x3f}));
+  std::vector<int32_t> i{6, -1}, j{3, 9};
+  reduce_into(i.data(), j.data(), 2, DataType::kInt32, ReduceOp::kBand);
+  EXPECT_EQ(i, (std::vector<int32_t>{2, 9}));
+  // int8 arithmetic and avg as the other integer types (truncating division).
+  std::vector<int8_t> s{-7, 9}, t{2, 2};
+  reduce_into(s.data(), t.data(), 2, DataType::kInt8, ReduceOp::kSum);
+  finish_avg(s.data(), 2, DataType::kInt8, 2);
+  EXPECT_EQ(s, (std::vector<int8_t>{-2, 5}));
+}
+
+TEST(ReduceKernels, BitwiseOnFloatTypesIsRefused) {
+  std::vector<std::byte> d(8), s(8);
+  for (DataType dt :
+       {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16, DataType::kFloat16}) {
+    for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+      try {
+        reduce_into(d.data(), s.data(), 1, dt, op);
+        ADD_FAILURE() << "accepted " << reduce_op_name(op) << " on " << dtype_name(dt);
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("needs an integer or bool dtype, got " +
+                                             std::string(dtype_name(dt))),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
 }
 
 // Every kernel path against the reference loops (reduce_kernel_table.h);

@@ -149,12 +149,14 @@ inline bool exited_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(stat
 inline const std::vector<DataType>& all_dtypes() {
   static const std::vector<DataType> d{DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
                                        DataType::kInt64,   DataType::kUInt8,   DataType::kBFloat16,
-                                       DataType::kFloat16};
+                                       DataType::kFloat16, DataType::kInt8,    DataType::kBool};
   return d;
 }
+// Every reduction; pair them with dtypes through reduction_defined (types.h).
 inline const std::vector<ReduceOp>& all_ops() {
   static const std::vector<ReduceOp> o{ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct,
-                                       ReduceOp::kMin, ReduceOp::kMax};
+                                       ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kBand,
+                                       ReduceOp::kBor, ReduceOp::kBxor};
   return o;
 }
 

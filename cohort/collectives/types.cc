@@ -13,6 +13,8 @@ size_t element_size(DataType dtype) {
     case DataType::kInt64:
       return 8;
     case DataType::kUInt8:
+    case DataType::kInt8:
+    case DataType::kBool:
       return 1;
     case DataType::kBFloat16:
     case DataType::kFloat16:
@@ -37,6 +39,10 @@ std::string_view dtype_name(DataType dtype) {
       return "bfloat16";
     case DataType::kFloat16:
       return "float16";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kBool:
+      return "bool";
   }
   return "unknown";
 }
@@ -53,6 +59,12 @@ std::string_view reduce_op_name(ReduceOp op) {
       return "min";
     case ReduceOp::kMax:
       return "max";
+    case ReduceOp::kBand:
+      return "band";
+    case ReduceOp::kBor:
+      return "bor";
+    case ReduceOp::kBxor:
+      return "bxor";
   }
   return "unknown";
 }

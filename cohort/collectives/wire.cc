@@ -28,7 +28,9 @@ std::string describe(const WireHeader& h) {
   if (known && op_info(kind).reduces) {
     s += fmt::format(", op={}", reduce_op_name(static_cast<ReduceOp>(h.op)));
   }
-  if (h.root >= 0) s += fmt::format(", root={}", h.root);
+  // all_to_all_v's root and tag hold its reverse count (set_pair_counts).
+  const bool pair_counts = h.kind == static_cast<uint8_t>(OpKind::kAllToAllV);
+  if (h.root >= 0 && !pair_counts) s += fmt::format(", root={}", h.root);
   if (known && op_info(kind).has_tag) s += fmt::format(", tag={}", h.tag);
   s += fmt::format(", algo={})", algo_name(static_cast<Algo>(h.algo)));
   return s;

@@ -44,6 +44,19 @@ struct WireHeader {
 static_assert(sizeof(WireHeader) == 32);
 
 WireHeader to_wire(const OpDesc& d);
+
+// all_to_all_v's header to or from one peer carries both counts of the pair:
+// `count` the elements of the message it leads, root and tag (unused by the
+// op) the high and low halves of the count going the other way. Each side
+// then detects a disagreement in either direction.
+inline void set_pair_counts(WireHeader& h, uint64_t this_way, uint64_t other_way) {
+  h.count = this_way;
+  h.root = static_cast<int32_t>(static_cast<uint32_t>(other_way >> 32));
+  h.tag = static_cast<uint32_t>(other_way);
+}
+inline uint64_t other_way_count(const WireHeader& h) {
+  return uint64_t{static_cast<uint32_t>(h.root)} << 32 | h.tag;
+}
 // "all_reduce #5 (count=10, dtype=float32, op=sum, algo=ring)"; recv_any has
 // no number: "recv_any (count=1, dtype=float32, tag=3, algo=direct)".
 std::string describe(const WireHeader& h);

@@ -206,6 +206,16 @@ Work ProcessGroup::run_op(OpArgs a, Keep keep, bool async) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   collectives::check_op_args(a, rank_, size_, options_.name);
   a.timeout = op_timeout(a.timeout);
+  if (a.send_counts != nullptr) {
+    // all_to_all_v: a queued op outlives the caller's count arrays, so it
+    // runs on its own copy (the other ops' closures stay as they were).
+    const auto n = static_cast<size_t>(size_);
+    auto counts = std::make_shared<std::vector<size_t>>(a.send_counts, a.send_counts + n);
+    counts->insert(counts->end(), a.recv_counts, a.recv_counts + n);
+    a.send_counts = counts->data();
+    a.recv_counts = counts->data() + n;
+    keep.counts = std::move(counts);
+  }
   const Device first = keep.first ? keep.first->device() : kCPU;
   const Device second = keep.second ? keep.second->device() : first;
   COHORT_CHECK(first == second,
@@ -225,11 +235,29 @@ Work ProcessGroup::run_op(OpArgs a, Keep keep, bool async) {
     w = run_device_op(a, std::move(keep), async, first);
   } else {
     Backend* b = backend_.get();
-    w = submit(info.name, info.collective, a.timeout, async, std::move(keep),
-               [b, a] { b->run(a); });
+    // all_to_all_v's body holds its count arrays, which its OpArgs point into.
+    auto counts = keep.counts;
+    w = counts ? submit(info.name, info.collective, a.timeout, async, std::move(keep),
+                        [b, a, counts] { b->run(a); })
+               : submit(info.name, info.collective, a.timeout, async, std::move(keep),
+                        [b, a] { b->run(a); });
   }
   if (caller_source != nullptr && !async) *caller_source = *source;
   return w;
+}
+
+OpArgs ProcessGroup::all_to_all_v_args(const void* send, std::span<const size_t> send_counts,
+                                       void* recv, std::span<const size_t> recv_counts,
+                                       DataType dtype, const AllToAllOptions& o) const {
+  const auto n = static_cast<size_t>(size_);
+  COHORT_CHECK(send_counts.size() == n && recv_counts.size() == n,
+               "all_to_all_v: send_counts and recv_counts must hold {} counts (one per rank of "
+               "group '{}'), got {} and {}",
+               n, options_.name, send_counts.size(), recv_counts.size());
+  OpArgs a = op_args(OpKind::kAllToAllV, send, recv, 0, dtype, o);
+  a.send_counts = send_counts.data();
+  a.recv_counts = recv_counts.data();
+  return a;
 }
 
 }  // namespace cohort::distributed

@@ -47,6 +47,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,25 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                 const AllToAllOptions& opts, AsyncOp) {
     return run(op_args(OpKind::kAllToAll, send, recv, count, dtype, opts), async_op);
   }
+  // Uneven all_to_all (PyTorch's all_to_all_single with input/output split
+  // sizes, MPI's Alltoallv): send_counts[j] elements go to rank j, taken
+  // consecutively from send (block j starts at send_counts[0] + ... +
+  // send_counts[j-1]); recv_counts[i] elements arrive from rank i, stored the
+  // same way in recv. Both spans hold size() counts (else InvalidArgument);
+  // each rank's send_counts[j] must equal rank j's recv_counts[rank()]: a
+  // disagreement fails the op on both ranks as a mismatch naming both sides.
+  // The async form copies the counts: the spans need not outlive the call.
+  // nccl: on CUDA tensors only, through the tensor form below.
+  void all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
+                    std::span<const size_t> recv_counts, DataType dtype,
+                    const AllToAllOptions& opts = {}) {
+    run(all_to_all_v_args(send, send_counts, recv, recv_counts, dtype, opts));
+  }
+  [[nodiscard]] Work all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
+                                  std::span<const size_t> recv_counts, DataType dtype,
+                                  const AllToAllOptions& opts, AsyncOp) {
+    return run(all_to_all_v_args(send, send_counts, recv, recv_counts, dtype, opts), async_op);
+  }
   void barrier(const BarrierOptions& opts = {}) {
     run(op_args(OpKind::kBarrier, nullptr, nullptr, 0, DataType::kUInt8, opts));
   }
@@ -331,6 +351,25 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                                        const AllToAllOptions& opts, AsyncOp) {
     return all_to_all_single_impl(output, input, opts, true);
   }
+  // Uneven splits along dim 0 (PyTorch's all_to_all_single with
+  // output_split_sizes / input_split_sizes): input_split_sizes[j] rows of
+  // input go to rank j, in order; output_split_sizes[i] rows arrive from
+  // rank i. Each span holds size() sizes summing to its tensor's size(0), or
+  // is empty for equal splits (as in PyTorch); both tensors have one dtype
+  // and the same row shape. Run as all_to_all_v (see the raw form above);
+  // on CUDA tensors nccl runs it as grouped send/recv.
+  void all_to_all_single(const Tensor& output, const Tensor& input,
+                         std::span<const int64_t> output_split_sizes,
+                         std::span<const int64_t> input_split_sizes,
+                         const AllToAllOptions& opts = {}) {
+    all_to_all_split_impl(output, input, output_split_sizes, input_split_sizes, opts, false);
+  }
+  [[nodiscard]] Work all_to_all_single(const Tensor& output, const Tensor& input,
+                                       std::span<const int64_t> output_split_sizes,
+                                       std::span<const int64_t> input_split_sizes,
+                                       const AllToAllOptions& opts, AsyncOp) {
+    return all_to_all_split_impl(output, input, output_split_sizes, input_split_sizes, opts, true);
+  }
   void send(const Tensor& tensor, int dst, const SendOptions& opts = {}) {
     run_tensor(op_args(OpKind::kSend, nullptr, nullptr, 0, {}, opts, dst), tensor, false);
   }
@@ -375,6 +414,9 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
     // recv_any: the slot its body writes the sender's rank to (the Work's
     // source_rank), owned by the op so that it outlives any caller.
     std::shared_ptr<int> source = nullptr;
+    // all_to_all_v: the op's own copy of its count arrays (a queued op
+    // outlives the caller's), which its OpArgs point into.
+    std::shared_ptr<const std::vector<size_t>> counts = nullptr;
   };
   // Every op: checks a's arguments against the op table (check_op_args),
   // resolves its timeout and submits backend->run(a).
@@ -406,6 +448,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
                        const AllToAllOptions& o, bool async);
   Work all_to_all_single_impl(const Tensor& output, const Tensor& input, const AllToAllOptions& o,
                               bool async);
+  Work all_to_all_split_impl(const Tensor& output, const Tensor& input,
+                             std::span<const int64_t> output_split_sizes,
+                             std::span<const int64_t> input_split_sizes, const AllToAllOptions& o,
+                             bool async);
   // Issues op `op`, whose work is call() (any callable; `keep` as in Keep).
   // A blocking op on an idle group runs call() right here (begin_inline),
   // with no WorkState, no std::function and no queue hand-off, and returns
@@ -427,6 +473,10 @@ class ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
   Work enqueue(const char* op, bool collective, std::function<void()> body, Duration timeout,
                bool async_op, std::shared_ptr<detail::DeviceEnd> device_end = nullptr,
                std::shared_ptr<const int> source = nullptr);
+  // all_to_all_v's OpArgs; InvalidArgument when a span does not hold size() counts.
+  OpArgs all_to_all_v_args(const void* send, std::span<const size_t> send_counts, void* recv,
+                           std::span<const size_t> recv_counts, DataType dtype,
+                           const AllToAllOptions& o) const;
   void check_root(const char* op, int root) const;
   void check_peer(const char* op, int peer) const;
   Duration op_timeout(Duration t) const { return t == kUseDefaultTimeout ? options_.timeout : t; }

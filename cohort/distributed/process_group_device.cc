@@ -23,9 +23,10 @@ bool reads_recv(const collectives::OpInfo& info) {
          info.kind != OpKind::kRecvAny;
 }
 
-size_t buffer_bytes(const collectives::BufferRule& rule, const OpArgs& a, int rank, int size) {
+size_t buffer_bytes(const collectives::BufferRule& rule, size_t elements, const OpArgs& a,
+                    int rank) {
   if (rule.root_only && rank != a.root) return 0;
-  return rule.elements(a.count, size) * collectives::element_size(a.dtype);
+  return elements * collectives::element_size(a.dtype);
 }
 
 // The op on host copies of its device buffers: device to host on a side
@@ -37,8 +38,10 @@ void run_staged(Backend& backend, OpArgs a, const DeviceOpContext& ctx, int rank
   DeviceRuntime& rt = device_runtime(ctx.device, info.name);
   const Stream side = rt.new_stream(ctx.device.index());
   rt.wait(side, ctx.ready);
-  const size_t send_bytes = a.send ? buffer_bytes(info.send, a, rank, size) : 0;
-  const size_t recv_bytes = a.recv ? buffer_bytes(info.recv, a, rank, size) : 0;
+  const size_t send_bytes =
+      a.send ? buffer_bytes(info.send, collectives::send_elements(a, size), a, rank) : 0;
+  const size_t recv_bytes =
+      a.recv ? buffer_bytes(info.recv, collectives::recv_elements(a, size), a, rank) : 0;
   std::vector<std::byte> send_host(send_bytes);
   std::vector<std::byte> recv_host(recv_bytes);
   void* device_recv = a.recv;
@@ -76,14 +79,18 @@ Work ProcessGroup::run_device_op(const OpArgs& a, Keep keep, bool async, Device 
   Backend* b = backend_.get();
   if (!b->runs_on_device(device)) {
     const int rank = rank_, size = size_;
-    return submit(info.name, info.collective, a.timeout, async, std::move(keep),
-                  [b, a, ctx = std::move(ctx), rank, size] { run_staged(*b, a, ctx, rank, size); });
+    // keep.counts: all_to_all_v's counts, which `a` points into, live with the op.
+    return submit(info.name, info.collective, a.timeout, async, keep,
+                  [b, a, ctx = std::move(ctx), rank, size, counts = keep.counts] {
+                    run_staged(*b, a, ctx, rank, size);
+                  });
   }
   std::shared_ptr<detail::DeviceEnd> end;
   if (async) end = std::make_shared<detail::DeviceEnd>();
   keep.device_end = end;
+  std::shared_ptr<const std::vector<size_t>> counts = keep.counts;
   return submit(info.name, info.collective, a.timeout, async, std::move(keep),
-                [b, a, ctx = std::move(ctx), end] {
+                [b, a, ctx = std::move(ctx), end, counts] {
                   DeviceCompletion done = b->run_on_device(a, ctx);
                   if (end) {
                     end->end = std::move(done.end);

@@ -67,6 +67,27 @@ TEST(ProcessGroupDevice, NativeStagesDeviceTensorsThroughTheHost) {
   EXPECT_GE(fake.copies_to_host - to_host, 3 * (5 + 5));
 }
 
+TEST(ProcessGroupDevice, NativeStagesAllToAllVThroughTheHost) {
+  cohort::testing::FakeCudaDevice fake;
+  run_ranks(3, [](ProcessGroup& pg) {
+    const int n = pg.size(), r = pg.rank();
+    // Rank r sends r + j elements to rank j: staged buffers sized by the counts.
+    std::vector<int64_t> in_splits, out_splits;
+    std::vector<float> in, want;
+    for (int j = 0; j < n; ++j) {
+      in_splits.push_back(r + j);
+      out_splits.push_back(j + r);
+      for (int e = 0; e < r + j; ++e) in.push_back(10.0f * r + j);
+      for (int e = 0; e < j + r; ++e) want.push_back(10.0f * j + r);
+    }
+    Tensor input = Tensor::from_vector<float>(in, {static_cast<int64_t>(in.size())}).to(kCuda);
+    Tensor output = Tensor::zeros({static_cast<int64_t>(want.size())}, DType::kFloat32, kCuda);
+    Work w = pg.all_to_all_single(output, input, out_splits, in_splits, {}, async_op);
+    w.wait();
+    EXPECT_EQ(values(output), want);
+  });
+}
+
 TEST(ProcessGroupDevice, ErrorsNameTheDevicesAndTheFlatForm) {
   cohort::testing::FakeCudaDevice fake;
   run_ranks(2, [](ProcessGroup& pg) {

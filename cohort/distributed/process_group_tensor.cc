@@ -4,7 +4,10 @@
 // runs, as in PyTorch.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
@@ -247,6 +250,66 @@ Work ProcessGroup::all_to_all_single_impl(const Tensor& output, const Tensor& in
   check_like(op, "output", out, in.dtype, in.count);
   return run_op(op_args(OpKind::kAllToAll, in.data, out.data, in.count / n, in.dtype, o),
                 {&input, &output}, async);
+}
+
+namespace {
+
+// Elements per dim-0 row of t (the product of its other sizes).
+size_t row_numel(const Tensor& t) {
+  size_t n = 1;
+  for (size_t d = 1; d < t.sizes().size(); ++d) n *= static_cast<size_t>(t.sizes()[d]);
+  return n;
+}
+
+// The element counts per rank of t's dim-0 split `splits` (empty: equal).
+std::vector<size_t> split_counts(const char* op, const char* what, const Tensor& t,
+                                 std::span<const int64_t> splits, size_t n) {
+  COHORT_CHECK(t.dim() >= 1, "{}: {} must have a dim 0 to split, got a scalar", op, what);
+  const auto rows = static_cast<size_t>(t.size(0));
+  const size_t row = row_numel(t);
+  std::vector<size_t> counts(n);
+  if (splits.empty()) {
+    COHORT_CHECK(rows % n == 0,
+                 "{}: {}'s {} rows do not split evenly over {} ranks; pass {}_split_sizes", op,
+                 what, rows, n, what);
+    std::fill(counts.begin(), counts.end(), rows / n * row);
+    return counts;
+  }
+  COHORT_CHECK(splits.size() == n, "{}: {}_split_sizes must hold {} sizes (one per rank), got {}",
+               op, what, n, splits.size());
+  size_t total = 0;
+  for (size_t j = 0; j < n; ++j) {
+    COHORT_CHECK(splits[j] >= 0, "{}: {}_split_sizes[{}] is {}; sizes must be >= 0", op, what, j,
+                 splits[j]);
+    counts[j] = static_cast<size_t>(splits[j]) * row;
+    total += static_cast<size_t>(splits[j]);
+  }
+  COHORT_CHECK(total == rows, "{}: {}_split_sizes sum to {} rows, but {} has {} (its size(0))", op,
+               what, total, what, rows);
+  return counts;
+}
+
+}  // namespace
+
+Work ProcessGroup::all_to_all_split_impl(const Tensor& output, const Tensor& input,
+                                         std::span<const int64_t> output_split_sizes,
+                                         std::span<const int64_t> input_split_sizes,
+                                         const AllToAllOptions& o, bool async) {
+  const char* op = "all_to_all_single";
+  Buf in = check_tensor(op, "input", input);
+  Buf out = check_tensor(op, "output", output);
+  COHORT_CHECK(out.dtype == in.dtype, "{}: output has dtype {}, expected {} (the input's)", op,
+               collectives::dtype_name(out.dtype), collectives::dtype_name(in.dtype));
+  const auto n = static_cast<size_t>(size_);
+  std::vector<size_t> sc = split_counts(op, "input", input, input_split_sizes, n);
+  std::vector<size_t> rc = split_counts(op, "output", output, output_split_sizes, n);
+  COHORT_CHECK(row_numel(input) == row_numel(output),
+               "{}: input's rows hold {} elements, output's {}; the shapes past dim 0 must match",
+               op, row_numel(input), row_numel(output));
+  OpArgs a = op_args(OpKind::kAllToAllV, in.data, out.data, 0, in.dtype, o);
+  a.send_counts = sc.data();
+  a.recv_counts = rc.data();
+  return run_op(a, {&input, &output}, async);  // run_op copies the counts
 }
 
 }  // namespace cohort::distributed

@@ -160,6 +160,163 @@ TEST(ProcessGroup, ArgumentErrorsAreThrownByTheCall) {
   });
 }
 
+// all_to_all_v on raw buffers: rank r sends (r + 2j) % 3 elements to rank j
+// (zeros included), each naming sender, receiver and position.
+std::vector<size_t> v_counts(int n, int from, int to) {
+  std::vector<size_t> c;
+  for (int k = 0; k < n; ++k) {
+    const int f = from < 0 ? k : from, t = to < 0 ? k : to;
+    c.push_back(static_cast<size_t>((f + 2 * t) % 3));
+  }
+  return c;
+}
+
+std::vector<int64_t> v_block_values(int n, int from, int to) {
+  std::vector<int64_t> v;
+  for (int k = 0; k < n; ++k) {
+    const int f = from < 0 ? k : from, t = to < 0 ? k : to;
+    for (int e = 0; e < (f + 2 * t) % 3; ++e) v.push_back(f * 100 + t * 10 + e);
+  }
+  return v;
+}
+
+TEST(ProcessGroup, AllToAllVUnevenCountsBlockingAndAsync) {
+  for (int n : {2, 3, 4}) {
+    run_ranks(n, [n](ProcessGroup& pg) {
+      const int r = pg.rank();
+      const std::vector<int64_t> send = v_block_values(n, r, -1);
+      const std::vector<int64_t> want = v_block_values(n, -1, r);
+      std::vector<int64_t> recv(want.size(), -1);
+      pg.all_to_all_v(send.data(), v_counts(n, r, -1), recv.data(), v_counts(n, -1, r),
+                      DataType::kInt64);
+      EXPECT_EQ(recv, want);
+      // Async, queued behind another op, with the count arrays gone before
+      // it runs: the Work holds its own copy.
+      std::vector<int64_t> recv2(want.size(), -1);
+      std::vector<int32_t> x(1000, 1);
+      Work first = pg.all_reduce(x.data(), x.size(), DataType::kInt32, {}, async_op);
+      Work w;
+      {
+        std::vector<size_t> sc = v_counts(n, r, -1), rc = v_counts(n, -1, r);
+        w = pg.all_to_all_v(send.data(), sc, recv2.data(), rc, DataType::kInt64, {}, async_op);
+        std::fill(sc.begin(), sc.end(), 1000);
+        std::fill(rc.begin(), rc.end(), 1000);
+      }
+      w.wait();
+      first.wait();
+      EXPECT_EQ(recv2, want);
+      EXPECT_EQ(x, std::vector<int32_t>(1000, n));
+    });
+  }
+}
+
+TEST(ProcessGroup, AllToAllVArgumentAndCountErrors) {
+  run_ranks(3, [](ProcessGroup& pg) {
+    int64_t send[8] = {}, recv[8] = {};
+    const std::vector<size_t> two(2, 1), three(3, 1);
+    try {
+      pg.all_to_all_v(send, two, recv, three, DataType::kInt64);
+      ADD_FAILURE() << "two counts accepted in a group of three";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(),
+                           "all_to_all_v: send_counts and recv_counts must hold 3 "
+                           "counts (one per rank of group 'test'), got 2 and 3"))
+          << e.what();
+    }
+    // The rejected call issued nothing; now a pair that disagrees fails the
+    // op on both its ranks (a mismatch, not a hang), naming both sides; rank
+    // 1 agrees with both and may get through, but hears of it at the barrier.
+    std::vector<size_t> sc = three, rc = three;
+    if (pg.rank() == 2) sc[0] = 2;
+    try {
+      pg.all_to_all_v(send, sc, recv, rc, DataType::kInt64);
+      pg.barrier();
+      ADD_FAILURE() << "mismatched counts accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(),
+                           "rank 2 sends 2 elements to rank 0 (its send_counts[0]), "
+                           "but rank 0 expects 1 from rank 2 (its recv_counts[2])"))
+          << e.what();
+    }
+  });
+}
+
+TEST(ProcessGroup, AllToAllSingleWithSplitSizes) {
+  run_ranks(3, [](ProcessGroup& pg) {
+    const int n = pg.size(), r = pg.rank();
+    // Rows of two: rank r sends (r + 2j) % 3 rows to rank j (zeros included).
+    std::vector<int64_t> in_splits, out_splits;
+    std::vector<float> in, want;
+    for (int j = 0; j < n; ++j) {
+      in_splits.push_back((r + 2 * j) % 3);
+      out_splits.push_back((j + 2 * r) % 3);
+      for (int e = 0; e < 2 * ((r + 2 * j) % 3); ++e) in.push_back(100.0f * r + 10.0f * j + e);
+      for (int e = 0; e < 2 * ((j + 2 * r) % 3); ++e) want.push_back(100.0f * j + 10.0f * r + e);
+    }
+    const auto rows = [](const std::vector<float>& v) {
+      return static_cast<int64_t>(v.size() / 2);
+    };
+    Tensor input = Tensor::from_vector<float>(in, {rows(in), 2});
+    Tensor output = Tensor::zeros({rows(want), 2});
+    pg.all_to_all_single(output, input, out_splits, in_splits);
+    EXPECT_EQ(values(output), want);
+    Tensor again = Tensor::zeros({rows(want), 2});
+    Work w = pg.all_to_all_single(again, input, out_splits, in_splits, {}, async_op);
+    w.wait();
+    EXPECT_EQ(values(again), want);
+    // Empty split sizes: equal splits, as the plain form.
+    Tensor eq_in = Tensor::full({3, 2}, static_cast<double>(r)), eq_out = Tensor::zeros({3, 2});
+    pg.all_to_all_single(eq_out, eq_in, {}, std::span<const int64_t>{});
+    EXPECT_EQ(values(eq_out), (std::vector<float>{0, 0, 1, 1, 2, 2}));
+    // Refused by the call (nothing issued): sizes that do not sum to size(0).
+    const std::vector<int64_t> bad{1, 1, 2};
+    try {
+      pg.all_to_all_single(output, input, out_splits, bad);
+      ADD_FAILURE() << "split sizes of the wrong sum accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(),
+                           "all_to_all_single: input_split_sizes sum to 4 rows, but "
+                           "input has 3 (its size(0))"))
+          << e.what();
+    }
+    pg.barrier();
+  });
+}
+
+TEST(ProcessGroup, BitwiseReductionsAndBool) {
+  run_ranks(3, [](ProcessGroup& pg) {
+    const int64_t bit = int64_t{1} << (pg.rank() + 3);
+    std::vector<int64_t> v{bit | 1, bit | 1, bit | 1};
+    pg.all_reduce(v.data(), 1, DataType::kInt64, {.op = ReduceOp::kBor});
+    pg.all_reduce(v.data() + 1, 1, DataType::kInt64, {.op = ReduceOp::kBand});
+    pg.all_reduce(v.data() + 2, 1, DataType::kInt64, {.op = ReduceOp::kBxor});
+    EXPECT_EQ(v, (std::vector<int64_t>{8 | 16 | 32 | 1, 1, 8 | 16 | 32 | 1}));
+    // bool: sum is a logical or, product a logical and; results stay 0/1.
+    std::vector<uint8_t> b{static_cast<uint8_t>(pg.rank() != 1), 1, 0};
+    std::vector<uint8_t> p = b;
+    pg.all_reduce(b.data(), b.size(), DataType::kBool);
+    pg.all_reduce(p.data(), p.size(), DataType::kBool, {.op = ReduceOp::kProduct});
+    EXPECT_EQ(b, (std::vector<uint8_t>{1, 1, 0}));
+    EXPECT_EQ(p, (std::vector<uint8_t>{0, 1, 0}));
+    // Refused by the call itself on every rank: the group still works.
+    float f[2] = {1, 2};
+    try {
+      pg.all_reduce(f, 2, DataType::kFloat32, {.op = ReduceOp::kBxor});
+      ADD_FAILURE() << "bxor on float32 accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(),
+                           "all_reduce: reduction 'bxor' needs an integer or bool "
+                           "dtype, got float32"))
+          << e.what();
+    }
+    EXPECT_THROW(pg.reduce_scatter(b.data(), p.data(), 1, DataType::kBool, {.op = ReduceOp::kAvg}),
+                 InvalidArgument);
+    std::vector<int8_t> c{static_cast<int8_t>(-1 - pg.rank())};
+    pg.all_reduce(c.data(), 1, DataType::kInt8, {.op = ReduceOp::kMin});
+    EXPECT_EQ(c[0], -3);
+  });
+}
+
 TEST(ProcessGroup, AsyncOpsRunInIssueOrder) {
   run_ranks(3, [](ProcessGroup& pg) {
     // broadcast, sum, avg on one buffer, ten times: only issue order gives 7 * 3^10.

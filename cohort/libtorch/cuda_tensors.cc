@@ -121,6 +121,9 @@ DType to_cohort_dtype(c10::ScalarType type) {
       return DType::kBFloat16;
     case DataType::kFloat16:
       return DType::kFloat16;
+    case DataType::kInt8:
+    case DataType::kBool:
+      break;  // the collectives take them; cohort's tensors have no such dtype
   }
   throw InvalidArgument(
       fmt::format("to_cohort_dtype: no cohort dtype for {}", c10::toString(type)));

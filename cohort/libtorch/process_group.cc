@@ -269,12 +269,17 @@ DataType to_data_type(c10::ScalarType type, std::string_view op, std::string_vie
       return DataType::kBFloat16;
     case c10::ScalarType::Half:
       return DataType::kFloat16;
+    case c10::ScalarType::Char:
+      return DataType::kInt8;
+    case c10::ScalarType::Bool:
+      return DataType::kBool;
     default:
       break;
   }
   throw InvalidArgument(fmt::format(
       "{}: argument '{}' has dtype {}; cohort's collectives take Float, Double, Half, BFloat16, "
-      "Int, Long and Byte tensors (convert with .to(torch::kFloat) or another of these)",
+      "Int, Long, Byte, Char and Bool tensors (convert with .to(torch::kFloat) or another of "
+      "these)",
       op, arg, c10::toString(type)));
 }
 

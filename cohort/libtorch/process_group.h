@@ -15,8 +15,9 @@
 // reads and writes; the list forms (all_gather, gather, scatter,
 // reduce_scatter, all_to_all over std::vector<at::Tensor>) pack into or
 // unpack from one flat buffer, as cohort's own do. dtypes: Float, Double,
-// Half, BFloat16, Int, Long and Byte (cohort's seven collective types; Half
-// and BFloat16 reduce in float32).
+// Half, BFloat16, Int, Long and Byte (Half and BFloat16 reduce in float32),
+// and on CPU tensors Char and Bool (cohort's int8 and bool; the CUDA path
+// wraps cohort tensors, which have neither dtype, and refuses them).
 // CUDA tensors (all of an op's tensors on one device) take the path
 // cuda_tensors.h describes: their own memory, ordered on LibTorch's current
 // CUDA stream (a blocking op returns once that stream waits for the op, as

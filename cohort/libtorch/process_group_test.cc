@@ -47,8 +47,8 @@ void run_all_ops(int rank) {
     };
     const std::string mode = async ? " (async)" : "";
     // all_reduce over every dtype, in place (a slice of a bigger tensor too).
-    for (auto dtype :
-         {at::kFloat, at::kDouble, at::kInt, at::kLong, at::kByte, at::kHalf, at::kBFloat16}) {
+    for (auto dtype : {at::kFloat, at::kDouble, at::kInt, at::kLong, at::kByte, at::kHalf,
+                       at::kBFloat16, at::kChar}) {
       at::Tensor big = torch::zeros({3, k}, dtype);
       at::Tensor t = big[1];
       t.copy_(torch::full({k}, rank + 1, dtype));
@@ -61,6 +61,17 @@ void run_all_ops(int rank) {
     run([&] { pg.all_reduce(avg, {.op = ReduceOp::kAvg}); },
         [&] { return pg.all_reduce(avg, {.op = ReduceOp::kAvg}, async_op); });
     expect_equal(avg, torch::full({k}, double(n - 1)), "all_reduce avg" + mode);
+    // Bool as gloo's: sum is a logical or, product a logical and.
+    at::Tensor any = torch::full({k}, rank == 0, at::kBool), all = any.clone();
+    run([&] { pg.all_reduce(any); }, [&] { return pg.all_reduce(any, {}, async_op); });
+    run([&] { pg.all_reduce(all, {.op = ReduceOp::kProduct}); },
+        [&] { return pg.all_reduce(all, {.op = ReduceOp::kProduct}, async_op); });
+    expect_equal(any, torch::ones({k}, at::kBool), "all_reduce bool sum" + mode);
+    expect_equal(all, torch::full({k}, n == 1, at::kBool), "all_reduce bool product" + mode);
+    at::Tensor bits = torch::full({k}, int64_t{1} << rank, at::kLong);
+    run([&] { pg.all_reduce(bits, {.op = ReduceOp::kBor}); },
+        [&] { return pg.all_reduce(bits, {.op = ReduceOp::kBor}, async_op); });
+    expect_equal(bits, torch::full({k}, (int64_t{1} << n) - 1, at::kLong), "all_reduce bor" + mode);
     // broadcast from the last rank.
     at::Tensor b = ramp(rank, k);
     run([&] { pg.broadcast(b, {.root = n - 1}); },
@@ -185,11 +196,11 @@ TEST(LibTorchProcessGroup, ArgumentErrorsNameTheOpTheArgumentAndTheFix) {
   m = error_of([&] { pg.broadcast(torch::empty({4}, at::Device(at::kMeta))); });
   EXPECT_THAT(m, HasSubstr("broadcast: argument 'tensor' is on device meta"));
   EXPECT_THAT(m, HasSubstr("CPU tensors"));
-  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kBool)); });
-  EXPECT_THAT(m, HasSubstr("all_reduce: argument 'tensor' has dtype Bool"));
-  EXPECT_THAT(m, HasSubstr("Float, Double, Half, BFloat16, Int, Long and Byte"));
-  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kChar)); });
-  EXPECT_THAT(m, HasSubstr("dtype Char"));
+  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kShort)); });
+  EXPECT_THAT(m, HasSubstr("all_reduce: argument 'tensor' has dtype Short"));
+  EXPECT_THAT(m, HasSubstr("Float, Double, Half, BFloat16, Int, Long, Byte, Char and Bool"));
+  m = error_of([&] { pg.all_reduce(torch::zeros({4}, at::kComplexFloat)); });
+  EXPECT_THAT(m, HasSubstr("dtype ComplexFloat"));
   m = error_of([&] { pg.all_reduce(at::Tensor()); });
   EXPECT_THAT(m, HasSubstr("all_reduce: argument 'tensor' is an undefined tensor"));
   m = error_of([&] { pg.all_gather_into_tensor(torch::zeros({3}), torch::zeros({4})); });
@@ -211,6 +222,8 @@ TEST(LibTorchProcessGroup, ArgumentErrorsNameTheOpTheArgumentAndTheFix) {
   EXPECT_EQ(to_data_type(at::kHalf), DataType::kFloat16);
   EXPECT_EQ(to_data_type(at::kBFloat16), DataType::kBFloat16);
   EXPECT_EQ(to_data_type(at::kByte), DataType::kUInt8);
+  EXPECT_EQ(to_data_type(at::kChar), DataType::kInt8);
+  EXPECT_EQ(to_data_type(at::kBool), DataType::kBool);
 }
 
 }  // namespace

@@ -36,12 +36,18 @@ ReduceOp to_reduce_op(const c10d::ReduceOp& op, const char* name) {
       return ReduceOp::kMin;
     case c10d::ReduceOp::MAX:
       return ReduceOp::kMax;
+    case c10d::ReduceOp::BAND:
+      return ReduceOp::kBand;
+    case c10d::ReduceOp::BOR:
+      return ReduceOp::kBor;
+    case c10d::ReduceOp::BXOR:
+      return ReduceOp::kBxor;
     default:
       break;
   }
   throw NotSupported(fmt::format(
-      "{}: the cohort backend has no reduction {} (it takes SUM, AVG, PRODUCT, MIN and MAX; "
-      "PREMUL_SUM is NCCL's)",
+      "{}: the cohort backend has no reduction {} (it takes SUM, AVG, PRODUCT, MIN, MAX, BAND, "
+      "BOR and BXOR; PREMUL_SUM is NCCL's)",
       name, static_cast<int>(op.op_)));
 }
 
@@ -431,7 +437,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::all_to_all_bytes(
     OpType type, std::vector<at::Tensor> outputs, const at::Tensor& recv, const at::Tensor& send,
     std::vector<size_t> out_counts, std::vector<size_t> in_counts,
     const distributed::AllToAllOptions& o, std::function<void()> after) {
-  throw NotSupported("all_to_all with uneven splits: not yet in cohort's ProcessGroup");
+  COHORT_CHECK(send.device().is_cpu() && recv.device().is_cpu(),
+               "all_to_all with uneven splits: the cohort backend takes CPU tensors here (got {} "
+               "and {})",
+               send.device().str(), recv.device().str());
+  distributed::Work w = group_->all_to_all_v(
+      send.nbytes() ? send.data_ptr() : nullptr, in_counts,
+      recv.nbytes() ? recv.data_ptr() : nullptr, out_counts, DataType::kUInt8, o, async_op);
+  return CohortWork::make(rank(), type, "cohort:all_to_all", std::move(outputs), w, {send, recv},
+                          std::move(after));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::send(std::vector<at::Tensor>& tensors,

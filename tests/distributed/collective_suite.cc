@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,11 @@ using distributed::Work;
 
 const DataType kAllDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
                                DataType::kInt64,   DataType::kUInt8,   DataType::kBFloat16,
-                               DataType::kFloat16};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin,
-                            ReduceOp::kMax};
+                               DataType::kFloat16, DataType::kInt8,    DataType::kBool};
+// Paired with the dtypes through collectives::reduction_defined (the others
+// are refused by the call: refusals()).
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProduct, ReduceOp::kMin,
+                            ReduceOp::kMax, ReduceOp::kBand, ReduceOp::kBor,     ReduceOp::kBxor};
 
 struct Case {
   DataType dtype;
@@ -60,7 +63,9 @@ class Suite {
   void all_reduce() {
     for (size_t count : counts(70001)) {
       for (DataType dt : kAllDtypes) {
-        for (ReduceOp op : kAllOps) check_all_reduce(count, dt, op);
+        for (ReduceOp op : kAllOps) {
+          if (collectives::reduction_defined(op, dt)) check_all_reduce(count, dt, op);
+        }
       }
     }
   }
@@ -129,6 +134,7 @@ class Suite {
     for (size_t count : counts(30001)) {
       for (DataType dt : kAllDtypes) {
         for (ReduceOp op : kAllOps) {
+          if (!collectives::reduction_defined(op, dt)) continue;
           size_t total = count * static_cast<size_t>(n_);
           Values send = make_input(r_, total, dt, op);
           Values got(dt, count);
@@ -155,6 +161,67 @@ class Suite {
         expect(got == want, describe("all_to_all", count, dt, ReduceOp::kSum));
       }
     }
+  }
+
+  // Uneven counts with zeros: rank r sends ((r + 2j) % 3) * scale elements
+  // to rank j, each naming sender, receiver and position.
+  void all_to_all_v() {
+    for (size_t scale : {size_t{0}, size_t{1}, size_t{5}, size_t{9001}}) {
+      for (DataType dt : {DataType::kInt32, DataType::kInt8}) {
+        auto count = [&](int from, int to) {
+          return static_cast<size_t>((from + 2 * to) % 3) * scale;
+        };
+        auto value = [&](int from, int to, size_t i) {
+          return dt == DataType::kInt8 ? 10.0 * from + to : 1000.0 * from + 10.0 * to + i % 10;
+        };
+        std::vector<size_t> sc, rc;
+        size_t send_total = 0, recv_total = 0;
+        for (int j = 0; j < n_; ++j) {
+          sc.push_back(count(r_, j));
+          rc.push_back(count(j, r_));
+          send_total += sc.back();
+          recv_total += rc.back();
+        }
+        Values send(dt, send_total), got(dt, recv_total), want(dt, recv_total);
+        size_t s = 0, w = 0;
+        for (int j = 0; j < n_; ++j) {
+          for (size_t i = 0; i < count(r_, j); ++i) send.set(s++, value(r_, j, i));
+          for (size_t i = 0; i < count(j, r_); ++i) want.set(w++, value(j, r_, i));
+        }
+        pg_.all_to_all_v(send.data(), sc, got.data(), rc, dt);
+        expect(got == want, describe("all_to_all_v", scale, dt, ReduceOp::kSum));
+      }
+    }
+  }
+
+  // Calls refused on every rank alike, before anything is issued: the
+  // group goes on working.
+  void refusals() {
+    float f[4] = {};
+    for (ReduceOp op : {ReduceOp::kBand, ReduceOp::kBor, ReduceOp::kBxor}) {
+      refused([&] { pg_.all_reduce(f, 4, DataType::kFloat32, {.op = op}); },
+              "needs an integer or bool dtype, got float32");
+    }
+    uint8_t b[4] = {};
+    refused([&] { pg_.all_reduce(b, 4, DataType::kBool, {.op = ReduceOp::kAvg}); },
+            "reduction 'avg' needs a dtype other than bool, got bool");
+    int32_t x = 1;
+    pg_.all_reduce(&x, 1, DataType::kInt32);
+    expect(x == n_, "all_reduce after refused calls");
+  }
+
+  // mpi: counts that disagree are found by the counts' allgather on every
+  // rank alike (a mismatch, not a hang or a truncation), and the group goes
+  // on working. (native: a mismatch breaks the group; its unit tests cover it.)
+  void all_to_all_v_mismatch() {
+    if (n_ == 1 || pg_.backend() != distributed::BackendKind::kMpi) return;
+    std::vector<size_t> sc(static_cast<size_t>(n_), 1), rc = sc;
+    if (r_ == 0) sc[1] = 2;
+    int32_t send[16] = {}, got[16] = {};
+    refused([&] { pg_.all_to_all_v(send, sc, got, rc, DataType::kInt32); },
+            "rank 0 sends 2 elements to rank 1 (its send_counts[1]), but rank 1 expects 1 from "
+            "rank 0 (its recv_counts[0])");
+    pg_.barrier();
   }
 
   void send_recv() {
@@ -274,6 +341,18 @@ class Suite {
   }
 
  private:
+  // call() must throw InvalidArgument with `part` in its message.
+  void refused(const std::function<void()>& call, const std::string& part) {
+    try {
+      call();
+    } catch (const InvalidArgument& e) {
+      expect(std::string(e.what()).find(part) != std::string::npos,
+             std::string("refusal names the problem: ") + e.what());
+      return;
+    }
+    throw Error("wrong result: accepted a call that must be refused (" + part + ")");
+  }
+
   void check_all_reduce(size_t count, DataType dt, ReduceOp op) {
     Values v = make_input(r_, count, dt, op);
     pg_.all_reduce(v.data(), count, dt, {.op = op});
@@ -328,6 +407,9 @@ int run(int argc, char** argv) {
     s.scatter();
     s.reduce_scatter();
     s.all_to_all();
+    s.all_to_all_v();
+    s.refusals();
+    s.all_to_all_v_mismatch();
     s.send_recv();
     s.recv_any();
     s.subgroups();

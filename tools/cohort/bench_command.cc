@@ -78,23 +78,25 @@ DataType parse_dtype(const std::string& s) {
       {"float32", DataType::kFloat32}, {"float64", DataType::kFloat64},
       {"int32", DataType::kInt32},     {"int64", DataType::kInt64},
       {"uint8", DataType::kUInt8},     {"bfloat16", DataType::kBFloat16},
-      {"float16", DataType::kFloat16}};
+      {"float16", DataType::kFloat16}, {"int8", DataType::kInt8},
+      {"bool", DataType::kBool}};
   auto it = k.find(s);
   COHORT_CHECK(it != k.end(),
-               "bench: --dtype must be float32, float64, int32, int64, uint8, bfloat16 or "
-               "float16, got '{}'",
+               "bench: --dtype must be float32, float64, int32, int64, uint8, bfloat16, "
+               "float16, int8 or bool, got '{}'",
                s);
   return it->second;
 }
 
 ReduceOp parse_reduce_op(const std::string& s) {
-  static const std::map<std::string, ReduceOp> k{{"sum", ReduceOp::kSum},
-                                                 {"avg", ReduceOp::kAvg},
-                                                 {"product", ReduceOp::kProduct},
-                                                 {"min", ReduceOp::kMin},
-                                                 {"max", ReduceOp::kMax}};
+  static const std::map<std::string, ReduceOp> k{
+      {"sum", ReduceOp::kSum}, {"avg", ReduceOp::kAvg},  {"product", ReduceOp::kProduct},
+      {"min", ReduceOp::kMin}, {"max", ReduceOp::kMax},  {"band", ReduceOp::kBand},
+      {"bor", ReduceOp::kBor}, {"bxor", ReduceOp::kBxor}};
   auto it = k.find(s);
-  COHORT_CHECK(it != k.end(), "bench: --reduce-op must be sum, avg, product, min or max, got '{}'",
+  COHORT_CHECK(it != k.end(),
+               "bench: --reduce-op must be sum, avg, product, min, max, band, bor or bxor, got "
+               "'{}'",
                s);
   return it->second;
 }
@@ -340,9 +342,11 @@ std::function<int()> setup_bench(CLI::App& app) {
   c->add_option("-e,--maxbytes", args->max_bytes, "Largest size")->capture_default_str();
   c->add_option("-f,--stepfactor", args->factor, "Size multiplier between steps")
       ->capture_default_str();
-  c->add_option("--dtype", args->dtype, "float32|float64|int32|int64|uint8|bfloat16|float16")
+  c->add_option("--dtype", args->dtype,
+                "float32|float64|int32|int64|uint8|bfloat16|float16|int8|bool")
       ->capture_default_str();
-  c->add_option("--reduce-op", args->reduce_op, "sum|avg|product|min|max")->capture_default_str();
+  c->add_option("--reduce-op", args->reduce_op, "sum|avg|product|min|max|band|bor|bxor")
+      ->capture_default_str();
   c->add_option("--iters", args->iters, "Timed iterations per size (0: 20..1000 by size)")
       ->capture_default_str();
   c->add_option("--warmup", args->warmup, "Untimed iterations per size")->capture_default_str();

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "cohort/base/error.h"
 #include "cohort/collectives/reduce_kernels.h"
@@ -60,6 +62,10 @@ MPI_Datatype mpi_type(DataType dtype) {
       return MPI_INT64_T;
     case DataType::kUInt8:
       return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kBool:
+      return MPI_C_BOOL;  // reduced by MPI's logical ops (mpi_op)
     case DataType::kBFloat16:
     case DataType::kFloat16:
       return MPI_UINT16_T;  // moved as bits; reduced by user ops
@@ -95,13 +101,36 @@ MPI_Op user_op(ReduceOp op) {
       return ops[2];
     case ReduceOp::kMax:
       return ops[3];
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      break;  // refused on float types by check_op_args
   }
   return MPI_OP_NULL;
+}
+
+// bool's reductions (collectives/types.h) as MPI's logical ops on MPI_C_BOOL.
+MPI_Op bool_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kBand:
+      return MPI_LAND;
+    case ReduceOp::kBxor:
+      return MPI_LXOR;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // refused on bool by check_op_args
+    case ReduceOp::kMax:
+    case ReduceOp::kBor:
+      return MPI_LOR;
+  }
+  throw InvalidArgument("mpi backend: unknown reduce op");
 }
 
 MPI_Op mpi_op(ReduceOp op, DataType dtype) {
   if (dtype == DataType::kBFloat16) return user_op<DataType::kBFloat16>(op);
   if (dtype == DataType::kFloat16) return user_op<DataType::kFloat16>(op);
+  if (dtype == DataType::kBool) return bool_op(op);
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
@@ -112,8 +141,63 @@ MPI_Op mpi_op(ReduceOp op, DataType dtype) {
       return MPI_MIN;
     case ReduceOp::kMax:
       return MPI_MAX;
+    case ReduceOp::kBand:
+      return MPI_BAND;
+    case ReduceOp::kBor:
+      return MPI_BOR;
+    case ReduceOp::kBxor:
+      return MPI_BXOR;
   }
   throw InvalidArgument("mpi backend: unknown reduce op");
+}
+
+// Checks all_to_all_v's counts of every rank against every other's (`all`:
+// each rank's send_counts then recv_counts, gathered from every rank), so
+// that every rank reaches the same verdict and none is left waiting in
+// MPI_Alltoallv: a pair that disagrees is a mismatch naming both sides; a
+// rank whose counts or offsets pass INT_MAX (MPI's int) is refused.
+void check_v_counts(const std::vector<uint64_t>& all, int size, const std::string& group) {
+  const auto n = static_cast<size_t>(size);
+  auto sent = [&](size_t from, size_t to) { return all[from * 2 * n + to]; };
+  auto expected = [&](size_t at, size_t from) { return all[at * 2 * n + n + from]; };
+  for (size_t s = 0; s < n; ++s) {
+    for (size_t d = 0; d < n; ++d) {
+      if (sent(s, d) != expected(d, s)) {
+        throw InvalidArgument(fmt::format(
+            "collective mismatch in group '{}' between rank {} and rank {}: all_to_all_v: rank {} "
+            "sends {} elements to rank {} (its send_counts[{}]), but rank {} expects {} from rank "
+            "{} (its recv_counts[{}])",
+            group, s, d, s, sent(s, d), d, d, d, expected(d, s), s, s));
+      }
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    uint64_t send_end = 0, recv_end = 0;
+    for (size_t j = 0; j < n; ++j) {
+      send_end += sent(r, j);
+      recv_end += expected(r, j);
+    }
+    if (std::max(send_end, recv_end) > static_cast<uint64_t>(INT_MAX)) {
+      throw InvalidArgument(fmt::format(
+          "all_to_all_v (mpi backend): rank {} of group '{}' sends {} and receives {} elements; "
+          "MPI_Alltoallv takes int counts and offsets, at most INT_MAX ({}) elements: split the "
+          "exchange or use the native backend",
+          r, group, send_end, recv_end, INT_MAX));
+    }
+  }
+}
+
+// MPI's int counts and offsets of `counts` (checked by check_v_counts).
+void to_int_blocks(const size_t* counts, int size, std::vector<int>& out,
+                   std::vector<int>& displs) {
+  out.resize(static_cast<size_t>(size));
+  displs.resize(static_cast<size_t>(size));
+  size_t at = 0;
+  for (size_t j = 0; j < out.size(); ++j) {
+    out[j] = static_cast<int>(counts[j]);
+    displs[j] = static_cast<int>(at);
+    at += counts[j];
+  }
 }
 
 int as_int(size_t count, const char* op) {
@@ -230,6 +314,28 @@ void MpiBackend::run(const OpArgs& a) {
     case OpKind::kAllToAll:
       check(MPI_Alltoall(send, n, type, a.recv, n, type, comm_), "MPI_Alltoall");
       break;
+    case OpKind::kAllToAllV: {
+      // MPI does not check that the pairs agree (a disagreement is undefined
+      // behaviour, a hang or a truncation error): one allgather of the
+      // counts first, checked alike on every rank.
+      const auto w = static_cast<size_t>(size_);
+      std::vector<uint64_t> mine(2 * w), all(2 * w * w);
+      for (size_t j = 0; j < w; ++j) {
+        mine[j] = a.send_counts[j];
+        mine[w + j] = a.recv_counts[j];
+      }
+      check(MPI_Allgather(mine.data(), static_cast<int>(2 * w), MPI_UINT64_T, all.data(),
+                          static_cast<int>(2 * w), MPI_UINT64_T, comm_),
+            "MPI_Allgather");
+      check_v_counts(all, size_, name_);
+      std::vector<int> sc, sd, rc, rd;
+      to_int_blocks(a.send_counts, size_, sc, sd);
+      to_int_blocks(a.recv_counts, size_, rc, rd);
+      check(MPI_Alltoallv(send, sc.data(), sd.data(), type, a.recv, rc.data(), rd.data(), type,
+                          comm_),
+            "MPI_Alltoallv");
+      break;
+    }
     case OpKind::kBarrier:
       check(MPI_Barrier(comm_), "MPI_Barrier");
       break;

@@ -3,7 +3,12 @@
 // rank and size are MPI's (run the job with mpirun); subgroups are made with
 // MPI_Comm_split. Reductions MPI lacks are done with user ops over the
 // collectives layer's kernels: bfloat16/float16 (reduced in float32), and avg
-// (a sum divided once at the end).
+// (a sum divided once at the end). int8 is MPI_INT8_T; bool is MPI_C_BOOL,
+// reduced by MPI_LOR / MPI_LAND / MPI_LXOR (types.h); band/bor/bxor are
+// MPI_BAND / MPI_BOR / MPI_BXOR. all_to_all_v is MPI_Alltoallv after one
+// MPI_Allgather of every rank's counts, checked alike on every rank, so
+// counts that disagree (which MPI itself does not catch) are a mismatch on
+// every rank, and a rank's counts or offsets past INT_MAX are refused.
 //
 // MPI is process-wide: the first MpiBackend initializes it
 // (MPI_Init_thread, MPI_THREAD_SERIALIZED, because ops run on the group's
@@ -14,7 +19,8 @@
 // interrupted, so op timeouts are not enforced (Work::wait's own timeout
 // still is, except for a blocking call, which runs the MPI call on the
 // calling thread), abort() only fails later ops, a dead peer is handled by mpirun
-// (it ends the job), and mismatched collectives are not detected. Counts are
+// (it ends the job), and mismatched collectives are not detected (but
+// all_to_all_v's counts, above). Counts are
 // limited to INT_MAX elements per call (InvalidArgument beyond).
 // Thread safety: one op at a time; abort() from any thread.
 #pragma once

@@ -133,6 +133,13 @@ DeviceCompletion NcclBackend::run_on_device(const OpArgs& a, const DeviceOpConte
                     "runs on {}",
                     info.name, ctx.device.str(), group_, rank(), device_.str()));
   }
+  if (info.reduces && collectives::is_bitwise(a.op)) {
+    if (info.collective) ++seq_;  // the ProcessGroup numbered it
+    throw NotSupported(
+        fmt::format("nccl backend: {} with reduction '{}' is not supported: NCCL has no bitwise "
+                    "reductions (use the native or mpi backend, or reduce on the host)",
+                    info.name, collectives::reduce_op_name(a.op)));
+  }
   auto [id, end] = enqueue(a, ctx.ready, ctx.blocks);
   if (a.kind == OpKind::kBarrier) wait_host(id, end, a.timeout, info.name);
   DeviceCompletion done;
@@ -195,6 +202,23 @@ void NcclBackend::issue(const OpArgs& a) {
       for (int p = 0; p < n; ++p) {
         comm_->send(at(a.send, block, p), a.count, a.dtype, p, s);
         comm_->recv(at(a.recv, block, p), a.count, a.dtype, p, s);
+      }
+      g.end();
+      return;
+    }
+    case OpKind::kAllToAllV: {
+      // NCCL has no alltoallv: one group of a send and a receive per peer,
+      // at the prefix sums of the counts (as PyTorch's ProcessGroupNCCL).
+      const size_t es = collectives::element_size(a.dtype);
+      size_t send_at = 0, recv_at = 0;
+      P2PGroup g(*comm_);
+      for (int p = 0; p < n; ++p) {
+        const auto j = static_cast<size_t>(p);
+        comm_->send(static_cast<const std::byte*>(a.send) + send_at, a.send_counts[j], a.dtype, p,
+                    s);
+        comm_->recv(static_cast<std::byte*>(a.recv) + recv_at, a.recv_counts[j], a.dtype, p, s);
+        send_at += a.send_counts[j] * es;
+        recv_at += a.recv_counts[j] * es;
       }
       g.end();
       return;

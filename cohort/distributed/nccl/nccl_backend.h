@@ -4,9 +4,13 @@
 // the issuing stream's work by the event the ProcessGroup recorded there;
 // the buffers' allocator blocks are marked used by that stream; the op's end
 // event is what an async Work completes by, and what a blocking op makes the
-// issuing stream wait for (the host does not wait). all_to_all, gather and
-// scatter are grouped send/recv; barrier is an all_reduce of one element in
-// a buffer the backend owns, which the host waits for.
+// issuing stream wait for (the host does not wait). all_to_all,
+// all_to_all_v (counts per peer, at the prefix sums), gather and scatter are
+// grouped send/recv; barrier is an all_reduce of one element in a buffer the
+// backend owns, which the host waits for. int8 is ncclInt8; bool goes as
+// ncclUint8 with or/and as max/min (0/1 stay 0/1); NCCL has no bitwise
+// reductions: band/bor/bxor are NotSupported, before anything is issued.
+// NCCL does not check all_to_all_v's counts against the peers'.
 //
 // Errors: ops on host buffers are refused (InvalidArgument: move them with
 // .cuda() or use the native backend). A watchdog thread (nccl_watchdog.h)

@@ -165,6 +165,39 @@ TEST(NcclBackend, EveryOpGivesTheCollectivesResultsAtThreeRanks) {
   });
 }
 
+TEST(NcclBackend, AllToAllVIsGroupedSendRecvAndBitwiseIsNotSupported) {
+  cohort::testing::FakeCudaDevice fake;
+  auto world = std::make_shared<FakeNcclWorld>(3);
+  run_ranks(3, world, [](ProcessGroup& pg, int rank) {
+    // Rank r sends (r + 2j) % 3 elements to rank j (zeros included).
+    std::vector<int64_t> in_splits, out_splits;
+    std::vector<float> in, want;
+    for (int j = 0; j < 3; ++j) {
+      in_splits.push_back((rank + 2 * j) % 3);
+      out_splits.push_back((j + 2 * rank) % 3);
+      for (int e = 0; e < (rank + 2 * j) % 3; ++e) in.push_back(100.0f * rank + 10.0f * j + e);
+      for (int e = 0; e < (j + 2 * rank) % 3; ++e) want.push_back(100.0f * j + 10.0f * rank + e);
+    }
+    Tensor input = Tensor::from_vector<float>(in, {static_cast<int64_t>(in.size())}).to(kCuda);
+    Tensor output = Tensor::zeros({static_cast<int64_t>(want.size())}, DType::kFloat32, kCuda);
+    Work w = pg.all_to_all_single(output, input, out_splits, in_splits, {}, async_op);
+    w.wait();
+    EXPECT_EQ(values(output), want);
+    // NCCL has no bitwise reductions: refused before anything is issued.
+    Tensor t = Tensor::full({2}, 3.0, DType::kInt64, kCuda);
+    try {
+      pg.all_reduce(t, {.op = ReduceOp::kBand});
+      ADD_FAILURE() << "band accepted by nccl";
+    } catch (const NotSupported& e) {
+      EXPECT_TRUE(contains(e.what(), "reduction 'band' is not supported: NCCL has no bitwise"))
+          << e.what();
+    }
+    // The group goes on: the next op is numbered after the refused one on every rank.
+    pg.all_reduce(t);
+    EXPECT_EQ(t.cpu().to_vector<int64_t>(), (std::vector<int64_t>{9, 9}));
+  });
+}
+
 TEST(NcclBackend, GatherAndScatterAreGroupedSendRecv) {
   cohort::testing::FakeCudaDevice fake;
   auto world = std::make_shared<FakeNcclWorld>(2);

@@ -37,7 +37,10 @@ ncclDataType_t to_nccl(DataType dtype) {
     case DataType::kInt64:
       return ncclInt64;
     case DataType::kUInt8:
+    case DataType::kBool:  // 0/1 bytes; its reductions map onto uint8's (to_nccl(op, dtype))
       return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
     case DataType::kBFloat16:
       return ncclBfloat16;
     case DataType::kFloat16:
@@ -47,7 +50,13 @@ ncclDataType_t to_nccl(DataType dtype) {
       fmt::format("nccl backend: element type {} has no NCCL equivalent", static_cast<int>(dtype)));
 }
 
-ncclRedOp_t to_nccl(ReduceOp op) {
+ncclRedOp_t to_nccl(ReduceOp op, DataType dtype) {
+  // bool as uint8 0/1 values: or (sum, max) is max, and (product, min) is
+  // min, so the results stay 0/1. avg on bool is refused by check_op_args.
+  if (dtype == DataType::kBool) {
+    if (op == ReduceOp::kSum || op == ReduceOp::kMax) return ncclMax;
+    if (op == ReduceOp::kProduct || op == ReduceOp::kMin) return ncclMin;
+  }
   switch (op) {
     case ReduceOp::kSum:
       return ncclSum;
@@ -59,6 +68,13 @@ ncclRedOp_t to_nccl(ReduceOp op) {
       return ncclMin;
     case ReduceOp::kMax:
       return ncclMax;
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      // NcclBackend refuses these before issuing (nccl_backend.cc).
+      throw NotSupported(fmt::format(
+          "nccl backend: reduction '{}' is not supported: NCCL has no bitwise reductions",
+          collectives::reduce_op_name(op)));
   }
   throw InvalidArgument(
       fmt::format("nccl backend: reduction {} has no NCCL equivalent", static_cast<int>(op)));
@@ -116,7 +132,8 @@ class RealNcclComm final : public NcclComm {
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                   void* stream) override {
     issue("ncclAllReduce", [&](ncclComm_t c) {
-      return lib_.all_reduce(send, recv, count, to_nccl(dtype), to_nccl(op), c, cuda(stream));
+      return lib_.all_reduce(send, recv, count, to_nccl(dtype), to_nccl(op, dtype), c,
+                             cuda(stream));
     });
   }
   void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
@@ -128,7 +145,8 @@ class RealNcclComm final : public NcclComm {
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root,
               void* stream) override {
     issue("ncclReduce", [&](ncclComm_t c) {
-      return lib_.reduce(send, recv, count, to_nccl(dtype), to_nccl(op), root, c, cuda(stream));
+      return lib_.reduce(send, recv, count, to_nccl(dtype), to_nccl(op, dtype), root, c,
+                         cuda(stream));
     });
   }
   void all_gather(const void* send, void* recv, size_t count, DataType dtype,
@@ -140,7 +158,8 @@ class RealNcclComm final : public NcclComm {
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                       void* stream) override {
     issue("ncclReduceScatter", [&](ncclComm_t c) {
-      return lib_.reduce_scatter(send, recv, count, to_nccl(dtype), to_nccl(op), c, cuda(stream));
+      return lib_.reduce_scatter(send, recv, count, to_nccl(dtype), to_nccl(op, dtype), c,
+                                 cuda(stream));
     });
   }
   void send(const void* data, size_t count, DataType dtype, int peer, void* stream) override {
