@@ -51,6 +51,19 @@ set(CPACK_DEBIAN_DEV_PACKAGE_RECOMMENDS "g++ (>= 4:12), cmake (>= 3.25), pkg-con
 set(COHORT_RUNTIME_DESCRIPTION "The command-line tool: cohort run launches a job's worker processes
 (like torchrun), cohort train trains the built-in models, cohort bench
 measures, cohort info describes the machine and the build.")
+if(COHORT_HAVE_TORCH_BACKEND)
+  # cohort_torch, the torch.distributed backend, in Python's dist-packages: it
+  # needs PyTorch itself, which the CLI does not.
+  if(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS)
+    string(APPEND CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS ", python3-torch")
+  else()
+    set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "python3-torch")
+  endif()
+  string(APPEND COHORT_RUNTIME_DESCRIPTION "
+Also the Python package cohort_torch: `import cohort_torch`, then
+torch.distributed.init_process_group(\"cohort\") runs PyTorch programs on
+cohort's collectives (needs python3-torch).")
+endif()
 if(COHORT_HAVE_CUDA)
   # cudart, cuBLASLt and cuDNN are NVIDIA's, outside Debian's archive: not
   # Depends, said here.

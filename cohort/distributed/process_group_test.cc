@@ -435,8 +435,7 @@ TEST(ProcessGroup, ThenRunsOnceTheOpCompletedInOrderAndAtOnceWhenDone) {
 TEST(ProcessGroup, ThenSeesTheFailureOfAFailedOp) {
   run_ranks(2, [](ProcessGroup& pg) {
     std::vector<float> buf(20, 1.0f);
-    Work w = pg.all_reduce(buf.data(), pg.rank() == 0 ? 10 : 11, DataType::kFloat32, {},
-                           async_op);
+    Work w = pg.all_reduce(buf.data(), pg.rank() == 0 ? 10 : 11, DataType::kFloat32, {}, async_op);
     std::latch ran(1);
     std::exception_ptr got;
     w.then([&] {

@@ -31,8 +31,8 @@ c10::intrusive_ptr<CohortWork> CohortWork::armed(c10::intrusive_ptr<CohortWork> 
 }
 
 c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, const char* title,
-                                                std::vector<at::Tensor> outputs,
-                                                libtorch::Work op, std::function<void()> after,
+                                                std::vector<at::Tensor> outputs, libtorch::Work op,
+                                                std::function<void()> after,
                                                 std::function<int()> source) {
   distributed::Work inner = op.work();
   // libtorch's wait() rethrows the op's failure and unpacks its list forms.
@@ -54,16 +54,15 @@ c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, con
     op.wait();
     if (after) after();
   };
-  return armed(c10::make_intrusive<CohortWork>(rank, type, title, std::move(outputs),
-                                               std::move(op), std::move(finish),
-                                               std::move(source)));
+  return armed(c10::make_intrusive<CohortWork>(rank, type, title, std::move(outputs), std::move(op),
+                                               std::move(finish), std::move(source)));
 }
 
 c10::intrusive_ptr<CohortWork> CohortWork::done(int rank, c10d::OpType type,
                                                 std::vector<at::Tensor> outputs) {
-  auto w = c10::make_intrusive<CohortWork>(rank, type, nullptr, std::move(outputs),
-                                           distributed::Work(), std::function<void()>{},
-                                           std::function<int()>{});
+  auto w =
+      c10::make_intrusive<CohortWork>(rank, type, nullptr, std::move(outputs), distributed::Work(),
+                                      std::function<void()>{}, std::function<int()>{});
   w->finish();
   w->future_->markCompleted(c10::IValue(w->outputs_));
   return w;
@@ -78,7 +77,7 @@ void CohortWork::on_end() noexcept {
     failure = std::current_exception();
   }
   finish_ = nullptr;  // releases the op's buffers
-  finish(failure);  // c10d::Work: completed_, exception_, the profiler's range; wakes waiters
+  finish(failure);    // c10d::Work: completed_, exception_, the profiler's range; wakes waiters
   if (failure) {
     future_->setError(failure);
   } else {

@@ -33,15 +33,14 @@ class CohortWork final : public c10d::Work {
   // the op succeeded, before completion is signalled (e.g. the coalesced
   // forms' unflattening); `source` gives the sender of an any-source receive.
   static c10::intrusive_ptr<CohortWork> make(int rank, c10d::OpType type, const char* title,
-                                             std::vector<at::Tensor> outputs,
-                                             libtorch::Work op,
+                                             std::vector<at::Tensor> outputs, libtorch::Work op,
                                              std::function<void()> after = {},
                                              std::function<int()> source = {});
   // The same over an op of cohort's own ProcessGroup on raw buffers: `keep`
   // holds the tensors behind them until it ended.
   static c10::intrusive_ptr<CohortWork> make(int rank, c10d::OpType type, const char* title,
-                                             std::vector<at::Tensor> outputs,
-                                             distributed::Work op, std::vector<at::Tensor> keep,
+                                             std::vector<at::Tensor> outputs, distributed::Work op,
+                                             std::vector<at::Tensor> keep,
                                              std::function<void()> after = {},
                                              std::function<int()> source = {});
   // A Work complete at once (an op whose result is known locally).

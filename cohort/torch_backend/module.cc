@@ -20,13 +20,11 @@ PYBIND11_MODULE(_C, m) {
   py::class_<ProcessGroupCohort, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupCohort>>(
       m, "ProcessGroupCohort")
       .def(
-          "flight_record",
-          [](const ProcessGroupCohort& pg) { return pg.group()->flight_record(); },
+          "flight_record", [](const ProcessGroupCohort& pg) { return pg.group()->flight_record(); },
           "The group's last collectives as JSON (cohort's flight recorder).")
       .def(
-          "transport", [](const ProcessGroupCohort& pg, int peer) {
-            return pg.group()->transport_name(peer);
-          },
+          "transport",
+          [](const ProcessGroupCohort& pg, int peer) { return pg.group()->transport_name(peer); },
           py::arg("peer"), "How this rank reaches group rank `peer`: shm, tcp, self or mpi.")
       .def_property_readonly(
           "cohort_backend",

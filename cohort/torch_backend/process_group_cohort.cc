@@ -139,8 +139,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Ten
   COHORT_CHECK(opts.rootTensor == 0, "broadcast: rootTensor must be 0 (one tensor), got {}",
                opts.rootTensor);
   auto w = pg_.broadcast(
-      movable(t),
-      {.root = static_cast<int>(opts.rootRank), .timeout = to_timeout(opts.timeout)}, async_op);
+      movable(t), {.root = static_cast<int>(opts.rootRank), .timeout = to_timeout(opts.timeout)},
+      async_op);
   return collective(CohortWork::make(rank(), OpType::BROADCAST, "cohort:broadcast", tensors, w));
 }
 
@@ -160,8 +160,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce_coalesced(
   std::vector<at::Tensor> flat_parts;
   for (size_t i = 0; i < tensors.size(); ++i) {
     COHORT_CHECK(tensors[i].scalar_type() == tensors[0].scalar_type(),
-                 "{}: tensors[{}] has dtype {}, tensors[0] {}; all tensors must have one dtype",
-                 op, i, c10::toString(tensors[i].scalar_type()),
+                 "{}: tensors[{}] has dtype {}, tensors[0] {}; all tensors must have one dtype", op,
+                 i, c10::toString(tensors[i].scalar_type()),
                  c10::toString(tensors[0].scalar_type()));
     COHORT_CHECK(tensors[i].device() == tensors[0].device(),
                  "{}: tensors[{}] is on {}, tensors[0] on {}; all tensors must be on one device",
@@ -170,8 +170,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce_coalesced(
   }
   at::Tensor flat = at::cat(flat_parts);
   auto w = pg_.all_reduce(
-      flat, {.op = to_reduce_op(opts.reduceOp, op), .timeout = to_timeout(opts.timeout)},
-      async_op);
+      flat, {.op = to_reduce_op(opts.reduceOp, op), .timeout = to_timeout(opts.timeout)}, async_op);
   auto unflatten = [flat, tensors] {
     at::NoGradGuard no_grad;
     int64_t off = 0;
@@ -276,8 +275,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
   std::vector<at::Tensor> outs;
   if (rank() == root) {
     COHORT_CHECK(outputs.size() == 1,
-                 "gather: the root takes one output list (of {} tensors), got {} lists",
-                 getSize(), outputs.size());
+                 "gather: the root takes one output list (of {} tensors), got {} lists", getSize(),
+                 outputs.size());
     outs = outputs[0];
   } else {
     COHORT_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
@@ -400,8 +399,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall(std::vector<at::Tens
   }
   if (even) {
     auto w = pg_.all_to_all(movable(outputs), movable(inputs), o, async_op);
-    return collective(
-        CohortWork::make(rank(), OpType::ALLTOALL, "cohort:all_to_all", outputs, w));
+    return collective(CohortWork::make(rank(), OpType::ALLTOALL, "cohort:all_to_all", outputs, w));
   }
   // Tensors of several sizes: packed into one byte buffer each way.
   std::vector<size_t> in_counts(n), out_counts(n);
@@ -441,23 +439,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::all_to_all_bytes(
                "all_to_all with uneven splits: the cohort backend takes CPU tensors here (got {} "
                "and {})",
                send.device().str(), recv.device().str());
-  distributed::Work w = group_->all_to_all_v(
-      send.nbytes() ? send.data_ptr() : nullptr, in_counts,
-      recv.nbytes() ? recv.data_ptr() : nullptr, out_counts, DataType::kUInt8, o, async_op);
+  distributed::Work w = group_->all_to_all_v(send.nbytes() ? send.data_ptr() : nullptr, in_counts,
+                                             recv.nbytes() ? recv.data_ptr() : nullptr, out_counts,
+                                             DataType::kUInt8, o, async_op);
   return CohortWork::make(rank(), type, "cohort:all_to_all", std::move(outputs), w, {send, recv},
                           std::move(after));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::send(std::vector<at::Tensor>& tensors,
-                                                        int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::send(std::vector<at::Tensor>& tensors, int dst,
+                                                        int tag) {
   const at::Tensor& t = single("send", "tensors", tensors);
   COHORT_CHECK(tag >= 0, "send: tag must be >= 0, got {}", tag);
   auto w = pg_.send(movable(t), dst, {.tag = static_cast<uint32_t>(tag)}, async_op);
   return CohortWork::make(rank(), OpType::SEND, "cohort:send", tensors, w);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recv(std::vector<at::Tensor>& tensors,
-                                                        int src, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recv(std::vector<at::Tensor>& tensors, int src,
+                                                        int tag) {
   const at::Tensor& t = single("recv", "tensors", tensors);
   COHORT_CHECK(tag >= 0, "recv: tag must be >= 0, got {}", tag);
   auto w = pg_.recv(movable(t), src, {.tag = static_cast<uint32_t>(tag)}, async_op);
@@ -466,7 +464,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recv(std::vector<at::Tensor>&
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recvAnysource(std::vector<at::Tensor>& tensors,
-                                                                int tag) {
+                                                                 int tag) {
   const char* op = "recv_any";
   const at::Tensor& t = single(op, "tensors", tensors);
   COHORT_CHECK(tag >= 0, "{}: tag must be >= 0, got {}", op, tag);
@@ -475,10 +473,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recvAnysource(std::vector<at:
                c10::toString(t.scalar_type()), t.device().str(),
                t.is_contiguous() ? "" : ", not contiguous");
   const at::Tensor m = movable(t);
-  distributed::Work w = group_->recv_any(
-      m.numel() ? m.data_ptr() : nullptr, static_cast<size_t>(m.numel()),
-      libtorch::to_data_type(m.scalar_type(), op, "tensor"),
-      {.tag = static_cast<uint32_t>(tag)}, async_op);
+  distributed::Work w =
+      group_->recv_any(m.numel() ? m.data_ptr() : nullptr, static_cast<size_t>(m.numel()),
+                       libtorch::to_data_type(m.scalar_type(), op, "tensor"),
+                       {.tag = static_cast<uint32_t>(tag)}, async_op);
   return CohortWork::make(rank(), OpType::RECVANYSOURCE, "cohort:recvAnySource", tensors, w, {m},
                           {}, [w] { return w.source_rank(); });
 }
@@ -488,8 +486,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOp
   return collective(CohortWork::make(rank(), OpType::BARRIER, "cohort:barrier", {}, w));
 }
 
-void ProcessGroupCohort::monitoredBarrier(const c10d::BarrierOptions& opts,
-                                          bool wait_all_ranks) {
+void ProcessGroupCohort::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   const auto timeout =
       opts.timeout.count() > 0 ? Duration(opts.timeout.count()) : group_->timeout();
   const std::string base = fmt::format("cohort/monitored_barrier/{}/", monitored_barriers_++);

@@ -46,10 +46,11 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   using OpType = c10d::OpType;
   // Joins the group of `size` ranks over `store` (blocks until all arrived,
   // or `timeout`); `name` names it in errors. backend: see the header.
-  static c10::intrusive_ptr<ProcessGroupCohort> create(
-      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-      std::chrono::milliseconds timeout, const std::string& backend = "auto",
-      const std::string& name = "default");
+  static c10::intrusive_ptr<ProcessGroupCohort> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                       int rank, int size,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::string& backend = "auto",
+                                                       const std::string& name = "default");
 
   ProcessGroupCohort(std::shared_ptr<rendezvous::Store> store,
                      std::shared_ptr<distributed::ProcessGroup> group);
@@ -93,12 +94,9 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   // Every rank checks in at the store; rank 0 waits up to the timeout for
   // each and names the ranks that did not arrive (the first, or all of them

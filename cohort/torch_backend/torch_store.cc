@@ -59,8 +59,7 @@ int64_t TorchStore::add(const std::string& key, int64_t delta) {
   return guarded("add", key, [&] { return store_->add(key, delta); });
 }
 
-rendezvous::Bytes TorchStore::compare_set(const std::string& key,
-                                          const rendezvous::Bytes& expected,
+rendezvous::Bytes TorchStore::compare_set(const std::string& key, const rendezvous::Bytes& expected,
                                           const rendezvous::Bytes& desired) {
   return guarded("compare_set", key, [&] { return store_->compareSet(key, expected, desired); });
 }

@@ -159,6 +159,16 @@ case $mode in
       { cat install.log; fail "cmake --install failed"; }
     check_layout "$prefix" "$libdir"
 
+    if [[ -d $build/python/cohort_torch ]]; then
+      step "the torch.distributed backend: cohort_torch in the prefix's dist-packages"
+      pkg=$(find "$prefix/lib" -path '*dist-packages/cohort_torch' -type d | head -n 1)
+      [[ -n $pkg && -f $pkg/__init__.py ]] || fail "cmake --install put no cohort_torch under $prefix/lib"
+      compgen -G "$pkg/_C*.so" >/dev/null || fail "$pkg has no extension _C"
+      PYTHONPATH=$(dirname "$pkg") /usr/bin/python3 -c \
+        "import cohort_torch, torch.distributed as d; assert 'COHORT' in d.Backend._plugins" ||
+        fail "the installed cohort_torch does not register the backend"
+    fi
+
     step "find_package(cohort): versions and components"
     IFS=. read -r major minor _ <<<"$version"
     probe "$prefix" ok "$major.$minor COMPONENTS base core parallel"

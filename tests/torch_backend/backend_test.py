@@ -158,14 +158,15 @@ def _all_to_all_uneven(rank, world, store):
     dist.all_to_all(outs, ins)
     for i in range(world):
         assert torch.equal(outs[i], torch.full((rank + 1,), float(i))), outs
-    # Split sizes that do not add up: an error naming them, on this rank, before any traffic.
+    # Split sizes that do not add up to the rows: an error naming them, on every rank, before
+    # any traffic (so the group stays usable).
+    bad = [inp.shape[0] + 1] + [0] * (world - 1)
     try:
-        dist.all_to_all_single(out, inp, out_splits, [1] * world)
+        dist.all_to_all_single(out, inp, out_splits, bad)
     except RuntimeError as e:
-        assert "split sizes" in str(e), str(e)
+        assert "split sizes" in str(e) and "add up" in str(e), str(e)
     else:
-        if sum([1] * world) != inp.shape[0]:
-            raise AssertionError("bad split sizes were taken")
+        raise AssertionError("split sizes that do not add up were taken")
     dist.barrier()
     dist.destroy_process_group()
 
