@@ -84,6 +84,23 @@ std::vector<at::Tensor> movable(const std::vector<at::Tensor>& list) {
   return out;
 }
 
+// gather's outputs and scatter's inputs: one list of `size` tensors on the
+// root (PyTorch passes [list]), none elsewhere ([] or [[]]).
+std::vector<at::Tensor> root_list(const char* op, const char* arg,
+                                  const std::vector<std::vector<at::Tensor>>& lists, int root,
+                                  int rank, int size) {
+  if (rank == root) {
+    COHORT_CHECK(lists.size() == 1,
+                 "{}: the root takes one list of {} tensors in '{}', got {} lists", op, size, arg,
+                 lists.size());
+    return lists[0];
+  }
+  COHORT_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()),
+               "{}: only the root (rank {}) takes '{}'; rank {} got {} lists", op, root, arg, rank,
+               lists.size());
+  return {};
+}
+
 // The bytes of `t` (contiguous copy when needed) as a 1-D uint8 tensor.
 at::Tensor as_bytes(const at::Tensor& t) { return t.contiguous().reshape({-1}).view(at::kByte); }
 
@@ -272,17 +289,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
     const c10d::GatherOptions& opts) {
   const at::Tensor& in = single("gather", "inputs", inputs);
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> outs;
-  if (rank() == root) {
-    COHORT_CHECK(outputs.size() == 1,
-                 "gather: the root takes one output list (of {} tensors), got {} lists", getSize(),
-                 outputs.size());
-    outs = outputs[0];
-  } else {
-    COHORT_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                 "gather: only the root (rank {}) takes outputs; rank {} got {} lists", root,
-                 rank(), outputs.size());
-  }
+  std::vector<at::Tensor> outs = root_list("gather", "outputs", outputs, root, rank(), getSize());
   auto w = pg_.gather(movable(outs), movable(in),
                       {.root = root, .timeout = to_timeout(opts.timeout)}, async_op);
   return collective(CohortWork::make(rank(), OpType::GATHER, "cohort:gather", outs, w));
@@ -293,17 +300,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
     const c10d::ScatterOptions& opts) {
   const at::Tensor& out = single("scatter", "outputs", outputs);
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> ins;
-  if (rank() == root) {
-    COHORT_CHECK(inputs.size() == 1,
-                 "scatter: the root takes one input list (of {} tensors), got {} lists", getSize(),
-                 inputs.size());
-    ins = inputs[0];
-  } else {
-    COHORT_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                 "scatter: only the root (rank {}) takes inputs; rank {} got {} lists", root,
-                 rank(), inputs.size());
-  }
+  std::vector<at::Tensor> ins = root_list("scatter", "inputs", inputs, root, rank(), getSize());
   auto w = pg_.scatter(movable(out), movable(ins),
                        {.root = root, .timeout = to_timeout(opts.timeout)}, async_op);
   return collective(CohortWork::make(rank(), OpType::SCATTER, "cohort:scatter", outputs, w));
