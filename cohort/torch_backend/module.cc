@@ -7,9 +7,12 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "cohort/rendezvous/env_bootstrap.h"
+#include "cohort/torch_backend/cohort_store.h"
 #include "cohort/torch_backend/process_group_cohort.h"
 
 namespace py = pybind11;
+using cohort::torch_backend::CohortStore;
 using cohort::torch_backend::ProcessGroupCohort;
 
 PYBIND11_MODULE(_C, m) {
@@ -34,6 +37,31 @@ PYBIND11_MODULE(_C, m) {
           "The cohort backend carrying the group: native, mpi or nccl.")
       .def_property_readonly("group_name",
                              [](const ProcessGroupCohort& pg) { return pg.group()->name(); });
+
+  py::class_<CohortStore, c10d::Store, c10::intrusive_ptr<CohortStore>>(
+      m, "CohortStore", "PyTorch's Store over one of cohort's (cohort_store.h).");
+
+  m.def(
+      "_env_rendezvous",
+      [](int rank, int world_size, int64_t timeout_ms) {
+        cohort::torch_backend::Rendezvous r;
+        {
+          py::gil_scoped_release no_gil;  // waits for the other ranks
+          r = cohort::torch_backend::env_rendezvous(rank, world_size,
+                                                    std::chrono::milliseconds(timeout_ms));
+        }
+        return py::make_tuple(r.store, r.rank, r.world_size);
+      },
+      py::arg("rank"), py::arg("world_size"), py::arg("timeout_ms"),
+      "cohort's env:// bootstrap: (store, rank, world_size); -1 = from the environment.");
+  m.def("_mpirun_without_master", &cohort::rendezvous::env_mpirun_without_master,
+        "Whether this process runs under mpirun with no MASTER_ADDR.");
+  m.def(
+      "_backend_available",
+      [](const std::string& name) {
+        return cohort::distributed::backend_available(cohort::distributed::parse_backend(name));
+      },
+      py::arg("name"));
 
   m.def(
       "_create_process_group",

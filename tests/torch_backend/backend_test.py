@@ -300,6 +300,28 @@ class CohortBackendTest(unittest.TestCase):
                 self.assertTrue(torch.allclose(g, c, rtol=0, atol=1e-6),
                                 f"{name}: max |gloo - cohort| = {(g - c).abs().max().item()}")
 
+    def test_cohort_run_starts_a_pytorch_job_on_env_init(self):
+        cli = os.environ.get("COHORT_CLI", "")
+        if not os.path.exists(cli):
+            self.skipTest(f"the cohort CLI is not at COHORT_CLI={cli!r}")
+        r = subprocess.run([cli, "run", "--nproc-per-node", "2", PYTHON,
+                            os.path.join(HERE, "launcher_job.py")],
+                           capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("launcher_job: ok native 2", r.stdout + r.stderr)
+
+    def test_mpirun_starts_a_pytorch_job_over_mpi(self):
+        mpirun = os.environ.get("COHORT_MPIRUN", "")
+        if not mpirun or not cohort_torch._C._backend_available("mpi"):
+            self.skipTest("this build has no MPI (COHORT_MPIRUN unset)")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+        r = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", PYTHON,
+                            os.path.join(HERE, "launcher_job.py")],
+                           capture_output=True, text=True, timeout=240, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("launcher_job: ok mpi 3", r.stdout + r.stderr)
+
     def test_killed_rank_ends_ddp_job_naming_it(self):
         script = os.path.join(HERE, "killed_rank.py")
         with tempfile.TemporaryDirectory() as d:

@@ -9,11 +9,16 @@ groups: "auto" (the default: native), "native" (shared memory on one host,
 TCP between hosts), "mpi" (MPI_COMM_WORLD under mpirun; the world group only)
 or "nccl". The other COHORT_* variables of cohort's own programs (transport,
 algorithms, COHORT_FLIGHT_RECORDER_DIR, ...) apply as they do there.
-See docs/pytorch_backend.md.
+Under `cohort run` (which serves its own store on MASTER_PORT), and under
+mpirun or srun without RANK/WORLD_SIZE, env:// goes through cohort's
+bootstrap (any backend's groups then meet over cohort's store); elsewhere
+PyTorch's own env:// runs unchanged. See docs/pytorch_backend.md.
 """
 
+import importlib
 import os
 from datetime import timedelta
+from urllib.parse import urlparse
 
 import torch.distributed as dist
 
@@ -25,11 +30,16 @@ NAME = "cohort"
 _BACKENDS = ("auto", "native", "mpi", "nccl")
 
 
-def _backend_choice():
+def _backend_choice(world):
     choice = os.environ.get("COHORT_TORCH_BACKEND", "auto").strip().lower() or "auto"
     if choice not in _BACKENDS:
         raise ValueError(
             f"COHORT_TORCH_BACKEND={choice!r}: expected one of {', '.join(_BACKENDS)}")
+    if choice == "auto":
+        # As `cohort train --backend auto`: MPI carries the world under mpirun
+        # (with no MASTER_ADDR, i.e. nobody set up a TCP rendezvous by hand).
+        mpi = world and _C._mpirun_without_master() and _C._backend_available("mpi")
+        return "mpi" if mpi else "native"
     return choice
 
 
@@ -43,7 +53,7 @@ def _create(options, pg_options=None):
     world = not options.global_ranks_in_group
     name = "default" if world else f"group {options.group_id}"
     return _C._create_process_group(options.store, options.group_rank, options.group_size,
-                                    _timeout_ms(options.timeout), _backend_choice(), name)
+                                    _timeout_ms(options.timeout), _backend_choice(world), name)
 
 
 def _cohort_group(group=None):
@@ -63,5 +73,39 @@ def transport(peer, group=None):
     return _cohort_group(group).transport(peer)
 
 
+def _needs_cohort_rendezvous():
+    """Where PyTorch's env:// cannot run: under `cohort run`, which serves
+    its own store on MASTER_PORT (COHORT_STORE_HOSTED=1), and under mpirun or
+    srun, which set their own variables instead of RANK and WORLD_SIZE."""
+    env = os.environ
+    if env.get("COHORT_STORE_HOSTED") == "1":
+        return True
+    launcher = "OMPI_COMM_WORLD_SIZE" in env or "SLURM_STEP_ID" in env
+    return launcher and ("RANK" not in env or "WORLD_SIZE" not in env)
+
+
+def _wrap_env_rendezvous(torch_handler):
+    def handler(url, **kwargs):
+        if not _needs_cohort_rendezvous():
+            yield from torch_handler(url, **kwargs)
+            return
+        timeout = kwargs.get("timeout")
+        query = dict(p.split("=", 1) for p in urlparse(url).query.split("&") if "=" in p)
+        rank = int(query.get("rank", -1))
+        world_size = int(query.get("world_size", -1))
+        ms = _timeout_ms(timeout if timeout is not None else timedelta(minutes=30))
+        yield _C._env_rendezvous(rank, world_size, ms)
+        raise RuntimeError("env:// (cohort's rendezvous) cannot rendezvous again")
+
+    handler._cohort = True
+    return handler
+
+
 if NAME.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(NAME, _create, extended_api=True)
+# env:// through cohort's bootstrap where PyTorch's cannot run (see above);
+# elsewhere (torchrun, hand-set variables) PyTorch's own, unchanged.
+# (torch.distributed.rendezvous is also the name of a function: the module by its path.)
+_handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
+if not getattr(_handlers.get("env"), "_cohort", False):
+    _handlers["env"] = _wrap_env_rendezvous(_handlers["env"])
