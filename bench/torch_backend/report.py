@@ -32,7 +32,12 @@ def main(path):
             vals[("net test_accuracy", b)].append(row["test_accuracy"])
         elif w == "gpt":
             vals[("gpt DDP 2x1 ms_step", b)].append(row["ms_step"])
-    keys = sorted({k for k, _ in vals}, key=lambda k: (k.split()[0], len(k), k))
+    def order(k):
+        words = k.split()
+        size = int(words[1]) if words[0] == "all_reduce" else 0
+        return (words[0], words[-1], size)
+
+    keys = sorted({k for k, _ in vals}, key=order)
     print(f"{'measure':40s} {'gloo':>12s} {'cohort':>12s} {'cohort/gloo':>12s}")
     for k in keys:
         g, c = vals.get((k, "gloo")), vals.get((k, "cohort"))

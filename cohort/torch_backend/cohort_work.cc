@@ -58,16 +58,6 @@ c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, con
                                                std::move(finish), std::move(source)));
 }
 
-c10::intrusive_ptr<CohortWork> CohortWork::done(int rank, c10d::OpType type,
-                                                std::vector<at::Tensor> outputs) {
-  auto w =
-      c10::make_intrusive<CohortWork>(rank, type, nullptr, std::move(outputs), distributed::Work(),
-                                      std::function<void()>{}, std::function<int()>{});
-  w->finish();
-  w->future_->markCompleted(c10::IValue(w->outputs_));
-  return w;
-}
-
 void CohortWork::on_end() noexcept {
   std::exception_ptr failure;
   try {

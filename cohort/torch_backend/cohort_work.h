@@ -43,9 +43,6 @@ class CohortWork final : public c10d::Work {
                                              std::vector<at::Tensor> keep,
                                              std::function<void()> after = {},
                                              std::function<int()> source = {});
-  // A Work complete at once (an op whose result is known locally).
-  static c10::intrusive_ptr<CohortWork> done(int rank, c10d::OpType type,
-                                             std::vector<at::Tensor> outputs);
 
   // `finish` runs once the op succeeded (it may throw: the op then fails).
   CohortWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
