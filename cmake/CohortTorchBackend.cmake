@@ -2,7 +2,7 @@
 # of torch.distributed can be built here. Sets <have_var> to 1 or 0 and
 # <why_var> to what is missing; on success also COHORT_TORCH_PYTHON_LIBRARY
 # (libtorch_python, which holds c10d's Python bindings) and
-# COHORT_PYTHON_INSTALL_DIR (where `cmake --install` puts cohort_torch).
+# COHORT_PYTHON_VERSION (3.X, for where `cmake --install` puts cohort_torch).
 function(cohort_find_torch_backend have why)
   set(${have} 0 PARENT_SCOPE)
   if(NOT COHORT_HAVE_LIBTORCH)
@@ -51,17 +51,12 @@ int main() { return 0; }
     set(${why} "this PyTorch's c10d::ProcessGroup is not 1.13's (PyTorch 2.x's c10d::Backend is not supported yet)" PARENT_SCOPE)
     return()
   endif()
-  # Debian's Python reads /usr/lib/python3/dist-packages (the .deb's prefix)
-  # and /usr/local/lib/python3.X/dist-packages (cmake --install's default).
+  # The install rule (cohort/torch_backend/CMakeLists.txt) needs the version
+  # for <prefix>/lib/python3.X/dist-packages.
   execute_process(
     COMMAND ${COHORT_PYTHON} -c "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
     OUTPUT_VARIABLE pyver OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
-    set(pydir lib/python3/dist-packages)
-  else()
-    set(pydir lib/python${pyver}/dist-packages)
-  endif()
-  set(COHORT_PYTHON_INSTALL_DIR ${pydir} CACHE STRING "Where cohort_torch is installed, relative to the prefix")
+  set(COHORT_PYTHON_VERSION ${pyver} CACHE INTERNAL "")
   set(${have} 1 PARENT_SCOPE)
   set(${why} "" PARENT_SCOPE)
 endfunction()
