@@ -15,9 +15,10 @@ c10::intrusive_ptr<c10::ivalue::Future> tensor_list_future() {
 }  // namespace
 
 CohortWork::CohortWork(int rank, c10d::OpType type, const char* title,
-                       std::vector<at::Tensor> outputs, distributed::Work op,
-                       std::function<void()> finish, std::function<int()> source)
-    : c10d::Work(rank, type, title, c10::optional<std::vector<at::Tensor>>(outputs)),
+                       const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                       distributed::Work op, std::function<void()> finish,
+                       std::function<int()> source)
+    : c10d::Work(rank, type, title, c10::optional<std::vector<at::Tensor>>(inputs)),
       outputs_(std::move(outputs)),
       op_(std::move(op)),
       finish_(std::move(finish)),
@@ -31,6 +32,7 @@ c10::intrusive_ptr<CohortWork> CohortWork::armed(c10::intrusive_ptr<CohortWork> 
 }
 
 c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, const char* title,
+                                                const std::vector<at::Tensor>& inputs,
                                                 std::vector<at::Tensor> outputs, libtorch::Work op,
                                                 std::function<void()> after,
                                                 std::function<int()> source) {
@@ -40,12 +42,13 @@ c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, con
     op.wait();
     if (after) after();
   };
-  return armed(c10::make_intrusive<CohortWork>(rank, type, title, std::move(outputs),
+  return armed(c10::make_intrusive<CohortWork>(rank, type, title, inputs, std::move(outputs),
                                                std::move(inner), std::move(finish),
                                                std::move(source)));
 }
 
 c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, const char* title,
+                                                const std::vector<at::Tensor>& inputs,
                                                 std::vector<at::Tensor> outputs,
                                                 distributed::Work op, std::vector<at::Tensor> keep,
                                                 std::function<void()> after,
@@ -54,8 +57,9 @@ c10::intrusive_ptr<CohortWork> CohortWork::make(int rank, c10d::OpType type, con
     op.wait();
     if (after) after();
   };
-  return armed(c10::make_intrusive<CohortWork>(rank, type, title, std::move(outputs), std::move(op),
-                                               std::move(finish), std::move(source)));
+  return armed(c10::make_intrusive<CohortWork>(rank, type, title, inputs, std::move(outputs),
+                                               std::move(op), std::move(finish),
+                                               std::move(source)));
 }
 
 void CohortWork::on_end() noexcept {

@@ -28,25 +28,29 @@ namespace cohort::torch_backend {
 
 class CohortWork final : public c10d::Work {
  public:
-  // The Work of `op` (already issued): `outputs` are the tensors it writes
-  // (its result and its future's value); `after` (may be empty) runs once
+  // The Work of `op` (already issued): `inputs` are what the profiler
+  // records of it (the op's input tensors, as gloo records them), `outputs`
+  // the tensors it writes (its result and its future's value); `after` (may be empty) runs once
   // the op succeeded, before completion is signalled (e.g. the coalesced
   // forms' unflattening); `source` gives the sender of an any-source receive.
   static c10::intrusive_ptr<CohortWork> make(int rank, c10d::OpType type, const char* title,
+                                             const std::vector<at::Tensor>& inputs,
                                              std::vector<at::Tensor> outputs, libtorch::Work op,
                                              std::function<void()> after = {},
                                              std::function<int()> source = {});
   // The same over an op of cohort's own ProcessGroup on raw buffers: `keep`
   // holds the tensors behind them until it ended.
   static c10::intrusive_ptr<CohortWork> make(int rank, c10d::OpType type, const char* title,
+                                             const std::vector<at::Tensor>& inputs,
                                              std::vector<at::Tensor> outputs, distributed::Work op,
                                              std::vector<at::Tensor> keep,
                                              std::function<void()> after = {},
                                              std::function<int()> source = {});
 
   // `finish` runs once the op succeeded (it may throw: the op then fails).
-  CohortWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
-             distributed::Work op, std::function<void()> finish, std::function<int()> source);
+  CohortWork(int rank, c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+             std::vector<at::Tensor> outputs, distributed::Work op, std::function<void()> finish,
+             std::function<int()> source);
 
   bool isCompleted() override;
   bool isSuccess() const override;

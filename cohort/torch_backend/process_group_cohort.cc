@@ -158,7 +158,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Ten
   auto w = pg_.broadcast(
       movable(t), {.root = static_cast<int>(opts.rootRank), .timeout = to_timeout(opts.timeout)},
       async_op);
-  return collective(CohortWork::make(rank(), OpType::BROADCAST, "cohort:broadcast", tensors, w));
+  return collective(
+      CohortWork::make(rank(), OpType::BROADCAST, "cohort:broadcast", tensors, tensors, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
@@ -167,7 +168,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Ten
   auto w = pg_.all_reduce(
       t, {.op = to_reduce_op(opts.reduceOp, "allreduce"), .timeout = to_timeout(opts.timeout)},
       async_op);
-  return collective(CohortWork::make(rank(), OpType::ALLREDUCE, "cohort:all_reduce", tensors, w));
+  return collective(
+      CohortWork::make(rank(), OpType::ALLREDUCE, "cohort:all_reduce", tensors, tensors, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce_coalesced(
@@ -196,8 +198,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce_coalesced(
       off += t.numel();
     }
   };
-  return collective(CohortWork::make(rank(), OpType::ALLREDUCE_COALESCED,
-                                     "cohort:all_reduce_coalesced", tensors, w, unflatten));
+  return collective(CohortWork::make(rank(), OpType::ALLREDUCE_COALESCED, "cohort:all_reduce",
+                                     tensors, tensors, w, unflatten));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce(std::vector<at::Tensor>& tensors,
@@ -210,7 +212,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce(std::vector<at::Tensor
                        .root = static_cast<int>(opts.rootRank),
                        .timeout = to_timeout(opts.timeout)},
                       async_op);
-  return collective(CohortWork::make(rank(), OpType::REDUCE, "cohort:reduce", tensors, w));
+  return collective(CohortWork::make(rank(), OpType::REDUCE, "cohort:reduce", tensors, tensors, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
@@ -223,15 +225,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
   auto w = pg_.all_gather(movable(outputs[0]), movable(in), {.timeout = to_timeout(opts.timeout)},
                           async_op);
   return collective(
-      CohortWork::make(rank(), OpType::ALLGATHER, "cohort:all_gather", outputs[0], w));
+      CohortWork::make(rank(), OpType::ALLGATHER, "cohort:all_gather", inputs, outputs[0], w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   auto w = pg_.all_gather_into_tensor(movable(output), movable(input),
                                       {.timeout = to_timeout(opts.timeout)}, async_op);
-  return collective(
-      CohortWork::make(rank(), OpType::_ALLGATHER_BASE, "cohort:_all_gather_base", {output}, w));
+  return collective(CohortWork::make(rank(), OpType::_ALLGATHER_BASE,
+                                     "cohort:all_gather_into_tensor", {input}, {output}, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather_coalesced(
@@ -280,8 +282,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather_coalesced(
   };
   std::vector<at::Tensor> outs;
   for (const auto& l : output_lists) outs.insert(outs.end(), l.begin(), l.end());
-  return collective(CohortWork::make(rank(), OpType::ALLGATHER_COALESCED,
-                                     "cohort:all_gather_coalesced", outs, w, unpack));
+  return collective(CohortWork::make(rank(), OpType::ALLGATHER_COALESCED, "cohort:all_gather",
+                                     inputs, outs, w, unpack));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
@@ -292,7 +294,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
   std::vector<at::Tensor> outs = root_list("gather", "outputs", outputs, root, rank(), getSize());
   auto w = pg_.gather(movable(outs), movable(in),
                       {.root = root, .timeout = to_timeout(opts.timeout)}, async_op);
-  return collective(CohortWork::make(rank(), OpType::GATHER, "cohort:gather", outs, w));
+  return collective(CohortWork::make(rank(), OpType::GATHER, "cohort:gather", inputs, outs, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
@@ -303,7 +305,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
   std::vector<at::Tensor> ins = root_list("scatter", "inputs", inputs, root, rank(), getSize());
   auto w = pg_.scatter(movable(out), movable(ins),
                        {.root = root, .timeout = to_timeout(opts.timeout)}, async_op);
-  return collective(CohortWork::make(rank(), OpType::SCATTER, "cohort:scatter", outputs, w));
+  return collective(CohortWork::make(rank(), OpType::SCATTER, "cohort:scatter", ins, outputs, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce_scatter(
@@ -317,8 +319,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce_scatter(
       out, inputs[0],
       {.op = to_reduce_op(opts.reduceOp, "reduce_scatter"), .timeout = to_timeout(opts.timeout)},
       async_op);
-  return collective(
-      CohortWork::make(rank(), OpType::REDUCE_SCATTER, "cohort:reduce_scatter", outputs, w));
+  return collective(CohortWork::make(rank(), OpType::REDUCE_SCATTER, "cohort:reduce_scatter",
+                                     inputs[0], outputs, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_reduce_scatter_base(
@@ -328,7 +330,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_reduce_scatter_base(
                                       .timeout = to_timeout(opts.timeout)},
                                      async_op);
   return collective(CohortWork::make(rank(), OpType::_REDUCE_SCATTER_BASE,
-                                     "cohort:_reduce_scatter_base", {output}, w));
+                                     "cohort:reduce_scatter_tensor", {output}, {output}, w));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall_base(
@@ -339,7 +341,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall_base(
   if (output_splits.empty() && input_splits.empty()) {
     auto w = pg_.all_to_all_single(movable(output), movable(input), o, async_op);
     return collective(
-        CohortWork::make(rank(), OpType::ALLTOALL_BASE, "cohort:all_to_all", {output}, w));
+        CohortWork::make(rank(), OpType::ALLTOALL_BASE, "cohort:all_to_all", {input}, {output}, w));
   }
   // Split sizes count rows (dim 0), as PyTorch's all_to_all_single.
   const auto n = static_cast<size_t>(getSize());
@@ -374,7 +376,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall_base(
                c10::toString(output.scalar_type()), c10::toString(input.scalar_type()));
   auto in_counts = counts("input", input, input_splits);
   auto out_counts = counts("output", output, output_splits);
-  return collective(all_to_all_bytes(OpType::ALLTOALL_BASE, {output}, output, input,
+  return collective(all_to_all_bytes(OpType::ALLTOALL_BASE, {input}, {output}, output, input,
                                      std::move(out_counts), std::move(in_counts), o, {}));
 }
 
@@ -396,7 +398,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall(std::vector<at::Tens
   }
   if (even) {
     auto w = pg_.all_to_all(movable(outputs), movable(inputs), o, async_op);
-    return collective(CohortWork::make(rank(), OpType::ALLTOALL, "cohort:all_to_all", outputs, w));
+    return collective(
+        CohortWork::make(rank(), OpType::ALLTOALL, "cohort:all_to_all", inputs, outputs, w));
   }
   // Tensors of several sizes: packed into one byte buffer each way.
   std::vector<size_t> in_counts(n), out_counts(n);
@@ -424,14 +427,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall(std::vector<at::Tens
       at_ += b;
     }
   };
-  return collective(all_to_all_bytes(OpType::ALLTOALL, outputs, recv, send, std::move(out_counts),
-                                     std::move(in_counts), o, unpack));
+  return collective(all_to_all_bytes(OpType::ALLTOALL, inputs, outputs, recv, send,
+                                     std::move(out_counts), std::move(in_counts), o, unpack));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::all_to_all_bytes(
-    OpType type, std::vector<at::Tensor> outputs, const at::Tensor& recv, const at::Tensor& send,
-    std::vector<size_t> out_counts, std::vector<size_t> in_counts,
-    const distributed::AllToAllOptions& o, std::function<void()> after) {
+    OpType type, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+    const at::Tensor& recv, const at::Tensor& send, std::vector<size_t> out_counts,
+    std::vector<size_t> in_counts, const distributed::AllToAllOptions& o,
+    std::function<void()> after) {
   COHORT_CHECK(send.device().is_cpu() && recv.device().is_cpu(),
                "all_to_all with uneven splits: the cohort backend takes CPU tensors here (got {} "
                "and {})",
@@ -439,8 +443,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::all_to_all_bytes(
   distributed::Work w = group_->all_to_all_v(send.nbytes() ? send.data_ptr() : nullptr, in_counts,
                                              recv.nbytes() ? recv.data_ptr() : nullptr, out_counts,
                                              DataType::kUInt8, o, async_op);
-  return CohortWork::make(rank(), type, "cohort:all_to_all", std::move(outputs), w, {send, recv},
-                          std::move(after));
+  return CohortWork::make(rank(), type, "cohort:all_to_all", inputs, std::move(outputs), w,
+                          {send, recv}, std::move(after));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::send(std::vector<at::Tensor>& tensors, int dst,
@@ -448,7 +452,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::send(std::vector<at::Tensor>&
   const at::Tensor& t = single("send", "tensors", tensors);
   COHORT_CHECK(tag >= 0, "send: tag must be >= 0, got {}", tag);
   auto w = pg_.send(movable(t), dst, {.tag = static_cast<uint32_t>(tag)}, async_op);
-  return CohortWork::make(rank(), OpType::SEND, "cohort:send", tensors, w);
+  return CohortWork::make(rank(), OpType::SEND, "cohort:send", tensors, tensors, w);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recv(std::vector<at::Tensor>& tensors, int src,
@@ -456,7 +460,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recv(std::vector<at::Tensor>&
   const at::Tensor& t = single("recv", "tensors", tensors);
   COHORT_CHECK(tag >= 0, "recv: tag must be >= 0, got {}", tag);
   auto w = pg_.recv(movable(t), src, {.tag = static_cast<uint32_t>(tag)}, async_op);
-  return CohortWork::make(rank(), OpType::RECV, "cohort:recv", tensors, w, {},
+  return CohortWork::make(rank(), OpType::RECV, "cohort:recv", tensors, tensors, w, {},
                           [src] { return src; });
 }
 
@@ -474,13 +478,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::recvAnysource(std::vector<at:
       group_->recv_any(m.numel() ? m.data_ptr() : nullptr, static_cast<size_t>(m.numel()),
                        libtorch::to_data_type(m.scalar_type(), op, "tensor"),
                        {.tag = static_cast<uint32_t>(tag)}, async_op);
-  return CohortWork::make(rank(), OpType::RECVANYSOURCE, "cohort:recvAnySource", tensors, w, {m},
-                          {}, [w] { return w.source_rank(); });
+  return CohortWork::make(rank(), OpType::RECVANYSOURCE, "cohort:recvAnySource", tensors, tensors,
+                          w, {m}, {}, [w] { return w.source_rank(); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOptions& opts) {
   auto w = pg_.barrier({.timeout = to_timeout(opts.timeout)}, async_op);
-  return collective(CohortWork::make(rank(), OpType::BARRIER, "cohort:barrier", {}, w));
+  return collective(CohortWork::make(rank(), OpType::BARRIER, "cohort:barrier", {}, {}, w));
 }
 
 void ProcessGroupCohort::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

@@ -117,12 +117,11 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
 
   // all_to_all with per-rank sizes: `in_counts[j]` bytes of `send` go to
   // rank j, `out_counts[i]` bytes from rank i land in `recv`.
-  c10::intrusive_ptr<c10d::Work> all_to_all_bytes(OpType type, std::vector<at::Tensor> outputs,
-                                                  const at::Tensor& recv, const at::Tensor& send,
-                                                  std::vector<size_t> out_counts,
-                                                  std::vector<size_t> in_counts,
-                                                  const distributed::AllToAllOptions& o,
-                                                  std::function<void()> after);
+  c10::intrusive_ptr<c10d::Work> all_to_all_bytes(
+      OpType type, const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+      const at::Tensor& recv, const at::Tensor& send, std::vector<size_t> out_counts,
+      std::vector<size_t> in_counts, const distributed::AllToAllOptions& o,
+      std::function<void()> after);
 
   std::shared_ptr<rendezvous::Store> store_;  // the group's PyTorch store, as cohort's
   std::shared_ptr<distributed::ProcessGroup> group_;

@@ -27,8 +27,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "pylib"))
 
 BACKEND = os.environ.setdefault("BACKEND", "cohort")
-AS_GLOO = BACKEND == "cohort_as_gloo"
+# The ranks are spawned processes that import this file again: they learn of
+# cohort_as_gloo from the marker, since BACKEND says "gloo" by then.
+AS_GLOO = BACKEND == "cohort_as_gloo" or os.environ.get("DIST_SUITE_AS_GLOO") == "1"
 if AS_GLOO:
+    os.environ["DIST_SUITE_AS_GLOO"] = "1"
     os.environ["BACKEND"] = BACKEND = "gloo"  # what the suite reads at import
 os.environ.setdefault("WORLD_SIZE", "2")
 if "TEMP_DIR" not in os.environ:
@@ -51,6 +54,17 @@ if AS_GLOO:
                                                      "default")
 
     c10d_py.ProcessGroupGloo = _cohort_for_gloo
+
+if BACKEND == "cohort" or AS_GLOO:
+    _init_process_group = dist.init_process_group
+
+    def _init_checked(*args, **kwargs):
+        # Proof that the suite's groups are cohort's, whatever name it gave.
+        _init_process_group(*args, **kwargs)
+        pg = dist.distributed_c10d._get_default_group()
+        assert isinstance(pg, cohort_torch.ProcessGroupCohort), f"not cohort's group: {pg!r}"
+
+    dist.init_process_group = _init_checked
 elif BACKEND == "gloo_plugin":
     def _gloo(store, rank, size, timeout):
         return dist.ProcessGroupGloo(store, rank, size, timeout)
@@ -69,6 +83,21 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
 )
+
+import torch.testing._internal.distributed.distributed_test as suite_module  # noqa: E402
+
+# The profiler's events carry the backend's name ("cohort:all_reduce"): the
+# suite checks them for the backends it lists, so list cohort; under
+# cohort_as_gloo the suite would look for "gloo:" events, which are not there
+# by design.
+_PROFILED = ("PROFILING_SUPPORTED_BACKENDS", "CUDA_PROFILING_SUPPORTED_BACKENDS",
+             "SEND_RECV_PROFILING_SUPPORTED_BACKENDS")
+for _name in _PROFILED:
+    _backends = getattr(suite_module, _name)
+    if BACKEND == "cohort":
+        _backends.append("cohort")
+    elif AS_GLOO:
+        _backends[:] = [b for b in _backends if b != "gloo"]
 
 torch.backends.cuda.matmul.allow_tf32 = False
 
