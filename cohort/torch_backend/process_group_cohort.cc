@@ -488,30 +488,63 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOp
 }
 
 void ProcessGroupCohort::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  const auto timeout =
-      opts.timeout.count() > 0 ? Duration(opts.timeout.count()) : group_->timeout();
+  // c10d's "unset" is the group's timeout; 0 is 0, as gloo takes it.
+  const Duration timeout =
+      opts.timeout.count() >= 0 ? Duration(opts.timeout.count()) : group_->timeout();
   const std::string base = fmt::format("cohort/monitored_barrier/{}/", monitored_barriers_++);
+  const std::string verdict_key = base + "verdict";
   const std::string what =
       fmt::format("monitored_barrier (group '{}', rank {})", group_->name(), rank());
   store_->set(base + std::to_string(rank()), std::string("1"));
   if (rank() != 0) {
+    // Rank 0 writes "ok", or why it failed; it waits up to `timeout` for each
+    // rank, so allow it that long plus a margin.
+    const std::string reached = fmt::format(
+        "{}: Rank {} successfully reached monitoredBarrier, but received errors while waiting "
+        "for send/recv from rank 0",
+        what, rank());
     try {
-      store_->wait({base + "released"}, timeout);
+      store_->wait({verdict_key}, timeout * getSize() + std::chrono::seconds(5));
     } catch (const TimeoutError&) {
       throw TimeoutError(fmt::format(
-          "{}: rank 0 did not release the barrier within {} ms (some rank did not arrive, or "
-          "rank 0 is gone)",
-          what, timeout.count()));
+          "{}: rank 0 gave no verdict within {} ms (it is gone or stuck). Please check rank 0 "
+          "logs for faulty rank.",
+          reached, timeout.count()));
+    }
+    const std::string verdict = store_->get_string(verdict_key);
+    if (verdict != "ok") {
+      throw TimeoutError(
+          fmt::format("{}: {}. Please check rank 0 logs for faulty rank.", reached, verdict));
     }
     return;
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto fail = [&](const std::string& why) {
+    store_->set(verdict_key, why);
+    throw TimeoutError(fmt::format("{}: {}", what, why));
+  };
   std::vector<int> missing;
   for (int r = 1; r < getSize(); ++r) {
-    auto left = std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
-    try {
-      store_->wait({base + std::to_string(r)}, std::max(left, Duration(1)));
-    } catch (const TimeoutError&) {
+    const auto left =
+        std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+    const std::string key = base + std::to_string(r);
+    if (left <= Duration::zero() && missing.empty() && !wait_all_ranks && !store_->check({key})) {
+      fail(
+          fmt::format("Rank 0 timed out in monitoredBarrier after {} ms (rank {} had not "
+                      "arrived)",
+                      timeout.count(), r));
+    }
+    bool arrived = true;
+    if (left > Duration::zero()) {
+      try {
+        store_->wait({key}, left);
+      } catch (const TimeoutError&) {
+        arrived = false;
+      }
+    } else {
+      arrived = store_->check({key});
+    }
+    if (!arrived) {
       missing.push_back(r);
       if (!wait_all_ranks) break;
     }
@@ -519,10 +552,10 @@ void ProcessGroupCohort::monitoredBarrier(const c10d::BarrierOptions& opts, bool
   if (!missing.empty()) {
     std::string ranks;
     for (int r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    throw TimeoutError(fmt::format("{}: Rank{} {} failed to pass monitoredBarrier in {} ms", what,
-                                   missing.size() > 1 ? "s" : "", ranks, timeout.count()));
+    fail(fmt::format("Rank{} {} failed to pass monitoredBarrier in {} ms",
+                     missing.size() > 1 ? "s" : "", ranks, timeout.count()));
   }
-  store_->set(base + "released", std::string("1"));
+  store_->set(verdict_key, std::string("ok"));
 }
 
 void ProcessGroupCohort::setSequenceNumberForGroup() {

@@ -248,10 +248,22 @@ def _monitored_barrier(rank, world, store):
         else:
             raise AssertionError("monitored_barrier passed with rank 1 missing")
     else:
+        # Late: rank 0 has given up, and its verdict names this rank.
         try:
             pg.monitored_barrier(timeout=timedelta(seconds=5))
         except RuntimeError as e:
-            assert "rank 0 did not release" in str(e), str(e)
+            assert "received errors while waiting for send/recv from rank 0" in str(e), str(e)
+            assert "Rank 1 failed to pass monitoredBarrier" in str(e), str(e)
+        else:
+            raise AssertionError("rank 1 passed a barrier rank 0 failed")
+    # Timeout 0 is 0, as gloo takes it.
+    if rank == 0:
+        try:
+            pg.monitored_barrier(timeout=timedelta(seconds=0))
+        except RuntimeError as e:
+            assert "Rank 0 timed out in monitoredBarrier" in str(e), str(e)
+        else:
+            raise AssertionError("a monitored_barrier with timeout 0 passed")
     dist.barrier()
     dist.destroy_process_group()
 
