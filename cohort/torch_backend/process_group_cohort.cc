@@ -1,5 +1,7 @@
 #include "cohort/torch_backend/process_group_cohort.h"
 
+#include <Python.h>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -143,11 +145,17 @@ ProcessGroupCohort::ProcessGroupCohort(std::shared_ptr<rendezvous::Store> store,
       pg_(std::move(group)) {}
 
 ProcessGroupCohort::~ProcessGroupCohort() {
+  // Python drops its last reference to a group with the GIL held, and
+  // destroy() waits for the group's thread, which may be releasing the last
+  // reference to a tensor Python owns (a finished op's Work), and that takes
+  // the GIL: wait without holding it.
+  PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   try {
     group_->destroy();
   } catch (const std::exception&) {
     // A destructor has nobody to tell; destroy() only fails the pending ops.
   }
+  if (saved) PyEval_RestoreThread(saved);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Tensor>& tensors,
