@@ -14,6 +14,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/distributed/process_group.h"
+#include "cohort/distributed/thread_ranks_testing.h"
 #include "cohort/rendezvous/hash_store.h"
 
 namespace cohort::distributed {
@@ -26,30 +27,14 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// fn(group) as n ranks of a native group over `transport`, on threads;
-// rethrows the first rank's failure once every rank has ended.
+// fn(group) as n ranks of a native group over `transport`, on threads.
 void run_ranks(int n, TransportKind transport, const std::function<void(ProcessGroup&)>& fn,
                Duration timeout = 30s) {
-  auto store = std::make_shared<rendezvous::HashStore>();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ProcessGroupOptions o;
-        o.name = "any";
-        o.timeout = timeout;
-        o.transport = transport;
-        fn(*ProcessGroup::create(BackendKind::kNative, store, r, n, o));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  ProcessGroupOptions o;
+  o.name = "any";
+  o.timeout = timeout;
+  o.transport = transport;
+  testing::run_ranks_with(n, o, [&](std::shared_ptr<ProcessGroup> pg) { fn(*pg); });
 }
 
 class ProcessGroupRecvAny : public ::testing::TestWithParam<TransportKind> {};
