@@ -18,6 +18,39 @@
 namespace cohort::autograd {
 namespace {
 
+// The callbacks of the outermost backward running on this thread; engine
+// threads of a concurrent run point at their caller's.
+struct CallbackQueue {
+  std::mutex mu;
+  std::vector<std::function<void()>> fns;
+};
+thread_local CallbackQueue* tl_callbacks = nullptr;
+
+// Runs `body` as a backward pass: the outermost one on this thread owns the
+// queue and runs what was queued once body returns.
+template <typename Body>
+void as_backward_pass(const Body& body) {
+  if (tl_callbacks != nullptr) {
+    body();
+    return;
+  }
+  CallbackQueue queue;
+  tl_callbacks = &queue;
+  struct Reset {
+    ~Reset() { tl_callbacks = nullptr; }
+  } reset;
+  body();
+  for (size_t i = 0;; ++i) {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(queue.mu);
+      if (i >= queue.fns.size()) break;
+      fn = std::move(queue.fns[i]);
+    }
+    fn();
+  }
+}
+
 struct Later {
   bool operator()(const Node* a, const Node* b) const {
     return a->sequence_nr() < b->sequence_nr();
@@ -160,8 +193,15 @@ class GraphRun {
     std::exception_ptr error;
     for (Node* s : starts_)
       if (deps_[s] == 0) ready.push(s);
+    CallbackQueue* callbacks = tl_callbacks;
     auto work = [&] {
       NoGradGuard no_grad;  // grad mode is per thread
+      CallbackQueue* const saved_callbacks = tl_callbacks;
+      tl_callbacks = callbacks;
+      struct Restore {
+        CallbackQueue* saved;
+        ~Restore() { tl_callbacks = saved; }
+      } restore{saved_callbacks};
       ThreadBudgetGuard budget(per_thread_budget);
       std::unique_lock<std::mutex> lock(mu);
       for (;;) {
@@ -276,9 +316,21 @@ std::vector<Tensor> run_whole(const std::shared_ptr<Node>& n, const Tensor& g,
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
   auto seeds = root_seeds(roots, grads, "backward");
   NoGradGuard no_grad;
-  GraphRun run(seeds, valid_edges, run_whole);
-  run.execute();
+  as_backward_pass([&] {
+    GraphRun run(seeds, valid_edges, run_whole);
+    run.execute();
+  });
 }
+
+void queue_callback(std::function<void()> fn) {
+  COHORT_CHECK(tl_callbacks != nullptr,
+               "queue_callback: called outside a backward pass (from a node or a grad-ready "
+               "hook while backward runs)");
+  std::lock_guard<std::mutex> lock(tl_callbacks->mu);
+  tl_callbacks->fns.push_back(std::move(fn));
+}
+
+bool in_backward() { return tl_callbacks != nullptr; }
 
 // ---- split backward ----
 
@@ -311,8 +363,10 @@ void DeferredGradients::run() {
     if (st->partial.count(n.get())) return n->apply(g, mask, /*release=*/true);
     return n->apply(g);
   };
-  GraphRun run(st->seeds, mask_of, run_node);
-  run.execute();
+  as_backward_pass([&] {
+    GraphRun run(st->seeds, mask_of, run_node);
+    run.execute();
+  });
 }
 
 DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
@@ -394,8 +448,10 @@ DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
         state->seeds.emplace_back(n->next_edges()[i].node, out[i]);
     return out;
   };
-  GraphRun run(b_seeds, b_mask, b_run);
-  run.execute();
+  as_backward_pass([&] {
+    GraphRun run(b_seeds, b_mask, b_run);
+    run.execute();
+  });
   DeferredGradients d;
   if (!state->seeds.empty()) d.state_ = std::move(state);
   return d;

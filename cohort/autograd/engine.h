@@ -21,6 +21,7 @@
 // Thread safety: independent graphs may run on different threads at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -78,5 +79,19 @@ class DeferredGradients {
 DeferredGradients run_backward_split(const std::vector<Tensor>& roots,
                                      const std::vector<Tensor>& grads,
                                      const std::vector<Tensor>& inputs);
+
+// ---- End-of-backward callbacks ----
+
+// From inside a backward (a node, a grad-ready hook): runs `fn` once the
+// outermost backward running on this thread has run its whole graph, before
+// it returns (PyTorch's Variable._execution_engine.queue_callback). A nested
+// backward (run from a node) leaves its callbacks to the outer one, so they
+// see every gradient of the pass. Callbacks run in the order queued, on the
+// thread that called backward, with grad mode off; one may queue more. An
+// exception from one propagates out of backward and the rest are dropped; a
+// failed backward drops them all. Throws InvalidArgument outside a backward.
+void queue_callback(std::function<void()> fn);
+// Whether a backward is running on this thread (queue_callback would take).
+bool in_backward();
 
 }  // namespace cohort::autograd

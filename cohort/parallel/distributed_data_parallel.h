@@ -26,10 +26,25 @@
 // Gradients: see reducer.h (buckets in reverse registration order, launched
 // during backward as they fill, .grad views into the buckets, no copies).
 // Reduction is finished when backward() returns. Buffers (e.g. BatchNorm
-// statistics) are broadcast from rank 0 at the start of every forward
-// (broadcast_buffers). no_sync() skips the averaging for forwards run inside
-// it (gradient accumulation): the next synchronised backward averages the
-// accumulated sum.
+// statistics) are broadcast from rank 0 at the start of a forward when the
+// previous forward was a synchronised one (PyTorch's
+// require_forward_param_sync: the first forward, and the first of each
+// no_sync accumulation window; broadcast_buffers). no_sync() skips the
+// averaging for forwards run inside it (gradient accumulation): the next
+// synchronised backward averages the accumulated sum.
+//
+// Forward: forward(x), forward_with(fn) for any call that returns one
+// tensor, forward_outputs(fn) for several (a tuple's or a named map's values,
+// some of which may stay out of the loss: with find_unused_parameters the
+// parameters behind those get no gradient, as in PyTorch). A module with no
+// parameter that requires grad is refused; params_and_buffers_to_ignore
+// (PyTorch's _set_params_and_buffers_to_ignore_for_model) leaves those out
+// of the model check, the broadcasts and the reduction.
+//
+// Uneven inputs: DDP is a Joinable (join.h). Under a Join a rank out of
+// batches shadows the others' buffer broadcasts and gradient reductions
+// with zeros; the divisor follows divide_by_initial_world_size; at the end
+// the model of the last rank to run out is broadcast to all.
 //
 // The wrapped module is child "module" (state_dict keys "module.fc1.weight",
 // as PyTorch's); module() gives the model itself for saving or evaluation.
@@ -47,6 +62,7 @@
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
 #include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/joinable.h"
 #include "cohort/parallel/model_check.h"
 #include "cohort/parallel/reducer.h"
 
@@ -70,13 +86,16 @@ struct DistributedDataParallelOptions {
   // Records each bucket's reduction (see ReducerOptions::tracer); must
   // outlive the DistributedDataParallel.
   Tracer* tracer = nullptr;
+  // Fully-qualified names ("fc1.weight", "bn.running_mean") DDP leaves alone;
+  // a name that is neither a parameter nor a buffer is refused.
+  std::vector<std::string> params_and_buffers_to_ignore = {};
 };
 
 // The bucket size DDP takes when bucket_cap_mb is unset, for gradients of
 // `gradient_bytes` in all.
 size_t auto_bucket_cap_bytes(size_t gradient_bytes);
 
-class DistributedDataParallel : public nn::Module {
+class DistributedDataParallel : public nn::Module, public Joinable {
  public:
   DistributedDataParallel(nn::ModulePtr module, std::shared_ptr<distributed::ProcessGroup> pg,
                           DistributedDataParallelOptions options = {});
@@ -89,6 +108,9 @@ class DistributedDataParallel : public nn::Module {
   // The same around any call of the module (several inputs, other methods):
   // fn(module()) must return the outputs that the loss is computed from.
   Tensor forward_with(const std::function<Tensor(nn::Module&)>& fn);
+  // The same for a call with several outputs (e.g. a tuple's elements, or a
+  // named map's values in a fixed order).
+  std::vector<Tensor> forward_outputs(const std::function<std::vector<Tensor>(nn::Module&)>& fn);
 
   // RAII: forwards run while it lives do not average gradients on backward.
   class NoSyncGuard {
@@ -116,18 +138,33 @@ class DistributedDataParallel : public nn::Module {
   distributed::ProcessGroup& process_group() const { return *pg_; }
   const Reducer& reducer() const { return *reducer_; }
 
+  // Joinable (join.h).
+  void join_shadow_iteration() override;
+  void join_finish(bool is_last_joiner) override;
+  distributed::ProcessGroup& join_process_group() override { return *pg_; }
+  Device join_device() const override;
+
  protected:
   nn::ModulePtr copy_shell() const override;
 
  private:
-  void sync_buffers();
-  void after_forward(const Tensor& out);
+  bool will_sync_buffers() const;
+  void sync_buffers(int root);
+  int buffer_authority(bool candidate);
+  void before_forward();
+  void after_forward(const std::vector<Tensor>& outs);
+  std::vector<Tensor> synced_buffers() const;
 
   nn::ModulePtr module_;
   std::shared_ptr<distributed::ProcessGroup> pg_;
   DistributedDataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
+  // Whether the previous forward synchronised (PyTorch's
+  // require_forward_param_sync): this forward then broadcasts the buffers.
+  bool require_forward_param_sync_ = true;
+  distributed::Work sync_flag_work_;  // the Join's "will this backward sync" exchange
+  Tensor sync_flag_;
 };
 
 }  // namespace cohort::parallel

@@ -35,6 +35,10 @@ std::vector<std::string> split_lines(const char* p, size_t n) {
       std::current_exception(), fmt::format("{} (rank {}): {} failed", what, rank, step)));
 }
 
+bool ignored(const IgnoredNames& ignore, const std::string& name) {
+  return std::find(ignore.begin(), ignore.end(), name) != ignore.end();
+}
+
 }  // namespace
 
 Device exchange_device(const distributed::ProcessGroup& pg, Device model_device) {
@@ -46,20 +50,23 @@ Device module_device(const nn::Module& module) {
   return kCPU;
 }
 
-std::vector<std::string> model_entries(const nn::Module& module) {
+std::vector<std::string> model_entries(const nn::Module& module, const IgnoredNames& ignore) {
   std::vector<std::string> out;
-  for (const auto& [name, t] : module.named_parameters())
+  for (const auto& [name, t] : module.named_parameters()) {
+    if (ignored(ignore, name)) continue;
     out.push_back(
         fmt::format("parameter '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
+  }
   for (const auto& [name, t] : module.named_buffers())
-    out.push_back(
-        fmt::format("buffer '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
+    if (!ignored(ignore, name))
+      out.push_back(
+          fmt::format("buffer '{}' {} {}", name, dtype_name(t.dtype()), shape_str(t.sizes())));
   return out;
 }
 
 void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
-                       const std::string& what) {
-  verify_same_entries(pg, model_entries(module), what, module_device(module));
+                       const std::string& what, const IgnoredNames& ignore) {
+  verify_same_entries(pg, model_entries(module, ignore), what, module_device(module));
 }
 
 void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::string>& entries,
@@ -128,10 +135,14 @@ void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::s
       rank, ranks, first.empty() ? "same entries, different hash" : first));
 }
 
-void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& module, int root) {
+void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& module, int root,
+                            const IgnoredNames& ignore) {
   if (pg.size() == 1) return;
-  std::vector<Tensor> tensors = module.parameters();
-  for (Tensor& b : module.buffers()) tensors.push_back(b);
+  std::vector<Tensor> tensors;
+  for (auto& [name, t] : module.named_parameters())
+    if (!ignored(ignore, name)) tensors.push_back(t);
+  for (auto& [name, t] : module.named_buffers())
+    if (!ignored(ignore, name)) tensors.push_back(t);
   std::vector<distributed::Work> works;
   std::vector<std::pair<Tensor, Tensor>> copies;
   for (Tensor& t : tensors) {

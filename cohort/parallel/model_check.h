@@ -29,8 +29,12 @@ Device exchange_device(const distributed::ProcessGroup& pg, Device model_device)
 // The device of a module's first parameter (the CPU without parameters).
 Device module_device(const nn::Module& module);
 
+// Fully-qualified names of parameters and buffers that a wrapper leaves
+// alone (DDP's params_and_buffers_to_ignore): not checked, not broadcast.
+using IgnoredNames = std::vector<std::string>;
+
 // One entry per parameter, then per buffer, in the module's order.
-std::vector<std::string> model_entries(const nn::Module& module);
+std::vector<std::string> model_entries(const nn::Module& module, const IgnoredNames& ignore = {});
 
 // Throws InvalidArgument on every rank unless every rank passed the same
 // entries (the message names the first difference and the ranks). `what`
@@ -42,9 +46,10 @@ void verify_same_entries(distributed::ProcessGroup& pg, const std::vector<std::s
 // verify_same_entries of model_entries(module): the same parameter and buffer
 // names, dtypes and shapes on every rank.
 void verify_same_model(distributed::ProcessGroup& pg, const nn::Module& module,
-                       const std::string& what);
+                       const std::string& what, const IgnoredNames& ignore = {});
 
 // Copies rank `root`'s parameters and buffers into every rank's.
-void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& module, int root = 0);
+void broadcast_module_state(distributed::ProcessGroup& pg, const nn::Module& module, int root = 0,
+                            const IgnoredNames& ignore = {});
 
 }  // namespace cohort::parallel

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "cohort/autograd/engine.h"
 #include "cohort/autograd/node.h"
 #include "cohort/base/log.h"
 #include "cohort/parallel/buckets.h"
 #include "cohort/parallel/flat_layout.h"
+#include "cohort/parallel/model_check.h"
 
 namespace cohort::parallel {
 
@@ -22,6 +24,7 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
     params_.push_back(Param{name, t, Tensor(), 0, GradHookHandle()});
   }
   build_buckets(options_.bucket_cap_bytes);
+  had_grad_.assign(params_.size(), false);
   std::vector<std::string> names;
   for (const Param& p : params_) names.push_back(p.name);
   std::vector<std::vector<size_t>> groups;
@@ -47,10 +50,13 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
                              }});
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = params_[i];
-    // Keep whatever gradient the parameter already has.
+    // Keep whatever gradient the parameter already has; one without keeps
+    // none until the first forward.
     Tensor g = p.tensor.grad();
-    if (g.defined()) p.view.copy_(g);
-    p.tensor.set_grad(p.view);
+    if (g.defined()) {
+      p.view.copy_(g);
+      p.tensor.set_grad(p.view);
+    }
     p.hook = p.tensor.register_grad_ready_hook([this, i](Tensor&) { on_grad_ready(i); });
   }
 }
@@ -124,7 +130,54 @@ void Reducer::begin_iteration() {
   std::lock_guard<std::mutex> lock(mu_);
   scheduler_->throw_if_unfinished();
   scheduler_->reset();
+  if (!window_open_) {
+    // What "keeps the .grad it had" means for this step's unused parameters.
+    for (size_t i = 0; i < params_.size(); ++i) had_grad_[i] = params_[i].tensor.grad().defined();
+    kept_.clear();
+    window_open_ = true;
+  }
   for (Param& p : params_) restore_view(p);
+}
+
+void Reducer::keep_grad_if_unused(size_t index) {
+  if (!had_grad_[index] || scheduler_->locally_used()[index]) return;
+  for (const auto& [k, t] : kept_)
+    if (k == index) return;
+  kept_.emplace_back(index, params_[index].view.clone());
+}
+
+void Reducer::restore_unused_grads(const std::vector<uint8_t>& global_used) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (global_used[i] != 0) continue;
+    Param& p = params_[i];
+    if (!had_grad_[i]) {
+      p.tensor.set_grad(Tensor());
+      continue;
+    }
+    for (const auto& [k, t] : kept_) {
+      if (k != i) continue;
+      p.view.copy_(t);
+      p.tensor.set_grad(p.view);
+    }
+  }
+}
+
+void Reducer::set_join_count(JoinCount count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  join_count_ = std::move(count);
+}
+
+void Reducer::shadow_reduction() {
+  std::lock_guard<std::mutex> lock(mu_);
+  scheduler_->reset();
+  for (Bucket& b : buckets_) b.buffer.zero_();
+  shadowing_ = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{shadowing_};
+  scheduler_->arm();
+  if (scheduler_->mark_all_ready()) finalize();
 }
 
 void Reducer::skip_sync() {
@@ -168,8 +221,12 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
     }
   }
   std::vector<size_t> unused;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (!used[i]) unused.push_back(i);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (used[i]) continue;
+    unused.push_back(i);
+    keep_grad_if_unused(i);
+  }
+  end_queued_ = false;
   // Marked at the first hook, not now, so that a forward without a backward
   // (evaluation with grad mode on) launches nothing.
   scheduler_->arm(std::move(unused));
@@ -177,7 +234,21 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
 
 void Reducer::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (options_.find_unused_parameters && scheduler_->armed() && !end_queued_ &&
+      autograd::in_backward()) {
+    end_queued_ = true;
+    autograd::queue_callback([this] { on_backward_end(); });
+  }
   if (scheduler_->mark_ready(index)) finalize();
+}
+
+void Reducer::on_backward_end() {
+  std::lock_guard<std::mutex> lock(mu_);
+  end_queued_ = false;
+  if (!scheduler_->unfinished()) return;  // every parameter got its gradient
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!scheduler_->is_ready(i)) keep_grad_if_unused(i);
+  if (scheduler_->mark_rest_unused()) finalize();
 }
 
 BucketReduction Reducer::launch(size_t i) {
@@ -197,7 +268,36 @@ void Reducer::finalize() {
   // Backward's gradients are all computed once the last bucket is launched:
   // from then on backward only waits, whichever thread had the CPU.
   const auto all_launched = buckets_.empty() ? Tracer::Clock::now() : buckets_.back().launched;
+  // Which parameters some rank used: launched after the last bucket, as
+  // every rank does, and waited for after them.
+  Tensor used;
+  distributed::Work used_work;
+  if (options_.find_unused_parameters) {
+    const std::vector<uint8_t>& local = scheduler_->locally_used();
+    used = Tensor::zeros({static_cast<int64_t>(local.size())}, DType::kUInt8);
+    if (!shadowing_) std::copy(local.begin(), local.end(), used.data_ptr<uint8_t>());
+    const Device dev = params_.empty() ? kCPU : exchange_device(*pg_, params_[0].tensor.device());
+    if (!dev.is_cpu()) used = used.to(dev);
+    used_work = pg_->all_reduce(used, {.op = distributed::ReduceOp::kMax}, distributed::async_op);
+  }
+  std::optional<JoinCount> count = std::move(join_count_);
+  join_count_.reset();
   scheduler_->wait_all();
+  if (count) {
+    count->work.wait();
+    const double training = count->count.cpu().item<float>();
+    if (training > 0 && training != pg_->size()) {
+      for (Bucket& b : buckets_) b.buffer.mul_(pg_->size() / training);
+    }
+  }
+  if (used_work.defined()) {
+    used_work.wait();
+    used = used.to(kCPU);
+    const uint8_t* u = used.data_ptr<uint8_t>();
+    if (!shadowing_) restore_unused_grads(std::vector<uint8_t>(u, u + used.numel()));
+  }
+  window_open_ = false;
+  kept_.clear();
   if (options_.tracer != nullptr) {
     options_.tracer->span("main", "wait for gradient reduction", "comm", all_launched,
                           Tracer::Clock::now());

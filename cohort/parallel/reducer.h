@@ -14,8 +14,9 @@
 // arrive in.
 //
 // No copies: each parameter's .grad is set (Tensor::set_grad) to a view into
-// its bucket, so backward accumulates straight into the bucket and the
-// all_reduce result is the parameter's gradient. If something replaces a
+// its bucket (from the first forward on; a parameter without a gradient has
+// none until then, as PyTorch's), so backward accumulates straight into the
+// bucket and the all_reduce result is the parameter's gradient. If something replaces a
 // .grad (zero_grad(set_to_none), a user's set_grad), the next forward -- or
 // the grad-ready hook, if it happens in between -- copies it back into the
 // bucket and restores the view.
@@ -28,12 +29,22 @@
 // (the "finalize" point). Without prepare_for_backward (no_sync, grad mode
 // off) the hooks do nothing and gradients just accumulate in the buckets.
 //
+// Unused parameters (find_unused_parameters): those the autograd graph
+// does not reach from forward's outputs are marked ready at the first hook,
+// and those still without a gradient when backward ends (an output left out
+// of the loss) at its end (autograd::queue_callback); their bucket slices
+// take part with their local value (zero, or what no_sync accumulated). A
+// bitmap of the parameters each rank used since the last synchronised step
+// is then all-reduced (max), as PyTorch's local_used_map: a parameter no
+// rank used keeps the .grad it had before (undefined after
+// zero_grad(set_to_none), so optimizers skip it; PyTorch's
+// test_undefined_grad_parity_unused_parameters), one used somewhere gets the
+// average. Without find_unused_parameters a parameter that got no gradient
+// keeps its bucket from launching, and the next prepare_for_backward throws,
+// naming it.
+//
 // Failure: a failed all_reduce propagates out of backward() with its type
-// (PeerLost, TimeoutError, ...). A parameter that got no gradient keeps its
-// bucket from launching; with find_unused_parameters the unused ones are
-// found by walking the autograd graph from forward's outputs and marked ready
-// (their bucket slices keep their local value: zero after zero_grad), else the
-// next prepare_for_backward throws, naming them.
+// (PeerLost, TimeoutError, ...).
 // The counting, ordering, waiting and naming are the ReductionScheduler's
 // (reduction_scheduler.h), shared with ZeRO and the LibTorch adapter; the
 // Reducer owns the buckets and the views.
@@ -44,6 +55,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +63,7 @@
 #include "cohort/core/tensor.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/joinable.h"
 #include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::parallel {
@@ -87,6 +100,14 @@ class Reducer {
 
   void set_comm_hook(CommHook hook);
 
+  // Join (join.h), on a rank still training: this iteration's gradients are
+  // averaged over the ranks `count` says still train, not over the world.
+  void set_join_count(JoinCount count);
+  // Join, on a rank out of inputs: one iteration's reductions with zero
+  // gradients (every bucket through the comm hook, in order, then the
+  // unused-parameter bitmap), matching the others' backward.
+  void shadow_reduction();
+
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter names per bucket, in reduction order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
@@ -96,6 +117,7 @@ class Reducer {
   int64_t num_reductions() const { return scheduler_->num_completed(); }
   // Bytes the comm hooks handed to the collectives so far (BucketReduction::bytes).
   size_t reduced_bytes() const { return scheduler_->launched_bytes(); }
+  bool find_unused_parameters() const { return options_.find_unused_parameters; }
 
  private:
   struct Param {
@@ -113,8 +135,11 @@ class Reducer {
 
   void build_buckets(size_t cap_bytes);
   void on_grad_ready(size_t index);
+  void on_backward_end();
   BucketReduction launch(size_t i);
   void finalize();
+  void keep_grad_if_unused(size_t index);
+  void restore_unused_grads(const std::vector<uint8_t>& global_used);
   void trace_bucket(size_t i, const distributed::Work& w, size_t wire_bytes);
   void restore_view(Param& p);
 
@@ -122,6 +147,15 @@ class Reducer {
   ReducerOptions options_;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
+  // Since the last synchronised step: whether each parameter had a .grad
+  // when it began, and the values of those that had one but were marked
+  // unused (restored if no rank used them).
+  bool window_open_ = false;
+  std::vector<bool> had_grad_;
+  std::vector<std::pair<size_t, Tensor>> kept_;
+  bool end_queued_ = false;  // this backward's on_backward_end is queued
+  bool shadowing_ = false;   // in shadow_reduction
+  std::optional<JoinCount> join_count_;
   std::mutex mu_;
   // After buckets_: goes first, waiting for what still writes into them.
   std::unique_ptr<ReductionScheduler> scheduler_;

@@ -35,6 +35,7 @@ ReductionScheduler::ReductionScheduler(std::vector<std::string> key_names,
     }
   }
   ready_.assign(names_.size(), false);
+  used_.assign(names_.size(), 0);
   reset();
 }
 
@@ -85,6 +86,7 @@ void ReductionScheduler::throw_if_unfinished() {
 }
 
 bool ReductionScheduler::mark_ready(size_t key) {
+  used_[key] = 1;
   if (!armed_) return false;  // no_sync, or no forward through the wrapper
   try {
     any_ready_ = true;
@@ -121,6 +123,22 @@ bool ReductionScheduler::mark_all_ready() {
     }
     launch_ready();
     return true;
+  } catch (...) {
+    reset();
+    throw;
+  }
+}
+
+bool ReductionScheduler::mark_rest_unused() {
+  if (!armed_) return false;
+  try {
+    const size_t before = launch_ ? next_launch_ : accumulated_;
+    unused_marked_ = true;
+    for (size_t k = 0; k < names_.size(); ++k)
+      if (!ready_[k] && group_of_[k] != kNoGroup) mark_one(k);
+    any_ready_ = true;
+    if (launch_) return before < groups_.size() && next_launch_ == groups_.size();
+    return before < groups_.size() && accumulated_ == groups_.size();
   } catch (...) {
     reset();
     throw;
@@ -204,6 +222,7 @@ void ReductionScheduler::wait_all() {
   }
   armed_ = false;
   any_ready_ = false;
+  std::fill(used_.begin(), used_.end(), uint8_t{0});
   ++num_completed_;
 }
 

@@ -109,6 +109,7 @@ class ReductionScheduler {
   // without waiting (after a failure they were waited for already).
   void reset();
   bool armed() const { return armed_; }
+  bool is_ready(size_t key) const { return ready_[key]; }
   bool launching() const { return launch_; }
   // Armed and some key is ready, but the iteration did not end.
   bool unfinished() const { return armed_ && any_ready_; }
@@ -126,6 +127,14 @@ class ReductionScheduler {
   bool mark_ready(size_t key);
   // Every key of every group ready at once (a reduction outside backward).
   bool mark_all_ready();
+  // The end of a backward in which some keys got no gradient (an output
+  // left out of the loss): marks them ready as unused; as mark_ready.
+  bool mark_rest_unused();
+  // Per key: 1 if it got a gradient of its own (mark_ready, armed or not:
+  // no_sync backwards count) since the last finished iteration, 0 if not or
+  // if it was only marked as unused. What find_unused_parameters all-reduces
+  // to learn which parameters no rank used.
+  const std::vector<uint8_t>& locally_used() const { return used_; }
   // Finishes every launched group in order, then every follow-up; ends the
   // iteration (disarmed, num_completed() + 1). On failure see above.
   void wait_all();
@@ -157,6 +166,7 @@ class ReductionScheduler {
   bool any_ready_ = false;
   bool unused_marked_ = false;
   std::vector<bool> ready_;
+  std::vector<uint8_t> used_;  // kept across no_sync iterations
   std::vector<size_t> unused_;
   std::vector<size_t> pending_;  // per group: keys not ready yet
   std::vector<BucketReduction> reductions_;

@@ -193,7 +193,12 @@ TEST(DDP, BucketsFollowReverseRegistrationOrder) {
             {"fc1.weight"},
             {"conv2.bias", "conv2.weight", "conv1.bias", "conv1.weight"}};
         if (names != want) throw Error("unexpected bucket assignment");
-        // Every .grad is a view into its bucket.
+        // No .grad before the first backward, as PyTorch's; then every .grad
+        // is a view into its bucket.
+        for (const Tensor& p : ddp.parameters())
+          if (p.grad().defined()) throw Error("a parameter has a .grad before any backward");
+        auto [x, y] = batch_of(0);
+        nll_loss(ddp.forward(x.narrow(0, rank * 32, 32)), y.narrow(0, rank * 32, 32)).backward();
         auto params = ddp.module().named_parameters();
         for (size_t b = 0; b < names.size(); ++b)
           for (const auto& n : names[b])
@@ -213,14 +218,13 @@ TEST(DDP, BucketsLaunchDuringBackward) {
         // When the first bucket (fc2, fc1.bias) is launched, conv1's gradient
         // -- the last one backward computes -- must not exist yet.
         std::vector<bool> conv1_done_at_launch;
-        Tensor conv1_grad;
         CommHook inner = allreduce_hook();
         CommHook spy = [&](distributed::ProcessGroup& g, GradBucket& b) {
+          Tensor conv1_grad = model->conv1().weight().grad();
           conv1_done_at_launch.push_back(sum(abs(conv1_grad)).item<double>() != 0.0);
           return inner(g, b);
         };
         DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.05, .comm_hook = spy});
-        conv1_grad = model->conv1().weight().grad();
         auto [x, y] = batch_of(0);
         ddp.zero_grad();
         nll_loss(ddp.forward(x.narrow(0, rank * 32, 32)), y.narrow(0, rank * 32, 32)).backward();
