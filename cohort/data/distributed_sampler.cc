@@ -20,6 +20,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, const Options& opti
   if (options.drop_last && n % r != 0) {
     num_samples_ = (n - r + r - 1) / r;  // ceil((n - r) / r), as PyTorch
     if (n < r) num_samples_ = 0;
+  } else if (!options.drop_last && !options.pad) {
+    num_samples_ = n / r + (options.rank < n % r ? 1 : 0);
   } else {
     num_samples_ = (n + r - 1) / r;
   }
@@ -32,6 +34,13 @@ std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   } else {
     order.resize(static_cast<size_t>(dataset_size_));
     std::iota(order.begin(), order.end(), int64_t{0});
+  }
+  if (!options_.drop_last && !options_.pad) {
+    std::vector<int64_t> mine;
+    mine.reserve(static_cast<size_t>(num_samples_));
+    for (int64_t i = options_.rank; i < dataset_size_; i += options_.num_replicas)
+      mine.push_back(order[static_cast<size_t>(i)]);
+    return mine;
   }
   const int64_t total = total_size();
   if (!options_.drop_last) {

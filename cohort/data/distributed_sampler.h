@@ -8,6 +8,10 @@
 //     until its length divides by num_replicas (every rank gets
 //     ceil(n / R) indices); with drop_last the tail is dropped (floor(n / R));
 //   - rank r takes positions r, r + R, r + 2R, ...
+//   - pad = false (not in PyTorch's sampler; uneven inputs, for a Join,
+//     parallel/join.h): without drop_last nothing is repeated either, so
+//     rank r takes the positions r, r + R, ... below n: ceil(n / R) indices
+//     on the first n % R ranks, floor(n / R) on the others.
 // As in PyTorch the sampler never moves to the next epoch by itself: call
 // set_epoch(epoch) before each epoch. Iterating a shuffling sampler again
 // without changing the epoch repeats the same order -- a known trap -- and
@@ -27,6 +31,7 @@ class DistributedSampler final : public Sampler {
     bool shuffle = true;
     uint64_t seed = 0;
     bool drop_last = false;
+    bool pad = true;  // without drop_last: repeat indices so that every rank gets ceil(n / R)
   };
 
   // Throws InvalidArgument unless num_replicas >= 1, 0 <= rank < num_replicas
@@ -38,7 +43,10 @@ class DistributedSampler final : public Sampler {
 
   const Options& options() const { return options_; }
   // Indices over all ranks per epoch (num_samples * num_replicas).
-  int64_t total_size() const { return num_samples_ * options_.num_replicas; }
+  int64_t total_size() const {
+    return !options_.drop_last && !options_.pad ? dataset_size_
+                                                : num_samples_ * options_.num_replicas;
+  }
   // Whether the same-epoch warning has been logged.
   bool warned_repeated_epoch() const { return warned_; }
 

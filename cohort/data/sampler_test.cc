@@ -166,6 +166,26 @@ TEST(DistributedSampler, MatchesPyTorchOnFullSizeDataSets) {
   EXPECT_EQ(weighted_sum(lb), 706791442);
 }
 
+TEST(DistributedSampler, WithoutPaddingEveryIndexOnceAndCountsDifferByOne) {
+  // pad = false: uneven inputs (for a Join): n indices over the ranks, none
+  // repeated, the first n % R ranks one more.
+  for (int64_t n : {0, 1, 9, 10, 11, 64}) {
+    const int64_t replicas = 4;
+    std::multiset<int64_t> all;
+    for (int64_t r = 0; r < replicas; ++r) {
+      DistributedSampler s(n, {.num_replicas = replicas, .rank = r, .seed = 5, .pad = false});
+      s.set_epoch(1);
+      auto idx = s.begin_epoch();
+      EXPECT_EQ(static_cast<int64_t>(idx.size()), n / replicas + (r < n % replicas ? 1 : 0));
+      EXPECT_EQ(s.size(), static_cast<int64_t>(idx.size()));
+      EXPECT_EQ(s.total_size(), n);
+      all.insert(idx.begin(), idx.end());
+    }
+    EXPECT_EQ(static_cast<int64_t>(all.size()), n);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(all.count(i), 1u) << "n=" << n << " i=" << i;
+  }
+}
+
 TEST(DistributedSampler, RanksPartitionThePaddedOrder) {
   for (bool drop_last : {false, true}) {
     for (int64_t n : {1, 9, 10, 11, 64}) {

@@ -35,6 +35,10 @@ ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy str
   if (strategy != Strategy::kDp) threads_ = num_threads();
 }
 
+parallel::Joinable* ReplicatedStrategy::joinable() {
+  return dynamic_cast<parallel::DistributedDataParallel*>(wrapper_.get());
+}
+
 int ReplicatedStrategy::data_replicas() const { return world_ ? world_->size() : 1; }
 
 int ReplicatedStrategy::data_rank() const { return world_ ? world_->rank() : 0; }

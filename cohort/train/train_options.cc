@@ -124,6 +124,18 @@ void TrainOptions::validate() const {
                "--bf16-weights applies to the strategies that hold the whole model on every "
                "worker (single, ddp, dp or auto), not --strategy {}",
                strategy_name(strategy));
+  COHORT_CHECK(drop_last != false || strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
+                   strategy == Strategy::kDdp || strategy == Strategy::kDp,
+               "--drop-last false leaves ranks with different numbers of batches, which only DDP "
+               "trains (under a Join): use --strategy ddp (or single, dp, auto), not --strategy {}",
+               strategy_name(strategy));
+  COHORT_CHECK(!drop_last || !is_language_model(),
+               "--drop-last applies to the image data sets; a language model's steps draw random "
+               "windows (--steps-per-epoch sets their number)");
+  COHORT_CHECK(drop_last != false || checkpoint_every == 0,
+               "--drop-last false with --checkpoint-every: a rank out of batches cannot take "
+               "part in a checkpoint in the middle of an epoch; checkpoint at epoch ends only "
+               "(--checkpoint-every 0)");
   COHORT_CHECK(epochs >= 1, "--epochs must be >= 1, got {}", epochs);
   COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);
   double l = effective_lr();

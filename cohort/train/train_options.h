@@ -34,7 +34,13 @@ struct TrainOptions {
   DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string data_dir;  // "": the data set's default directory
   int64_t epochs = 1;
-  int64_t batch_size = 64;         // per process (DDP) / per step (DP: split over replicas)
+  int64_t batch_size = 64;  // per process (DDP) / per step (DP: split over replicas)
+  // Unset: the sampler pads so that every rank has as many batches
+  // (PyTorch's DistributedSampler). true: the tail that does not fill a rank,
+  // and the last incomplete batch, are dropped. false: nothing is dropped or
+  // repeated, so ranks may hold different numbers of batches and DDP trains
+  // them under a Join (parallel/join.h).
+  std::optional<bool> drop_last;
   std::optional<double> lr;        // default: 0.01 for Net, 0.001 for ToyModel (docs/reference.md)
   std::optional<double> momentum;  // SGD only; default: 0.9 for Net, 0 for ToyModel
   OptimizerKind optimizer = OptimizerKind::kSgd;

@@ -35,6 +35,7 @@
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
 #include "cohort/optim/optimizer.h"
+#include "cohort/parallel/joinable.h"
 #include "cohort/train/train_options.h"
 #include "cohort/train/workload.h"
 
@@ -66,6 +67,9 @@ class TrainStrategy {
   // known (it throws to stop a diverged run). Returns the step's loss as the
   // Trainer reports it (this replica's batch).
   virtual double step(const data::Batch& batch, const std::function<void(double)>& check) = 0;
+  // What a Join (parallel/join.h) wraps when ranks hold different numbers of
+  // batches (--drop-last false); null: this strategy cannot train them.
+  virtual parallel::Joinable* joinable() { return nullptr; }
 
   // Collective: full_model() (and, with optimizer, full_optimizer()) holds
   // the current state on every rank that reads it (all ranks for the model,

@@ -14,6 +14,7 @@
 #include "cohort/data/distributed_sampler.h"
 #include "cohort/data/window_dataset.h"
 #include "cohort/distributed/backend_choice.h"
+#include "cohort/parallel/join.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/run_trace.h"
@@ -197,10 +198,13 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
     so.rank = strategy_->data_rank();
     so.shuffle = true;
     so.seed = o_.seed;
+    so.drop_last = o_.drop_last.value_or(false);
+    so.pad = !o_.drop_last.has_value();
     sampler_ = std::make_shared<data::DistributedSampler>(splits_.train->size(), so);
   }
   data::DataLoaderOptions lo;
   lo.batch_size = o_.batch_size;
+  lo.drop_last = o_.drop_last.value_or(false);
   lo.prefetch = o_.prefetch;
   // On a GPU, batches cross on the loader's thread and side stream while the
   // step computes: prefetch at least two.
@@ -296,6 +300,17 @@ void Run::run_epoch(int64_t epoch) {
   const auto t0 = Clock::now();
   double local_samples_run = 0;  // this stretch, this rank
   bool stopped = false;
+  // --drop-last false: ranks may hold different numbers of batches; a rank
+  // out of them shadows the others' steps until all are.
+  std::optional<parallel::Join> join;
+  if (o_.drop_last == false && pg_ != nullptr && pg_->size() > 1) {
+    parallel::Joinable* joinable = strategy_->joinable();
+    COHORT_CHECK(joinable != nullptr,
+                 "cohort train: --drop-last false needs a strategy that trains uneven inputs "
+                 "(ddp), not {}",
+                 strategy_name(info_.strategy));
+    join.emplace(std::vector<parallel::Joinable*>{joinable});
+  }
   // The loader produces the next batch between two loop bodies.
   Tracer::Clock::time_point fetch_start = Tracer::Clock::now();
   for (data::Batch& b : *loader_) {
@@ -337,6 +352,14 @@ void Run::run_epoch(int64_t epoch) {
       break;
     }
     fetch_start = Tracer::Clock::now();
+  }
+  if (join) {
+    join->finish();
+    // Every rank counts the steps of the longest.
+    Tensor steps = Tensor::from_vector(std::vector<int64_t>{step_, step_in_epoch});
+    pg_->all_reduce(steps, {.op = distributed::ReduceOp::kMax});
+    step_ = steps.to_vector<int64_t>()[0];
+    step_in_epoch = steps.to_vector<int64_t>()[1];
   }
   const double seconds = totals_.seconds + seconds_since(t0);
   const data::SamplerState position = loader_->state();

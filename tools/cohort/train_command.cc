@@ -28,6 +28,7 @@ struct TrainArgs {
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
   double weight_decay = 0;
   double bucket_cap_mb = 0;
+  std::string drop_last;
   std::string strategy = "auto";
   std::string device = "cpu";
   std::string zero_stage = "2";
@@ -105,6 +106,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     }
     if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
     if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
+    if (app->count("--drop-last") > 0) o.drop_last = args->drop_last == "true";
     o.strategy = train::parse_strategy(args->strategy);
     o.device = Device(args->device);
     if (o.strategy == train::Strategy::kPipeline) {
@@ -208,6 +210,12 @@ std::function<int()> setup(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")
       ->capture_default_str();
+  app.add_option("--drop-last", args->drop_last,
+                 "true: drop the samples that do not fill every rank and the last incomplete "
+                 "batch; false: drop and repeat nothing, so ranks may hold different numbers of "
+                 "batches (DDP trains them under a Join). Unset: pad, as PyTorch's "
+                 "DistributedSampler")
+      ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--max-steps", o.max_steps, "Stop after this many optimizer steps (0: no limit)")
       ->capture_default_str();
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
