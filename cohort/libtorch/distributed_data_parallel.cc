@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -22,6 +23,7 @@
 #include "cohort/base/error.h"
 #include "cohort/libtorch/ready_hook.h"
 #include "cohort/parallel/buckets.h"
+#include "cohort/parallel/join.h"
 #include "cohort/parallel/model_check.h"
 #include "cohort/parallel/reduction_scheduler.h"
 
@@ -46,9 +48,10 @@ std::vector<std::string> model_entries(const torch::nn::Module& module) {
   return out;
 }
 
-// Collective: rank 0's values of `tensors` on every rank, one broadcast per
-// dtype and device (the flat copy lives where its tensors do).
-void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors) {
+// Collective: rank `root`'s values of `tensors` on every rank, one broadcast
+// per dtype and device (the flat copy lives where its tensors do).
+void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors,
+                         int root = 0) {
   at::NoGradGuard no_grad;
   std::map<std::pair<int, std::string>, std::vector<at::Tensor>> by_dtype;
   for (const at::Tensor& t : tensors)
@@ -57,7 +60,7 @@ void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& 
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : list) flat_parts.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flat_parts);
-    pg.broadcast(flat, {.root = 0});
+    pg.broadcast(flat, {.root = root});
     int64_t off = 0;
     for (const at::Tensor& t : list) {
       t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
@@ -92,6 +95,15 @@ struct DistributedDataParallel::Impl {
   // After buckets: goes first, waiting for what still writes into them.
   std::unique_ptr<parallel::ReductionScheduler> scheduler;
   ReductionTrace trace, last_trace;
+  // find_unused_parameters, as cohort's reducer (parallel/reducer.h): since
+  // the last synchronised step, whether each .grad was defined when it began
+  // and the values of those marked unused (restored if no rank used them).
+  bool window_open = false;
+  std::vector<bool> had_grad;
+  std::vector<std::pair<size_t, at::Tensor>> kept;
+  bool end_queued = false;
+  bool shadowing = false;  // a Join's shadow of the others' backward
+  std::optional<parallel::JoinCount> join_count;
 
   void build_buckets(size_t cap_bytes);
   void make_scheduler();
@@ -101,6 +113,10 @@ struct DistributedDataParallel::Impl {
   void reset_iteration();
   void prepare_for_backward(const std::vector<at::Tensor>& outputs);
   void on_grad_ready(size_t index);
+  void on_backward_end();
+  void keep_if_unused(size_t index);
+  void restore_unused(const std::vector<uint8_t>& global_used);
+  void shadow_reduction();
   void on_ready(size_t index);
   parallel::BucketReduction launch(size_t i);
   void finalize();
@@ -196,7 +212,74 @@ void DistributedDataParallel::Impl::begin_iteration() {
   if (scheduler->unfinished()) trace = ReductionTrace{};
   scheduler->throw_if_unfinished();
   reset_iteration();
+  if (!window_open) {
+    for (size_t i = 0; i < params.size(); ++i) had_grad[i] = grad_of(params[i]).defined();
+    kept.clear();
+    window_open = true;
+  }
   for (Param& p : params) restore_view(p);
+}
+
+void DistributedDataParallel::Impl::keep_if_unused(size_t index) {
+  // Copy mode leaves .grad itself alone: nothing to keep.
+  if (!options.gradient_as_bucket_view || !had_grad[index] || scheduler->locally_used()[index])
+    return;
+  for (const auto& [k, t] : kept)
+    if (k == index) return;
+  at::NoGradGuard no_grad;
+  kept.emplace_back(index, params[index].view.clone());
+}
+
+void DistributedDataParallel::Impl::restore_unused(const std::vector<uint8_t>& global_used) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (global_used[i] != 0) continue;
+    Param& p = params[i];
+    if (!had_grad[i]) {
+      grad_of(p) = at::Tensor();
+      continue;
+    }
+    for (const auto& [k, t] : kept) {
+      if (k != i) continue;
+      p.view.copy_(t);
+      grad_of(p) = p.view;
+    }
+  }
+}
+
+void DistributedDataParallel::Impl::on_backward_end() {
+  std::lock_guard<std::mutex> lock(mu);
+  end_queued = false;
+  if (!scheduler->unfinished()) return;
+  try {
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!scheduler->is_ready(i)) keep_if_unused(i);
+    if (scheduler->mark_rest_unused()) finalize();
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+}
+
+void DistributedDataParallel::Impl::shadow_reduction() {
+  std::lock_guard<std::mutex> lock(mu);
+  reset_iteration();
+  {
+    at::NoGradGuard no_grad;
+    for (Bucket& b : buckets) b.buffer.zero_();
+  }
+  shadowing = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{shadowing};
+  scheduler->arm();
+  try {
+    if (scheduler->mark_all_ready()) finalize();
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
 }
 
 void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
@@ -232,8 +315,12 @@ void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::T
     for (const torch::autograd::Edge& e : n->next_edges()) visit(e.function.get());
   }
   std::vector<size_t> unused;
-  for (size_t i = 0; i < params.size(); ++i)
-    if (!used[i]) unused.push_back(i);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (used[i]) continue;
+    unused.push_back(i);
+    keep_if_unused(i);
+  }
+  end_queued = false;
   // Marked at the first hook, not now, so that a forward without a backward
   // launches nothing.
   scheduler->arm(std::move(unused));
@@ -241,8 +328,17 @@ void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::T
 
 void DistributedDataParallel::Impl::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mu);
-  if (!scheduler->armed()) return;  // no_sync, or no forward through DDP
+  if (!scheduler->armed()) {
+    scheduler->mark_ready(index);  // no_sync: counts as used, launches nothing
+    return;
+  }
   try {
+    if (options.find_unused_parameters && !end_queued) {
+      // The parameters still without a gradient when backward ends (an
+      // output left out of the loss) are unused too.
+      end_queued = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { on_backward_end(); });
+    }
     const auto now = Clock::now();
     if (!scheduler->unfinished()) trace.first_gradient = now;
     trace.last_gradient = now;
@@ -307,12 +403,46 @@ parallel::BucketReduction DistributedDataParallel::Impl::launch(size_t i) {
 void DistributedDataParallel::Impl::finalize() {
   const auto wait_began = Clock::now();
   trace.in_hooks += wait_began - trace.last_gradient;
+  // Which parameters some rank used (find_unused_parameters): after the last
+  // bucket, on every rank.
+  at::Tensor used;
+  Work used_work;
+  if (options.find_unused_parameters) {
+    const std::vector<uint8_t>& local = scheduler->locally_used();
+    used = at::zeros({static_cast<int64_t>(local.size())}, at::kByte);
+    if (!shadowing) std::copy(local.begin(), local.end(), used.data_ptr<uint8_t>());
+    used_work = pg.all_reduce(used, {.op = ReduceOp::kMax}, async_op);
+  }
+  std::optional<parallel::JoinCount> count = std::move(join_count);
+  join_count.reset();
   scheduler->wait_all();
+  if (count) {
+    count->work.wait();
+    const double training = count->count.item<float>();
+    at::NoGradGuard no_grad;
+    if (training > 0 && training != pg.size())
+      for (Bucket& b : buckets) b.buffer.mul_(pg.size() / training);
+  }
+  std::vector<uint8_t> global_used(params.size(), 1);
+  if (used_work.defined()) {
+    used_work.wait();
+    if (!shadowing)
+      global_used.assign(used.data_ptr<uint8_t>(), used.data_ptr<uint8_t>() + used.numel());
+  }
+  window_open = false;
   trace.all_done = Clock::now();
   trace.waiting = trace.all_done - wait_began;
+  if (shadowing) {
+    kept.clear();
+    return;
+  }
+  if (options.gradient_as_bucket_view) restore_unused(global_used);
+  kept.clear();
   if (!options.gradient_as_bucket_view) {
     at::NoGradGuard no_grad;
-    for (Param& p : params) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      Param& p = params[i];
+      if (global_used[i] == 0) continue;  // no rank used it: .grad stays as it was
       at::Tensor& g = grad_of(p);
       if (g.defined()) {
         g.copy_(p.view);
@@ -368,10 +498,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   if (!options.bucket_cap_mb && grad_bytes <= cap) cap = std::max<size_t>(grad_bytes / 4, 1);
   im.build_buckets(cap);
   im.make_scheduler();
+  im.had_grad.assign(im.params.size(), false);
   for (size_t i = 0; i < im.params.size(); ++i) {
     Impl::Param& p = im.params[i];
-    if (options.gradient_as_bucket_view) {
-      // Keep whatever gradient the parameter already has.
+    if (options.gradient_as_bucket_view && im.grad_of(p).defined()) {
+      // Keep whatever gradient the parameter already has (one without keeps
+      // none until the first forward, as PyTorch's).
       im.restore_view(p);
     }
     p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
@@ -392,21 +524,75 @@ DistributedDataParallel::~DistributedDataParallel() {
   impl_->scheduler.reset();
 }
 
+bool DistributedDataParallel::will_sync_buffers() const {
+  return require_forward_param_sync_ && impl_->options.broadcast_buffers && pg_.size() > 1 &&
+         !module_->buffers().empty();
+}
+
+int DistributedDataParallel::buffer_authority(bool candidate) {
+  // Under a Join rank 0 may have run out: the highest rank still training
+  // holds the current buffers.
+  at::Tensor r = at::full({1}, candidate ? pg_.rank() : -1, at::kLong);
+  pg_.all_reduce(r, {.op = ReduceOp::kMax});
+  return static_cast<int>(r.item<int64_t>());
+}
+
 void DistributedDataParallel::before_forward() {
   impl_->begin_iteration();
-  if (impl_->options.broadcast_buffers && pg_.size() > 1) {
-    std::vector<at::Tensor> buffers = module_->buffers();
-    if (!buffers.empty()) broadcast_coalesced(pg_, buffers);
+  std::optional<parallel::JoinCount> count = parallel::Join::notify_join_context(*this);
+  if (will_sync_buffers())
+    broadcast_coalesced(pg_, module_->buffers(), join_enabled() ? buffer_authority(true) : 0);
+  const bool sync = require_sync_ && torch::autograd::GradMode::is_enabled();
+  if (join_enabled()) {
+    // Tells the ranks out of inputs whether to shadow this backward.
+    sync_flag_ = at::full({1}, sync ? 1.0 : 0.0, at::kFloat);
+    sync_flag_work_ = pg_.all_reduce(sync_flag_, {.op = ReduceOp::kSum}, async_op);
+    if (sync && count && !join_options().divide_by_initial_world_size) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->join_count = std::move(*count);
+    }
   }
 }
 
 void DistributedDataParallel::after_forward(const std::vector<at::Tensor>& outputs) {
   if (require_sync_ && torch::autograd::GradMode::is_enabled()) {
+    require_forward_param_sync_ = true;
     impl_->prepare_for_backward(outputs);
   } else {
+    require_forward_param_sync_ = false;
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->scheduler->disarm();
   }
+}
+
+distributed::ProcessGroup& DistributedDataParallel::join_process_group() { return *pg_.group(); }
+
+Device DistributedDataParallel::join_device() const {
+  if (pg_.group()->backend() == distributed::BackendKind::kNccl) {
+    throw NotSupported(
+        "DistributedDataParallel (LibTorch): Join over an nccl group is not supported; its "
+        "exchanges use CPU tensors (use cohort's own DDP, or a native group)");
+  }
+  return kCPU;
+}
+
+void DistributedDataParallel::join_shadow_iteration() {
+  if (will_sync_buffers()) broadcast_coalesced(pg_, module_->buffers(), buffer_authority(false));
+  at::Tensor flag = at::zeros({1}, at::kFloat);
+  pg_.all_reduce(flag, {.op = ReduceOp::kSum});
+  const bool sync = flag.item<float>() != 0;
+  require_forward_param_sync_ = sync;
+  if (sync) impl_->shadow_reduction();
+}
+
+void DistributedDataParallel::join_finish(bool is_last_joiner) {
+  // The last rank to run out trained in every iteration: its model is
+  // everyone's (PyTorch's _sync_final_model).
+  at::Tensor r = at::full({1}, is_last_joiner ? pg_.rank() : -1, at::kLong);
+  pg_.all_reduce(r, {.op = ReduceOp::kMax});
+  std::vector<at::Tensor> state = module_->parameters();
+  for (const at::Tensor& b : module_->buffers()) state.push_back(b);
+  broadcast_coalesced(pg_, state, static_cast<int>(r.item<int64_t>()));
 }
 
 at::Tensor DistributedDataParallel::forward(const at::Tensor& input) {

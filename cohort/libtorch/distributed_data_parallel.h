@@ -47,19 +47,27 @@
 // hooks copy .grad into the bucket and the averages back.
 //
 // forward(x) (or forward_with(fn) for other signatures) broadcasts rank 0's
-// buffers first (broadcast_buffers) and arms the hooks for the coming
+// buffers first (broadcast_buffers; see below) and arms the hooks for the coming
 // backward when grad mode is on and no no_sync() guard lives; inside no_sync
 // gradients only accumulate, and the next synchronised backward averages the
 // sum (gradient accumulation).
 //
+// find_unused_parameters: as cohort's DDP (cohort/parallel/reducer.h), the
+// parameters the graph does not reach from forward's outputs, and those still
+// without a gradient when backward ends (an output left out of the loss,
+// found through the engine's queue_callback), are marked ready; a bitmap of
+// the parameters each rank used is all-reduced, and one that no rank used
+// keeps the .grad it had before (undefined after zero_grad(set_to_none): the
+// optimizer skips it), as PyTorch's DDP. Without find_unused_parameters a
+// parameter that got no gradient makes the next forward throw
+// InvalidArgument naming it. Buffers are broadcast on a forward that follows
+// a synchronised one (PyTorch's require_forward_param_sync). Uneven inputs:
+// a Joinable (cohort/parallel/join.h), as cohort's DDP.
+//
 // Failure: a failed reduction (a lost peer, a timeout) propagates out of
 // backward() with cohort's type (cohort::PeerLost naming the lost rank,
 // cohort::TimeoutError, ...), never a hang (the group's timeout bounds every
-// op). A parameter that got no gradient keeps its bucket from launching: with
-// find_unused_parameters the autograd graph is walked from forward's outputs
-// and the parameters it does not reach are marked ready (their slice keeps
-// its local value: zero after zero_grad); without it the next forward throws
-// InvalidArgument naming them.
+// op).
 // Ownership: shares the module and the group; not copyable or movable (the
 // hooks point at it); removes its hooks when destroyed. Thread safety: one
 // training thread.
@@ -78,6 +86,7 @@
 #include <vector>
 
 #include "cohort/libtorch/process_group.h"
+#include "cohort/parallel/joinable.h"
 
 namespace cohort::libtorch {
 
@@ -118,7 +127,7 @@ struct ReductionTrace {
   std::vector<BucketTrace> buckets;
 };
 
-class DistributedDataParallel {
+class DistributedDataParallel : public parallel::Joinable {
  public:
   template <typename M>
   requires std::derived_from<M, torch::nn::Module> DistributedDataParallel(
@@ -182,6 +191,12 @@ class DistributedDataParallel {
   int64_t num_reductions() const;
   ReductionTrace last_trace() const;
 
+  // Joinable (cohort/parallel/join.h): uneven inputs, as cohort's DDP.
+  void join_shadow_iteration() override;
+  void join_finish(bool is_last_joiner) override;
+  distributed::ProcessGroup& join_process_group() override;
+  Device join_device() const override;
+
   struct Impl;
 
  private:
@@ -218,12 +233,19 @@ class DistributedDataParallel {
   }
   void before_forward();
   void after_forward(const std::vector<at::Tensor>& outputs);
+  bool will_sync_buffers() const;
+  int buffer_authority(bool candidate);
 
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup pg_;
   ForwardFn forward_;
   std::unique_ptr<Impl> impl_;
   bool require_sync_ = true;
+  // Whether the previous forward synchronised (PyTorch's
+  // require_forward_param_sync): this forward then broadcasts the buffers.
+  bool require_forward_param_sync_ = true;
+  Work sync_flag_work_;  // the Join's "will this backward sync" exchange
+  at::Tensor sync_flag_;
 };
 
 }  // namespace cohort::libtorch
