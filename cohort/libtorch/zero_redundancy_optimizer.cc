@@ -16,6 +16,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/libtorch/ready_hook.h"
+#include "cohort/parallel/join.h"
 
 namespace cohort::libtorch {
 
@@ -211,7 +212,48 @@ void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
   }
 }
 
+void ZeroRedundancyOptimizer::refuse_overlap_under_join() const {
+  if (overlap_ && join_enabled()) {
+    throw NotSupported(
+        "ZeroRedundancyOptimizer: a Join with overlap_with_backward is not supported (its "
+        "reductions start in backward, before step() can tell the Join that this rank still "
+        "trains); construct it without overlap_with_backward");
+  }
+}
+
+Device ZeroRedundancyOptimizer::join_device() const {
+  if (pg_.group()->backend() == distributed::BackendKind::kNccl) {
+    throw NotSupported(
+        "ZeroRedundancyOptimizer: Join over an nccl group is not supported; its exchanges use "
+        "CPU tensors (use a native group)");
+  }
+  return kCPU;
+}
+
+void ZeroRedundancyOptimizer::join_shadow_iteration() {
+  refuse_overlap_under_join();
+  if (options_.stage == 2) {
+    // This rank's share of the average is zero.
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : params_) {
+      at::Tensor& g = p.mutable_grad();
+      if (g.defined()) {
+        g.zero_();
+      } else {
+        g = at::zeros_like(p);
+      }
+    }
+  }
+  step_shards();
+}
+
 void ZeroRedundancyOptimizer::step() {
+  refuse_overlap_under_join();
+  parallel::Join::notify_join_context(*this);
+  step_shards();
+}
+
+void ZeroRedundancyOptimizer::step_shards() {
   const int rank = pg_.rank();
   if (options_.stage == 2) reduce_gradients();
   local_->step();

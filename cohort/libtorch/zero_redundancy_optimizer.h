@@ -39,6 +39,12 @@
 // Sharding: parameters sorted by size (largest first, registration order
 // among equals) go each to the rank with the fewest elements so far (the
 // lowest rank among equals); every rank computes the same assignment.
+// Uneven inputs: a Joinable (cohort/parallel/join.h), as PyTorch's: a rank
+// out of inputs runs the others' step() (after DDP's shadow of the
+// gradients, or with zero gradients under stage 2 without DDP), so that its
+// shard is still updated and broadcast. Not with overlap_with_backward (its
+// reductions start in backward, before step() could tell the Join).
+//
 // Collective: every rank calls the constructor and step() in the same order;
 // failures are the group's (PeerLost, TimeoutError), from step() with the
 // parameter named. Not thread safe; with overlap the hooks run on the thread
@@ -52,6 +58,7 @@
 #include <vector>
 
 #include "cohort/libtorch/process_group.h"
+#include "cohort/parallel/joinable.h"
 
 namespace cohort::libtorch {
 
@@ -62,7 +69,7 @@ struct ZeroRedundancyOptimizerOptions {
   bool overlap_with_backward = false;
 };
 
-class ZeroRedundancyOptimizer {
+class ZeroRedundancyOptimizer : public parallel::Joinable {
  public:
   using Factory =
       std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor> params)>;
@@ -88,10 +95,18 @@ class ZeroRedundancyOptimizer {
   // step() (0 without overlap).
   size_t reductions_launched_in_backward() const;
 
+  // Joinable (cohort/parallel/join.h).
+  void join_shadow_iteration() override;
+  void join_finish(bool) override {}
+  distributed::ProcessGroup& join_process_group() override { return *pg_.group(); }
+  Device join_device() const override;
+
   struct Overlap;
 
  private:
   void reduce_gradients();
+  void step_shards();
+  void refuse_overlap_under_join() const;
 
   std::vector<at::Tensor> params_;
   ProcessGroup pg_;

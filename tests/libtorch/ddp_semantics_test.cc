@@ -5,7 +5,8 @@
 // the loss leaves its parameters without a gradient; ranks with different
 // numbers of batches of different sizes train under a Join to one process's
 // result (PyTorch's gradient: the sum over the ranks still training divided
-// by the initial world size). Each rank checks itself; a mismatch throws,
+// by the initial world size), also with ZeroRedundancyOptimizer after DDP
+// (stage 1) and alone (stage 2). Each rank checks itself; a mismatch throws,
 // which spawn reports.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -13,6 +14,7 @@
 #include "cohort/base/error.h"
 #include "cohort/launch/spawn.h"
 #include "cohort/libtorch/distributed_data_parallel.h"
+#include "cohort/libtorch/zero_redundancy_optimizer.h"
 #include "cohort/parallel/join.h"
 
 namespace cohort::libtorch {
@@ -166,6 +168,59 @@ TEST(LibTorchDDPSemantics, UnevenInputsUnderAJoinMatchOneProcess) {
         for (size_t i = 0; i < ref->parameters().size(); ++i)
           if (!torch::allclose(model->parameters()[i], ref->parameters()[i], 1e-5, 1e-6))
             throw Error(fmt::format("rank {}: parameter {} differs from one process's", rank, i));
+        auto g = pg.group();
+        distributed::destroy_process_group(g);
+      },
+      2);
+}
+
+TEST(LibTorchDDPSemantics, ZeroRedundancyOptimizerUnderAJoinMatchesOneProcess) {
+  spawn(
+      [](int rank) {
+        torch::set_num_threads(1);
+        auto pg = join_group();
+        const std::vector<int> batches = {2, 4};
+        auto data = [](int r, int s) {
+          torch::manual_seed(2000 + 100 * r + s);
+          return std::pair{torch::randn({3 + r, 10}), torch::randn({3 + r, 10})};
+        };
+        auto make_sgd = [](std::vector<at::Tensor> p) {
+          return std::make_unique<torch::optim::SGD>(p,
+                                                     torch::optim::SGDOptions(0.05).momentum(0.9));
+        };
+        for (int stage : {1, 2}) {
+          torch::manual_seed(31);
+          auto model = std::make_shared<TwoLayers>();
+          auto ref = copy_of(*model);
+          std::unique_ptr<DistributedDataParallel> ddp;
+          if (stage == 1) ddp = std::make_unique<DistributedDataParallel>(model, pg);
+          ZeroRedundancyOptimizer opt(model->parameters(), pg, make_sgd, {.stage = stage});
+          std::vector<parallel::Joinable*> joinables;
+          if (ddp) joinables.push_back(ddp.get());
+          joinables.push_back(&opt);
+          parallel::run_joined(joinables, {}, [&] {
+            for (int s = 0; s < batches[static_cast<size_t>(rank)]; ++s) {
+              auto [x, y] = data(rank, s);
+              opt.zero_grad();
+              torch::mse_loss(ddp ? ddp->forward(x) : model->forward(x), y).backward();
+              opt.step();
+            }
+          });
+          auto opt_ref = make_sgd(ref->parameters());
+          for (int s = 0; s < 4; ++s) {
+            opt_ref->zero_grad();
+            for (int r = 0; r < 2; ++r) {
+              if (s >= batches[static_cast<size_t>(r)]) continue;
+              auto [x, y] = data(r, s);
+              (torch::mse_loss(ref->forward(x), y) / 2).backward();
+            }
+            opt_ref->step();
+          }
+          for (size_t i = 0; i < ref->parameters().size(); ++i)
+            if (!torch::allclose(model->parameters()[i], ref->parameters()[i], 1e-5, 1e-6))
+              throw Error(fmt::format("rank {}: stage {}: parameter {} differs from one process's",
+                                      rank, stage, i));
+        }
         auto g = pg.group();
         distributed::destroy_process_group(g);
       },
