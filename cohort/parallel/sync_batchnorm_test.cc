@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "cohort/autograd/gradcheck.h"
 #include "cohort/distributed/thread_ranks_testing.h"
 #include "cohort/nn/activation.h"
 #include "cohort/nn/conv2d.h"
@@ -182,6 +183,26 @@ TEST(SyncBatchNorm, GroupOfOneIsBatchNorm) {
     check_against_batch_norm(*pg, synced, reference, {6}, true);
     // The reference's own checks, with no collective: one value per channel.
     EXPECT_THROW(synced(Tensor::ones({1, kChannels, 1, 1})), InvalidArgument);
+  });
+}
+
+// Finite differences through the collectives: both ranks hold the same
+// inputs and run gradcheck in lockstep, so each perturbation moves both
+// ranks' inputs at once; by symmetry that derivative of this rank's loss is
+// the derivative of the sum of both ranks' losses with respect to this
+// rank's input, which is what backward's all-reduce computes. The weight and
+// bias are each rank's own, so their gradients are this rank's share.
+TEST(SyncBatchNorm, GradcheckThroughTheGroup) {
+  run_ranks(2, [&](std::shared_ptr<ProcessGroup> pg) {
+    Generator gen(11);
+    Tensor x = randn({3, 2, 4}, gen, kFloat64).set_requires_grad(true);
+    Tensor w = randn({2}, gen, kFloat64).set_requires_grad(true);
+    Tensor b = randn({2}, gen, kFloat64).set_requires_grad(true);
+    auto fn = [&](const std::vector<Tensor>& in) {
+      return sync_batch_norm(in[0], Tensor(), Tensor(), in[1], in[2], 0.1, 1e-5, pg);
+    };
+    autograd::GradcheckResult r = autograd::gradcheck(fn, {x, w, b});
+    EXPECT_TRUE(r.ok) << "rank " << pg->rank() << ": " << r.message;
   });
 }
 

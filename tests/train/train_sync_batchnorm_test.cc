@@ -65,7 +65,7 @@ TEST(TrainSyncBatchnorm, RefusedWhereItDoesNotApply) {
   };
   for (const Refusal& r : std::vector<Refusal>{
            {{"--strategy", "dp"}, "--sync-batchnorm applies to --strategy ddp"},
-           {{"--strategy", "zero"}, "--sync-batchnorm applies to --strategy ddp"},
+           {{"--model", "net", "--strategy", "zero"}, "--sync-batchnorm applies to --strategy ddp"},
            {{"--strategy", "single"}, "--sync-batchnorm applies to --strategy ddp"},
            {{"--model", "net"}, "--model net has none (use --model net-bn)"}}) {
     std::vector<std::string> argv = net_bn_argv(r.flags);
