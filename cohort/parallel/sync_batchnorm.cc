@@ -137,7 +137,15 @@ Tensor forward_over_group(const Tensor& x, const Tensor& rm, const Tensor& rv, c
     std::copy(pv, pv + c, mine.begin() + kHeader + c);
   }
   std::vector<double> all(mine.size() * static_cast<size_t>(pg.size()));
-  pg.all_gather(mine.data(), all.data(), mine.size(), DataType::kFloat64);
+  try {
+    pg.all_gather(mine.data(), all.data(), mine.size(), DataType::kFloat64);
+  } catch (const InvalidArgument& e) {
+    // A mismatch: the only one this call can make is of sizes, i.e. of C.
+    throw InvalidArgument(
+        fmt::format("{}: the ranks' statistics differ in size (do their layers have the same "
+                    "num_features? here {}): {}",
+                    where(call, pg), c, e.what()));
+  }
   GlobalStats g = combine(all, c, eps, call, pg, x.defined() ? x.sizes() : Shape{});
   {
     NoGradGuard no_grad;

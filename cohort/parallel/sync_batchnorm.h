@@ -46,8 +46,9 @@
 // channels: that rank's own message, and the others name it), when the group
 // holds at most one value per channel (e.g. an empty batch on every rank);
 // the group's error (PeerLost, TimeoutError) when a rank fails or never
-// arrives. Layers whose num_features differ between ranks fail as the
-// all_gather's size mismatch. CPU tensors only (like BatchNorm).
+// arrives. Layers whose num_features differ between ranks make the
+// all_gather a size mismatch: InvalidArgument naming the layer on every rank.
+// CPU tensors only (like BatchNorm).
 #pragma once
 
 #include <cstdint>

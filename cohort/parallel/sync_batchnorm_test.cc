@@ -320,6 +320,19 @@ TEST(SyncBatchNorm, EveryRankFailsWhenTheGroupHasNoBatch) {
                {"on rank " + std::to_string(r), "more than one value per channel", "[1, 0]"});
 }
 
+TEST(SyncBatchNorm, EveryRankFailsWhenNumFeaturesDiffer) {
+  // Different models on the ranks: the all_gather's sizes differ, which the
+  // group reports as a mismatch on both sides.
+  auto what = errors_of(2, [](std::shared_ptr<ProcessGroup> pg) {
+    const int64_t c = pg->rank() == 0 ? 3 : 4;
+    SyncBatchNorm bn(c, pg);
+    Generator gen(1);
+    bn(randn({2, c, 2, 2}, gen));
+  });
+  expect_has(what[0], {"SyncBatchNorm(3", "on rank 0", "same num_features? here 3", "all_gather"});
+  expect_has(what[1], {"SyncBatchNorm(4", "on rank 1", "same num_features? here 4", "all_gather"});
+}
+
 // One step's global batch for the CNN: x [N, 1, 8, 8], labels [N] in [0, 3).
 std::pair<Tensor, Tensor> cnn_batch(int step, int64_t n) {
   Generator gen(500 + static_cast<uint64_t>(step));
