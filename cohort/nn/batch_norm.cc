@@ -31,9 +31,21 @@ std::string BatchNormBase::extra_repr() const {
 }
 
 Tensor BatchNormBase::forward(const Tensor& x) {
-  check_input(x);
+  const bool synced = sync_ != nullptr && is_training();
+  // A synced forward hands a bad input to the sync, which fails every
+  // process at once (a throw here would leave the others waiting).
+  std::string input_error;
+  if (synced) {
+    try {
+      check_input(x);
+    } catch (const InvalidArgument& e) {
+      input_error = e.what();
+    }
+  } else {
+    check_input(x);
+  }
   bool use_batch_stats = is_training() || !options_.track_running_stats;
-  if (use_batch_stats) {
+  if (use_batch_stats && !synced) {
     int64_t per_channel = x.numel() / num_features_;
     COHORT_CHECK(per_channel > 1,
                  "{}: expected more than 1 value per channel when training, got input {}",
@@ -54,6 +66,7 @@ Tensor BatchNormBase::forward(const Tensor& x) {
       if (!options_.momentum) momentum = 1.0 / static_cast<double>(n);
     }
   }
+  if (synced) return sync_->forward(*this, x, input_error, momentum);
   // In eval mode with running stats the op normalises with rm/rv; in training
   // it updates them in place.
   return batch_norm(x, rm, rv, weight(), bias(), use_batch_stats, momentum, options_.eps);

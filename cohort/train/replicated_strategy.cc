@@ -5,6 +5,7 @@
 #include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/data_parallel.h"
 #include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/sync_batchnorm.h"
 #include "cohort/train/replicated_strategy.h"
 
 namespace cohort::train {
@@ -20,6 +21,9 @@ ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy str
   params_ = model_->parameters();
   optimizer_ = make_optimizer(options, params_);
   if (strategy == Strategy::kDdp) {
+    // Before DDP wraps it, as in PyTorch; in place, so params_ still holds
+    // the model's parameters.
+    if (options.sync_batchnorm) parallel::convert_sync_batchnorm(*model_, world_);
     parallel::DistributedDataParallelOptions ddp;
     ddp.tracer = tracer;
     ddp.bucket_cap_mb = options.bucket_cap_mb;

@@ -33,11 +33,9 @@ std::string_view name_of(E e, const std::pair<std::string_view, E> (&table)[N]) 
   return "?";
 }
 
-constexpr std::pair<std::string_view, ModelKind> kModels[] = {{"net", ModelKind::kNet},
-                                                              {"toy", ModelKind::kToy},
-                                                              {"mlp", ModelKind::kMlp},
-                                                              {"gpt", ModelKind::kGpt},
-                                                              {"gpt2", ModelKind::kGpt2}};
+constexpr std::pair<std::string_view, ModelKind> kModels[] = {
+    {"net", ModelKind::kNet}, {"toy", ModelKind::kToy},   {"mlp", ModelKind::kMlp},
+    {"gpt", ModelKind::kGpt}, {"gpt2", ModelKind::kGpt2}, {"net-bn", ModelKind::kNetBn}};
 constexpr std::pair<std::string_view, DatasetKind> kDatasets[] = {
     {"fashion-mnist", DatasetKind::kFashionMnist},
     {"mnist", DatasetKind::kMnist},
@@ -203,6 +201,26 @@ void TrainOptions::validate() const {
                "--zero-stage auto needs --memory-per-rank BYTES (the model state each rank may "
                "keep), got {}",
                zero_memory_per_rank);
+  COHORT_CHECK(model != ModelKind::kNetBn || strategy == Strategy::kAuto ||
+                   strategy == Strategy::kSingle || strategy == Strategy::kDdp ||
+                   strategy == Strategy::kDp,
+               "--model net-bn trains under the strategies that hold the whole model on every "
+               "worker (single, ddp, dp or auto), not --strategy {}",
+               strategy_name(strategy));
+  // SyncBatchNorm's collectives run on DDP's group from the training thread;
+  // dp's replica threads would issue them concurrently, and the other
+  // strategies do not hold whole BatchNorm layers on every rank.
+  COHORT_CHECK(!sync_batchnorm || strategy == Strategy::kAuto || strategy == Strategy::kDdp,
+               "--sync-batchnorm applies to --strategy ddp (or auto under cohort run), not "
+               "--strategy {}",
+               strategy_name(strategy));
+  COHORT_CHECK(!sync_batchnorm || model == ModelKind::kNetBn,
+               "--sync-batchnorm converts the model's BatchNorm layers; --model {} has none (use "
+               "--model net-bn)",
+               model_name(model));
+  COHORT_CHECK(!sync_batchnorm || device.is_cpu(),
+               "--sync-batchnorm runs on the CPU only (like BatchNorm), not --device {}",
+               device.str());
   COHORT_CHECK(model != ModelKind::kToy || strategy != Strategy::kTensor,
                "--strategy tensor splits the linear layers of net or mlp, not of toy");
   const bool lm = is_language_model();

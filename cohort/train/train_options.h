@@ -16,8 +16,9 @@
 namespace cohort::train {
 
 // kGpt: the GPT-2-family transformer (nn/models/gpt.h) at the reference size
-// unless the n_* fields say otherwise; kGpt2: GPT-2 124M's shape.
-enum class ModelKind { kNet, kToy, kMlp, kGpt, kGpt2 };
+// unless the n_* fields say otherwise; kGpt2: GPT-2 124M's shape; kNetBn:
+// kNet with BatchNorm2d after each convolution (nn/models/net_bn.h).
+enum class ModelKind { kNet, kToy, kMlp, kGpt, kGpt2, kNetBn };
 // kText: a byte-level text file (data_file; default: the Debian corpus of
 // data/default_corpus.h); kTokens: llm.c token shards (data_file: a file, a
 // directory or a glob).
@@ -66,6 +67,10 @@ struct TrainOptions {
   // start their all_reduce earlier in backward.
   // Unset: DDP's automatic size (parallel/distributed_data_parallel.h).
   std::optional<double> bucket_cap_mb;
+  // DDP: the model's BatchNorm layers take their statistics over the whole
+  // global batch (parallel::convert_sync_batchnorm before DDP wraps it).
+  // --strategy ddp or auto, a model with BatchNorm (net-bn), the CPU.
+  bool sync_batchnorm = false;
   Strategy strategy = Strategy::kAuto;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the
@@ -163,10 +168,9 @@ struct TrainOptions {
   void validate() const;
 };
 
-// Name <-> enum ("net", "toy", "mlp", "gpt", "gpt2"; "fashion-mnist", "mnist", "synthetic", "text",
-// "tokens"; "sgd",
-// "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline", "tensor", "ps", "zero"). Parsing
-// throws InvalidArgument listing the accepted names.
+// Name <-> enum ("net", "toy", "mlp", "gpt", "gpt2", "net-bn"; "fashion-mnist", "mnist",
+// "synthetic", "text", "tokens"; "sgd", "adam", "adamw"; "auto", "single", "ddp", "dp", "pipeline",
+// "tensor", "ps", "zero"). Parsing throws InvalidArgument listing the accepted names.
 ModelKind parse_model(std::string_view name);
 DatasetKind parse_dataset(std::string_view name);
 OptimizerKind parse_optimizer(std::string_view name);

@@ -17,6 +17,7 @@
 #include "cohort/nn/activation.h"
 #include "cohort/nn/models/gpt.h"
 #include "cohort/nn/models/net.h"
+#include "cohort/nn/models/net_bn.h"
 #include "cohort/nn/models/sequential_models.h"
 #include "cohort/nn/models/toy_model.h"
 #include "cohort/optim/adam.h"
@@ -157,6 +158,8 @@ nn::ModulePtr make_model(ModelKind kind, Generator& gen) {
       return std::make_shared<nn::GPT>(nn::GPTConfig::gpt2(), gen);
     case ModelKind::kNet:
       return std::make_shared<nn::Net>(gen);
+    case ModelKind::kNetBn:
+      return std::make_shared<nn::NetBn>(gen);
     case ModelKind::kToy:
       return std::make_shared<nn::ToyModel>(gen);
     case ModelKind::kMlp:
@@ -174,6 +177,8 @@ std::shared_ptr<nn::Sequential> make_sequential_model(ModelKind kind, Generator&
     case ModelKind::kGpt:
     case ModelKind::kGpt2:
       throw InvalidArgument("make_sequential_model: the GPT models have no nn::Sequential form");
+    case ModelKind::kNetBn:
+      throw InvalidArgument("make_sequential_model: net-bn has no nn::Sequential form");
     case ModelKind::kToy: {
       // ToyModel's names and draws: net1, relu, net2.
       auto s = std::make_shared<nn::Sequential>();
@@ -251,9 +256,13 @@ Tensor compute_loss(ModelKind kind, const Tensor& output, const Tensor& target) 
   return is_classifier(kind) ? nll_loss(output, target) : mse_loss(output, target);
 }
 
-double clip_max_norm(ModelKind kind) { return kind == ModelKind::kNet ? 10.0 : 0.0; }
+double clip_max_norm(ModelKind kind) {
+  return kind == ModelKind::kNet || kind == ModelKind::kNetBn ? 10.0 : 0.0;
+}
 
-bool is_classifier(ModelKind kind) { return kind == ModelKind::kNet || kind == ModelKind::kMlp; }
+bool is_classifier(ModelKind kind) {
+  return kind == ModelKind::kNet || kind == ModelKind::kNetBn || kind == ModelKind::kMlp;
+}
 
 Evaluation evaluate(nn::Module& model, ModelKind kind, const data::Dataset& test,
                     distributed::ProcessGroup* pg, int64_t batch_size) {

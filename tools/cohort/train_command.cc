@@ -60,6 +60,7 @@ const std::vector<StrategyFlag>& strategy_flags() {
       {"--ps-mode", {S::kPs}},
       {"--ps-staleness", {S::kPs}},
       {"--bucket-cap-mb", {S::kDdp}},
+      {"--sync-batchnorm", {S::kDdp}},
   };
   return flags;
 }
@@ -156,10 +157,11 @@ std::function<int()> setup(CLI::App& app) {
   // A flag given twice: the last one wins (scripts append overrides).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", args->model,
-                 "Model: net (the DDP tutorial's CNN), mlp (784 -> 4 x 1024 -> 10), toy "
+                 "Model: net (the DDP tutorial's CNN), net-bn (net with BatchNorm after each "
+                 "convolution), mlp (784 -> 4 x 1024 -> 10), toy "
                  "(ToyModel), gpt (a GPT-2-family transformer, 4 layers x width 256 unless "
                  "--n-layer ... say otherwise) or gpt2 (GPT-2 124M's shape)")
-      ->check(CLI::IsMember({"net", "mlp", "toy", "gpt", "gpt2"}))
+      ->check(CLI::IsMember({"net", "net-bn", "mlp", "toy", "gpt", "gpt2"}))
       ->capture_default_str();
   app.add_option("--dataset", args->dataset,
                  "Data set: fashion-mnist (default), mnist or synthetic; for gpt: text (default: "
@@ -240,6 +242,9 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--bucket-cap-mb", args->bucket_cap_mb,
                  "DDP gradient bucket size in MiB (smaller: all_reduce starts earlier in "
                  "backward; default: an eighth of the model's gradients, within 1..25 MiB)");
+  app.add_flag("--sync-batchnorm", o.sync_batchnorm,
+               "DDP: BatchNorm statistics over the whole global batch instead of each rank's "
+               "share (SyncBatchNorm; --model net-bn)");
   app.add_option(
       "--trace", o.trace_path,
       "Write a Chrome/Perfetto trace of every rank here (data, forward, backward, each "

@@ -55,6 +55,7 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
     how += fmt::format(", bf16 compute ({})",
                        native::bf16_path_name(options_.precision_policy().bf16_path));
   if (options_.grad_reduce == ComputePrecision::kBFloat16) how += ", bf16 gradient reduction";
+  if (options_.sync_batchnorm && info.strategy == train::Strategy::kDdp) how += ", SyncBatchNorm";
   if (options_.bf16_weights)
     how += fmt::format(", bf16 weights ({} rounding)",
                        optim::weight_rounding_name(*options_.bf16_weights));
