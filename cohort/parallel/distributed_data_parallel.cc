@@ -171,6 +171,16 @@ std::vector<Tensor> DistributedDataParallel::forward_outputs(
   return outs;
 }
 
+std::map<std::string, Tensor> DistributedDataParallel::forward_named_outputs(
+    const std::function<std::map<std::string, Tensor>(nn::Module&)>& fn) {
+  before_forward();
+  std::map<std::string, Tensor> outs = fn(*module_);
+  std::vector<Tensor> values;
+  for (const auto& [name, t] : outs) values.push_back(t);
+  after_forward(values);
+  return outs;
+}
+
 void DistributedDataParallel::join_shadow_iteration() {
   if (will_sync_buffers()) sync_buffers(buffer_authority(false));
   Tensor flag = Tensor::zeros({1}, DType::kFloat32, join_device());

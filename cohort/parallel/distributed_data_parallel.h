@@ -54,6 +54,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -111,6 +112,9 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // The same for a call with several outputs (e.g. a tuple's elements, or a
   // named map's values in a fixed order).
   std::vector<Tensor> forward_outputs(const std::function<std::vector<Tensor>(nn::Module&)>& fn);
+  // And for a call that returns named outputs (PyTorch's dict outputs).
+  std::map<std::string, Tensor> forward_named_outputs(
+      const std::function<std::map<std::string, Tensor>(nn::Module&)>& fn);
 
   // RAII: forwards run while it lives do not average gradients on backward.
   class NoSyncGuard {

@@ -160,6 +160,34 @@ TEST(DDPUnusedParameters, OutputLeftOutOfTheLossLeavesItsGradientsAlone) {
       2);
 }
 
+TEST(DDPUnusedParameters, NamedOutputLeftOutOfTheLossKeepsNoGradient) {
+  // PyTorch's DictOutputModule: {"a": a(x), "b": b(x)}, the loss from "b".
+  spawn(
+      [](int rank) {
+        auto pg = join_group();
+        Generator gen(16);
+        auto model = std::make_shared<TwoLayers>(gen);
+        auto ref = model->clone_as<TwoLayers>();
+        DistributedDataParallel ddp(model, pg, {.find_unused_parameters = true});
+        Generator dg(17);
+        Tensor x = randn({10, 10}, dg);
+        auto named = [&](TwoLayers& m) {
+          std::vector<Tensor> both = m.forward_both(x);
+          return std::map<std::string, Tensor>{{"a", both[0]}, {"b", both[1]}};
+        };
+        for (int i = 0; i < 2; ++i) {
+          auto out = ddp.forward_named_outputs(
+              [&](nn::Module& m) { return named(dynamic_cast<TwoLayers&>(m)); });
+          sum(out.at("b")).backward();
+          sum(named(*ref).at("b")).backward();
+          expect_same(*model, *ref, rank, fmt::format("named outputs, step {}", i),
+                      /*bitwise=*/false);
+        }
+        distributed::destroy_process_group(pg);
+      },
+      2);
+}
+
 TEST(DDPUnusedParameters, ParameterUnusedOnlyOnSomeRanksIsAveraged) {
   // Rank 1 leaves b out, rank 0 uses it: b's gradient is rank 0's / 2 on
   // both, and defined on both.
