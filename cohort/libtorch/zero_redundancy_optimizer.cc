@@ -230,6 +230,14 @@ Device ZeroRedundancyOptimizer::join_device() const {
   return kCPU;
 }
 
+void ZeroRedundancyOptimizer::check_joinable(const parallel::JoinOptions&, size_t position,
+                                             size_t count) const {
+  COHORT_CHECK(position > 0 || count == 1,
+               "ZeroRedundancyOptimizer: list it after the DistributedDataParallel in the Join "
+               "(Join({{&ddp, &optimizer}})): the first joinable tells the Join, before its "
+               "collectives, that its rank still trains, and DDP's come before step()'s");
+}
+
 void ZeroRedundancyOptimizer::join_shadow_iteration() {
   refuse_overlap_under_join();
   if (options_.stage == 2) {

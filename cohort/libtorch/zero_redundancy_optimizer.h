@@ -98,6 +98,8 @@ class ZeroRedundancyOptimizer : public parallel::Joinable {
   // Joinable (cohort/parallel/join.h).
   void join_shadow_iteration() override;
   void join_finish(bool) override {}
+  void check_joinable(const parallel::JoinOptions& options, size_t position,
+                      size_t count) const override;
   distributed::ProcessGroup& join_process_group() override { return *pg_.group(); }
   Device join_device() const override;
 

@@ -26,6 +26,7 @@ Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
     Joinable* j = joinables_[i];
     COHORT_CHECK(j != nullptr, "Join: joinable {} is null", i);
     COHORT_CHECK(j->join_ == nullptr, "Join: joinable {} is already in another Join", i);
+    j->check_joinable(options_, i, joinables_.size());
     distributed::ProcessGroup& pg = j->join_process_group();
     if (pg_ == nullptr) {
       pg_ = &pg;

@@ -42,6 +42,12 @@ class Joinable {
   // is_last_joiner: this rank trained in the last iteration (post_hook).
   virtual void join_finish(bool is_last_joiner) = 0;
   virtual distributed::ProcessGroup& join_process_group() = 0;
+  // Called by the Join's constructor: throws (NotSupported, InvalidArgument)
+  // when this joinable cannot take part with these options, or at this
+  // place in the Join's list (position of count; the first one tells the
+  // Join each iteration that its rank still trains, so it must be the one
+  // whose collectives come first).
+  virtual void check_joinable(const JoinOptions& options, size_t position, size_t count) const {}
   // Where the Join's small exchanges run (the CPU, or the model's device
   // for a group that carries only device tensors).
   virtual Device join_device() const = 0;

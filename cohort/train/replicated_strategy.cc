@@ -39,8 +39,10 @@ ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy str
   if (strategy != Strategy::kDp) threads_ = num_threads();
 }
 
-parallel::Joinable* ReplicatedStrategy::joinable() {
-  return dynamic_cast<parallel::DistributedDataParallel*>(wrapper_.get());
+std::vector<parallel::Joinable*> ReplicatedStrategy::joinables() {
+  auto* ddp = dynamic_cast<parallel::DistributedDataParallel*>(wrapper_.get());
+  if (ddp == nullptr) return {};
+  return {ddp};
 }
 
 int ReplicatedStrategy::data_replicas() const { return world_ ? world_->size() : 1; }

@@ -25,7 +25,7 @@ class ReplicatedStrategy final : public TrainStrategy {
   int data_rank() const override;
   double step(const data::Batch& batch, const std::function<void(double)>& check) override;
   int threads() const override { return threads_; }
-  parallel::Joinable* joinable() override;
+  std::vector<parallel::Joinable*> joinables() override;
   int replicas() const override { return replicas_; }
 
  private:

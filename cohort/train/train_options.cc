@@ -123,9 +123,11 @@ void TrainOptions::validate() const {
                "worker (single, ddp, dp or auto), not --strategy {}",
                strategy_name(strategy));
   COHORT_CHECK(drop_last != false || strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
-                   strategy == Strategy::kDdp || strategy == Strategy::kDp,
+                   strategy == Strategy::kDdp || strategy == Strategy::kDp ||
+                   strategy == Strategy::kZero,
                "--drop-last false leaves ranks with different numbers of batches, which only DDP "
-               "trains (under a Join): use --strategy ddp (or single, dp, auto), not --strategy {}",
+               "and ZeRO stages 1 and 2 train (under a Join): use --strategy ddp or zero (or "
+               "single, dp, auto), not --strategy {}",
                strategy_name(strategy));
   COHORT_CHECK(!drop_last || !is_language_model(),
                "--drop-last applies to the image data sets; a language model's steps draw random "

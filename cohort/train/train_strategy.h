@@ -68,8 +68,9 @@ class TrainStrategy {
   // Trainer reports it (this replica's batch).
   virtual double step(const data::Batch& batch, const std::function<void(double)>& check) = 0;
   // What a Join (parallel/join.h) wraps when ranks hold different numbers of
-  // batches (--drop-last false); null: this strategy cannot train them.
-  virtual parallel::Joinable* joinable() { return nullptr; }
+  // batches (--drop-last false), in its order; empty: this strategy cannot
+  // train them.
+  virtual std::vector<parallel::Joinable*> joinables() { return {}; }
 
   // Collective: full_model() (and, with optimizer, full_optimizer()) holds
   // the current state on every rank that reads it (all ranks for the model,

@@ -304,12 +304,12 @@ void Run::run_epoch(int64_t epoch) {
   // out of them shadows the others' steps until all are.
   std::optional<parallel::Join> join;
   if (o_.drop_last == false && pg_ != nullptr && pg_->size() > 1) {
-    parallel::Joinable* joinable = strategy_->joinable();
-    COHORT_CHECK(joinable != nullptr,
+    std::vector<parallel::Joinable*> joinables = strategy_->joinables();
+    COHORT_CHECK(!joinables.empty(),
                  "cohort train: --drop-last false needs a strategy that trains uneven inputs "
-                 "(ddp), not {}",
+                 "(ddp, or zero at stage 1 or 2), not {}",
                  strategy_name(info_.strategy));
-    join.emplace(std::vector<parallel::Joinable*>{joinable});
+    join.emplace(std::move(joinables));
   }
   // The loader produces the next batch between two loop bodies.
   Tracer::Clock::time_point fetch_start = Tracer::Clock::now();

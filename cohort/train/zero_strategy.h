@@ -46,6 +46,7 @@ class ZeroStrategy final : public TrainStrategy {
   bool load_checkpoint_part(const checkpoint::CheckpointSource& source) override;
   int threads() const override;
   std::string layout() const override;
+  std::vector<parallel::Joinable*> joinables() override { return {zero_.get(), opt_.get()}; }
 
  private:
   TrainOptions options_;

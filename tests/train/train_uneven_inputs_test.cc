@@ -1,7 +1,8 @@
 // `cohort train --drop-last`: with false nothing is dropped or repeated, so
 // two ranks hold different numbers of batches (129 examples: 65 and 64,
 // batch 64: 2 and 1 batches) and DDP trains them under a Join (without it
-// the job stops at the first collective rank 1 does not make); true drops the
+// the job stops at the first collective rank 1 does not make), and so does
+// ZeRO at stage 2 (stage 3 is refused); true drops the
 // uneven tail; the strategies and options that cannot train uneven inputs
 // are refused before training, naming why.
 #include <gtest/gtest.h>
@@ -41,8 +42,22 @@ TEST(TrainUnevenInputs, DropLastTrueDropsTheUnevenTail) {
   EXPECT_FALSE(std::filesystem::exists(step_dir(dir, 4))) << f.output;
 }
 
+TEST(TrainUnevenInputs, ZeroStageTwoTrainsUnevenInputsAndStageThreeIsRefused) {
+  const std::string dir = make_temp_dir("uneven-zero");
+  Finished f =
+      run_command(run_argv(2, {},
+                           uneven_args({"--strategy", "zero", "--zero-stage", "2", "--drop-last",
+                                        "false", "--checkpoint-dir", dir})));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_TRUE(std::filesystem::exists(step_dir(dir, 4))) << f.output;
+  Finished z = run_command(run_argv(
+      2, {}, uneven_args({"--strategy", "zero", "--zero-stage", "3", "--drop-last", "false"})));
+  EXPECT_NE(z.exit_code, 0);
+  EXPECT_NE(z.output.find("under ZeRO stage 3 is not supported"), std::string::npos) << z.output;
+}
+
 TEST(TrainUnevenInputs, StrategiesThatCannotTrainUnevenInputsAreRefused) {
-  Finished z = run_command(train_argv({"--drop-last", "false", "--strategy", "zero"}));
+  Finished z = run_command(train_argv({"--drop-last", "false", "--strategy", "pipeline"}));
   EXPECT_NE(z.exit_code, 0);
   EXPECT_NE(z.output.find("--drop-last false leaves ranks with different numbers of batches"),
             std::string::npos)

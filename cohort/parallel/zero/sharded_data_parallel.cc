@@ -8,7 +8,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/core/tensor_device_ops.h"
-#include "cohort/parallel/distributed_data_parallel.h"
+#include "cohort/parallel/join.h"
 #include "cohort/parallel/model_check.h"
 
 namespace cohort::parallel {
@@ -284,8 +284,17 @@ Tensor ShardedDataParallel::forward(const Tensor& input) {
 
 Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)>& fn) {
   begin_iteration();
-  sync_buffers();
+  Join::notify_join_context(*this);
+  if (will_sync_buffers()) sync_buffers(join_enabled() ? buffer_authority(true) : 0);
   const bool grad = GradMode::is_enabled();
+  if (join_enabled()) {
+    // Tells the ranks out of inputs whether to shadow this backward.
+    sync_flag_ =
+        Tensor::full({1}, grad && require_sync_ ? 1.0 : 0.0, DType::kFloat32, join_device());
+    sync_flag_work_ =
+        pg_->all_reduce(sync_flag_, {.op = distributed::ReduceOp::kSum}, distributed::async_op);
+  }
+  require_forward_param_sync_ = grad && require_sync_;
   if (options_.stage == 3) {
     in_forward_ = true;
     this_forward_.clear();
@@ -322,17 +331,66 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
   return out;
 }
 
-void ShardedDataParallel::sync_buffers() {
-  if (!options_.broadcast_buffers || pg_->size() == 1) return;
+bool ShardedDataParallel::will_sync_buffers() const {
+  return require_forward_param_sync_ && options_.broadcast_buffers && pg_->size() > 1 &&
+         !module_->buffers().empty();
+}
+
+int ShardedDataParallel::buffer_authority(bool candidate) {
+  // Under a Join rank 0 may have run out: the highest rank still training
+  // holds the current buffers.
+  Tensor r = Tensor::full({1}, candidate ? pg_->rank() : -1, DType::kInt64, join_device());
+  pg_->all_reduce(r, {.op = distributed::ReduceOp::kMax});
+  return static_cast<int>(r.cpu().item<int64_t>());
+}
+
+void ShardedDataParallel::sync_buffers(int root) {
   for (Tensor& b : module_->buffers()) {
     if (b.is_contiguous()) {
-      pg_->broadcast(b, {.root = 0});
+      pg_->broadcast(b, {.root = root});
     } else {
       Tensor c = b.contiguous();
-      pg_->broadcast(c, {.root = 0});
+      pg_->broadcast(c, {.root = root});
       b.copy_(c);
     }
   }
+}
+
+void ShardedDataParallel::check_joinable(const JoinOptions& options, size_t, size_t) const {
+  if (options_.stage == 3) {
+    throw NotSupported(
+        "ShardedDataParallel: a Join (uneven inputs) under ZeRO stage 3 is not supported (its "
+        "forward gathers the units in the order of the previous forward, which a rank out of "
+        "inputs cannot shadow); use stage 1 or 2, or DDP");
+  }
+  if (!options.divide_by_initial_world_size) {
+    throw NotSupported(
+        "ShardedDataParallel: a Join with divide_by_initial_world_size = false is not supported "
+        "(the reduce_scatter averages over the group); leave it true");
+  }
+}
+
+void ShardedDataParallel::join_shadow_iteration() {
+  if (will_sync_buffers()) sync_buffers(buffer_authority(false));
+  Tensor flag = Tensor::zeros({1}, DType::kFloat32, join_device());
+  pg_->all_reduce(flag, {.op = distributed::ReduceOp::kSum});
+  const bool sync = flag.cpu().item<float>() != 0;
+  require_forward_param_sync_ = sync;
+  if (!sync) return;
+  // This rank's gradients count as zeros; its shard receives the others'
+  // average, for its optimizer's step (ShardedOptimizer's shadow).
+  zero_grad_shards();
+  scheduler_->reset();
+  reduce_gradients();
+}
+
+void ShardedDataParallel::join_finish(bool is_last_joiner) {
+  if (!options_.broadcast_buffers || pg_->size() == 1 || module_->buffers().empty()) return;
+  // The parameters are the same everywhere after each step's all_gather;
+  // the buffers are the last rank's to run out.
+  Tensor r = Tensor::full({1}, is_last_joiner ? pg_->rank() : -1, DType::kInt64, join_device());
+  pg_->all_reduce(r, {.op = distributed::ReduceOp::kMax});
+  sync_buffers(static_cast<int>(r.cpu().item<int64_t>()));
 }
 
 void ShardedDataParallel::begin_iteration() {

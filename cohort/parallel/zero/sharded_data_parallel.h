@@ -68,6 +68,15 @@
 // rank that issues something else is reported by the group as a mismatch
 // naming both ops (the flight recorder), never a hang.
 //
+// Buffers are broadcast from rank 0 on a forward that follows a synchronised
+// one, as DDP's (PyTorch's require_forward_param_sync). Uneven inputs:
+// stages 1 and 2 are a Joinable (join.h), with the ShardedOptimizer listed
+// after the model (Join({&zero, &optimizer})): a rank out of inputs shadows
+// the buffer broadcast and the reduce_scatters with zero gradients, and its
+// optimizer still updates its shard from the others' average; stage 3 is not
+// (its forward gathers the units in the previous forward's order) and is
+// refused, as is divide_by_initial_world_size = false.
+//
 // Failure: as DDP -- construction verifies every rank wraps the same model
 // (InvalidArgument naming the first difference) and broadcasts rank 0's
 // parameters; a parameter that got no gradient keeps its unit from being
@@ -90,6 +99,8 @@
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
 #include "cohort/parallel/flat_layout.h"
+#include "cohort/parallel/joinable.h"
+#include "cohort/parallel/model_check.h"
 #include "cohort/parallel/reduction_scheduler.h"
 
 namespace cohort::parallel {
@@ -198,7 +209,7 @@ double hybrid_traffic_bytes(int stage, int64_t psi, int shard_size, int replicas
 // naming the smallest world size at which it would.
 int choose_zero_stage(int64_t psi, int world, double bytes_per_rank, std::string* why = nullptr);
 
-class ShardedDataParallel : public nn::Module {
+class ShardedDataParallel : public nn::Module, public Joinable {
  public:
   // Collective over pg (every rank constructs with the same model and options).
   ShardedDataParallel(nn::ModulePtr module, std::shared_ptr<distributed::ProcessGroup> pg,
@@ -309,6 +320,13 @@ class ShardedDataParallel : public nn::Module {
   int64_t num_parameter_elements() const;
   int64_t num_reductions() const { return scheduler_->num_completed(); }
 
+  // Joinable (join.h): stages 1 and 2.
+  void join_shadow_iteration() override;
+  void join_finish(bool is_last_joiner) override;
+  distributed::ProcessGroup& join_process_group() override { return *pg_; }
+  Device join_device() const override { return exchange_device(*pg_, device_); }
+  void check_joinable(const JoinOptions& options, size_t position, size_t count) const override;
+
  protected:
   nn::ModulePtr copy_shell() const override;
 
@@ -351,7 +369,9 @@ class ShardedDataParallel : public nn::Module {
   void setup_stage3(Unit& u);
   void install_hooks();
   void begin_iteration();
-  void sync_buffers();
+  bool will_sync_buffers() const;
+  void sync_buffers(int root);
+  int buffer_authority(bool candidate);
   void on_grad_ready(size_t param_index);
   void on_unit_accumulated(size_t u);  // no_sync: a unit's gradients are all ready
   void end_accumulation();             // no_sync: every unit's are
@@ -382,8 +402,8 @@ class ShardedDataParallel : public nn::Module {
   std::shared_ptr<distributed::ProcessGroup> shard_pg_;      // pg_ unless HSDP
   std::shared_ptr<distributed::ProcessGroup> replicate_pg_;  // HSDP only
   ZeroOptions options_;
-  int rank_ = 0;   // in the shard group: the segment this rank owns
-  int world_ = 1;  // the shard group's size: the layouts' shards
+  int rank_ = 0;          // in the shard group: the segment this rank owns
+  int world_ = 1;         // the shard group's size: the layouts' shards
   Device device_ = kCPU;  // the parameters' (one device; every buffer lives there)
   std::vector<Param> params_;
   std::vector<Unit> units_;  // child units in module order, then the root
@@ -397,6 +417,10 @@ class ShardedDataParallel : public nn::Module {
   std::unique_ptr<ReductionScheduler> scheduler_;
   static constexpr size_t kMaxReductionsInFlight = 2;
   bool require_sync_ = true;  // false inside no_sync()
+  // Whether the previous forward synchronised: this one broadcasts the buffers.
+  bool require_forward_param_sync_ = true;
+  distributed::Work sync_flag_work_;  // the Join's "will this backward sync" exchange
+  Tensor sync_flag_;
   // Stage 3: resident gather buffers (ZeroOptions::resident_gather_buffers).
   struct GatherBuffer {
     Tensor bytes;

@@ -28,11 +28,26 @@ ShardedOptimizer::ShardedOptimizer(ShardedDataParallel& model,
 void ShardedOptimizer::zero_grad() { model_.zero_grad_shards(); }
 
 void ShardedOptimizer::step() {
+  clip_last_step_ = clip_this_step_;
+  clip_this_step_.reset();
   optimizer_->step();
   model_.after_step();
 }
 
+void ShardedOptimizer::join_shadow_iteration() {
+  if (clip_last_step_) clip_grad_norm(clip_last_step_->max_norm, clip_last_step_->norm_type);
+  step();
+}
+
+void ShardedOptimizer::check_joinable(const JoinOptions&, size_t position, size_t) const {
+  COHORT_CHECK(position > 0,
+               "ShardedOptimizer: list it after its ShardedDataParallel in the Join "
+               "(Join({{&zero, &optimizer}})): the first joinable tells the Join, before its "
+               "collectives, that its rank still trains, and the model's come before step()'s");
+}
+
 double ShardedOptimizer::clip_grad_norm(double max_norm, double norm_type) {
+  clip_this_step_ = Clip{max_norm, norm_type};
   std::vector<Tensor> shards = model_.shard_parameters();
   double total;
   if (std::isinf(norm_type)) {

@@ -15,6 +15,13 @@
 // norm of all gradients together: each rank's sum of squares (or max) over
 // its chunks, all-reduced, so every rank clips by the same coefficient, as
 // torch.nn.utils.clip_grad_norm_ over the unsharded gradients.
+// Uneven inputs: a Joinable (join.h) listed after its ShardedDataParallel:
+// a rank out of inputs still steps its shard with the others' average and
+// takes part in the all_gather; if its own last step clipped, it clips
+// again with the same arguments (its norm all_reduce matches the others',
+// and its shard's share of the norm is the average it received). A rank with
+// no batch at all has no such step to go by: where the others clip, the
+// group reports the mismatch.
 // Failure: InvalidArgument at construction when the optimizer holds a tensor
 // that is not a shard of `model`; group failures propagate out of step().
 // Ownership: owns the optimizer; `model` must outlive it.
@@ -22,13 +29,15 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "cohort/optim/optimizer.h"
+#include "cohort/parallel/joinable.h"
 #include "cohort/parallel/zero/sharded_data_parallel.h"
 
 namespace cohort::parallel {
 
-class ShardedOptimizer {
+class ShardedOptimizer : public Joinable {
  public:
   ShardedOptimizer(ShardedDataParallel& model, std::unique_ptr<optim::Optimizer> optimizer);
 
@@ -56,9 +65,22 @@ class ShardedOptimizer {
   // momentum buffers, step counts), measured from its state tensors.
   size_t state_bytes() const;
 
+  // Joinable (join.h).
+  void join_shadow_iteration() override;
+  void join_finish(bool) override {}
+  distributed::ProcessGroup& join_process_group() override { return model_.process_group(); }
+  Device join_device() const override { return model_.join_device(); }
+  void check_joinable(const JoinOptions& options, size_t position, size_t count) const override;
+
  private:
   ShardedDataParallel& model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  // clip_grad_norm's arguments in this step and in the last one (for the
+  // Join's shadow).
+  struct Clip {
+    double max_norm = 0, norm_type = 2;
+  };
+  std::optional<Clip> clip_this_step_, clip_last_step_;
 };
 
 // Bytes of the per-parameter state of any optimizer ("state.*" entries of
