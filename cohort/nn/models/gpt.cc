@@ -6,6 +6,7 @@
 #include <limits>
 #include <numbers>
 
+#include "cohort/autograd/checkpoint.h"
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/nn/init.h"
 
@@ -58,6 +59,28 @@ const char* gpt_kernels_name(GPTKernels kernels) {
       return "composed";
   }
   return "unknown";
+}
+
+const char* gpt_checkpointing_name(GPTCheckpointing checkpointing) {
+  switch (checkpointing) {
+    case GPTCheckpointing::kNone:
+      return "none";
+    case GPTCheckpointing::kBlock:
+      return "block";
+    case GPTCheckpointing::kAttention:
+      return "attention";
+  }
+  return "unknown";
+}
+
+GPTCheckpointing parse_gpt_checkpointing(std::string_view name) {
+  for (GPTCheckpointing c :
+       {GPTCheckpointing::kNone, GPTCheckpointing::kBlock, GPTCheckpointing::kAttention})
+    if (name == gpt_checkpointing_name(c)) return c;
+  throw InvalidArgument(fmt::format(
+      "activation checkpointing: unknown mode '{}'; choose none, block (every block) or "
+      "attention (each block's ln_1 and attention)",
+      name));
 }
 
 void GPTConfig::validate() const {
@@ -205,7 +228,7 @@ Tensor MLP::forward(const Tensor& x) {
 }
 
 Block::Block(const GPTConfig& config, Generator& gen)
-    : Cloneable("Block"), kernels_(config.kernels) {
+    : Cloneable("Block"), kernels_(config.kernels), checkpointing_(config.checkpointing) {
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, kLayerNormEps));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(config, gen));
   ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd, kLayerNormEps));
@@ -222,7 +245,23 @@ Tensor Block::mlp_residual(const Tensor& x, const Tensor& attn_out) {
   return add(h, mlp_(ln_2_(h)));
 }
 
-Tensor Block::forward(const Tensor& x) { return mlp_residual(x, attn_(ln_1_(x))); }
+Tensor Block::forward(const Tensor& x) {
+  switch (checkpointing_) {
+    case GPTCheckpointing::kNone:
+      break;
+    case GPTCheckpointing::kBlock:
+      return autograd::checkpoint(
+          [this](const std::vector<Tensor>& in) {
+            return mlp_residual(in[0], attn_(ln_1_(in[0])));
+          },
+          {x});
+    case GPTCheckpointing::kAttention:
+      return mlp_residual(
+          x, autograd::checkpoint(
+                 [this](const std::vector<Tensor>& in) { return attn_(ln_1_(in[0])); }, {x}));
+  }
+  return mlp_residual(x, attn_(ln_1_(x)));
+}
 
 Tensor Block::forward(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
   return mlp_residual(x, attn_->forward(ln_1_(x), k_cache, v_cache, past));

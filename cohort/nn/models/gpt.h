@@ -37,6 +37,13 @@
 // rounding; the composed form stays as a second check. The loss is
 // cross_entropy (vocabulary in chunks, no probability tensor) either way.
 //
+// Activation checkpointing (GPTConfig::checkpointing; autograd/checkpoint.h):
+// kBlock runs each block as one checkpointed region, kAttention each block's
+// ln_1 + attention; their activations are recomputed during backward instead
+// of kept (the same gradients, one more forward of the region per step).
+// Evaluation and generation (grad mode off) are unaffected. The tensor-
+// parallel blocks (cohort/parallel/tensor_parallel) follow the same setting.
+//
 // Generation: forward(idx, cache) appends the new positions' keys and values
 // to a KVCache and returns only their logits, so one more token costs O(T)
 // work instead of a forward over the whole prefix; generate()
@@ -50,6 +57,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/core/random.h"
@@ -71,6 +79,18 @@ enum class GPTKernels {
 // "fused", "composed".
 const char* gpt_kernels_name(GPTKernels kernels);
 
+// What each block recomputes during backward instead of keeping.
+enum class GPTCheckpointing {
+  kNone,       // everything kept
+  kBlock,      // the whole block: only its input is kept
+  kAttention,  // ln_1 and attention: its input and output are kept, the MLP's activations too
+};
+
+// "none", "block", "attention"; parse_gpt_checkpointing throws
+// InvalidArgument naming the value and the choices.
+const char* gpt_checkpointing_name(GPTCheckpointing checkpointing);
+GPTCheckpointing parse_gpt_checkpointing(std::string_view name);
+
 struct GPTConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
@@ -78,6 +98,7 @@ struct GPTConfig {
   int64_t block_size = 128;  // longest sequence (positions of wpe)
   int64_t vocab_size = 256;
   GPTKernels kernels = GPTKernels::kFused;
+  GPTCheckpointing checkpointing = GPTCheckpointing::kNone;
 
   // Throws InvalidArgument naming the field: sizes must be positive and
   // n_embd a multiple of n_head.
@@ -148,7 +169,8 @@ class Block : public Cloneable<Block> {
  public:
   // Initialises attn, then mlp from gen.
   Block(const GPTConfig& config, Generator& gen);
-  // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)).
+  // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)); checkpointed as
+  // config.checkpointing says while grad mode is on.
   Tensor forward(const Tensor& x) override;
   // The cached form (CausalSelfAttention's second forward).
   Tensor forward(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
@@ -163,6 +185,7 @@ class Block : public Cloneable<Block> {
   Tensor mlp_residual(const Tensor& x, const Tensor& attn_out);
 
   GPTKernels kernels_;
+  GPTCheckpointing checkpointing_;
   Child<LayerNorm> ln_1_;
   Child<CausalSelfAttention> attn_;
   Child<LayerNorm> ln_2_;
