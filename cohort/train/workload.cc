@@ -52,6 +52,7 @@ nn::GPTConfig gpt_config(const TrainOptions& options) {
   c.n_embd = options.n_embd.value_or(c.n_embd);
   c.block_size = options.block_size.value_or(c.block_size);
   c.vocab_size = options.vocab_size.value_or(c.vocab_size);
+  c.checkpointing = options.activation_checkpointing;
   return c;
 }
 

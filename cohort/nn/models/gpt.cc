@@ -305,6 +305,11 @@ Block& GPT::block(int64_t i) const {
   return h().at<Block>(static_cast<size_t>(i));
 }
 
+void GPT::set_checkpointing(GPTCheckpointing checkpointing) {
+  config_.checkpointing = checkpointing;
+  for (int64_t i = 0; i < config_.n_layer; ++i) block(i).set_checkpointing(checkpointing);
+}
+
 int64_t GPT::num_parameters_without_positions() const {
   return num_parameters() - wpe().weight().numel();
 }

@@ -175,6 +175,10 @@ class Block : public Cloneable<Block> {
   // The cached form (CausalSelfAttention's second forward).
   Tensor forward(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
 
+  GPTCheckpointing checkpointing() const { return checkpointing_; }
+  // From the next forward on (a graph recorded before keeps its own form).
+  void set_checkpointing(GPTCheckpointing checkpointing) { checkpointing_ = checkpointing; }
+
   LayerNorm& ln_1() const { return *ln_1_; }
   CausalSelfAttention& attn() const { return *attn_; }
   LayerNorm& ln_2() const { return *ln_2_; }
@@ -215,6 +219,9 @@ class GPT : public Cloneable<GPT> {
 
   std::string extra_repr() const override;
   const GPTConfig& config() const { return config_; }
+  // Sets config().checkpointing and every block's, from the next forward on
+  // (e.g. to compare the modes on one model, bench/gpt).
+  void set_checkpointing(GPTCheckpointing checkpointing);
   // Parameters without the position embedding (nanoGPT's get_num_params()).
   int64_t num_parameters_without_positions() const;
 

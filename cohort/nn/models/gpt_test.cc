@@ -485,14 +485,25 @@ TEST(GPTCheckpointing, ModelGradientsEqualUncheckpointed) {
   Tensor idx = randint(0, cfg.vocab_size, {2, 8}, data);
   Tensor tgt = randint(0, cfg.vocab_size, {2, 8}, data);
   Tensor l1 = plain(idx, tgt), l2 = ckpt(idx, tgt);
+  // Switched on a model made without it, from the next forward.
+  Generator g3(6);
+  GPT switched(cfg, g3);
+  switched.set_checkpointing(GPTCheckpointing::kBlock);
+  EXPECT_EQ(switched.block(1).checkpointing(), GPTCheckpointing::kBlock);
+  EXPECT_EQ(switched.config().checkpointing, GPTCheckpointing::kBlock);
+  Tensor l3 = switched(idx, tgt);
+  ASSERT_NE(l3.grad_fn(), nullptr);
   EXPECT_NEAR(l1.item<double>(), l2.item<double>(), 1e-6);
   l1.backward();
   l2.backward();
-  auto p1 = plain.named_parameters(), p2 = ckpt.named_parameters();
+  l3.backward();
+  auto p1 = plain.named_parameters(), p2 = ckpt.named_parameters(),
+       p3 = switched.named_parameters();
   ASSERT_EQ(p1.size(), p2.size());
   for (size_t i = 0; i < p1.size(); ++i) {
     ASSERT_TRUE(p2[i].second.grad().defined()) << p2[i].first;
     EXPECT_LE(max_abs_diff(p1[i].second.grad(), p2[i].second.grad()), 1e-6) << p1[i].first;
+    EXPECT_LE(max_abs_diff(p1[i].second.grad(), p3[i].second.grad()), 1e-6) << p1[i].first;
   }
 }
 
