@@ -8,6 +8,7 @@
 
 #include "cohort/autograd/checkpoint.h"
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/autograd/linear_cross_entropy.h"
 #include "cohort/nn/init.h"
 
 namespace cohort::nn {
@@ -339,12 +340,19 @@ Tensor GPT::embed(const Tensor& idx, int64_t past) {
 
 Tensor GPT::head(const Tensor& x) { return lm_head_(ln_f()(x)); }
 
-Tensor GPT::forward(const Tensor& idx) {
+Tensor GPT::forward(const Tensor& idx) { return head(trunk(idx)); }
+
+Tensor GPT::trunk(const Tensor& idx) {
   check_idx(idx, "idx", 0);
   Tensor x = embed(idx, 0);
   ModuleList& blocks = h();
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks.at<Block>(i)(x);
-  return head(x);
+  return x;
+}
+
+Tensor GPT::chunked_head_loss(const Tensor& x, const Tensor& targets) {
+  return linear_cross_entropy(reshape(ln_f()(x), {-1, config_.n_embd}), lm_head_->weight(),
+                              reshape(targets, {-1}), -1, config_.loss_chunk_rows);
 }
 
 Tensor GPT::forward(const Tensor& idx, const Tensor& targets) {
@@ -360,6 +368,9 @@ Tensor GPT::forward(const Tensor& idx, const Tensor& targets) {
                    "-1 (ignored)",
                    describe(), p[i], i, config_.vocab_size);
   }
+  // Without a graph the logits are not kept anyway.
+  if (config_.checkpointing != GPTCheckpointing::kNone && GradMode::is_enabled())
+    return chunked_head_loss(trunk(idx), targets);
   Tensor logits = forward(idx);
   return cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}),
                        Reduction::kMean, -1);

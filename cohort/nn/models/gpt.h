@@ -41,6 +41,13 @@
 // kBlock runs each block as one checkpointed region, kAttention each block's
 // ln_1 + attention; their activations are recomputed during backward instead
 // of kept (the same gradients, one more forward of the region per step).
+// Either mode also computes the loss of forward(idx, targets) without the
+// logits [B, T, V], a GPT-2 step's largest activation (824 MB at B 4, T 1024,
+// and as much again for their gradient): linear_cross_entropy
+// (autograd/linear_cross_entropy.h) runs the head in chunks of
+// GPTConfig::loss_chunk_rows positions and keeps the head's gradients instead
+// of its logits, at no extra work. The loss and gradients equal the plain
+// head's up to float rounding.
 // Evaluation and generation (grad mode off) are unaffected. The tensor-
 // parallel blocks (cohort/parallel/tensor_parallel) follow the same setting.
 //
@@ -99,6 +106,10 @@ struct GPTConfig {
   int64_t vocab_size = 256;
   GPTKernels kernels = GPTKernels::kFused;
   GPTCheckpointing checkpointing = GPTCheckpointing::kNone;
+  // Positions per chunk of the loss head with checkpointing
+  // (linear_cross_entropy); 0: as many as make about 16M logits (64 MiB),
+  // e.g. 333 for GPT-2's vocabulary.
+  int64_t loss_chunk_rows = 0;
 
   // Throws InvalidArgument naming the field: sizes must be positive and
   // n_embd a multiple of n_head.
@@ -235,7 +246,11 @@ class GPT : public Cloneable<GPT> {
 
  private:
   Tensor embed(const Tensor& idx, int64_t past);
+  // idx -> the last block's output [B, T, C].
+  Tensor trunk(const Tensor& idx);
   Tensor head(const Tensor& x);
+  // x [B, T, C], targets [B, T] -> the mean loss, the head in chunks.
+  Tensor chunked_head_loss(const Tensor& x, const Tensor& targets);
   void check_idx(const Tensor& idx, const char* what, int64_t past) const;
 
   GPTConfig config_;

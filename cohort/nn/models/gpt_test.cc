@@ -474,16 +474,19 @@ TEST(GPTCheckpointing, BlockGradientsEqualUncheckpointed) {
 }
 
 // The whole model's loss and every parameter's gradient (the tied embedding's
-// included) with every block checkpointed equal those without.
+// included) with every block checkpointed and the loss head in chunks equal
+// those without, ignored targets included.
 TEST(GPTCheckpointing, ModelGradientsEqualUncheckpointed) {
   GPTConfig cfg = tiny();
   GPTConfig ckpt_cfg = cfg;
   ckpt_cfg.checkpointing = GPTCheckpointing::kBlock;
+  ckpt_cfg.loss_chunk_rows = 5;  // 16 positions: chunks of 5, 5, 5 and 1
   Generator g1(6), g2(6);
   GPT plain(cfg, g1), ckpt(ckpt_cfg, g2);
   Generator data(7);
   Tensor idx = randint(0, cfg.vocab_size, {2, 8}, data);
   Tensor tgt = randint(0, cfg.vocab_size, {2, 8}, data);
+  tgt.data_ptr<int64_t>()[3] = tgt.data_ptr<int64_t>()[12] = -1;  // ignored positions
   Tensor l1 = plain(idx, tgt), l2 = ckpt(idx, tgt);
   // Switched on a model made without it, from the next forward.
   Generator g3(6);
