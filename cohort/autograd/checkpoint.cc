@@ -6,6 +6,7 @@
 #include "cohort/autograd/engine.h"
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
+#include "cohort/autograd/node_creation.h"
 #include "cohort/autograd/precision.h"
 #include "cohort/core/autograd_meta.h"
 #include "cohort/core/random.h"
@@ -96,17 +97,17 @@ class CheckpointNode final : public Node {
 };
 
 // The nodes outside fn's graph that it reaches (leaves' accumulators other
-// than the inputs', and nodes made before fn ran), in the order found.
+// than the inputs', and nodes fn did not make), in the order found.
 std::vector<Edge> outside_edges(const Edge& root,
                                 const std::unordered_set<const Node*>& input_nodes,
-                                uint64_t first_inside) {
+                                const NodeCreationScope& inside) {
   std::vector<Edge> outside;
   std::unordered_set<const Node*> seen;
   std::vector<std::shared_ptr<Node>> stack;
   auto visit = [&](const std::shared_ptr<Node>& n) {
     if (!n || !seen.insert(n.get()).second || input_nodes.count(n.get())) return;
     const bool leaf = dynamic_cast<const AccumulateGrad*>(n.get()) != nullptr;
-    if (leaf || n->sequence_nr() < first_inside) {
+    if (leaf || !inside.created(n.get())) {
       outside.push_back({n});
     } else {
       stack.push_back(n);
@@ -140,23 +141,25 @@ Tensor checkpoint(CheckpointFn fn, const std::vector<Tensor>& inputs) {
       input_nodes.insert(input_accumulators.back().get());
     }
   }
-  const uint64_t first_inside = next_sequence_nr();
   const PrecisionPolicy precision = current_precision();
   Tensor out;
   std::vector<GeneratorSnapshot> rng;
-  {
-    GeneratorRecording recording;
-    out = fn(in);
-    rng = recording.snapshots();
-  }
-  COHORT_CHECK(out.defined(), "checkpoint: fn returned an undefined tensor");
-  if (!out.requires_grad()) return out;  // nothing to differentiate
   std::vector<Edge> edges;
-  edges.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    edges.push_back(needs_grad[i] ? gradient_edge(inputs[i]) : Edge{});
-  for (Edge& e : outside_edges(gradient_edge(out), input_nodes, first_inside))
-    edges.push_back(std::move(e));
+  {
+    NodeCreationScope inside;
+    {
+      GeneratorRecording recording;
+      out = fn(in);
+      rng = recording.snapshots();
+    }
+    COHORT_CHECK(out.defined(), "checkpoint: fn returned an undefined tensor");
+    if (!out.requires_grad()) return out;  // nothing to differentiate
+    edges.reserve(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      edges.push_back(needs_grad[i] ? gradient_edge(inputs[i]) : Edge{});
+    for (Edge& e : outside_edges(gradient_edge(out), input_nodes, inside))
+      edges.push_back(std::move(e));
+  }
   // What the recomputation needs: the inputs' values, not their graphs.
   for (Tensor& t : in)
     if (t.defined()) t = t.detach();

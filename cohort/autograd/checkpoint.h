@@ -24,8 +24,11 @@
 // where the forward left them. The precision policy in force at the call is
 // reopened for the recomputation.
 // Requirements: fn must compute the same function when run again (same ops
-// and shapes; draws on other threads are not replayed); it returns one
-// tensor (a Node has one output). An input modified in place between forward
+// and shapes) and run its ops on the calling thread (draws, and graph nodes,
+// made on other threads are neither replayed nor told from outside ones); it
+// returns one tensor (a Node has one output). When the engine runs the node
+// on one of its threads (a graph of concurrent branches, engine.h), the
+// recomputation runs there. An input modified in place between forward
 // and backward is reported at backward, as for any saved tensor. Nested
 // checkpoints work (the inner one is re-run inside the outer recomputation).
 // Grad mode off (or nothing requiring grad): fn(inputs), nothing recorded.

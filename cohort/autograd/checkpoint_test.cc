@@ -11,6 +11,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/base/parallel.h"
 
 namespace cohort::autograd {
 namespace {
@@ -157,6 +158,38 @@ TEST(Checkpoint, NestedCheckpointsEqualPlainGraph) {
   auto [cw, cx] = run(true);
   EXPECT_LE(max_abs_diff(cw, gw), 1e-6);
   EXPECT_LE(max_abs_diff(cx, gx), 1e-6);
+}
+
+// Regions made inside concurrent inter-op branches: the engine runs their
+// nodes on its threads, each recomputation (and its nested backward) there.
+TEST(Checkpoint, RegionsOfConcurrentBranchesEqualPlainGraph) {
+  Tensor w = randn({5, 5}, 1).set_requires_grad(true);
+  int fired = 0;
+  w.register_grad_ready_hook([&](Tensor&) { ++fired; });
+  auto run = [&](bool checkpointed) {
+    w.set_grad(Tensor());
+    Tensor x = randn({4, 5}, 2).set_requires_grad(true);
+    std::vector<Generator> gens{Generator(21), Generator(22)};
+    const uint64_t seq = next_sequence_nr();
+    std::vector<Tensor> outs;
+    for (size_t b = 0; b < 2; ++b) {
+      ConcurrentBranchScope scope(2, seq);
+      auto region = [&, b](const std::vector<Tensor>& in) {
+        return dropout(tanh(linear(in[0], w)), 0.4, true, gens[b]);
+      };
+      outs.push_back(checkpointed ? checkpoint(region, {x}) : region({x}));
+    }
+    {
+      ThreadBudgetGuard budget(2);
+      sum(mul(add(outs[0], outs[1]), outs[1])).backward();
+    }
+    return std::pair{w.grad().clone(), x.grad().clone()};
+  };
+  auto [gw, gx] = run(false);
+  auto [cw, cx] = run(true);
+  EXPECT_LE(max_abs_diff(cw, gw), 1e-6);
+  EXPECT_LE(max_abs_diff(cx, gx), 1e-6);
+  EXPECT_EQ(fired, 2);  // once per backward
 }
 
 TEST(Checkpoint, SplitBackwardGivesTheSameGradients) {
