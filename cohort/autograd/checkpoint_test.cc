@@ -11,6 +11,7 @@
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/autograd/ops.h"
+#include "cohort/autograd/precision.h"
 #include "cohort/base/parallel.h"
 
 namespace cohort::autograd {
@@ -190,6 +191,30 @@ TEST(Checkpoint, RegionsOfConcurrentBranchesEqualPlainGraph) {
   EXPECT_LE(max_abs_diff(cw, gw), 1e-6);
   EXPECT_LE(max_abs_diff(cx, gx), 1e-6);
   EXPECT_EQ(fired, 2);  // once per backward
+}
+
+// The recomputation runs under the precision policy of the forward, even
+// when backward runs outside the scope: bf16 products give the bf16 run's
+// gradients, not float32 ones.
+TEST(Checkpoint, RecomputationRunsUnderTheForwardsPrecisionPolicy) {
+  Tensor w = randn({8, 8}, 1).set_requires_grad(true);
+  auto region = [&](const std::vector<Tensor>& in) { return tanh(matmul(in[0], w)); };
+  auto run = [&](bool checkpointed) {
+    w.set_grad(Tensor());
+    Tensor x = randn({4, 8}, 2).set_requires_grad(true);
+    Tensor loss;
+    {
+      PrecisionScope bf16(PrecisionPolicy::bf16(native::Bf16Path::kEmulated));
+      Tensor y = checkpointed ? checkpoint(region, {x}) : region({x});
+      loss = sum(matmul(y, w));
+    }
+    loss.backward();  // outside the scope, as the CheckpointNode must not rely on
+    return std::pair{w.grad().clone(), x.grad().clone()};
+  };
+  auto [gw, gx] = run(false);
+  auto [cw, cx] = run(true);
+  EXPECT_LE(max_abs_diff(cw, gw), 1e-6);
+  EXPECT_LE(max_abs_diff(cx, gx), 1e-6);
 }
 
 TEST(Checkpoint, SplitBackwardGivesTheSameGradients) {
