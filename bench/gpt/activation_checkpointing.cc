@@ -1,7 +1,9 @@
 // Activation checkpointing's trade (issue 42): GPT training steps (GPT-2
 // 124M at B 4, T 1024 by default) without checkpointing and with each mode
-// (nn::GPTCheckpointing: every block, or each block's attention), on one
-// model whose mode is switched between steps (GPT::set_checkpointing), the
+// (nn::GPTCheckpointing: every block, or each block's attention; with the
+// chunked loss head, GPTConfig::chunked_loss, as `cohort train
+// --activation-checkpointing` sets them; --modes chunked-loss adds the head
+// alone), on one model whose mode is switched between steps, the
 // modes interleaved step by step so that a change in the machine's load
 // falls on all of them alike. Per mode:
 //   activation_mib: the peak of live host bytes during a step
@@ -18,7 +20,7 @@
 //
 // Usage: bench_activation_checkpointing [--preset gpt2|ref] [--n-layer L]
 //            [--batch B] [--seq T] [--steps N] [--warmup N] [--threads N]
-//            [--modes none,block,attention] [--head-rows N] [--seed S]
+//            [--modes none,block,attention,chunked-loss] [--head-rows N] [--seed S]
 // (--head-rows: GPTConfig::loss_chunk_rows, 0 its default.)
 #include <algorithm>
 #include <chrono>
@@ -43,6 +45,7 @@ namespace {
 
 struct ModeResult {
   nn::GPTCheckpointing mode;
+  bool chunked_loss;  // GPTConfig::chunked_loss
   std::vector<double> ms;
   size_t activation_bytes = 0;  // the largest over the timed steps
   size_t graph_bytes = 0;
@@ -56,17 +59,31 @@ std::string load_average() {
   return f ? a + " " + b + " " + c : std::string("unknown");
 }
 
-std::vector<nn::GPTCheckpointing> parse_modes(const std::string& list) {
-  std::vector<nn::GPTCheckpointing> modes;
+// "none", "block", "attention" (the checkpointing modes as `cohort train`
+// sets them: block and attention with the chunked loss head), and
+// "chunked-loss" (no checkpointing, the loss head chunked: what the head
+// alone saves and costs). "none" is always the first, the ratios' reference.
+std::vector<ModeResult> parse_modes(const std::string& list) {
+  std::vector<ModeResult> modes{{nn::GPTCheckpointing::kNone, false, {}, 0, 0, 0}};
   size_t start = 0;
   while (start <= list.size()) {
     const size_t comma = std::min(list.find(',', start), list.size());
-    modes.push_back(nn::parse_gpt_checkpointing(list.substr(start, comma - start)));
+    const std::string name = list.substr(start, comma - start);
     start = comma + 1;
+    if (name == "none") continue;
+    if (name == "chunked-loss") {
+      modes.push_back({nn::GPTCheckpointing::kNone, true, {}, 0, 0, 0});
+    } else {
+      modes.push_back({nn::parse_gpt_checkpointing(name), true, {}, 0, 0, 0});
+    }
   }
-  if (std::find(modes.begin(), modes.end(), nn::GPTCheckpointing::kNone) == modes.end())
-    modes.insert(modes.begin(), nn::GPTCheckpointing::kNone);  // the ratios' reference
   return modes;
+}
+
+std::string mode_name(const ModeResult& r) {
+  return r.mode == nn::GPTCheckpointing::kNone && r.chunked_loss
+             ? "chunked-loss"
+             : nn::gpt_checkpointing_name(r.mode);
 }
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
@@ -80,7 +97,7 @@ int run(int argc, char** argv) {
   bench::Args args(argc, argv,
                    "bench_activation_checkpointing [--preset gpt2|ref] [--n-layer L] [--batch B] "
                    "[--seq T] [--steps N] [--warmup N] [--threads N] "
-                   "[--modes none,block,attention] [--head-rows N] [--seed S]");
+                   "[--modes none,block,attention,chunked-loss] [--head-rows N] [--seed S]");
   while (args.next()) {
     if (timing.read(args)) {
       continue;
@@ -110,7 +127,7 @@ int run(int argc, char** argv) {
   if (timing.steps < 1 || timing.batch < 1 || timing.threads < 1 || timing.warmup < 0)
     args.fail("--steps, --batch and --threads must be >= 1, --warmup >= 0");
   config.validate();
-  const std::vector<nn::GPTCheckpointing> modes = parse_modes(modes_arg);
+  std::vector<ModeResult> results = parse_modes(modes_arg);
   const std::string load = load_average();
   set_num_threads(timing.threads);
 
@@ -121,10 +138,9 @@ int run(int argc, char** argv) {
   opt.add_param_group(groups.no_decay, {{"weight_decay", 0.0}});
   Generator data(seed + 1);
 
-  std::vector<ModeResult> results;
-  for (nn::GPTCheckpointing m : modes) results.push_back({m, {}, 0, 0, 0});
   auto step = [&](ModeResult& r, bool timed) {
     model.set_checkpointing(r.mode);
+    model.set_chunked_loss(r.chunked_loss);
     Tensor idx = randint(0, config.vocab_size, {timing.batch, seq}, data);
     Tensor tgt = randint(0, config.vocab_size, {timing.batch, seq}, data);
     // Gradients stay allocated (zeroed in place) so that the bytes live at
@@ -165,9 +181,9 @@ int run(int argc, char** argv) {
                        static_cast<double>(std::max<size_t>(r.activation_bytes, 1));
     const double slow = ms / none_ms;
     std::printf(
-        "%-9s activation_mib %9.1f  graph_mib %9.1f  ms_step %10.1f (min %.1f, max %.1f)  "
+        "%-12s activation_mib %9.1f  graph_mib %9.1f  ms_step %10.1f (min %.1f, max %.1f)  "
         "memory cut %.2fx  time %.3fx",
-        nn::gpt_checkpointing_name(r.mode), mib(r.activation_bytes), mib(r.graph_bytes), ms,
+        mode_name(r).c_str(), mib(r.activation_bytes), mib(r.graph_bytes), ms,
         *std::min_element(r.ms.begin(), r.ms.end()), *std::max_element(r.ms.begin(), r.ms.end()),
         cut, slow);
     if (r.mode != nn::GPTCheckpointing::kNone)

@@ -131,7 +131,10 @@ struct TrainOptions {
   // --activation-checkpointing block|attention: what each transformer block
   // recomputes during backward instead of keeping (nn::GPTConfig::
   // checkpointing), under every strategy (the tensor-parallel and pipeline
-  // forms are built from the plain model, so they follow it).
+  // forms are built from the plain model, so they follow it); the loss head
+  // then also keeps no logits (GPTConfig::chunked_loss, where the model's own
+  // forward(idx, targets) computes the loss: not on a pipeline's last stage
+  // nor in the tensor-parallel head).
   nn::GPTCheckpointing activation_checkpointing = nn::GPTCheckpointing::kNone;
 
   // ---- precision (autograd/precision.h) ----

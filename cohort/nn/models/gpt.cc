@@ -369,8 +369,7 @@ Tensor GPT::forward(const Tensor& idx, const Tensor& targets) {
                    describe(), p[i], i, config_.vocab_size);
   }
   // Without a graph the logits are not kept anyway.
-  if (config_.checkpointing != GPTCheckpointing::kNone && GradMode::is_enabled())
-    return chunked_head_loss(trunk(idx), targets);
+  if (config_.chunked_loss && GradMode::is_enabled()) return chunked_head_loss(trunk(idx), targets);
   Tensor logits = forward(idx);
   return cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}),
                        Reduction::kMean, -1);

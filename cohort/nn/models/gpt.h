@@ -41,13 +41,14 @@
 // kBlock runs each block as one checkpointed region, kAttention each block's
 // ln_1 + attention; their activations are recomputed during backward instead
 // of kept (the same gradients, one more forward of the region per step).
-// Either mode also computes the loss of forward(idx, targets) without the
-// logits [B, T, V], a GPT-2 step's largest activation (824 MB at B 4, T 1024,
-// and as much again for their gradient): linear_cross_entropy
+// GPTConfig::chunked_loss (set with checkpointing by `cohort train
+// --activation-checkpointing`) computes the loss of forward(idx, targets)
+// without the logits [B, T, V], a GPT-2 step's largest activation (824 MB at
+// B 4, T 1024, and as much again for their gradient): linear_cross_entropy
 // (autograd/linear_cross_entropy.h) runs the head in chunks of
 // GPTConfig::loss_chunk_rows positions and keeps the head's gradients instead
 // of its logits, at no extra work. The loss and gradients equal the plain
-// head's up to float rounding.
+// head's up to float rounding; without grad mode it changes nothing.
 // Evaluation and generation (grad mode off) are unaffected. The tensor-
 // parallel blocks (cohort/parallel/tensor_parallel) follow the same setting.
 //
@@ -106,9 +107,10 @@ struct GPTConfig {
   int64_t vocab_size = 256;
   GPTKernels kernels = GPTKernels::kFused;
   GPTCheckpointing checkpointing = GPTCheckpointing::kNone;
-  // Positions per chunk of the loss head with checkpointing
-  // (linear_cross_entropy); 0: as many as make about 16M logits (64 MiB),
-  // e.g. 333 for GPT-2's vocabulary.
+  // The loss head in chunks, its logits never kept (see above); positions per
+  // chunk, 0: as many as make about 16M logits (64 MiB), e.g. 333 for
+  // GPT-2's vocabulary.
+  bool chunked_loss = false;
   int64_t loss_chunk_rows = 0;
 
   // Throws InvalidArgument naming the field: sizes must be positive and
@@ -233,6 +235,8 @@ class GPT : public Cloneable<GPT> {
   // Sets config().checkpointing and every block's, from the next forward on
   // (e.g. to compare the modes on one model, bench/gpt).
   void set_checkpointing(GPTCheckpointing checkpointing);
+  // Sets config().chunked_loss, from the next forward on.
+  void set_chunked_loss(bool chunked) { config_.chunked_loss = chunked; }
   // Parameters without the position embedding (nanoGPT's get_num_params()).
   int64_t num_parameters_without_positions() const;
 

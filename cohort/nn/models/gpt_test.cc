@@ -480,6 +480,7 @@ TEST(GPTCheckpointing, ModelGradientsEqualUncheckpointed) {
   GPTConfig cfg = tiny();
   GPTConfig ckpt_cfg = cfg;
   ckpt_cfg.checkpointing = GPTCheckpointing::kBlock;
+  ckpt_cfg.chunked_loss = true;
   ckpt_cfg.loss_chunk_rows = 5;  // 16 positions: chunks of 5, 5, 5 and 1
   Generator g1(6), g2(6);
   GPT plain(cfg, g1), ckpt(ckpt_cfg, g2);
@@ -508,6 +509,27 @@ TEST(GPTCheckpointing, ModelGradientsEqualUncheckpointed) {
     EXPECT_LE(max_abs_diff(p1[i].second.grad(), p2[i].second.grad()), 1e-6) << p1[i].first;
     EXPECT_LE(max_abs_diff(p1[i].second.grad(), p3[i].second.grad()), 1e-6) << p1[i].first;
   }
+}
+
+TEST(GPTCheckpointing, ChunkedLossAloneEqualsThePlainHead) {
+  GPTConfig cfg = tiny();
+  GPTConfig chunked_cfg = cfg;
+  chunked_cfg.chunked_loss = true;
+  chunked_cfg.loss_chunk_rows = 3;
+  Generator g1(8), g2(8);
+  GPT plain(cfg, g1), chunked(chunked_cfg, g2);
+  Generator data(9);
+  Tensor idx = randint(0, cfg.vocab_size, {2, 8}, data);
+  Tensor tgt = randint(0, cfg.vocab_size, {2, 8}, data);
+  Tensor l1 = plain(idx, tgt), l2 = chunked(idx, tgt);
+  EXPECT_NEAR(l1.item<double>(), l2.item<double>(), 1e-6);
+  l1.backward();
+  l2.backward();
+  auto p1 = plain.named_parameters(), p2 = chunked.named_parameters();
+  for (size_t i = 0; i < p1.size(); ++i)
+    EXPECT_LE(max_abs_diff(p1[i].second.grad(), p2[i].second.grad()), 1e-6) << p1[i].first;
+  NoGradGuard no_grad;
+  EXPECT_NEAR(chunked(idx, tgt).item<double>(), l1.item<double>(), 1e-6);
 }
 
 }  // namespace
