@@ -332,6 +332,56 @@ void queue_callback(std::function<void()> fn) {
 
 bool in_backward() { return tl_callbacks != nullptr; }
 
+std::vector<Tensor> grad_at_nodes(const std::vector<Tensor>& roots,
+                                  const std::vector<Tensor>& grads,
+                                  const std::vector<std::shared_ptr<Node>>& targets) {
+  auto seeds = root_seeds(roots, grads, "grad");
+  std::unordered_map<Node*, size_t> first;  // a node named twice gets one gradient, copied
+  for (size_t i = 0; i < targets.size(); ++i) {
+    COHORT_CHECK(targets[i] != nullptr, "grad: target {} is null", i);
+    first.emplace(targets[i].get(), i);
+  }
+  std::vector<Tensor> out(targets.size());
+  NoGradGuard no_grad;
+  auto mask_of = [&](Node* n) {
+    // The graph behind a target is not needed.
+    return first.count(n) ? std::vector<bool>(n->next_edges().size(), false) : valid_edges(n);
+  };
+  // Distinct nodes write distinct slots, so engine threads need no lock.
+  auto run_node = [&](const std::shared_ptr<Node>& n, const Tensor& g,
+                      const std::vector<bool>&) -> std::vector<Tensor> {
+    auto it = first.find(n.get());
+    if (it != first.end()) {
+      out[it->second] = g;
+      return {};
+    }
+    if (dynamic_cast<AccumulateGrad*>(n.get()) != nullptr) return {};  // not asked for
+    return n->apply(g);
+  };
+  as_backward_pass([&] {
+    GraphRun run(seeds, mask_of, run_node);
+    run.execute();
+  });
+  for (size_t i = 0; i < targets.size(); ++i) {
+    size_t f = first.at(targets[i].get());
+    if (f != i) out[i] = out[f];
+  }
+  return out;
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs) {
+  std::vector<std::shared_ptr<Node>> targets;
+  targets.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    COHORT_CHECK(inputs[i].defined() && inputs[i].requires_grad(),
+                 "grad: inputs[{}] must be a tensor that requires grad, got {}", i,
+                 inputs[i].defined() ? "one that does not" : "an undefined tensor");
+    targets.push_back(gradient_edge(inputs[i]).node);
+  }
+  return grad_at_nodes(roots, grads, targets);
+}
+
 // ---- split backward ----
 
 struct DeferredGradients::State {

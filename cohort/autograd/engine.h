@@ -19,6 +19,9 @@
 // run_backward (the first one; other engine threads stop after their current
 // node); the graph is then partly consumed and must not be reused.
 // Thread safety: independent graphs may run on different threads at once.
+// Re-entrant: a node's backward may itself run the engine over another graph
+// (activation checkpointing's recomputed forward, autograd/checkpoint.h); each
+// run keeps its own state and holds no lock while a node runs.
 #pragma once
 
 #include <functional>
@@ -29,9 +32,28 @@
 
 namespace cohort::autograd {
 
+class Node;
+
 // grads[i] is the gradient of roots[i] (same shape); an undefined entry means
 // ones (only allowed for one-element roots).
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads);
+
+// torch.autograd.grad: the gradients of roots with respect to `inputs`
+// (tensors that require grad, leaves or not), returned one per input
+// (undefined where no gradient reached it) instead of accumulated: no leaf's
+// .grad changes and no grad-ready hook fires. The graph behind roots is
+// consumed as by run_backward up to the inputs; what lies behind an input is
+// not run. roots/grads as in run_backward. Throws InvalidArgument for an
+// input that does not require grad.
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs);
+// The same with the inputs named by the nodes their gradient flows into
+// (gradient_edge(t).node, node.h): for a non-leaf its grad_fn, for a leaf
+// its AccumulateGrad. The gradient reaching targets[i] is returned in
+// place of running it.
+std::vector<Tensor> grad_at_nodes(const std::vector<Tensor>& roots,
+                                  const std::vector<Tensor>& grads,
+                                  const std::vector<std::shared_ptr<Node>>& targets);
 
 // ---- Backward split in two (zero-bubble pipeline schedules) ----
 // B runs each node on the path to the inputs with only the gradients that

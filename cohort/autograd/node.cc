@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/autograd/node_creation.h"
 #include "cohort/core/autograd_meta.h"
 #include "cohort/core/view_autograd.h"
 
@@ -11,12 +12,23 @@ namespace cohort::autograd {
 namespace {
 thread_local uint64_t t_next_sequence_nr = 0;
 thread_local int t_concurrent_branches = 1;
+thread_local NodeCreationScope* t_creation_scope = nullptr;
 }  // namespace
+
+NodeCreationScope::NodeCreationScope() : outer_(t_creation_scope) { t_creation_scope = this; }
+
+NodeCreationScope::~NodeCreationScope() { t_creation_scope = outer_; }
+
+void NodeCreationScope::note(const Node* n) {
+  for (NodeCreationScope* s = t_creation_scope; s != nullptr; s = s->outer_) s->created_.insert(n);
+}
 
 Node::Node(std::vector<Edge> next_edges)
     : next_edges_(std::move(next_edges)),
       sequence_nr_(t_next_sequence_nr++),
-      concurrent_branches_(t_concurrent_branches) {}
+      concurrent_branches_(t_concurrent_branches) {
+  if (t_creation_scope != nullptr) NodeCreationScope::note(this);
+}
 
 std::vector<Tensor> Node::apply(const Tensor& grad, const std::vector<bool>& mask, bool release) {
   (void)mask;  // the caller ignores gradients outside the mask

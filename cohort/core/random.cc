@@ -10,6 +10,10 @@ namespace cohort {
 namespace {
 
 constexpr uint32_t kStateVersion = 1;
+
+// The innermost recording and replay of this thread (random.h).
+thread_local GeneratorRecording* t_recording = nullptr;
+thread_local GeneratorReplay* t_replay = nullptr;
 constexpr int64_t kGrain = 16384;
 
 inline float u32_to_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
@@ -104,7 +108,14 @@ void Generator::manual_seed(uint64_t seed) {
   offset_ = 0;
 }
 
+GeneratorSnapshot* Generator::replayed(const Generator* g) {
+  for (GeneratorReplay* r = t_replay; r != nullptr; r = r->outer_)
+    if (GeneratorSnapshot* s = r->find(g)) return s;
+  return nullptr;
+}
+
 uint64_t Generator::seed() const {
+  if (const GeneratorSnapshot* s = replayed(this)) return s->seed;
   std::lock_guard<std::mutex> lock(mu_);
   return seed_;
 }
@@ -136,23 +147,51 @@ void Generator::set_state(const std::vector<uint8_t>& state) {
   offset_ = get(12, 8);
 }
 
-uint64_t Generator::reserve(uint64_t blocks) {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t b = offset_;
-  offset_ += blocks;
-  return b;
+uint64_t Generator::reserve(uint64_t blocks) { return draw(blocks).second; }
+
+std::pair<uint64_t, uint64_t> Generator::draw(uint64_t blocks) {
+  uint64_t seed, b;
+  if (GeneratorSnapshot* s = replayed(this)) {
+    seed = s->seed;
+    b = s->offset;
+    s->offset += blocks;
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    seed = seed_;
+    b = offset_;
+    offset_ += blocks;
+  }
+  for (GeneratorRecording* r = t_recording; r != nullptr; r = r->outer_) r->note(this, seed, b);
+  return {seed, b};
 }
 
 uint64_t Generator::next_u64() {
-  uint64_t seed;
-  uint64_t b;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    seed = seed_;
-    b = offset_++;
-  }
+  auto [seed, b] = draw(1);
   auto r = philox4x32(b, seed);
   return (static_cast<uint64_t>(r[0]) << 32) | r[1];
+}
+
+GeneratorRecording::GeneratorRecording() : outer_(t_recording) { t_recording = this; }
+
+GeneratorRecording::~GeneratorRecording() { t_recording = outer_; }
+
+void GeneratorRecording::note(const Generator* g, uint64_t seed, uint64_t offset) {
+  for (const GeneratorSnapshot& s : seen_)
+    if (s.generator == g) return;
+  seen_.push_back({g, seed, offset});
+}
+
+GeneratorReplay::GeneratorReplay(const std::vector<GeneratorSnapshot>& snapshots)
+    : outer_(t_replay), state_(snapshots) {
+  t_replay = this;
+}
+
+GeneratorReplay::~GeneratorReplay() { t_replay = outer_; }
+
+GeneratorSnapshot* GeneratorReplay::find(const Generator* g) {
+  for (GeneratorSnapshot& s : state_)
+    if (s.generator == g) return &s;
+  return nullptr;
 }
 
 Tensor& uniform_(Tensor& t, double lo, double hi, Generator& gen) {

@@ -7,15 +7,20 @@
 // state): every random function takes one explicitly.
 // Thread safety: a Generator locks itself, so one generator may be shared
 // between threads (draw order between threads is then up to scheduling).
+// Recording and replaying draws (GeneratorRecording, GeneratorReplay below)
+// is per thread, like grad mode.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "cohort/core/tensor.h"
 
 namespace cohort {
+
+struct GeneratorSnapshot;
 
 class Generator {
  public:
@@ -25,6 +30,8 @@ class Generator {
 
   // Resets to the start of the stream of `seed`.
   void manual_seed(uint64_t seed);
+  // The seed draws use (under a GeneratorReplay of this generator: the
+  // replayed one).
   uint64_t seed() const;
   // Serialized state (versioned, 20 bytes); set_state throws InvalidArgument
   // on a blob of the wrong size or version.
@@ -37,9 +44,68 @@ class Generator {
   uint64_t next_u64();
 
  private:
+  // (seed, first block) of `blocks` blocks, replayed or recorded (below).
+  std::pair<uint64_t, uint64_t> draw(uint64_t blocks);
+  static GeneratorSnapshot* replayed(const Generator* g);
+
   mutable std::mutex mu_;
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;  // blocks consumed
+};
+
+// ---- Replaying draws (activation checkpointing, autograd/checkpoint.h) ----
+// A forward recomputed during backward must draw what its first run drew (the
+// same dropout mask) and must not move the generators on, so that later draws
+// are those of a run without recomputation. Generators are per module, so the
+// recomputation cannot know them in advance: the first run records each one
+// it draws from, the recomputation replays those states.
+
+// A generator's state before a recorded draw; `generator` identifies it by
+// address only (never dereferenced, so a destroyed generator is harmless).
+struct GeneratorSnapshot {
+  const Generator* generator = nullptr;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// RAII: notes, for each generator the calling thread draws from while it
+// lives, the state before its first draw there (under a replay: the replayed
+// state). Nested recordings each note the draws made in their lifetime.
+// Draws on other threads are not seen. Not copyable; destroy in reverse order
+// of creation (a scope).
+class GeneratorRecording {
+ public:
+  GeneratorRecording();
+  ~GeneratorRecording();
+  GeneratorRecording(const GeneratorRecording&) = delete;
+  GeneratorRecording& operator=(const GeneratorRecording&) = delete;
+  // In order of first use.
+  const std::vector<GeneratorSnapshot>& snapshots() const { return seen_; }
+
+ private:
+  friend class Generator;
+  void note(const Generator* g, uint64_t seed, uint64_t offset);
+  GeneratorRecording* outer_;
+  std::vector<GeneratorSnapshot> seen_;
+};
+
+// RAII: while it lives, the calling thread's draws from each generator in
+// `snapshots` start from the recorded state and advance a private copy of it;
+// the generator itself is neither read nor moved. Other generators, and other
+// threads, draw as usual. An inner replay hides an outer one for the
+// generators both name. Not copyable; a scope.
+class GeneratorReplay {
+ public:
+  explicit GeneratorReplay(const std::vector<GeneratorSnapshot>& snapshots);
+  ~GeneratorReplay();
+  GeneratorReplay(const GeneratorReplay&) = delete;
+  GeneratorReplay& operator=(const GeneratorReplay&) = delete;
+
+ private:
+  friend class Generator;
+  GeneratorSnapshot* find(const Generator* g);
+  GeneratorReplay* outer_;
+  std::vector<GeneratorSnapshot> state_;
 };
 
 // The Philox4x32-10 bijection: four 32-bit outputs for (block, seed).

@@ -114,5 +114,62 @@ TEST(Random, RandpermIsAPermutation) {
   EXPECT_EQ(randperm(0, g).numel(), 0);
 }
 
+TEST(GeneratorReplay, ReplaysRecordedDrawsWithoutMovingTheGenerator) {
+  Generator a(9), b(10);
+  (void)rand({3}, a);  // state before the recording: not at the start
+  std::vector<GeneratorSnapshot> snaps;
+  std::vector<float> first_a, first_b;
+  {
+    GeneratorRecording rec;
+    first_a = rand({5}, a).to_vector<float>();
+    first_b = randn({4}, b).to_vector<float>();
+    (void)rand({2}, a);  // a second draw from a: still one snapshot
+    snaps = rec.snapshots();
+  }
+  ASSERT_EQ(snaps.size(), 2u);
+  EXPECT_EQ(snaps[0].generator, &a);
+  EXPECT_EQ(snaps[1].generator, &b);
+  const std::vector<uint8_t> a_after = a.get_state(), b_after = b.get_state();
+  const std::vector<float> next_a = [&] {
+    Generator copy = a;
+    return rand({5}, copy).to_vector<float>();
+  }();
+  {
+    GeneratorReplay replay(snaps);
+    EXPECT_EQ(rand({5}, a).to_vector<float>(), first_a);
+    EXPECT_EQ(randn({4}, b).to_vector<float>(), first_b);
+    Generator other(9);  // not recorded: draws from its own state
+    EXPECT_EQ(other.get_state(), Generator(9).get_state());
+    (void)rand({1}, other);
+    EXPECT_NE(other.get_state(), Generator(9).get_state());
+  }
+  EXPECT_EQ(a.get_state(), a_after);
+  EXPECT_EQ(b.get_state(), b_after);
+  EXPECT_EQ(rand({5}, a).to_vector<float>(), next_a);
+}
+
+TEST(GeneratorReplay, RecordingUnderReplayNotesTheReplayedState) {
+  Generator g(4);
+  std::vector<GeneratorSnapshot> outer;
+  std::vector<float> drawn;
+  {
+    GeneratorRecording rec;
+    drawn = rand({3}, g).to_vector<float>();
+    outer = rec.snapshots();
+  }
+  std::vector<GeneratorSnapshot> inner;
+  {
+    GeneratorReplay replay(outer);
+    GeneratorRecording rec;
+    EXPECT_EQ(rand({3}, g).to_vector<float>(), drawn);
+    inner = rec.snapshots();
+  }
+  ASSERT_EQ(inner.size(), 1u);
+  EXPECT_EQ(inner[0].seed, outer[0].seed);
+  EXPECT_EQ(inner[0].offset, outer[0].offset);
+  GeneratorReplay again(inner);
+  EXPECT_EQ(rand({3}, g).to_vector<float>(), drawn);
+}
+
 }  // namespace
 }  // namespace cohort

@@ -5,6 +5,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/runtime.h"
 #include "cohort/core/device_runtime.h"
+#include "cohort/core/live_bytes_peak.h"
 
 namespace cohort {
 namespace {
@@ -25,6 +26,15 @@ size_t round_capacity(size_t nbytes) {
 
 namespace {
 std::atomic<size_t> g_live_bytes{0};  // a statistic only (Storage::live_bytes)
+std::atomic<size_t> g_peak_live_bytes{0};
+
+void count_live(size_t nbytes) {
+  const size_t now = g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  size_t peak = g_peak_live_bytes.load(std::memory_order_relaxed);
+  while (now > peak &&
+         !g_peak_live_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
 }  // namespace
 
 Storage::Storage(size_t nbytes) : Storage(nbytes, kCPU) {}
@@ -35,7 +45,7 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes) {
     // The padding lets vector kernels read whole 64-byte lines at the tail.
     data_ = capacity_ >= kCacheMinBytes ? block_cache().allocate(capacity_)
                                         : aligned_allocate(capacity_);
-    g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);  // after a throwing allocation
+    count_live(nbytes);  // after a throwing allocation
     return;
   }
   // Device bytes are counted by the device's allocator, not in live_bytes().
@@ -56,7 +66,7 @@ Storage::Storage(void* data, size_t nbytes, std::function<void(void*)> deleter, 
       deleter_(std::move(deleter)),
       device_(device) {
   if (!device_.is_cpu()) return;  // device bytes are the device allocator's to count
-  g_live_bytes.fetch_add(nbytes, std::memory_order_relaxed);
+  count_live(nbytes);
 }
 
 Storage::~Storage() {
@@ -86,6 +96,12 @@ void Storage::rebind(void* data) {
 size_t Storage::cached_bytes() { return block_cache().held_bytes(); }
 
 size_t Storage::live_bytes() { return g_live_bytes.load(std::memory_order_relaxed); }
+
+size_t peak_live_bytes() { return g_peak_live_bytes.load(std::memory_order_relaxed); }
+
+void reset_peak_live_bytes() {
+  g_peak_live_bytes.store(g_live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 void Storage::release_cache() { block_cache().release(); }
 

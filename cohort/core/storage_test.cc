@@ -9,6 +9,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/runtime.h"
+#include "cohort/core/live_bytes_peak.h"
 
 namespace cohort {
 namespace {
@@ -74,6 +75,17 @@ TEST(Storage, LiveBytesCountsStoragesAliveNow) {
     EXPECT_EQ(Storage::live_bytes() - before, 1000 + Storage::kCacheMinBytes * 2);
   }
   EXPECT_EQ(Storage::live_bytes(), before);  // cached blocks are not live
+}
+
+TEST(Storage, PeakLiveBytesKeepsTheHighestCountSinceTheReset) {
+  reset_peak_live_bytes();
+  const size_t before = Storage::live_bytes();
+  EXPECT_EQ(peak_live_bytes(), before);
+  { Storage a(4096), b(8192); }
+  { Storage c(1000); }
+  EXPECT_EQ(peak_live_bytes(), before + 4096 + 8192);
+  reset_peak_live_bytes();
+  EXPECT_EQ(peak_live_bytes(), before);
 }
 
 TEST(Storage, RebindMovesABorrowedStorageAndTheDeleterGetsTheOriginal) {

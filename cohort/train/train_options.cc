@@ -255,6 +255,10 @@ void TrainOptions::validate() const {
   COHORT_CHECK(!weight_decay || optimizer == OptimizerKind::kAdamW,
                "--weight-decay applies to --optimizer adamw only, not {}",
                optimizer_name(optimizer));
+  COHORT_CHECK(lm || activation_checkpointing == nn::GPTCheckpointing::kNone,
+               "--activation-checkpointing applies to --model gpt or gpt2 (its transformer "
+               "blocks), not --model {}",
+               model_name(model));
   if (lm) gpt_config(*this).validate();
   COHORT_CHECK(synthetic_train_size >= 1 && synthetic_test_size >= 1,
                "synthetic data set sizes must be >= 1, got {} and {}", synthetic_train_size,

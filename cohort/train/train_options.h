@@ -11,6 +11,7 @@
 
 #include "cohort/autograd/precision.h"
 #include "cohort/core/device.h"
+#include "cohort/nn/models/gpt.h"
 #include "cohort/optim/bf16_weights.h"
 
 namespace cohort::train {
@@ -138,6 +139,14 @@ struct TrainOptions {
   // Validation batches evaluated at each epoch's end (0: the whole split).
   int64_t eval_batches = 20;
   std::optional<double> weight_decay;  // AdamW; default 0.1 for gpt (2-D weights only), else 0.01
+  // --activation-checkpointing block|attention: what each transformer block
+  // recomputes during backward instead of keeping (nn::GPTConfig::
+  // checkpointing), under every strategy (the tensor-parallel and pipeline
+  // forms are built from the plain model, so they follow it); the loss head
+  // then also keeps no logits (GPTConfig::chunked_loss, where the model's own
+  // forward(idx, targets) computes the loss: not on a pipeline's last stage
+  // nor in the tensor-parallel head).
+  nn::GPTCheckpointing activation_checkpointing = nn::GPTCheckpointing::kNone;
 
   // ---- precision (autograd/precision.h) ----
   // kBFloat16: matmul, linear, conv2d and attention compute in bf16 with

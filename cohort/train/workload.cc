@@ -53,6 +53,9 @@ nn::GPTConfig gpt_config(const TrainOptions& options) {
   c.n_embd = options.n_embd.value_or(c.n_embd);
   c.block_size = options.block_size.value_or(c.block_size);
   c.vocab_size = options.vocab_size.value_or(c.vocab_size);
+  c.checkpointing = options.activation_checkpointing;
+  // The CLI's memory-saving switch saves the head's logits too (gpt.h).
+  c.chunked_loss = options.activation_checkpointing != nn::GPTCheckpointing::kNone;
   return c;
 }
 

@@ -36,6 +36,7 @@ struct TrainArgs {
   double lr = 0;
   double momentum = 0;
   std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32", bf16_weights;
+  std::string activation_checkpointing = "none";
   train::TrainOptions options;
 };
 
@@ -106,6 +107,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
       if (app->count(flag) > 0) *field = value;
     }
     if (app->count("--weight-decay") > 0) o.weight_decay = args->weight_decay;
+    o.activation_checkpointing = nn::parse_gpt_checkpointing(args->activation_checkpointing);
     if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
     if (app->count("--drop-last") > 0) o.drop_last = args->drop_last == "true";
     o.strategy = train::parse_strategy(args->strategy);
@@ -291,6 +293,10 @@ std::function<int()> setup(CLI::App& app) {
                  "or --batch-size when smaller)");
   app.add_option("--pipeline-stages", o.pipeline_stages,
                  "Pipeline stages (0: every rank; else data-parallel replicas = world / stages)")
+      ->capture_default_str();
+  app.add_option("--activation-checkpointing", args->activation_checkpointing,
+                 "gpt/gpt2: recompute during backward instead of keeping the activations of "
+                 "every block (block) or of each block's attention (attention); none: keep all")
       ->capture_default_str();
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "Megatron's sequence parallelism (--strategy tensor, --model gpt/gpt2): each rank "

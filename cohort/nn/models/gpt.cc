@@ -6,7 +6,9 @@
 #include <limits>
 #include <numbers>
 
+#include "cohort/autograd/checkpoint.h"
 #include "cohort/autograd/grad_mode.h"
+#include "cohort/autograd/linear_cross_entropy.h"
 #include "cohort/nn/init.h"
 
 namespace cohort::nn {
@@ -58,6 +60,28 @@ const char* gpt_kernels_name(GPTKernels kernels) {
       return "composed";
   }
   return "unknown";
+}
+
+const char* gpt_checkpointing_name(GPTCheckpointing checkpointing) {
+  switch (checkpointing) {
+    case GPTCheckpointing::kNone:
+      return "none";
+    case GPTCheckpointing::kBlock:
+      return "block";
+    case GPTCheckpointing::kAttention:
+      return "attention";
+  }
+  return "unknown";
+}
+
+GPTCheckpointing parse_gpt_checkpointing(std::string_view name) {
+  for (GPTCheckpointing c :
+       {GPTCheckpointing::kNone, GPTCheckpointing::kBlock, GPTCheckpointing::kAttention})
+    if (name == gpt_checkpointing_name(c)) return c;
+  throw InvalidArgument(fmt::format(
+      "activation checkpointing: unknown mode '{}'; choose none, block (every block) or "
+      "attention (each block's ln_1 and attention)",
+      name));
 }
 
 void GPTConfig::validate() const {
@@ -205,7 +229,7 @@ Tensor MLP::forward(const Tensor& x) {
 }
 
 Block::Block(const GPTConfig& config, Generator& gen)
-    : Cloneable("Block"), kernels_(config.kernels) {
+    : Cloneable("Block"), kernels_(config.kernels), checkpointing_(config.checkpointing) {
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(config.n_embd, kLayerNormEps));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(config, gen));
   ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(config.n_embd, kLayerNormEps));
@@ -222,7 +246,23 @@ Tensor Block::mlp_residual(const Tensor& x, const Tensor& attn_out) {
   return add(h, mlp_(ln_2_(h)));
 }
 
-Tensor Block::forward(const Tensor& x) { return mlp_residual(x, attn_(ln_1_(x))); }
+Tensor Block::forward(const Tensor& x) {
+  switch (checkpointing_) {
+    case GPTCheckpointing::kNone:
+      break;
+    case GPTCheckpointing::kBlock:
+      return autograd::checkpoint(
+          [this](const std::vector<Tensor>& in) {
+            return mlp_residual(in[0], attn_(ln_1_(in[0])));
+          },
+          {x});
+    case GPTCheckpointing::kAttention:
+      return mlp_residual(
+          x, autograd::checkpoint(
+                 [this](const std::vector<Tensor>& in) { return attn_(ln_1_(in[0])); }, {x}));
+  }
+  return mlp_residual(x, attn_(ln_1_(x)));
+}
 
 Tensor Block::forward(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past) {
   return mlp_residual(x, attn_->forward(ln_1_(x), k_cache, v_cache, past));
@@ -266,6 +306,11 @@ Block& GPT::block(int64_t i) const {
   return h().at<Block>(static_cast<size_t>(i));
 }
 
+void GPT::set_checkpointing(GPTCheckpointing checkpointing) {
+  config_.checkpointing = checkpointing;
+  for (int64_t i = 0; i < config_.n_layer; ++i) block(i).set_checkpointing(checkpointing);
+}
+
 int64_t GPT::num_parameters_without_positions() const {
   return num_parameters() - wpe().weight().numel();
 }
@@ -295,12 +340,19 @@ Tensor GPT::embed(const Tensor& idx, int64_t past) {
 
 Tensor GPT::head(const Tensor& x) { return lm_head_(ln_f()(x)); }
 
-Tensor GPT::forward(const Tensor& idx) {
+Tensor GPT::forward(const Tensor& idx) { return head(trunk(idx)); }
+
+Tensor GPT::trunk(const Tensor& idx) {
   check_idx(idx, "idx", 0);
   Tensor x = embed(idx, 0);
   ModuleList& blocks = h();
   for (size_t i = 0; i < blocks.size(); ++i) x = blocks.at<Block>(i)(x);
-  return head(x);
+  return x;
+}
+
+Tensor GPT::chunked_head_loss(const Tensor& x, const Tensor& targets) {
+  return linear_cross_entropy(reshape(ln_f()(x), {-1, config_.n_embd}), lm_head_->weight(),
+                              reshape(targets, {-1}), -1, config_.loss_chunk_rows);
 }
 
 Tensor GPT::forward(const Tensor& idx, const Tensor& targets) {
@@ -316,6 +368,8 @@ Tensor GPT::forward(const Tensor& idx, const Tensor& targets) {
                    "-1 (ignored)",
                    describe(), p[i], i, config_.vocab_size);
   }
+  // Without a graph the logits are not kept anyway.
+  if (config_.chunked_loss && GradMode::is_enabled()) return chunked_head_loss(trunk(idx), targets);
   Tensor logits = forward(idx);
   return cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}),
                        Reduction::kMean, -1);

@@ -37,6 +37,21 @@
 // rounding; the composed form stays as a second check. The loss is
 // cross_entropy (vocabulary in chunks, no probability tensor) either way.
 //
+// Activation checkpointing (GPTConfig::checkpointing; autograd/checkpoint.h):
+// kBlock runs each block as one checkpointed region, kAttention each block's
+// ln_1 + attention; their activations are recomputed during backward instead
+// of kept (the same gradients, one more forward of the region per step).
+// GPTConfig::chunked_loss (set with checkpointing by `cohort train
+// --activation-checkpointing`) computes the loss of forward(idx, targets)
+// without the logits [B, T, V], a GPT-2 step's largest activation (824 MB at
+// B 4, T 1024, and as much again for their gradient): linear_cross_entropy
+// (autograd/linear_cross_entropy.h) runs the head in chunks of
+// GPTConfig::loss_chunk_rows positions and keeps the head's gradients instead
+// of its logits, at no extra work. The loss and gradients equal the plain
+// head's up to float rounding; without grad mode it changes nothing.
+// Evaluation and generation (grad mode off) are unaffected. The tensor-
+// parallel blocks (cohort/parallel/tensor_parallel) follow the same setting.
+//
 // Generation: forward(idx, cache) appends the new positions' keys and values
 // to a KVCache and returns only their logits, so one more token costs O(T)
 // work instead of a forward over the whole prefix; generate()
@@ -50,6 +65,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/core/random.h"
@@ -71,6 +87,18 @@ enum class GPTKernels {
 // "fused", "composed".
 const char* gpt_kernels_name(GPTKernels kernels);
 
+// What each block recomputes during backward instead of keeping.
+enum class GPTCheckpointing {
+  kNone,       // everything kept
+  kBlock,      // the whole block: only its input is kept
+  kAttention,  // ln_1 and attention: its input and output are kept, the MLP's activations too
+};
+
+// "none", "block", "attention"; parse_gpt_checkpointing throws
+// InvalidArgument naming the value and the choices.
+const char* gpt_checkpointing_name(GPTCheckpointing checkpointing);
+GPTCheckpointing parse_gpt_checkpointing(std::string_view name);
+
 struct GPTConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
@@ -78,6 +106,12 @@ struct GPTConfig {
   int64_t block_size = 128;  // longest sequence (positions of wpe)
   int64_t vocab_size = 256;
   GPTKernels kernels = GPTKernels::kFused;
+  GPTCheckpointing checkpointing = GPTCheckpointing::kNone;
+  // The loss head in chunks, its logits never kept (see above); positions per
+  // chunk, 0: as many as make about 16M logits (64 MiB), e.g. 333 for
+  // GPT-2's vocabulary.
+  bool chunked_loss = false;
+  int64_t loss_chunk_rows = 0;
 
   // Throws InvalidArgument naming the field: sizes must be positive and
   // n_embd a multiple of n_head.
@@ -148,10 +182,15 @@ class Block : public Cloneable<Block> {
  public:
   // Initialises attn, then mlp from gen.
   Block(const GPTConfig& config, Generator& gen);
-  // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)).
+  // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)); checkpointed as
+  // config.checkpointing says while grad mode is on.
   Tensor forward(const Tensor& x) override;
   // The cached form (CausalSelfAttention's second forward).
   Tensor forward(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t past);
+
+  GPTCheckpointing checkpointing() const { return checkpointing_; }
+  // From the next forward on (a graph recorded before keeps its own form).
+  void set_checkpointing(GPTCheckpointing checkpointing) { checkpointing_ = checkpointing; }
 
   LayerNorm& ln_1() const { return *ln_1_; }
   CausalSelfAttention& attn() const { return *attn_; }
@@ -163,6 +202,7 @@ class Block : public Cloneable<Block> {
   Tensor mlp_residual(const Tensor& x, const Tensor& attn_out);
 
   GPTKernels kernels_;
+  GPTCheckpointing checkpointing_;
   Child<LayerNorm> ln_1_;
   Child<CausalSelfAttention> attn_;
   Child<LayerNorm> ln_2_;
@@ -192,6 +232,11 @@ class GPT : public Cloneable<GPT> {
 
   std::string extra_repr() const override;
   const GPTConfig& config() const { return config_; }
+  // Sets config().checkpointing and every block's, from the next forward on
+  // (e.g. to compare the modes on one model, bench/gpt).
+  void set_checkpointing(GPTCheckpointing checkpointing);
+  // Sets config().chunked_loss, from the next forward on.
+  void set_chunked_loss(bool chunked) { config_.chunked_loss = chunked; }
   // Parameters without the position embedding (nanoGPT's get_num_params()).
   int64_t num_parameters_without_positions() const;
 
@@ -205,7 +250,11 @@ class GPT : public Cloneable<GPT> {
 
  private:
   Tensor embed(const Tensor& idx, int64_t past);
+  // idx -> the last block's output [B, T, C].
+  Tensor trunk(const Tensor& idx);
   Tensor head(const Tensor& x);
+  // x [B, T, C], targets [B, T] -> the mean loss, the head in chunks.
+  Tensor chunked_head_loss(const Tensor& x, const Tensor& targets);
   void check_idx(const Tensor& idx, const char* what, int64_t past) const;
 
   GPTConfig config_;

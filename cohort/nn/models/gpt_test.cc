@@ -432,5 +432,105 @@ TEST(GPT, OverfitsOneBatch) {
   EXPECT_LT(last, 0.05) << "from " << first;
 }
 
+// ---- activation checkpointing ----
+
+TEST(GPTCheckpointing, NamesParseAndUnknownIsRefused) {
+  for (GPTCheckpointing c :
+       {GPTCheckpointing::kNone, GPTCheckpointing::kBlock, GPTCheckpointing::kAttention})
+    EXPECT_EQ(parse_gpt_checkpointing(gpt_checkpointing_name(c)), c);
+  expect_error([] { parse_gpt_checkpointing("mlp"); },
+               {"unknown mode 'mlp'", "none", "block", "attention"});
+}
+
+// A block's input and parameter gradients with each mode equal those without
+// (each kernel form), and the output is the same.
+TEST(GPTCheckpointing, BlockGradientsEqualUncheckpointed) {
+  for (GPTKernels kernels : {GPTKernels::kFused, GPTKernels::kComposed}) {
+    for (GPTCheckpointing mode : {GPTCheckpointing::kBlock, GPTCheckpointing::kAttention}) {
+      SCOPED_TRACE(std::string(gpt_kernels_name(kernels)) + "/" + gpt_checkpointing_name(mode));
+      GPTConfig plain_cfg = tiny();
+      plain_cfg.kernels = kernels;
+      GPTConfig ckpt_cfg = plain_cfg;
+      ckpt_cfg.checkpointing = mode;
+      Generator g1(4), g2(4);
+      Block plain(plain_cfg, g1), ckpt(ckpt_cfg, g2);
+      Generator data(5);
+      Tensor x0 = randn({2, 7, plain_cfg.n_embd}, data);
+      Tensor w = randn({2, 7, plain_cfg.n_embd}, data);  // a loss that weighs every output
+      Tensor x1 = x0.detach().set_requires_grad(true), x2 = x0.detach().set_requires_grad(true);
+      Tensor y1 = plain(x1), y2 = ckpt(x2);
+      EXPECT_LE(max_abs_diff(y1, y2), 1e-6);
+      sum(mul(y1, w)).backward();
+      sum(mul(y2, w)).backward();
+      EXPECT_LE(max_abs_diff(x1.grad(), x2.grad()), 1e-6);
+      auto p1 = plain.named_parameters(), p2 = ckpt.named_parameters();
+      ASSERT_EQ(p1.size(), p2.size());
+      for (size_t i = 0; i < p1.size(); ++i) {
+        ASSERT_TRUE(p2[i].second.grad().defined()) << p2[i].first;
+        EXPECT_LE(max_abs_diff(p1[i].second.grad(), p2[i].second.grad()), 1e-6) << p1[i].first;
+      }
+    }
+  }
+}
+
+// The whole model's loss and every parameter's gradient (the tied embedding's
+// included) with every block checkpointed and the loss head in chunks equal
+// those without, ignored targets included.
+TEST(GPTCheckpointing, ModelGradientsEqualUncheckpointed) {
+  GPTConfig cfg = tiny();
+  GPTConfig ckpt_cfg = cfg;
+  ckpt_cfg.checkpointing = GPTCheckpointing::kBlock;
+  ckpt_cfg.chunked_loss = true;
+  ckpt_cfg.loss_chunk_rows = 5;  // 16 positions: chunks of 5, 5, 5 and 1
+  Generator g1(6), g2(6);
+  GPT plain(cfg, g1), ckpt(ckpt_cfg, g2);
+  Generator data(7);
+  Tensor idx = randint(0, cfg.vocab_size, {2, 8}, data);
+  Tensor tgt = randint(0, cfg.vocab_size, {2, 8}, data);
+  tgt.data_ptr<int64_t>()[3] = tgt.data_ptr<int64_t>()[12] = -1;  // ignored positions
+  Tensor l1 = plain(idx, tgt), l2 = ckpt(idx, tgt);
+  // Switched on a model made without it, from the next forward.
+  Generator g3(6);
+  GPT switched(cfg, g3);
+  switched.set_checkpointing(GPTCheckpointing::kBlock);
+  EXPECT_EQ(switched.block(1).checkpointing(), GPTCheckpointing::kBlock);
+  EXPECT_EQ(switched.config().checkpointing, GPTCheckpointing::kBlock);
+  Tensor l3 = switched(idx, tgt);
+  ASSERT_NE(l3.grad_fn(), nullptr);
+  EXPECT_NEAR(l1.item<double>(), l2.item<double>(), 1e-6);
+  l1.backward();
+  l2.backward();
+  l3.backward();
+  auto p1 = plain.named_parameters(), p2 = ckpt.named_parameters(),
+       p3 = switched.named_parameters();
+  ASSERT_EQ(p1.size(), p2.size());
+  for (size_t i = 0; i < p1.size(); ++i) {
+    ASSERT_TRUE(p2[i].second.grad().defined()) << p2[i].first;
+    EXPECT_LE(max_abs_diff(p1[i].second.grad(), p2[i].second.grad()), 1e-6) << p1[i].first;
+    EXPECT_LE(max_abs_diff(p1[i].second.grad(), p3[i].second.grad()), 1e-6) << p1[i].first;
+  }
+}
+
+TEST(GPTCheckpointing, ChunkedLossAloneEqualsThePlainHead) {
+  GPTConfig cfg = tiny();
+  GPTConfig chunked_cfg = cfg;
+  chunked_cfg.chunked_loss = true;
+  chunked_cfg.loss_chunk_rows = 3;
+  Generator g1(8), g2(8);
+  GPT plain(cfg, g1), chunked(chunked_cfg, g2);
+  Generator data(9);
+  Tensor idx = randint(0, cfg.vocab_size, {2, 8}, data);
+  Tensor tgt = randint(0, cfg.vocab_size, {2, 8}, data);
+  Tensor l1 = plain(idx, tgt), l2 = chunked(idx, tgt);
+  EXPECT_NEAR(l1.item<double>(), l2.item<double>(), 1e-6);
+  l1.backward();
+  l2.backward();
+  auto p1 = plain.named_parameters(), p2 = chunked.named_parameters();
+  for (size_t i = 0; i < p1.size(); ++i)
+    EXPECT_LE(max_abs_diff(p1[i].second.grad(), p2[i].second.grad()), 1e-6) << p1[i].first;
+  NoGradGuard no_grad;
+  EXPECT_NEAR(chunked(idx, tgt).item<double>(), l1.item<double>(), 1e-6);
+}
+
 }  // namespace
 }  // namespace cohort::nn

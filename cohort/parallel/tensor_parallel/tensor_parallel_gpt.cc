@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "cohort/autograd/checkpoint.h"
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/autograd/node.h"
 #include "cohort/base/error.h"
@@ -141,7 +142,7 @@ Tensor ParallelGPTMLP::forward(const Tensor& x) {
 
 ParallelBlock::ParallelBlock(const nn::Block& full, const nn::GPTConfig& config, TPGroup tp,
                              bool sequence_parallel)
-    : Cloneable("ParallelBlock") {
+    : Cloneable("ParallelBlock"), checkpointing_(config.checkpointing) {
   register_module("ln_1", full.ln_1().clone());
   register_module("attn", std::make_shared<ParallelCausalSelfAttention>(full.attn(), config, tp,
                                                                         sequence_parallel));
@@ -150,9 +151,29 @@ ParallelBlock::ParallelBlock(const nn::Block& full, const nn::GPTConfig& config,
                   std::make_shared<ParallelGPTMLP>(full.mlp(), std::move(tp), sequence_parallel));
 }
 
-Tensor ParallelBlock::forward(const Tensor& x) {
-  Tensor h = add(x, child<ParallelCausalSelfAttention>(1).forward(child<nn::LayerNorm>(0)(x)));
+Tensor ParallelBlock::attention(const Tensor& x) {
+  return child<ParallelCausalSelfAttention>(1).forward(child<nn::LayerNorm>(0)(x));
+}
+
+Tensor ParallelBlock::mlp_residual(const Tensor& x, const Tensor& attn_out) {
+  Tensor h = add(x, attn_out);
   return add(h, child<ParallelGPTMLP>(3).forward(child<nn::LayerNorm>(2)(h)));
+}
+
+Tensor ParallelBlock::forward(const Tensor& x) {
+  switch (checkpointing_) {
+    case nn::GPTCheckpointing::kNone:
+      break;
+    case nn::GPTCheckpointing::kBlock:
+      return autograd::checkpoint(
+          [this](const std::vector<Tensor>& in) { return mlp_residual(in[0], attention(in[0])); },
+          {x});
+    case nn::GPTCheckpointing::kAttention:
+      return mlp_residual(
+          x, autograd::checkpoint(
+                 [this](const std::vector<Tensor>& in) { return attention(in[0]); }, {x}));
+  }
+  return mlp_residual(x, attention(x));
 }
 
 // ---- TensorParallelGPT ----

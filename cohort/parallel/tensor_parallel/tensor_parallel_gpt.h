@@ -143,8 +143,16 @@ class ParallelBlock : public nn::Cloneable<ParallelBlock> {
  public:
   ParallelBlock(const nn::Block& full, const nn::GPTConfig& config, TPGroup tp,
                 bool sequence_parallel = false);
-  // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)).
+  // x [B, T, C] -> x + attn(ln_1(x)), then + mlp(ln_2(.)); checkpointed as
+  // config.checkpointing says (nn/models/gpt.h), the recomputation running
+  // the region's collectives again, in the same order on every rank.
   Tensor forward(const Tensor& x) override;
+
+ private:
+  Tensor attention(const Tensor& x);
+  Tensor mlp_residual(const Tensor& x, const Tensor& attn_out);
+
+  nn::GPTCheckpointing checkpointing_;
 };
 
 class TensorParallelGPT : public nn::Cloneable<TensorParallelGPT> {
