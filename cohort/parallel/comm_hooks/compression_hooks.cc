@@ -20,8 +20,10 @@ BucketFuture CompressionHook::run(distributed::ProcessGroup& pg, GradBucket& buc
   const double scale = 1.0 / pg.size();
   Tensor compressed;
   if (dtype_ == DType::kFloat16) {
-    // Scaled in float32: float16 arithmetic is neither needed nor faster here.
-    compressed = bucket.buffer.mul(scale).to(DType::kFloat16);
+    // Scaled in place in float32 (the bucket is overwritten by the result).
+    Tensor buffer = bucket.buffer;
+    buffer.mul_(scale);
+    compressed = buffer.to(DType::kFloat16);
   } else {
     compressed = bucket.buffer.to(DType::kBFloat16);
   }
