@@ -91,7 +91,7 @@ TEST(CommHook, SeesTheBucketsMetadata) {
                              p.gradient.data_ptr<float>() == b.buffer.data_ptr<float>() + p.offset;
               }
               seen.push_back(s);
-          EXPECT_EQ(b.gradients().size(), b.params.size());
+              EXPECT_EQ(b.gradients().size(), b.params.size());
               EXPECT_EQ(b.parameters().size(), b.params.size());
               return inner->run(g, b);
             });

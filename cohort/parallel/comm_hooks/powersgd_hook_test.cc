@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "cohort/parallel/comm_hooks/allreduce_hook.h"
@@ -60,8 +61,9 @@ TEST(PowerSGDHook, ConvergesAfterStartIterAndReplicasStayIdentical) {
   expect_equal(power[0], power[1], "replicas");
   const double first = power[0].losses.front(), last = mean_of_last(power[0].losses, 10);
   const double plain_last = mean_of_last(plain[0].losses, 10);
+  std::printf("loss %.4g -> %.4g with PowerSGD, %.4g with all_reduce\n", first, last, plain_last);
   EXPECT_LT(last, 0.2 * first) << "first " << first << ", all_reduce's last " << plain_last;
-  EXPECT_LT(last, 3 * plain_last) << "all_reduce's " << plain_last;
+  EXPECT_LT(last, 1.25 * plain_last) << "all_reduce's " << plain_last;
   // The weights were compressed: fewer numbers than gradients.
   EXPECT_GT(hooks[0]->state().compression_rate(), 2.0);
   EXPECT_EQ(hooks[0]->state().iter(), kSteps);
@@ -119,7 +121,9 @@ TEST(BatchedPowerSGDHook, ConvergesAndMovesTwoSquareSidesOfBytes) {
                  kSteps, 16, 64, 16);
   });
   expect_equal(power[0], power[1], "replicas");
-  EXPECT_LT(mean_of_last(power[0].losses, 10), 0.5 * power[0].losses.front());
+  std::printf("loss %.4g -> %.4g with batched PowerSGD\n", power[0].losses.front(),
+              mean_of_last(power[0].losses, 10));
+  EXPECT_LT(mean_of_last(power[0].losses, 10), 0.2 * power[0].losses.front());
   // Buckets of one tensor each (bucket_cap_mb 0.001): a [64, 16] weight is
   // a 32 x 32 square, so P and Q are 32 x 1 each.
   size_t want = 0;
