@@ -54,6 +54,35 @@ void convert_run(D* d, const S* s, int64_t n) {
   } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, BFloat16>) {
     for (int64_t i = 0; i < n; ++i)
       d[i] = std::bit_cast<float>(static_cast<uint32_t>(s[i].bits) << 16);
+  } else if constexpr (std::is_same_v<D, Half> && std::is_same_v<S, float>) {
+    // Half(float) as selects, so that the loop vectorises (fp16_compress_hook
+    // converts whole buckets): round to nearest even, overflow to inf, NaN
+    // to 0x7e00, subnormals rounded by a float add of 0.5 (the hardware's
+    // nearest-even rounding at 2^-24 units).
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = std::bit_cast<uint32_t>(s[i]);
+      const uint32_t sign = (u >> 16) & 0x8000u;
+      const uint32_t abs = u & 0x7fffffffu;
+      const uint32_t special = abs > 0x7f800000u ? 0x7e00u : 0x7c00u;
+      const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(abs) + 0.5f) - 0x3f000000u;
+      const uint32_t normal = (abs - 0x38000000u + 0xfffu + ((abs >> 13) & 1u)) >> 13;
+      const uint32_t h = abs >= 0x47800000u ? special : abs < 0x38800000u ? sub : normal;
+      d[i].bits = static_cast<uint16_t>(sign | h);
+    }
+  } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, Half>) {
+    // Exact; subnormals through a float subtraction (2^-14 units), as selects.
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t h = s[i].bits;
+      const uint32_t sign = (h & 0x8000u) << 16;
+      const uint32_t shifted = (h & 0x7fffu) << 13;
+      const uint32_t exp = shifted & 0x0f800000u;
+      const uint32_t normal = shifted + 0x38000000u;
+      const uint32_t special = shifted + 0x70000000u;  // inf / nan: exponent 255
+      const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(shifted + 0x38800000u) -
+                                                   std::bit_cast<float>(0x38800000u));
+      const uint32_t f = exp == 0x0f800000u ? special : exp == 0 ? sub : normal;
+      d[i] = std::bit_cast<float>(sign | f);
+    }
   } else {
     for (int64_t i = 0; i < n; ++i) d[i] = cast_value<D>(s[i]);
   }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include "cohort/core/autograd_meta.h"
 
 namespace cohort {
@@ -137,6 +139,32 @@ TEST(Tensor, LowPrecisionConversions) {
   auto round_trip = mb.to(kFloat32).to_vector<float>();
   for (size_t i = 0; i + 3 < many.size(); ++i)
     ASSERT_EQ(round_trip[i], static_cast<float>(BFloat16(many[i])));
+}
+
+// The contiguous float <-> float16 loops (tensor.cc's selects) against the
+// scalar Half conversion, the oracle: every half value, and floats across
+// every exponent with the rounding cases (ties, subnormals, overflow, NaN).
+TEST(Tensor, Float16ContiguousConversionsMatchTheScalarOnes) {
+  std::vector<Half> halves(65536);
+  for (uint32_t b = 0; b < 65536; ++b) halves[b].bits = static_cast<uint16_t>(b);
+  Tensor h = Tensor::empty({65536}, kFloat16);
+  std::copy(halves.begin(), halves.end(), h.data_ptr<Half>());
+  const std::vector<float> up = h.to(kFloat32).to_vector<float>();
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float want = static_cast<float>(halves[b]);
+    ASSERT_EQ(std::bit_cast<uint32_t>(up[b]), std::bit_cast<uint32_t>(want)) << "half bits " << b;
+  }
+  std::vector<float> floats;
+  for (uint32_t e = 0; e < 256; ++e)
+    for (uint32_t m : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x3000u, 0x2000u, 0x7fe000u, 0x7ff000u,
+                       0x7fffffu, 0x123456u})
+      for (uint32_t sign : {0u, 0x80000000u})
+        floats.push_back(std::bit_cast<float>(sign | e << 23 | m));
+  const Tensor down = Tensor::from_vector(floats).to(kFloat16);
+  const Half* got = down.data_ptr<Half>();
+  for (size_t i = 0; i < floats.size(); ++i)
+    ASSERT_EQ(got[i].bits, Half(floats[i]).bits)
+        << "float bits " << std::bit_cast<uint32_t>(floats[i]);
 }
 
 TEST(Tensor, InPlaceMath) {

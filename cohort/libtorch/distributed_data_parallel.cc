@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "cohort/base/error.h"
+#include "cohort/libtorch/cuda_tensors.h"
 #include "cohort/libtorch/ready_hook.h"
 #include "cohort/parallel/buckets.h"
 #include "cohort/parallel/join.h"
@@ -104,6 +105,7 @@ struct DistributedDataParallel::Impl {
   bool end_queued = false;
   bool shadowing = false;  // a Join's shadow of the others' backward
   std::optional<parallel::JoinCount> join_count;
+  parallel::CommHookPtr hook;  // registered; null: all_reduce(average) below
 
   void build_buckets(size_t cap_bytes);
   void make_scheduler();
@@ -119,6 +121,8 @@ struct DistributedDataParallel::Impl {
   void shadow_reduction();
   void on_ready(size_t index);
   parallel::BucketReduction launch(size_t i);
+  parallel::BucketReduction launch_hook(size_t i);
+  void set_hook(parallel::CommHookPtr h);
   void finalize();
 };
 
@@ -369,6 +373,7 @@ void DistributedDataParallel::Impl::on_ready(size_t index) {
 parallel::BucketReduction DistributedDataParallel::Impl::launch(size_t i) {
   Bucket& b = buckets[i];
   b.launched = Clock::now();
+  if (hook) return launch_hook(i);
   if (i + 1 < buckets.size()) {
     // Through the adapter's ops, so that a CUDA bucket takes its path
     // (cuda_tensors.h); its wait() orders LibTorch's current stream after
@@ -398,6 +403,48 @@ parallel::BucketReduction DistributedDataParallel::Impl::launch(size_t i) {
             BucketTrace{i, last.buffer.nbytes(), last.launched, started, Clock::now()});
       },
       0};
+}
+
+void DistributedDataParallel::Impl::set_hook(parallel::CommHookPtr h) {
+  COHORT_CHECK(h != nullptr, "DistributedDataParallel: register_comm_hook with a null hook");
+  if (hook) parallel::throw_hook_registered_twice("DistributedDataParallel", *hook, *h);
+  COHORT_CHECK(!scheduler->armed(),
+               "DistributedDataParallel: register_comm_hook between forward and backward");
+  for (const Bucket& b : buckets) {
+    if (!b.buffer.is_cpu())
+      throw NotSupported(fmt::format(
+          "DistributedDataParallel: comm hook '{}' on a {} bucket: hooks reduce CPU buckets only",
+          h->name(), b.buffer.device().str()));
+  }
+  hook = std::move(h);
+}
+
+// The bucket as cohort tensors over its memory (the wrappers keep the
+// LibTorch tensors alive), reduced by the hook through the scheduler.
+parallel::BucketReduction DistributedDataParallel::Impl::launch_hook(size_t i) {
+  Bucket& b = buckets[i];
+  auto wrap = [](const at::Tensor& t, const Shape& sizes) {
+    return Tensor::from_blob(t.data_ptr(), sizes, detail::to_cohort_dtype(t.scalar_type()),
+                             [keep = t](void*) mutable { keep.reset(); });
+  };
+  parallel::GradBucket view{i, wrap(b.buffer, {b.buffer.numel()}), {}, i + 1 == buckets.size()};
+  int64_t offset = 0;
+  for (size_t k : b.params) {
+    const Param& p = params[k];
+    const Shape sizes(p.tensor.sizes().begin(), p.tensor.sizes().end());
+    view.params.push_back({p.name, wrap(p.tensor, sizes),
+                           view.buffer.narrow(0, offset, p.tensor.numel()).view(sizes), offset});
+    offset += p.tensor.numel();
+  }
+  parallel::BucketReduction r = parallel::chain_stages(
+      hook->run(*pg.group(), view),
+      [this, i](parallel::BucketReduction next) { scheduler->then(i, std::move(next)); });
+  r.finish = [this, i, work = r.work, finish = std::move(r.finish)] {
+    if (finish) finish();
+    trace.buckets.push_back(BucketTrace{i, buckets[i].buffer.nbytes(), buckets[i].launched,
+                                        work.started_at(), work.finished_at()});
+  };
+  return r;
 }
 
 void DistributedDataParallel::Impl::finalize() {
@@ -499,6 +546,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   im.build_buckets(cap);
   im.make_scheduler();
   im.had_grad.assign(im.params.size(), false);
+  if (options.comm_hook) im.set_hook(options.comm_hook);
   for (size_t i = 0; i < im.params.size(); ++i) {
     Impl::Param& p = im.params[i];
     if (options.gradient_as_bucket_view && im.grad_of(p).defined()) {
@@ -632,5 +680,12 @@ int64_t DistributedDataParallel::num_reductions() const {
 }
 
 ReductionTrace DistributedDataParallel::last_trace() const { return impl_->last_trace; }
+
+void DistributedDataParallel::register_comm_hook(parallel::CommHookPtr hook) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->set_hook(std::move(hook));
+}
+
+size_t DistributedDataParallel::reduced_bytes() const { return impl_->scheduler->launched_bytes(); }
 
 }  // namespace cohort::libtorch

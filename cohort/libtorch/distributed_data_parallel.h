@@ -86,6 +86,7 @@
 #include <vector>
 
 #include "cohort/libtorch/process_group.h"
+#include "cohort/parallel/comm_hooks/comm_hook.h"
 #include "cohort/parallel/joinable.h"
 
 namespace cohort::libtorch {
@@ -103,6 +104,11 @@ struct DistributedDataParallelOptions {
   bool broadcast_buffers = true;  // broadcast rank 0's buffers at every forward
   // .grad tensors over the buckets' memory (no copies); false: copy in and out.
   bool gradient_as_bucket_view = true;
+  // A communication hook of cohort/parallel/comm_hooks/ (PowerSGD, fp16, ...)
+  // registered at construction; empty: all_reduce(average). The hook sees
+  // the buckets as cohort tensors over the same memory; CPU buckets only
+  // (NotSupported otherwise).
+  parallel::CommHookPtr comm_hook = {};
 };
 
 // One bucket's reduction in the last synchronised backward (steady clock).
@@ -187,8 +193,16 @@ class DistributedDataParallel : public parallel::Joinable {
   // launch, and for the last bucket, which the hook that completes it runs
   // on its own thread).
   distributed::Work bucket_work(size_t i) const;
+  // PyTorch's register_comm_hook(state, hook), as cohort's own DDP
+  // (parallel/distributed_data_parallel.h): once (a second, or one after
+  // options.comm_hook, throws InvalidArgument), between iterations, the same
+  // on every rank; NotSupported for a model with CUDA buckets.
+  void register_comm_hook(parallel::CommHookPtr hook);
   // Synchronised backward passes finished so far.
   int64_t num_reductions() const;
+  // Bytes handed to the collectives so far (the hooks' BucketReduction::bytes;
+  // without a hook, 0: the default reduction does not count them).
+  size_t reduced_bytes() const;
   ReductionTrace last_trace() const;
 
   // Joinable (cohort/parallel/join.h): uneven inputs, as cohort's DDP.

@@ -10,7 +10,7 @@
 #include "cohort/distributed/thread_ranks_testing.h"
 #include "cohort/nn/models/gpt.h"
 #include "cohort/optim/sgd.h"
-#include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/comm_hooks/allreduce_hook.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 
 namespace cohort::parallel {
@@ -92,13 +92,14 @@ TEST(DDPCheckpointing, BucketsLaunchDuringBackwardAndEachHookFiresOnce) {
         Generator gen(7);
         auto model = std::make_shared<nn::GPT>(tiny(nn::GPTCheckpointing::kBlock), gen);
         // The position embedding's gradient is the last one backward makes.
-        Tensor wpe_grad;
         std::vector<bool> wpe_done_at_launch;
-        CommHook inner = allreduce_hook();
-        CommHook spy = [&](distributed::ProcessGroup& g, GradBucket& b) {
-          wpe_done_at_launch.push_back(sum(abs(wpe_grad)).item<double>() != 0.0);
-          return inner(g, b);
-        };
+        CommHookPtr spy = make_comm_hook(
+            "spy", allreduce_hook(),
+            [&](CommHookPtr& inner, distributed::ProcessGroup& g, GradBucket& b) {
+              Tensor wpe_grad = model->wpe().weight().grad();
+              wpe_done_at_launch.push_back(sum(abs(wpe_grad)).item<double>() != 0.0);
+              return inner->run(g, b);
+            });
         DistributedDataParallelOptions options;
         options.bucket_cap_mb = 0.001;
         options.comm_hook = spy;
@@ -115,7 +116,6 @@ TEST(DDPCheckpointing, BucketsLaunchDuringBackwardAndEachHookFiresOnce) {
           auto [x, y] = batch_of(step);
           const int r = pg->rank();
           ddp.zero_grad();
-          wpe_grad = model->wpe().weight().grad();
           wpe_done_at_launch.clear();
           ddp.forward_with([&](nn::Module& m) {
                return static_cast<nn::GPT&>(m).forward(x.narrow(0, 2 * r, 2),

@@ -4,6 +4,7 @@
 
 #include "cohort/autograd/grad_mode.h"
 #include "cohort/parallel/buckets.h"
+#include "cohort/parallel/comm_hooks/compression_hooks.h"
 #include "cohort/parallel/join.h"
 
 namespace cohort::parallel {
@@ -69,7 +70,14 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   }
   ro.bucket_cap_bytes = bucket_cap_bytes(options_.bucket_cap_mb, bytes);
   ro.find_unused_parameters = options_.find_unused_parameters;
-  ro.comm_hook = options_.comm_hook ? options_.comm_hook : grad_reduce_hook(options_.reduce_dtype);
+  COHORT_CHECK(!options_.comm_hook || options_.reduce_dtype == DType::kFloat32,
+               "DistributedDataParallel: comm_hook '{}' and reduce_dtype {} both say how "
+               "gradients are reduced; give one",
+               options_.comm_hook ? options_.comm_hook->name() : "",
+               dtype_name(options_.reduce_dtype));
+  ro.comm_hook = options_.comm_hook;
+  if (!ro.comm_hook && options_.reduce_dtype != DType::kFloat32)
+    ro.comm_hook = grad_reduce_hook(options_.reduce_dtype);
   ro.tracer = options_.tracer;
   reducer_ = std::make_unique<Reducer>(std::move(params), pg_, std::move(ro));
 }

@@ -62,7 +62,7 @@
 
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
-#include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/comm_hooks/comm_hook.h"
 #include "cohort/parallel/joinable.h"
 #include "cohort/parallel/model_check.h"
 #include "cohort/parallel/reducer.h"
@@ -80,10 +80,14 @@ struct DistributedDataParallelOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // broadcast buffers from rank 0 every forward
   // The dtype gradients are all-reduced in when comm_hook is empty: float32
-  // (allreduce_hook(), the default, as Megatron) or bfloat16 (half the bytes
-  // on the wire: bf16_compress_hook()).
+  // (allreduce_hook(), the default, as Megatron), bfloat16 or float16 (half
+  // the bytes on the wire: grad_reduce_hook, comm_hooks/compression_hooks.h).
+  // Other than float32 it registers that hook, so it excludes comm_hook and
+  // register_comm_hook (InvalidArgument).
   DType reduce_dtype = DType::kFloat32;
-  CommHook comm_hook = {};  // empty: grad_reduce_hook(reduce_dtype)
+  // Registered at construction (comm_hooks/comm_hook.h); empty: the default
+  // all_reduce until register_comm_hook.
+  CommHookPtr comm_hook = {};
   // Records each bucket's reduction (see ReducerOptions::tracer); must
   // outlive the DistributedDataParallel.
   Tracer* tracer = nullptr;
@@ -133,9 +137,11 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // auto guard = ddp.no_sync();  ... forward/backward ...  (guard ends)
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
-  // Replaces the communication hook (e.g. bf16_compress_hook()); call between
-  // iterations, the same on every rank.
-  void register_comm_hook(CommHook hook) { reducer_->set_comm_hook(std::move(hook)); }
+  // PyTorch's register_comm_hook(state, hook), the state inside the hook
+  // object (e.g. powersgd_hook({.matrix_approximation_rank = 2})): once per
+  // DDP (a second throws InvalidArgument, as PyTorch 1.13), between
+  // iterations, the same hook on every rank.
+  void register_comm_hook(CommHookPtr hook) { reducer_->set_comm_hook(std::move(hook)); }
 
   nn::Module& module() const { return *module_; }
   const nn::ModulePtr& module_ptr() const { return module_; }

@@ -7,6 +7,7 @@
 #include "cohort/autograd/node.h"
 #include "cohort/base/log.h"
 #include "cohort/parallel/buckets.h"
+#include "cohort/parallel/comm_hooks/allreduce_hook.h"
 #include "cohort/parallel/flat_layout.h"
 #include "cohort/parallel/model_check.h"
 
@@ -17,6 +18,7 @@ Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
     : pg_(std::move(pg)), options_(std::move(options)) {
   COHORT_CHECK(pg_ != nullptr, "DistributedDataParallel: process group is null");
   COHORT_CHECK(options_.bucket_cap_bytes > 0, "DistributedDataParallel: bucket cap must be > 0");
+  hook_registered_ = options_.comm_hook != nullptr;
   if (!options_.comm_hook) options_.comm_hook = allreduce_hook();
   for (auto& [name, t] : params) {
     if (!t.requires_grad()) continue;
@@ -108,11 +110,15 @@ std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
   return out;
 }
 
-void Reducer::set_comm_hook(CommHook hook) {
+void Reducer::set_comm_hook(CommHookPtr hook) {
   std::lock_guard<std::mutex> lock(mu_);
+  COHORT_CHECK(hook != nullptr, "DistributedDataParallel: register_comm_hook with a null hook");
+  if (hook_registered_)
+    throw_hook_registered_twice("DistributedDataParallel", *options_.comm_hook, *hook);
   COHORT_CHECK(!scheduler_->armed(),
                "DistributedDataParallel: register_comm_hook between forward and backward");
-  options_.comm_hook = hook ? std::move(hook) : allreduce_hook();
+  options_.comm_hook = std::move(hook);
+  hook_registered_ = true;
 }
 
 void Reducer::restore_view(Param& p) {
@@ -253,10 +259,21 @@ void Reducer::on_backward_end() {
 
 BucketReduction Reducer::launch(size_t i) {
   Bucket& b = buckets_[i];
-  GradBucket view{i, b.buffer, i + 1 == buckets_.size()};
-  if (options_.tracer == nullptr) return options_.comm_hook(*pg_, view);
+  GradBucket view{i, b.buffer, {}, i + 1 == buckets_.size()};
+  int64_t offset = 0;  // the buckets are plain concatenations (build_buckets)
+  for (size_t k : b.params) {
+    const Param& p = params_[k];
+    view.params.push_back({p.name, p.tensor, p.view, offset});
+    offset += p.tensor.numel();
+  }
+  // A hook's second stage (PowerSGD's Q) is the scheduler's follow-up.
+  auto run = [&] {
+    return chain_stages(options_.comm_hook->run(*pg_, view),
+                        [this, i](BucketReduction next) { scheduler_->then(i, std::move(next)); });
+  };
+  if (options_.tracer == nullptr) return run();
   b.launched = Tracer::Clock::now();
-  BucketReduction r = options_.comm_hook(*pg_, view);
+  BucketReduction r = run();
   r.finish = [this, i, work = r.work, bytes = r.bytes, finish = std::move(r.finish)] {
     trace_bucket(i, work, bytes);
     if (finish) finish();

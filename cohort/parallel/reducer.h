@@ -62,7 +62,7 @@
 #include "cohort/base/trace.h"
 #include "cohort/core/tensor.h"
 #include "cohort/distributed/process_group.h"
-#include "cohort/parallel/comm_hooks.h"
+#include "cohort/parallel/comm_hooks/comm_hook.h"
 #include "cohort/parallel/joinable.h"
 #include "cohort/parallel/reduction_scheduler.h"
 
@@ -71,7 +71,9 @@ namespace cohort::parallel {
 struct ReducerOptions {
   size_t bucket_cap_bytes = size_t{25} << 20;
   bool find_unused_parameters = false;
-  CommHook comm_hook = {};  // empty: allreduce_hook()
+  // Set: the registered hook (register_comm_hook then refuses a second);
+  // empty: allreduce_hook(), until one is registered.
+  CommHookPtr comm_hook = {};
   // When set, each bucket's reduction is a span on the "comm" track (from
   // when the group started it to when it ended) and the time backward's end
   // waited for the reductions is a span on "main". Must outlive the Reducer.
@@ -98,7 +100,11 @@ class Reducer {
   // The coming backward only accumulates (no_sync).
   void skip_sync();
 
-  void set_comm_hook(CommHook hook);
+  // PyTorch 1.13's register_comm_hook: once (a second, or one after
+  // ReducerOptions::comm_hook, throws InvalidArgument), not null, not between
+  // forward and backward; training may have started.
+  void set_comm_hook(CommHookPtr hook);
+  const CommHook& comm_hook() const { return *options_.comm_hook; }
 
   // Join (join.h), on a rank still training: this iteration's gradients are
   // averaged over the ranks `count` says still train, not over the world.
@@ -145,6 +151,7 @@ class Reducer {
 
   std::shared_ptr<distributed::ProcessGroup> pg_;
   ReducerOptions options_;
+  bool hook_registered_ = false;
   std::vector<Param> params_;
   std::vector<Bucket> buckets_;
   // Since the last synchronised step: whether each parameter had a .grad

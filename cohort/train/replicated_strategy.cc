@@ -27,8 +27,13 @@ ReplicatedStrategy::ReplicatedStrategy(const TrainOptions& options, Strategy str
     parallel::DistributedDataParallelOptions ddp;
     ddp.tracer = tracer;
     ddp.bucket_cap_mb = options.bucket_cap_mb;
-    ddp.reduce_dtype =
-        options.grad_reduce == ComputePrecision::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+    if (options.comm_hook) {
+      // validate() let --grad-reduce bf16 through only with --comm-hook bf16: the same hook.
+      ddp.comm_hook = make_comm_hook(*options.comm_hook);
+    } else {
+      ddp.reduce_dtype =
+          options.grad_reduce == ComputePrecision::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+    }
     wrapper_ = std::make_shared<parallel::DistributedDataParallel>(model_, world_, ddp);
   } else if (strategy == Strategy::kDp) {
     auto dp = std::make_shared<parallel::DataParallel>(model_, options.replicas);

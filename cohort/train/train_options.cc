@@ -117,6 +117,17 @@ void TrainOptions::validate() const {
                "--grad-reduce bf16 applies to DDP (--strategy ddp or auto) and ZeRO (--strategy "
                "zero), not --strategy {}",
                strategy_name(strategy));
+  if (comm_hook) {
+    COHORT_CHECK(strategy == Strategy::kAuto || strategy == Strategy::kDdp,
+                 "--comm-hook applies to DDP (--strategy ddp or auto), not --strategy {}",
+                 strategy_name(strategy));
+    COHORT_CHECK(
+        grad_reduce == ComputePrecision::kFloat32 || comm_hook->kind == CommHookKind::kBf16,
+        "--comm-hook {} and --grad-reduce bf16 both say how DDP's gradients go on the "
+        "wire; give one (--grad-reduce bf16 is --comm-hook bf16)",
+        comm_hook_name(*comm_hook));
+    check_comm_hook(*comm_hook);
+  }
   COHORT_CHECK(!bf16_weights || strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
                    strategy == Strategy::kDdp || strategy == Strategy::kDp,
                "--bf16-weights applies to the strategies that hold the whole model on every "

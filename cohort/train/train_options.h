@@ -13,6 +13,7 @@
 #include "cohort/core/device.h"
 #include "cohort/nn/models/gpt.h"
 #include "cohort/optim/bf16_weights.h"
+#include "cohort/train/comm_hook_choice.h"
 
 namespace cohort::train {
 
@@ -155,9 +156,13 @@ struct TrainOptions {
   ComputePrecision precision = ComputePrecision::kFloat32;
   std::optional<native::Bf16Path> bf16_path;  // unset: the best this CPU runs
   // DDP's and ZeRO's gradients on the wire: float32 (default, as Megatron)
-  // or bf16 (half the bytes; parallel/comm_hooks.h's bf16_compress_hook,
+  // or bf16 (half the bytes; parallel/comm_hooks/compression_hooks.h,
   // ZeroOptions::reduce_dtype).
   ComputePrecision grad_reduce = ComputePrecision::kFloat32;
+  // --comm-hook (DDP only): the communication hook registered with DDP
+  // (comm_hook_choice.h). Unset: --grad-reduce decides. With --grad-reduce
+  // bf16 only --comm-hook bf16 agrees (the same hook); others are refused.
+  std::optional<CommHookChoice> comm_hook;
   // --bf16-weights: every parameter rounded to bf16 after each step (and
   // before the first), nearest or stochastic (optim/bf16_weights.h): the
   // numerics of bf16 weights instead of float32 master weights. Replicated

@@ -16,6 +16,8 @@
 #include "cohort/launch/spawn.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/sgd.h"
+#include "cohort/parallel/comm_hooks/allreduce_hook.h"
+#include "cohort/parallel/comm_hooks/compression_hooks.h"
 #include "cohort/parallel/distributed_data_parallel.h"
 
 namespace cohort::parallel {
@@ -218,12 +220,13 @@ TEST(DDP, BucketsLaunchDuringBackward) {
         // When the first bucket (fc2, fc1.bias) is launched, conv1's gradient
         // -- the last one backward computes -- must not exist yet.
         std::vector<bool> conv1_done_at_launch;
-        CommHook inner = allreduce_hook();
-        CommHook spy = [&](distributed::ProcessGroup& g, GradBucket& b) {
-          Tensor conv1_grad = model->conv1().weight().grad();
-          conv1_done_at_launch.push_back(sum(abs(conv1_grad)).item<double>() != 0.0);
-          return inner(g, b);
-        };
+        CommHookPtr spy = make_comm_hook(
+            "spy", allreduce_hook(),
+            [&](CommHookPtr& inner, distributed::ProcessGroup& g, GradBucket& b) {
+              Tensor conv1_grad = model->conv1().weight().grad();
+              conv1_done_at_launch.push_back(sum(abs(conv1_grad)).item<double>() != 0.0);
+              return inner->run(g, b);
+            });
         DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.05, .comm_hook = spy});
         auto [x, y] = batch_of(0);
         ddp.zero_grad();

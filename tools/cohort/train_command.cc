@@ -37,6 +37,8 @@ struct TrainArgs {
   double momentum = 0;
   std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32", bf16_weights;
   std::string activation_checkpointing = "none";
+  std::string comm_hook;
+  int64_t powersgd_start_iter = train::CommHookChoice{}.start_iter;
   train::TrainOptions options;
 };
 
@@ -62,6 +64,8 @@ const std::vector<StrategyFlag>& strategy_flags() {
       {"--ps-staleness", {S::kPs}},
       {"--bucket-cap-mb", {S::kDdp}},
       {"--sync-batchnorm", {S::kDdp}},
+      {"--comm-hook", {S::kDdp}},
+      {"--powersgd-start-iter", {S::kDdp}},
   };
   return flags;
 }
@@ -125,6 +129,10 @@ int run_train(CLI::App* app, TrainArgs* args) {
     o.precision = parse_precision(args->precision);
     if (args->bf16_path != "auto") o.bf16_path = native::parse_bf16_path(args->bf16_path);
     o.grad_reduce = parse_precision(args->grad_reduce);
+    if (!args->comm_hook.empty()) {
+      o.comm_hook = train::parse_comm_hook(args->comm_hook);
+      o.comm_hook->start_iter = args->powersgd_start_iter;
+    }
     if (!args->bf16_weights.empty())
       o.bf16_weights = args->bf16_weights == "nearest" ? optim::WeightRounding::kNearest
                                                        : optim::WeightRounding::kStochastic;
@@ -315,6 +323,13 @@ std::function<int()> setup(CLI::App& app) {
                  "DDP and ZeRO gradients on the wire: fp32, or bf16 (half the bytes, about 3 "
                  "digits)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--comm-hook", args->comm_hook,
+                 "DDP's communication hook: allreduce, fp16 or bf16 (half the bytes), powersgd or "
+                 "powersgd:RANK (low-rank compression with error feedback, PyTorch's "
+                 "powerSGD_hook)");
+  app.add_option("--powersgd-start-iter", args->powersgd_start_iter,
+                 "Plain all_reduce steps before PowerSGD starts (start_powerSGD_iter, > 1)")
       ->capture_default_str();
   app.add_option("--bf16-weights", args->bf16_weights,
                  "Round every parameter to bf16 after each step, nearest or stochastic (the "

@@ -56,6 +56,11 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
                        native::bf16_path_name(options_.precision_policy().bf16_path));
   if (options_.grad_reduce == ComputePrecision::kBFloat16) how += ", bf16 gradient reduction";
   if (options_.sync_batchnorm && info.strategy == train::Strategy::kDdp) how += ", SyncBatchNorm";
+  if (options_.comm_hook) {
+    how += fmt::format(", comm hook {}", train::comm_hook_name(*options_.comm_hook));
+    if (options_.comm_hook->kind == train::CommHookKind::kPowerSGD)
+      how += fmt::format(" from step {}", options_.comm_hook->start_iter);
+  }
   if (options_.bf16_weights)
     how += fmt::format(", bf16 weights ({} rounding)",
                        optim::weight_rounding_name(*options_.bf16_weights));

@@ -1,0 +1,35 @@
+// --comm-hook: which DDP communication hook (parallel/comm_hooks/) a
+// training run registers, as data: "allreduce", "fp16", "bf16",
+// "powersgd" or "powersgd:RANK" (PyTorch's allreduce_hook,
+// fp16_compress_hook, bf16_compress_hook and powerSGD_hook with
+// matrix_approximation_rank RANK). make_comm_hook builds the hook, one per
+// DDP. Parsing throws InvalidArgument naming the accepted forms. No state;
+// any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cohort/parallel/comm_hooks/comm_hook.h"
+
+namespace cohort::train {
+
+enum class CommHookKind { kAllreduce, kFp16, kBf16, kPowerSGD };
+
+struct CommHookChoice {
+  CommHookKind kind = CommHookKind::kAllreduce;
+  int64_t rank = 1;  // PowerSGD's matrix_approximation_rank
+  // PowerSGD's start_powerSGD_iter (--powersgd-start-iter; PyTorch's default).
+  int64_t start_iter = 1'000;
+};
+
+CommHookChoice parse_comm_hook(std::string_view text);
+// "allreduce", "fp16", "bf16", "powersgd:2".
+std::string comm_hook_name(const CommHookChoice& choice);
+// Throws InvalidArgument for a rank < 1 or a start_iter <= 1 (PowerSGD's
+// error feedback and warm start, on in cohort train, need two plain steps).
+void check_comm_hook(const CommHookChoice& choice);
+parallel::CommHookPtr make_comm_hook(const CommHookChoice& choice);
+
+}  // namespace cohort::train
