@@ -36,7 +36,12 @@ namespace {
 
 // The entries parallel::verify_same_entries compares, in the form
 // parallel::model_entries writes for cohort's modules.
-std::vector<std::string> model_entries(const torch::nn::Module& module) {
+bool ignored(const std::vector<std::string>& ignore, const std::string& name) {
+  return std::find(ignore.begin(), ignore.end(), name) != ignore.end();
+}
+
+std::vector<std::string> model_entries(const torch::nn::Module& module,
+                                       const std::vector<std::string>& ignore) {
   auto entry = [](const char* kind, const std::string& name, const at::Tensor& t) {
     std::ostringstream s;
     s << kind << " '" << name << "' " << c10::toString(t.scalar_type()) << " " << t.sizes();
@@ -44,8 +49,9 @@ std::vector<std::string> model_entries(const torch::nn::Module& module) {
   };
   std::vector<std::string> out;
   for (const auto& p : module.named_parameters())
-    out.push_back(entry("parameter", p.key(), p.value()));
-  for (const auto& b : module.named_buffers()) out.push_back(entry("buffer", b.key(), b.value()));
+    if (!ignored(ignore, p.key())) out.push_back(entry("parameter", p.key(), p.value()));
+  for (const auto& b : module.named_buffers())
+    if (!ignored(ignore, b.key())) out.push_back(entry("buffer", b.key(), b.value()));
   return out;
 }
 
@@ -515,9 +521,19 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   im.options = options;
   size_t grad_bytes = 0;
   std::vector<at::Tensor> state;
+  const std::vector<std::string>& ignore = options.params_and_buffers_to_ignore;
+  for (const std::string& name : ignore) {
+    COHORT_CHECK(
+        module_->named_parameters().contains(name) || module_->named_buffers().contains(name),
+        "DistributedDataParallel: params_and_buffers_to_ignore names '{}', which is "
+        "neither a parameter nor a buffer of the module (names are fully qualified, "
+        "e.g. 'fc1.weight')",
+        name);
+  }
   for (const auto& item : module_->named_parameters()) {
     const at::Tensor& t = item.value();
     const std::string& name = item.key();
+    if (ignored(ignore, name)) continue;
     COHORT_CHECK((t.device().is_cpu() || t.device().is_cuda()) && t.layout() == at::kStrided &&
                      t.is_contiguous(),
                  "DistributedDataParallel: parameter '{}' must be a dense contiguous CPU or CUDA "
@@ -531,10 +547,16 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     grad_bytes += t.nbytes();
   }
   for (const auto& item : module_->named_buffers()) {
+    if (ignored(ignore, item.key())) continue;
     to_data_type(item.value().scalar_type(), "DistributedDataParallel", item.key());
     state.push_back(item.value());
   }
-  parallel::verify_same_entries(*pg_.group(), model_entries(*module_), "DistributedDataParallel");
+  COHORT_CHECK(!im.params.empty(),
+               "DistributedDataParallel: the module has no parameter that requires a gradient{} "
+               "(DistributedDataParallel is not needed for it, as PyTorch says)",
+               ignore.empty() ? "" : " once params_and_buffers_to_ignore are left out");
+  parallel::verify_same_entries(*pg_.group(), model_entries(*module_, ignore),
+                                "DistributedDataParallel");
   broadcast_coalesced(pg_, state);
 
   size_t cap = parallel::bucket_cap_bytes(options.bucket_cap_mb, grad_bytes);
@@ -572,9 +594,17 @@ DistributedDataParallel::~DistributedDataParallel() {
   impl_->scheduler.reset();
 }
 
+std::vector<at::Tensor> DistributedDataParallel::synced(bool parameters) const {
+  const std::vector<std::string>& ignore = impl_->options.params_and_buffers_to_ignore;
+  std::vector<at::Tensor> out;
+  for (const auto& item : parameters ? module_->named_parameters() : module_->named_buffers())
+    if (!ignored(ignore, item.key())) out.push_back(item.value());
+  return out;
+}
+
 bool DistributedDataParallel::will_sync_buffers() const {
   return require_forward_param_sync_ && impl_->options.broadcast_buffers && pg_.size() > 1 &&
-         !module_->buffers().empty();
+         !synced(false).empty();
 }
 
 int DistributedDataParallel::buffer_authority(bool candidate) {
@@ -589,7 +619,7 @@ void DistributedDataParallel::before_forward() {
   impl_->begin_iteration();
   std::optional<parallel::JoinCount> count = parallel::Join::notify_join_context(*this);
   if (will_sync_buffers())
-    broadcast_coalesced(pg_, module_->buffers(), join_enabled() ? buffer_authority(true) : 0);
+    broadcast_coalesced(pg_, synced(false), join_enabled() ? buffer_authority(true) : 0);
   const bool sync = require_sync_ && torch::autograd::GradMode::is_enabled();
   if (join_enabled()) {
     // Tells the ranks out of inputs whether to shadow this backward.
@@ -625,7 +655,7 @@ Device DistributedDataParallel::join_device() const {
 }
 
 void DistributedDataParallel::join_shadow_iteration() {
-  if (will_sync_buffers()) broadcast_coalesced(pg_, module_->buffers(), buffer_authority(false));
+  if (will_sync_buffers()) broadcast_coalesced(pg_, synced(false), buffer_authority(false));
   at::Tensor flag = at::zeros({1}, at::kFloat);
   pg_.all_reduce(flag, {.op = ReduceOp::kSum});
   const bool sync = flag.item<float>() != 0;
@@ -638,8 +668,8 @@ void DistributedDataParallel::join_finish(bool is_last_joiner) {
   // everyone's (PyTorch's _sync_final_model).
   at::Tensor r = at::full({1}, is_last_joiner ? pg_.rank() : -1, at::kLong);
   pg_.all_reduce(r, {.op = ReduceOp::kMax});
-  std::vector<at::Tensor> state = module_->parameters();
-  for (const at::Tensor& b : module_->buffers()) state.push_back(b);
+  std::vector<at::Tensor> state = synced(true);
+  for (const at::Tensor& b : synced(false)) state.push_back(b);
   broadcast_coalesced(pg_, state, static_cast<int>(r.item<int64_t>()));
 }
 

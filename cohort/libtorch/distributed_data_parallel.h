@@ -109,6 +109,11 @@ struct DistributedDataParallelOptions {
   // the buckets as cohort tensors over the same memory; CPU buckets only
   // (NotSupported otherwise).
   parallel::CommHookPtr comm_hook = {};
+  // Fully-qualified names ("fc1.weight") of parameters and buffers DDP
+  // leaves alone: not checked, not broadcast, not reduced (PyTorch's
+  // _set_params_and_buffers_to_ignore_for_model); a name the module lacks is
+  // refused.
+  std::vector<std::string> params_and_buffers_to_ignore = {};
 };
 
 // One bucket's reduction in the last synchronised backward (steady clock).
@@ -249,6 +254,8 @@ class DistributedDataParallel : public parallel::Joinable {
   void after_forward(const std::vector<at::Tensor>& outputs);
   bool will_sync_buffers() const;
   int buffer_authority(bool candidate);
+  // The module's parameters (or buffers) less the ignored ones.
+  std::vector<at::Tensor> synced(bool parameters) const;
 
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup pg_;

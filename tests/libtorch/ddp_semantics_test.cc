@@ -174,6 +174,55 @@ TEST(LibTorchDDPSemantics, UnevenInputsUnderAJoinMatchOneProcess) {
       2);
 }
 
+TEST(LibTorchDDPSemantics, IgnoredParametersAreNeitherBroadcastNorReducedAndBadModelsRefused) {
+  spawn(
+      [](int rank) {
+        torch::set_num_threads(1);
+        auto pg = join_group();
+        torch::manual_seed(9);
+        auto model = std::make_shared<TwoLayers>();
+        {
+          torch::NoGradGuard ng;
+          model->b->weight.fill_(1.0 + rank);  // different per rank: DDP must leave it alone
+        }
+        DistributedDataParallel ddp(model, pg, {.params_and_buffers_to_ignore = {"b.weight"}});
+        if (model->b->weight[0][0].item<float>() != 1.0f + rank)
+          throw Error(fmt::format("rank {}: the ignored b.weight was broadcast", rank));
+        torch::manual_seed(10 + rank);  // each rank its own rows
+        ddp.forward(torch::randn({4, 10})).sum().backward();
+        auto names = ddp.bucket_parameter_names();
+        for (const auto& bucket : names)
+          for (const auto& n : bucket)
+            if (n == "b.weight") throw Error(fmt::format("rank {}: b.weight is in a bucket", rank));
+        // Its gradient is this rank's own (from this rank's rows).
+        at::Tensor g = model->b->weight.grad().clone(), theirs = g.clone();
+        pg.broadcast(theirs, {.root = 0});
+        if (rank == 1 && torch::equal(g, theirs))
+          throw Error("rank 1: the ignored b.weight's gradient was reduced");
+        auto refused = [&](const std::function<void()>& f, const std::string& want) {
+          try {
+            f();
+          } catch (const InvalidArgument& e) {
+            if (std::string(e.what()).find(want) != std::string::npos) return;
+            throw Error(fmt::format("rank {}: wrong message: {}", rank, e.what()));
+          }
+          throw Error(fmt::format("rank {}: accepted, expected '{}'", rank, want));
+        };
+        auto frozen = std::make_shared<TwoLayers>();
+        for (auto& p : frozen->parameters()) p.set_requires_grad(false);
+        refused([&] { DistributedDataParallel d(frozen, pg); },
+                "no parameter that requires a gradient");
+        refused(
+            [&] {
+              DistributedDataParallel d(model, pg, {.params_and_buffers_to_ignore = {"c.bias"}});
+            },
+            "'c.bias'");
+        auto grp = pg.group();
+        distributed::destroy_process_group(grp);
+      },
+      2);
+}
+
 TEST(LibTorchDDPSemantics, ZeroRedundancyOptimizerUnderAJoinMatchesOneProcess) {
   spawn(
       [](int rank) {
