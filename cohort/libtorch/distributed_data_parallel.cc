@@ -5,6 +5,8 @@
 // finalize in the last hook, name what got no gradient).
 #include "cohort/libtorch/distributed_data_parallel.h"
 
+#include "cohort/libtorch/distributed_data_parallel_impl.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/engine.h>
@@ -30,12 +32,8 @@
 
 namespace cohort::libtorch {
 
-using Clock = std::chrono::steady_clock;
+namespace detail {
 
-namespace {
-
-// The entries parallel::verify_same_entries compares, in the form
-// parallel::model_entries writes for cohort's modules.
 bool ignored(const std::vector<std::string>& ignore, const std::string& name) {
   return std::find(ignore.begin(), ignore.end(), name) != ignore.end();
 }
@@ -55,10 +53,7 @@ std::vector<std::string> model_entries(const torch::nn::Module& module,
   return out;
 }
 
-// Collective: rank `root`'s values of `tensors` on every rank, one broadcast
-// per dtype and device (the flat copy lives where its tensors do).
-void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors,
-                         int root = 0) {
+void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& tensors, int root) {
   at::NoGradGuard no_grad;
   std::map<std::pair<int, std::string>, std::vector<at::Tensor>> by_dtype;
   for (const at::Tensor& t : tensors)
@@ -76,61 +71,11 @@ void broadcast_coalesced(const ProcessGroup& pg, const std::vector<at::Tensor>& 
   }
 }
 
-}  // namespace
+}  // namespace detail
 
-struct DistributedDataParallel::Impl {
-  struct Param {
-    std::string name;
-    at::Tensor tensor;
-    at::Tensor view;  // the bucket slice, shaped like the parameter
-    size_t bucket = 0;
-    std::shared_ptr<torch::autograd::Node> accumulator;
-    uintptr_t hook_key = 0;
-  };
-  struct Bucket {
-    at::Tensor buffer;
-    std::vector<size_t> params;
-    DataType dtype = DataType::kFloat32;
-    Clock::time_point launched;
-  };
-
-  ProcessGroup pg;
-  DistributedDataParallelOptions options;
-  std::vector<Param> params;
-  std::vector<Bucket> buckets;
-  std::mutex mu;
-  // After buckets: goes first, waiting for what still writes into them.
-  std::unique_ptr<parallel::ReductionScheduler> scheduler;
-  ReductionTrace trace, last_trace;
-  // find_unused_parameters, as cohort's reducer (parallel/reducer.h): since
-  // the last synchronised step, whether each .grad was defined when it began
-  // and the values of those marked unused (restored if no rank used them).
-  bool window_open = false;
-  std::vector<bool> had_grad;
-  std::vector<std::pair<size_t, at::Tensor>> kept;
-  bool end_queued = false;
-  bool shadowing = false;  // a Join's shadow of the others' backward
-  std::optional<parallel::JoinCount> join_count;
-  parallel::CommHookPtr hook;  // registered; null: all_reduce(average) below
-
-  void build_buckets(size_t cap_bytes);
-  void make_scheduler();
-  at::Tensor& grad_of(Param& p) { return p.tensor.mutable_grad(); }
-  void restore_view(Param& p);
-  void begin_iteration();
-  void reset_iteration();
-  void prepare_for_backward(const std::vector<at::Tensor>& outputs);
-  void on_grad_ready(size_t index);
-  void on_backward_end();
-  void keep_if_unused(size_t index);
-  void restore_unused(const std::vector<uint8_t>& global_used);
-  void shadow_reduction();
-  void on_ready(size_t index);
-  parallel::BucketReduction launch(size_t i);
-  parallel::BucketReduction launch_hook(size_t i);
-  void set_hook(parallel::CommHookPtr h);
-  void finalize();
-};
+using detail::broadcast_coalesced;
+using detail::ignored;
+using detail::model_entries;
 
 void DistributedDataParallel::Impl::build_buckets(size_t cap_bytes) {
   // A bucket holds one dtype on one device, and lives on that device (a
@@ -228,68 +173,6 @@ void DistributedDataParallel::Impl::begin_iteration() {
     window_open = true;
   }
   for (Param& p : params) restore_view(p);
-}
-
-void DistributedDataParallel::Impl::keep_if_unused(size_t index) {
-  // Copy mode leaves .grad itself alone: nothing to keep.
-  if (!options.gradient_as_bucket_view || !had_grad[index] || scheduler->locally_used()[index])
-    return;
-  for (const auto& [k, t] : kept)
-    if (k == index) return;
-  at::NoGradGuard no_grad;
-  kept.emplace_back(index, params[index].view.clone());
-}
-
-void DistributedDataParallel::Impl::restore_unused(const std::vector<uint8_t>& global_used) {
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (global_used[i] != 0) continue;
-    Param& p = params[i];
-    if (!had_grad[i]) {
-      grad_of(p) = at::Tensor();
-      continue;
-    }
-    for (const auto& [k, t] : kept) {
-      if (k != i) continue;
-      p.view.copy_(t);
-      grad_of(p) = p.view;
-    }
-  }
-}
-
-void DistributedDataParallel::Impl::on_backward_end() {
-  std::lock_guard<std::mutex> lock(mu);
-  end_queued = false;
-  if (!scheduler->unfinished()) return;
-  try {
-    for (size_t i = 0; i < params.size(); ++i)
-      if (!scheduler->is_ready(i)) keep_if_unused(i);
-    if (scheduler->mark_rest_unused()) finalize();
-  } catch (...) {
-    reset_iteration();
-    throw;
-  }
-}
-
-void DistributedDataParallel::Impl::shadow_reduction() {
-  std::lock_guard<std::mutex> lock(mu);
-  reset_iteration();
-  {
-    at::NoGradGuard no_grad;
-    for (Bucket& b : buckets) b.buffer.zero_();
-  }
-  shadowing = true;
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{shadowing};
-  scheduler->arm();
-  try {
-    if (scheduler->mark_all_ready()) finalize();
-  } catch (...) {
-    reset_iteration();
-    throw;
-  }
 }
 
 void DistributedDataParallel::Impl::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
@@ -594,27 +477,6 @@ DistributedDataParallel::~DistributedDataParallel() {
   impl_->scheduler.reset();
 }
 
-std::vector<at::Tensor> DistributedDataParallel::synced(bool parameters) const {
-  const std::vector<std::string>& ignore = impl_->options.params_and_buffers_to_ignore;
-  std::vector<at::Tensor> out;
-  for (const auto& item : parameters ? module_->named_parameters() : module_->named_buffers())
-    if (!ignored(ignore, item.key())) out.push_back(item.value());
-  return out;
-}
-
-bool DistributedDataParallel::will_sync_buffers() const {
-  return require_forward_param_sync_ && impl_->options.broadcast_buffers && pg_.size() > 1 &&
-         !synced(false).empty();
-}
-
-int DistributedDataParallel::buffer_authority(bool candidate) {
-  // Under a Join rank 0 may have run out: the highest rank still training
-  // holds the current buffers.
-  at::Tensor r = at::full({1}, candidate ? pg_.rank() : -1, at::kLong);
-  pg_.all_reduce(r, {.op = ReduceOp::kMax});
-  return static_cast<int>(r.item<int64_t>());
-}
-
 void DistributedDataParallel::before_forward() {
   impl_->begin_iteration();
   std::optional<parallel::JoinCount> count = parallel::Join::notify_join_context(*this);
@@ -641,36 +503,6 @@ void DistributedDataParallel::after_forward(const std::vector<at::Tensor>& outpu
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->scheduler->disarm();
   }
-}
-
-distributed::ProcessGroup& DistributedDataParallel::join_process_group() { return *pg_.group(); }
-
-Device DistributedDataParallel::join_device() const {
-  if (pg_.group()->backend() == distributed::BackendKind::kNccl) {
-    throw NotSupported(
-        "DistributedDataParallel (LibTorch): Join over an nccl group is not supported; its "
-        "exchanges use CPU tensors (use cohort's own DDP, or a native group)");
-  }
-  return kCPU;
-}
-
-void DistributedDataParallel::join_shadow_iteration() {
-  if (will_sync_buffers()) broadcast_coalesced(pg_, synced(false), buffer_authority(false));
-  at::Tensor flag = at::zeros({1}, at::kFloat);
-  pg_.all_reduce(flag, {.op = ReduceOp::kSum});
-  const bool sync = flag.item<float>() != 0;
-  require_forward_param_sync_ = sync;
-  if (sync) impl_->shadow_reduction();
-}
-
-void DistributedDataParallel::join_finish(bool is_last_joiner) {
-  // The last rank to run out trained in every iteration: its model is
-  // everyone's (PyTorch's _sync_final_model).
-  at::Tensor r = at::full({1}, is_last_joiner ? pg_.rank() : -1, at::kLong);
-  pg_.all_reduce(r, {.op = ReduceOp::kMax});
-  std::vector<at::Tensor> state = synced(true);
-  for (const at::Tensor& b : synced(false)) state.push_back(b);
-  broadcast_coalesced(pg_, state, static_cast<int>(r.item<int64_t>()));
 }
 
 at::Tensor DistributedDataParallel::forward(const at::Tensor& input) {
