@@ -3,7 +3,8 @@
 // parameters on every rank, equal to one process applying PyTorch's gradient
 // (each step the sum over the ranks still training of their mean-loss
 // gradients over the initial world size), also under HSDP at 4 ranks and
-// with gradient clipping (the rank out of inputs clips with the others);
+// with gradient clipping (the rank out of inputs clips with the others) and
+// with gradient accumulation under no_sync;
 // stage 3 and a ShardedOptimizer listed first are refused, naming why.
 #include <gtest/gtest.h>
 
@@ -36,8 +37,9 @@ std::pair<Tensor, Tensor> batch(int r, int s) {
   return {randn({3 + r, 6}, g), randn({3 + r, 2}, g)};
 }
 
-void run(int rank, int stage, const std::vector<int>& batches, int shard_size = 0,
-         double clip = 0) {
+// accumulate: each step is two micro-batches, the first under no_sync.
+void run(int rank, int stage, const std::vector<int>& batches, int shard_size = 0, double clip = 0,
+         bool accumulate = false) {
   auto pg = join_group();
   const int world = pg->size();
   auto model = make_model();
@@ -48,8 +50,13 @@ void run(int rank, int stage, const std::vector<int>& batches, int shard_size = 
                                          optim::SGDOptions{.lr = 0.05, .momentum = 0.9}));
   run_joined({&zero, &opt}, {}, [&] {
     for (int s = 0; s < batches[static_cast<size_t>(rank)]; ++s) {
-      auto [x, y] = batch(rank, s);
       opt.zero_grad();
+      if (accumulate) {
+        auto guard = zero.no_sync();
+        auto [x, y] = batch(rank, 100 + s);
+        mse_loss(zero.forward(x), y).backward();
+      }
+      auto [x, y] = batch(rank, s);
       mse_loss(zero.forward(x), y).backward();
       if (clip > 0) opt.clip_grad_norm(clip);
       opt.step();
@@ -67,6 +74,10 @@ void run(int rank, int stage, const std::vector<int>& batches, int shard_size = 
       auto [x, y] = batch(r, s);
       Tensor l = mse_loss(ref->forward(x), y);
       total = total.defined() ? add(total, l) : l;
+      if (accumulate) {
+        auto [xa, ya] = batch(r, 100 + s);
+        total = add(total, mse_loss(ref->forward(xa), ya));
+      }
     }
     mul(total, 1.0 / world).backward();
     if (clip > 0) optim::clip_grad_norm(ref->parameters(), clip);
@@ -95,6 +106,11 @@ TEST(ZeroJoin, HybridShardingWithUnevenInputsMatchesOneProcess) {
 TEST(ZeroJoin, ClippingWithUnevenInputsMatchesOneProcess) {
   // A small max_norm, so that every step clips.
   spawn([](int rank) { run(rank, 1, {2, 4}, 0, 0.05); }, 2);
+}
+
+TEST(ZeroJoin, GradientAccumulationWithUnevenInputsMatchesOneProcess) {
+  // The rank out of inputs shadows the no_sync forward without a step.
+  spawn([](int rank) { run(rank, 2, {3, 1}, 0, 0, /*accumulate=*/true); }, 2);
 }
 
 TEST(ZeroJoin, RefusesStageThreeAndAnOptimizerListedFirst) {

@@ -323,6 +323,10 @@ class ShardedDataParallel : public nn::Module, public Joinable {
   // Joinable (join.h): stages 1 and 2.
   void join_shadow_iteration() override;
   void join_finish(bool is_last_joiner) override;
+  // Whether the last forward (or, on a rank out of inputs, the iteration it
+  // shadowed) reduces its gradients: the ShardedOptimizer's shadow steps
+  // only after those, as the others step only after them.
+  bool last_forward_synchronised() const { return require_forward_param_sync_; }
   distributed::ProcessGroup& join_process_group() override { return *pg_; }
   Device join_device() const override { return exchange_device(*pg_, device_); }
   void check_joinable(const JoinOptions& options, size_t position, size_t count) const override;

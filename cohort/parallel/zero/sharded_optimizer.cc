@@ -35,6 +35,8 @@ void ShardedOptimizer::step() {
 }
 
 void ShardedOptimizer::join_shadow_iteration() {
+  // A no_sync forward (gradient accumulation) is followed by no step.
+  if (!model_.last_forward_synchronised()) return;
   if (clip_last_step_) clip_grad_norm(clip_last_step_->max_norm, clip_last_step_->norm_type);
   step();
 }
