@@ -228,7 +228,7 @@ void Engine::drop(Stream& s) {
 bool Engine::drop_departed() {
   bool dropped = false;
   for (Stream& s : active()) {
-    if (s.any && !s.finished && ctx_.peer_left(s.pair->peer()) && !s.pair->readable()) {
+    if (s.any && !s.finished && ctx_.departed(*s.pair)) {
       drop(s);
       dropped = true;
     }

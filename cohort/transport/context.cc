@@ -59,7 +59,8 @@ Context::Context(int rank, int size, std::optional<ShmSegment> own_segment, std:
       size_(size),
       own_segment_(std::move(own_segment)),
       peers_(std::move(peers)),
-      left_(static_cast<size_t>(size), 0) {
+      left_(static_cast<size_t>(size), 0),
+      left_at_(static_cast<size_t>(size)) {
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && peers_[static_cast<size_t>(p)].same_host) ++local_ranks_;
   }
@@ -117,6 +118,7 @@ void Context::read_control(int p) {
   read_all(fd, message.data(), message.size(), deadline, what);
   if (f.kind == kLeftFrame) {
     left_[static_cast<size_t>(p)] = 1;
+    left_at_[static_cast<size_t>(p)] = Clock::now();
     return;
   }
   throw_abort(static_cast<AbortKind>(f.kind), message);
@@ -157,6 +159,12 @@ void Context::check_peers() {
   }
 }
 
+bool Context::departed(Pair& pair) {
+  const auto p = static_cast<size_t>(pair.peer());
+  if (!left_[p] || pair.readable()) return false;
+  return pair.fd() < 0 || Clock::now() - left_at_[p] >= kLeftGrace;
+}
+
 void Context::wait(std::span<const Want> wants, Clock::time_point deadline) {
   check_peers();
   bool any_tcp = false;
@@ -164,7 +172,7 @@ void Context::wait(std::span<const Want> wants, Clock::time_point deadline) {
   for (const Want& w : wants) {
     bool ready = w.write ? w.pair->writable() : w.pair->readable();
     if (ready) return;
-    if (left_[static_cast<size_t>(w.pair->peer())]) {
+    if (departed(*w.pair)) {
       if (w.optional) return;  // the caller drops it
       throw PeerLost(fmt::format("rank {} closed its communicator while rank {} still waits on it",
                                  w.pair->peer(), rank_));

@@ -84,6 +84,13 @@ class Context {
   // A shm peer's published value; nullopt for TCP peers.
   std::optional<uint64_t> peer_op_seq(int peer) const;
   bool peer_left(int peer) const { return left_[static_cast<size_t>(peer)]; }
+  // Whether pair's peer closed its communicator and nothing more will come on
+  // the pair. Shared memory: nothing unread (its sends completed before it
+  // left). TCP: its "left" frame on the control connection can overtake the
+  // end of its last message on the data connection, so a pair with nothing
+  // to read counts as departed only kLeftGrace after the frame came.
+  bool departed(Pair& pair);
+  static constexpr std::chrono::milliseconds kLeftGrace{500};
   // Whether peer's control connection has closed or failed (the process is
   // gone); a non-blocking look. Call from the thread running ops.
   bool peer_gone(int peer) const;
@@ -98,7 +105,8 @@ class Context {
   int size_;
   std::optional<ShmSegment> own_segment_;
   std::vector<Peer> peers_;
-  std::vector<char> left_;  // peer sent "left"
+  std::vector<char> left_;                  // peer sent "left"
+  std::vector<Clock::time_point> left_at_;  // when that frame was read
   int local_ranks_ = 1;
   bool oversubscribed_ = false;
   std::mutex control_write_mu_;
