@@ -87,7 +87,8 @@ void Join::finish() {
     }
     Tensor count = Tensor::zeros({1}, DType::kFloat32, device_);
     pg_->all_reduce(count, {.op = distributed::ReduceOp::kSum});
-    if (count.cpu().item<float>() == 0) break;
+    ranks_training_ = static_cast<int>(count.cpu().item<float>());
+    if (ranks_training_ == 0) break;
     if (options_.throw_on_early_termination) {
       Tensor flags = Tensor::zeros({pg_->size()}, DType::kFloat32);
       flags.data_ptr<float>()[pg_->rank()] = 1;

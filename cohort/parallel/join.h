@@ -16,8 +16,10 @@
 // still training; with throw_on_early_termination a second all_reduce tells
 // every rank which ranks ran out, and every rank throws, naming them.
 //
-// Joinables: DistributedDataParallel (joinable.h's interface), each shadowing
-// its own collectives. The joinables of one Join share one process group.
+// Joinables (joinable.h's interface): DistributedDataParallel,
+// ShardedDataParallel and its ShardedOptimizer, the LibTorch adapter's DDP
+// and ZeroRedundancyOptimizer, each shadowing its own collectives. The joinables of one Join share
+// one process group.
 //
 // Ownership: refers to the joinables, which must outlive it; attaches itself
 // to them while it lives. Failure: a failed collective propagates from
@@ -55,12 +57,17 @@ class Join {
   // nothing. With throw_on_early_termination, throws when some rank ran out.
   static std::optional<JoinCount> notify_join_context(Joinable& j);
 
+  // In finish(), during a joinable's join_shadow_iteration: how many ranks
+  // train in the iteration shadowed (for divide_by_initial_world_size = false).
+  int ranks_training() const { return ranks_training_; }
+
  private:
   std::vector<Joinable*> joinables_;
   JoinOptions options_;
   distributed::ProcessGroup* pg_ = nullptr;
   Device device_ = kCPU;
   bool finished_ = false;
+  int ranks_training_ = 0;
 };
 
 // Runs body (this rank's training loop) in a Join, then finish(); an

@@ -118,15 +118,25 @@ void TrainOptions::validate() const {
                "zero), not --strategy {}",
                strategy_name(strategy));
   if (comm_hook) {
-    COHORT_CHECK(strategy == Strategy::kAuto || strategy == Strategy::kDdp,
-                 "--comm-hook applies to DDP (--strategy ddp or auto), not --strategy {}",
-                 strategy_name(strategy));
+    COHORT_CHECK(
+        strategy == Strategy::kAuto || strategy == Strategy::kDdp || strategy == Strategy::kZero,
+        "--comm-hook applies to DDP (--strategy ddp or auto) and ZeRO (--strategy zero), "
+        "not --strategy {}",
+        strategy_name(strategy));
     COHORT_CHECK(
         grad_reduce == ComputePrecision::kFloat32 || comm_hook->kind == CommHookKind::kBf16,
-        "--comm-hook {} and --grad-reduce bf16 both say how DDP's gradients go on the "
+        "--comm-hook {} and --grad-reduce bf16 both say how the gradients go on the "
         "wire; give one (--grad-reduce bf16 is --comm-hook bf16)",
         comm_hook_name(*comm_hook));
     check_comm_hook(*comm_hook);
+    if (strategy == Strategy::kZero) {
+      make_zero_comm_hook(*comm_hook);  // throws for the PowerSGD kinds, naming why
+      COHORT_CHECK(zero_shard_size == 0 || grad_reduce == ComputePrecision::kBFloat16,
+                   "--comm-hook {} with --zero-shard-size {} (HSDP) is not supported, as FSDP's "
+                   "hybrid strategies (the replicas' all_reduce is not the hook's); "
+                   "--grad-reduce bf16 halves the bytes there",
+                   comm_hook_name(*comm_hook), zero_shard_size);
+    }
   }
   COHORT_CHECK(!bf16_weights || strategy == Strategy::kAuto || strategy == Strategy::kSingle ||
                    strategy == Strategy::kDdp || strategy == Strategy::kDp,
@@ -137,8 +147,8 @@ void TrainOptions::validate() const {
                    strategy == Strategy::kDdp || strategy == Strategy::kDp ||
                    strategy == Strategy::kZero,
                "--drop-last false leaves ranks with different numbers of batches, which only DDP "
-               "and ZeRO stages 1 and 2 train (under a Join): use --strategy ddp or zero (or "
-               "single, dp, auto), not --strategy {}",
+               "and ZeRO train (under a Join): use --strategy ddp or zero (or single, dp, auto), "
+               "not --strategy {}",
                strategy_name(strategy));
   COHORT_CHECK(!drop_last || !is_language_model(),
                "--drop-last applies to the image data sets; a language model's steps draw random "

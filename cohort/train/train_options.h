@@ -159,9 +159,10 @@ struct TrainOptions {
   // or bf16 (half the bytes; parallel/comm_hooks/compression_hooks.h,
   // ZeroOptions::reduce_dtype).
   ComputePrecision grad_reduce = ComputePrecision::kFloat32;
-  // --comm-hook (DDP only): the communication hook registered with DDP
-  // (comm_hook_choice.h). Unset: --grad-reduce decides. With --grad-reduce
-  // bf16 only --comm-hook bf16 agrees (the same hook); others are refused.
+  // --comm-hook: the communication hook registered with DDP, or its sharded
+  // form with ZeRO (comm_hook_choice.h; not the PowerSGD kinds, not under
+  // HSDP). Unset: --grad-reduce decides. With --grad-reduce bf16 only
+  // --comm-hook bf16 agrees (the same hook); others are refused.
   std::optional<CommHookChoice> comm_hook;
   // --bf16-weights: every parameter rounded to bf16 after each step (and
   // before the first), nearest or stochastic (optim/bf16_weights.h): the

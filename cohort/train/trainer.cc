@@ -307,7 +307,7 @@ void Run::run_epoch(int64_t epoch) {
     std::vector<parallel::Joinable*> joinables = strategy_->joinables();
     COHORT_CHECK(!joinables.empty(),
                  "cohort train: --drop-last false needs a strategy that trains uneven inputs "
-                 "(ddp, or zero at stage 1 or 2), not {}",
+                 "(ddp or zero), not {}",
                  strategy_name(info_.strategy));
     join.emplace(std::move(joinables));
   }

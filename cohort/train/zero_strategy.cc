@@ -48,6 +48,9 @@ ZeroStrategy::ZeroStrategy(const TrainOptions& options,
                                                 ? DType::kBFloat16
                                                 : DType::kFloat32,
                             .hybrid_shard_size = options_.zero_shard_size});
+  // --comm-hook bf16 with --grad-reduce bf16 is reduce_dtype's reduction already.
+  if (options_.comm_hook && options_.grad_reduce != ComputePrecision::kBFloat16)
+    zero_->register_comm_hook(make_zero_comm_hook(*options_.comm_hook));
   // The same kind and groups as the full optimizer, over the shards (the
   // groups are chosen from the full tensors' shapes, which shards lack).
   std::vector<optim::ParamGroup> groups = full_opt_->param_groups();

@@ -1,4 +1,5 @@
-// `cohort train --comm-hook`: PowerSGD under `cohort run`, and the
+// `cohort train --comm-hook`: PowerSGD and its batched form under DDP and
+// fp16 compression under ZeRO stage 3, under `cohort run`, and the
 // combinations the options refuse.
 #include <gtest/gtest.h>
 
@@ -18,11 +19,38 @@ TEST(TrainCommHook, PowerSGDRankTwoTrainsUnderCohortRun) {
   EXPECT_EQ(f.output.find("nan"), std::string::npos) << f.output;
 }
 
+TEST(TrainCommHook, BatchedPowerSGDTrainsUnderCohortRun) {
+  Finished f =
+      run_command(run_argv(2, {},
+                           {"--strategy", "ddp", "--comm-hook", "batched_powersgd:2",
+                            "--powersgd-start-iter", "2", "--max-steps", "3", "--log-every", "1"}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("comm hook batched_powersgd:2 from step 2"), std::string::npos)
+      << f.output;
+  EXPECT_NE(f.output.find("step 3/4"), std::string::npos) << f.output;
+  EXPECT_EQ(f.output.find("nan"), std::string::npos) << f.output;
+}
+
+TEST(TrainCommHook, ZeroStageThreeTrainsWithFp16CompressionUnderCohortRun) {
+  Finished f = run_command(run_argv(2, {},
+                                    {"--strategy", "zero", "--zero-stage", "3", "--comm-hook",
+                                     "fp16", "--max-steps", "3", "--log-every", "1"}));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_NE(f.output.find("comm hook fp16"), std::string::npos) << f.output;
+  EXPECT_NE(f.output.find("step 3/4"), std::string::npos) << f.output;
+  EXPECT_EQ(f.output.find("nan"), std::string::npos) << f.output;
+}
+
 TEST(TrainCommHook, ConflictingOrBadChoicesAreRefused) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--comm-hook", "powersgd:2", "--grad-reduce", "bf16"},
        "--comm-hook powersgd:2 and --grad-reduce bf16 both say"},
-      {{"--comm-hook", "fp16", "--strategy", "zero"}, "--comm-hook applies to DDP"},
+      {{"--comm-hook", "fp16", "--strategy", "pipeline"},
+       "--comm-hook applies to DDP (--strategy ddp or auto) and ZeRO"},
+      {{"--comm-hook", "powersgd:2", "--strategy", "zero"},
+       "--comm-hook powersgd:2 applies to DDP: PowerSGD compresses"},
+      {{"--comm-hook", "fp16", "--strategy", "zero", "--zero-shard-size", "1"},
+       "(HSDP) is not supported, as FSDP's hybrid strategies"},
       {{"--comm-hook", "powersgd:0"}, "--comm-hook must be allreduce, fp16, bf16, powersgd"},
       {{"--comm-hook", "topk"}, "--comm-hook must be allreduce, fp16, bf16, powersgd"},
       {{"--comm-hook", "powersgd", "--powersgd-start-iter", "1"},

@@ -64,7 +64,7 @@ const std::vector<StrategyFlag>& strategy_flags() {
       {"--ps-staleness", {S::kPs}},
       {"--bucket-cap-mb", {S::kDdp}},
       {"--sync-batchnorm", {S::kDdp}},
-      {"--comm-hook", {S::kDdp}},
+      {"--comm-hook", {S::kDdp, S::kZero}},
       {"--powersgd-start-iter", {S::kDdp}},
   };
   return flags;
@@ -327,7 +327,8 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--comm-hook", args->comm_hook,
                  "DDP's communication hook: allreduce, fp16 or bf16 (half the bytes), powersgd or "
                  "powersgd:RANK (low-rank compression with error feedback, PyTorch's "
-                 "powerSGD_hook)");
+                 "powerSGD_hook), batched_powersgd[:RANK] (one matrix per bucket); ZeRO's: "
+                 "allreduce (its reduce_scatter), fp16 or bf16");
   app.add_option("--powersgd-start-iter", args->powersgd_start_iter,
                  "Plain all_reduce steps before PowerSGD starts (start_powerSGD_iter, > 1)")
       ->capture_default_str();

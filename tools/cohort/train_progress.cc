@@ -58,7 +58,7 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
   if (options_.sync_batchnorm && info.strategy == train::Strategy::kDdp) how += ", SyncBatchNorm";
   if (options_.comm_hook) {
     how += fmt::format(", comm hook {}", train::comm_hook_name(*options_.comm_hook));
-    if (options_.comm_hook->kind == train::CommHookKind::kPowerSGD)
+    if (train::is_powersgd(*options_.comm_hook))
       how += fmt::format(" from step {}", options_.comm_hook->start_iter);
   }
   if (options_.bf16_weights)

@@ -210,7 +210,11 @@ void ShardedDataParallel::make_scheduler() {
               [this](size_t k) {
                 if (options_.stage == 1) restore_grad_view(params_[k]);
               },
-          .on_accumulated = [this](size_t n) { on_unit_accumulated(reduce_order_[n]); },
+          .on_accumulated =
+              [this](size_t n) {
+                note_accumulated(n);
+                on_unit_accumulated(reduce_order_[n]);
+              },
           .describe =
               [this](size_t n, int stage) {
                 return fmt::format(
@@ -284,18 +288,33 @@ Tensor ShardedDataParallel::forward(const Tensor& input) {
 
 Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)>& fn) {
   begin_iteration();
-  Join::notify_join_context(*this);
+  ran_forward_ = true;
+  std::optional<JoinCount> count = Join::notify_join_context(*this);
   if (will_sync_buffers()) sync_buffers(join_enabled() ? buffer_authority(true) : 0);
   const bool grad = GradMode::is_enabled();
   if (join_enabled()) {
-    // Tells the ranks out of inputs whether to shadow this backward.
-    sync_flag_ =
-        Tensor::full({1}, grad && require_sync_ ? 1.0 : 0.0, DType::kFloat32, join_device());
+    // Tells the ranks out of inputs whether to shadow a backward, and
+    // whether it reduces: 1 it does, -1 it accumulates (no_sync), 0 none.
+    sync_flag_ = Tensor::full({1},
+                              !grad           ? 0.0
+                              : require_sync_ ? 1.0
+                                              : -1.0,
+                              DType::kFloat32, join_device());
     sync_flag_work_ =
         pg_->all_reduce(sync_flag_, {.op = distributed::ReduceOp::kSum}, distributed::async_op);
+    if (grad && require_sync_ && count && !join_options().divide_by_initial_world_size)
+      join_count_ = std::move(count);
   }
   require_forward_param_sync_ = grad && require_sync_;
   if (options_.stage == 3) {
+    if (join_enabled()) {
+      // Under a Join every forward starts with nothing gathered (not so
+      // after summon_full_params, a checkpoint's), so that every iteration
+      // issues the same gathers, the ones a rank out of inputs replays.
+      for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);
+    }
+    recording_ = join_enabled();
+    recorded_.clear();
     in_forward_ = true;
     this_forward_.clear();
     for (Unit& u : units_) u.forward_position = -1;
@@ -307,10 +326,18 @@ Tensor ShardedDataParallel::forward_with(const std::function<Tensor(nn::Module&)
     out = fn(*module_);
   } catch (...) {
     in_forward_ = false;
+    recording_ = false;
     throw;
   }
   if (options_.stage == 3) {
     in_forward_ = false;
+    if (recording_) {
+      shadow_forward_ = std::move(recorded_);
+      recorded_.clear();
+      recording_ = grad;
+      accumulated_.assign(reduce_order_.size(), false);
+      accumulated_next_ = 0;
+    }
     forward_order_ = this_forward_;
     for (const Unit& u : units_) {
       if (u.module != nullptr && u.forward_position < 0) {
@@ -336,14 +363,6 @@ bool ShardedDataParallel::will_sync_buffers() const {
          !module_->buffers().empty();
 }
 
-int ShardedDataParallel::buffer_authority(bool candidate) {
-  // Under a Join rank 0 may have run out: the highest rank still training
-  // holds the current buffers.
-  Tensor r = Tensor::full({1}, candidate ? pg_->rank() : -1, DType::kInt64, join_device());
-  pg_->all_reduce(r, {.op = distributed::ReduceOp::kMax});
-  return static_cast<int>(r.cpu().item<int64_t>());
-}
-
 void ShardedDataParallel::sync_buffers(int root) {
   for (Tensor& b : module_->buffers()) {
     if (b.is_contiguous()) {
@@ -356,46 +375,11 @@ void ShardedDataParallel::sync_buffers(int root) {
   }
 }
 
-void ShardedDataParallel::check_joinable(const JoinOptions& options, size_t, size_t) const {
-  if (options_.stage == 3) {
-    throw NotSupported(
-        "ShardedDataParallel: a Join (uneven inputs) under ZeRO stage 3 is not supported (its "
-        "forward gathers the units in the order of the previous forward, which a rank out of "
-        "inputs cannot shadow); use stage 1 or 2, or DDP");
-  }
-  if (!options.divide_by_initial_world_size) {
-    throw NotSupported(
-        "ShardedDataParallel: a Join with divide_by_initial_world_size = false is not supported "
-        "(the reduce_scatter averages over the group); leave it true");
-  }
-}
-
-void ShardedDataParallel::join_shadow_iteration() {
-  if (will_sync_buffers()) sync_buffers(buffer_authority(false));
-  Tensor flag = Tensor::zeros({1}, DType::kFloat32, join_device());
-  pg_->all_reduce(flag, {.op = distributed::ReduceOp::kSum});
-  const bool sync = flag.cpu().item<float>() != 0;
-  require_forward_param_sync_ = sync;
-  if (!sync) return;
-  // This rank's gradients count as zeros; its shard receives the others'
-  // average, for its optimizer's step (ShardedOptimizer's shadow).
-  zero_grad_shards();
-  scheduler_->reset();
-  reduce_gradients();
-}
-
-void ShardedDataParallel::join_finish(bool is_last_joiner) {
-  if (!options_.broadcast_buffers || pg_->size() == 1 || module_->buffers().empty()) return;
-  // The parameters are the same everywhere after each step's all_gather;
-  // the buffers are the last rank's to run out.
-  Tensor r = Tensor::full({1}, is_last_joiner ? pg_->rank() : -1, DType::kInt64, join_device());
-  pg_->all_reduce(r, {.op = distributed::ReduceOp::kMax});
-  sync_buffers(static_cast<int>(r.cpu().item<int64_t>()));
-}
-
 void ShardedDataParallel::begin_iteration() {
   scheduler_->throw_if_unfinished();
   scheduler_->reset();
+  join_count_.reset();
+  join_scale_ = 1.0;
   if (options_.stage == 1)
     for (Param& p : params_)
       if (p.grad_view.defined()) restore_grad_view(p);
@@ -432,6 +416,7 @@ void ShardedDataParallel::on_unit_accumulated(size_t ui) {
 }
 
 void ShardedDataParallel::end_accumulation() {
+  end_recording();
   if (options_.stage == 3)
     for (size_t u = 0; u < units_.size(); ++u) free_unit(u);
   scheduler_->reset();
@@ -453,6 +438,8 @@ BucketReduction ShardedDataParallel::launch_reduce_scatter(size_t n) {
       if (params_[k].tensor.requires_grad()) params_[k].tensor.set_grad(Tensor());
   }
   if (options_.stage == 3 && !u.has_frozen) free_unit(static_cast<size_t>(&u - units_.data()));
+  record(true, n);
+  if (comm_hook_ != nullptr) return launch_hook(n, std::move(send));
   const DType wire = send.dtype();
   Tensor recv = Tensor::empty({u.layout.shard_numel()}, wire, device_);
   distributed::Work work = shard_pg_->reduce_scatter_tensor(
@@ -488,10 +475,13 @@ void ShardedDataParallel::finish_reduction(size_t n, Tensor recv) {
 
 void ShardedDataParallel::apply_reduced(Unit& u, Tensor recv) {
   const DType dtype = params_[u.params.front()].tensor.dtype();
+  const double scale = take_join_scale();
   if (recv.dtype() != dtype) {
     // A bf16 sum: widened, then averaged in float32.
     recv = recv.to(dtype);
-    recv.mul_(1.0 / static_cast<double>(pg_->size()));
+    recv.mul_(scale / static_cast<double>(pg_->size()));
+  } else if (scale != 1.0) {
+    recv.mul_(scale);
   }
   if (options_.stage == 1) {
     // This rank's averaged chunk goes back into the full gradients.
@@ -505,6 +495,7 @@ void ShardedDataParallel::apply_reduced(Unit& u, Tensor recv) {
 }
 
 void ShardedDataParallel::finalize_backward() {
+  end_recording();
   scheduler_->wait_all();
   if (options_.stage == 3) {
     for (size_t ui = 0; ui < units_.size(); ++ui) free_unit(ui);

@@ -69,13 +69,22 @@
 // naming both ops (the flight recorder), never a hang.
 //
 // Buffers are broadcast from rank 0 on a forward that follows a synchronised
-// one, as DDP's (PyTorch's require_forward_param_sync). Uneven inputs:
-// stages 1 and 2 are a Joinable (join.h), with the ShardedOptimizer listed
+// one, as DDP's (PyTorch's require_forward_param_sync). Communication hooks
+// (FSDP's register_comm_hook): comm_hooks/sharded_comm_hook.h.
+// Uneven inputs: a Joinable (join.h), with the ShardedOptimizer listed
 // after the model (Join({&zero, &optimizer})): a rank out of inputs shadows
 // the buffer broadcast and the reduce_scatters with zero gradients, and its
-// optimizer still updates its shard from the others' average; stage 3 is not
-// (its forward gathers the units in the previous forward's order) and is
-// refused, as is divide_by_initial_world_size = false.
+// optimizer still updates its shard from the others' average (over the
+// initial world size, or over the ranks still training with
+// divide_by_initial_world_size = false). Under stage 3 it also shadows the
+// units' all_gathers: it replays the shard group's collectives of its own
+// last iteration (the gathers of its last forward, the gathers and
+// reduce_scatters of its last backward), which every rank issues in the same
+// order while the forward's unit order stays the same (PyTorch's FSDP has no
+// Join). A rank out of inputs before its first iteration has nothing to
+// replay and throws NotSupported naming it; a forward whose units run in
+// another order than the shadowed rank's last one is reported by the group
+// as a mismatch.
 //
 // Failure: as DDP -- construction verifies every rank wraps the same model
 // (InvalidArgument naming the first difference) and broadcasts rank 0's
@@ -93,11 +102,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cohort/distributed/process_group.h"
 #include "cohort/nn/module.h"
+#include "cohort/parallel/comm_hooks/sharded_comm_hook.h"
 #include "cohort/parallel/flat_layout.h"
 #include "cohort/parallel/joinable.h"
 #include "cohort/parallel/model_check.h"
@@ -270,6 +281,13 @@ class ShardedDataParallel : public nn::Module, public Joinable {
   // After the optimizer updated the shards: stages 1, 2 all_gather the
   // parameters (collective); stage 3 frees what is still gathered.
   void after_step();
+  // PyTorch FSDP's register_comm_hook: how each unit's gradients are
+  // reduce-scattered (comm_hooks/sharded_comm_hook.h). Once, before the
+  // first forward; InvalidArgument under HSDP (as FSDP's hybrid strategies:
+  // the replicas' all_reduce is not the hook's) and with reduce_dtype
+  // bfloat16 (itself a choice of how gradients go on the wire:
+  // zero_bf16_compress_hook()), and for a second hook.
+  void register_comm_hook(ShardedCommHookPtr hook);
   // Stage 3: gathers every unit (collective), e.g. to read or save the full
   // parameters; they stay until the next forward frees them. Other stages: no-op.
   void summon_full_params();
@@ -320,7 +338,7 @@ class ShardedDataParallel : public nn::Module, public Joinable {
   int64_t num_parameter_elements() const;
   int64_t num_reductions() const { return scheduler_->num_completed(); }
 
-  // Joinable (join.h): stages 1 and 2.
+  // Joinable (join.h).
   void join_shadow_iteration() override;
   void join_finish(bool is_last_joiner) override;
   // Whether the last forward (or, on a rank out of inputs, the iteration it
@@ -329,7 +347,6 @@ class ShardedDataParallel : public nn::Module, public Joinable {
   bool last_forward_synchronised() const { return require_forward_param_sync_; }
   distributed::ProcessGroup& join_process_group() override { return *pg_; }
   Device join_device() const override { return exchange_device(*pg_, device_); }
-  void check_joinable(const JoinOptions& options, size_t position, size_t count) const override;
 
  protected:
   nn::ModulePtr copy_shell() const override;
@@ -381,6 +398,8 @@ class ShardedDataParallel : public nn::Module, public Joinable {
   void end_accumulation();             // no_sync: every unit's are
   // Packs unit reduce_order_[n]'s gradients and starts their reduce_scatter.
   BucketReduction launch_reduce_scatter(size_t n);
+  // The same through comm_hook_, `send` packed.
+  BucketReduction launch_hook(size_t n, Tensor send);
   // Its reduce_scatter done: applies `recv` (HSDP: first starts the replicas'
   // all_reduce of it, a follow-up that wait_all applies).
   void finish_reduction(size_t n, Tensor recv);
@@ -437,6 +456,33 @@ class ShardedDataParallel : public nn::Module, public Joinable {
   // Stage 3: the order units ran in the last forward, and this one's.
   std::vector<size_t> forward_order_, this_forward_;
   bool in_forward_ = false;
+  bool ran_forward_ = false;
+  ShardedCommHookPtr comm_hook_;  // null: the built-in reduce_scatter (reduce_dtype)
+
+  // Join, divide_by_initial_world_size = false: the count of the ranks still
+  // training, in flight until the first reduction is applied, and the factor
+  // (world / count) that turns the average over the world into theirs.
+  std::optional<JoinCount> join_count_;
+  double join_scale_ = 1.0;
+  double take_join_scale();
+  // Join, stage 3: the shard group's collectives of this rank's iterations,
+  // for it to replay once out of inputs (see the header comment). An event
+  // is the all_gather of unit `index`, or the reduce_scatter of group
+  // `index` (reduce order; under no_sync where it would have been issued).
+  struct ShadowEvent {
+    bool reduce = false;
+    size_t index = 0;
+  };
+  bool recording_ = false;
+  std::vector<ShadowEvent> recorded_;
+  std::optional<std::vector<ShadowEvent>> shadow_forward_, shadow_backward_;
+  std::vector<bool> accumulated_;  // no_sync: groups complete, for the order above
+  size_t accumulated_next_ = 0;
+  void record(bool reduce, size_t index);
+  void note_accumulated(size_t group);
+  void end_recording();
+  void shadow_stage3(bool grad, bool sync);
+  void shadow_gather(size_t u);
 };
 
 }  // namespace cohort::parallel

@@ -30,6 +30,7 @@ void release_pages(const Tensor& t) {
 void ShardedDataParallel::issue_gather(size_t ui) {
   Unit& u = units_[ui];
   if (u.gathered || u.ag_work.defined()) return;
+  record(false, ui);
   const DType dtype = u.shard.dtype();
   u.ag_recv = Tensor::empty({u.layout.total_numel()}, dtype, device_);
   u.ag_work = shard_pg_->all_gather_into_tensor(u.ag_recv, u.shard, {}, distributed::async_op);
