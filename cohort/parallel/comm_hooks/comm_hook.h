@@ -85,13 +85,15 @@ class CommHook {
 using CommHookPtr = std::shared_ptr<CommHook>;
 
 // PyTorch's register_comm_hook(state, hook) as one object: fn(state, pg,
-// bucket) -> BucketFuture, with `state` owned by the hook.
-template <typename State, typename Fn>
-class FunctionCommHook final : public CommHook {
+// bucket) -> BucketFuture, with `state` owned by the hook. Base: CommHook
+// with GradBucket, or ShardedCommHook with ShardedGradBucket
+// (sharded_comm_hook.h).
+template <typename Base, typename Bucket, typename State, typename Fn>
+class FunctionHook final : public Base {
  public:
-  FunctionCommHook(std::string name, State state, Fn fn)
+  FunctionHook(std::string name, State state, Fn fn)
       : name_(std::move(name)), state_(std::move(state)), fn_(std::move(fn)) {}
-  BucketFuture run(distributed::ProcessGroup& pg, GradBucket& bucket) override {
+  BucketFuture run(distributed::ProcessGroup& pg, Bucket& bucket) override {
     return fn_(state_, pg, bucket);
   }
   std::string name() const override { return name_; }
@@ -102,6 +104,9 @@ class FunctionCommHook final : public CommHook {
   State state_;
   Fn fn_;
 };
+
+template <typename State, typename Fn>
+using FunctionCommHook = FunctionHook<CommHook, GradBucket, State, Fn>;
 
 template <typename State, typename Fn>
 CommHookPtr make_comm_hook(std::string name, State state, Fn fn) {

@@ -61,21 +61,7 @@ ShardedCommHookPtr zero_fp16_compress_hook();
 ShardedCommHookPtr zero_bf16_compress_hook();
 
 template <typename State, typename Fn>
-class FunctionShardedCommHook final : public ShardedCommHook {
- public:
-  FunctionShardedCommHook(std::string name, State state, Fn fn)
-      : name_(std::move(name)), state_(std::move(state)), fn_(std::move(fn)) {}
-  BucketFuture run(distributed::ProcessGroup& pg, ShardedGradBucket& bucket) override {
-    return fn_(state_, pg, bucket);
-  }
-  std::string name() const override { return name_; }
-  State& state() { return state_; }
-
- private:
-  std::string name_;
-  State state_;
-  Fn fn_;
-};
+using FunctionShardedCommHook = FunctionHook<ShardedCommHook, ShardedGradBucket, State, Fn>;
 
 template <typename State, typename Fn>
 ShardedCommHookPtr make_sharded_comm_hook(std::string name, State state, Fn fn) {
