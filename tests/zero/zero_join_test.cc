@@ -49,7 +49,8 @@ struct Case {
   bool accumulate = false;  // each step is two micro-batches, the first under no_sync
   bool divide_by_initial_world_size = true;
   bool evaluate = false;  // a no-grad forward before each step
-  bool summon = false;    // summon_full_params() before the Join (a checkpoint's)
+  bool reshard_after_forward = true;
+  bool summon = false;  // summon_full_params() before the Join (a checkpoint's)
   ShardedCommHookPtr hook = nullptr;
 };
 
@@ -58,7 +59,10 @@ void run(int rank, const Case& c) {
   const int world = pg->size();
   auto model = make_model();
   auto ref = model->clone();
-  ShardedDataParallel zero(model, pg, {.stage = c.stage, .hybrid_shard_size = c.shard_size});
+  ShardedDataParallel zero(model, pg,
+                           {.stage = c.stage,
+                            .reshard_after_forward = c.reshard_after_forward,
+                            .hybrid_shard_size = c.shard_size});
   if (c.hook) zero.register_comm_hook(c.hook);
   ShardedOptimizer opt(
       zero, std::make_unique<optim::SGD>(zero.shard_parameters(),
@@ -129,6 +133,15 @@ TEST(ZeroJoin, StageTwoWithUnevenInputsMatchesOneProcess) {
 TEST(ZeroJoin, StageThreeWithUnevenInputsMatchesOneProcess) {
   // Rank 0 runs out first: the lowest rank shadows the gathers too.
   spawn([](int rank) { run(rank, {.stage = 3, .batches = {2, 4, 3}}); }, 3);
+}
+
+TEST(ZeroJoin, StageThreeKeepingParametersUntilBackwardMatchesOneProcess) {
+  // No gathers in backward: the units stay from their forward.
+  spawn(
+      [](int rank) {
+        run(rank, {.stage = 3, .batches = {4, 2}, .reshard_after_forward = false});
+      },
+      2);
 }
 
 TEST(ZeroJoin, HybridShardingWithUnevenInputsMatchesOneProcess) {
