@@ -21,6 +21,8 @@ set(COHORT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cohort CACHE STRING
 # include GoogleTest (kernel_path_testing.h, the test_util.h files,
 # reference_values.h) or only serve tests of this tree (autograd_testing.h).
 set(COHORT_TEST_ONLY_HEADERS "_testing\\.h$|test_util\\.h$|/reference_values\\.h$")
+# A layer's private state shared by its .cc files (no public header includes it).
+set(COHORT_PRIVATE_HEADERS "_impl\\.h$")
 
 function(cohort_install_layers)
   get_property(layers GLOBAL PROPERTY COHORT_LAYERS)
@@ -43,6 +45,7 @@ function(cohort_install_layers)
 
     file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/cohort/${layer}/*.h)
     list(FILTER headers EXCLUDE REGEX "${COHORT_TEST_ONLY_HEADERS}")
+    list(FILTER headers EXCLUDE REGEX "${COHORT_PRIVATE_HEADERS}")
     if(NOT COHORT_HAVE_MPI)
       list(FILTER headers EXCLUDE REGEX "^cohort/distributed/mpi/")
     endif()

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpt/gpt_flags.h"
 #include "bench/kernels/interleaved_timing.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/base/cpu.h"
@@ -95,22 +96,13 @@ int run(int argc, char** argv) {
   uint64_t seed = 1337;
   std::string modes_arg = "none,block,attention";
   bench::Args args(argc, argv,
-                   "bench_activation_checkpointing [--preset gpt2|ref] [--n-layer L] [--batch B] "
+                   "bench_activation_checkpointing [--preset gpt2|ref] [--n-layer L] [--n-head H] "
+                   "[--n-embd C] [--block-size T] [--vocab V] [--batch B] "
                    "[--seq T] [--steps N] [--warmup N] [--threads N] "
                    "[--modes none,block,attention,chunked-loss] [--head-rows N] [--seed S]");
   while (args.next()) {
-    if (timing.read(args)) {
+    if (timing.read(args) || bench::read_gpt_shape(args, config)) {
       continue;
-    } else if (args.is("--preset")) {
-      const std::string v = args.value();
-      if (v == "ref")
-        config = nn::GPTConfig::reference();
-      else if (v == "gpt2")
-        config = nn::GPTConfig::gpt2();
-      else
-        args.fail("--preset " + v + ": expected gpt2 or ref");
-    } else if (args.is("--n-layer")) {
-      config.n_layer = args.integer();
     } else if (args.is("--seq")) {
       seq = args.integer();
     } else if (args.is("--head-rows")) {

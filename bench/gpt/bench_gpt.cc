@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpt/gpt_flags.h"
 #include "bench/kernels/core_peak.h"
 #include "bench/kernels/interleaved_timing.h"
 #include "cohort/autograd/ops.h"
@@ -85,28 +86,10 @@ int run(int argc, char** argv) {
   std::string device_spec = "cpu";
   double peak_tflops = 0;
   while (args.next()) {
-    if (timing.read(args)) {
+    if (timing.read(args) || bench::read_gpt_shape(args, config)) {
       continue;
     } else if (args.is("--ddp")) {
       ddp = true;
-    } else if (args.is("--preset")) {
-      const std::string v = args.value();
-      if (v == "ref")
-        config = nn::GPTConfig::reference();
-      else if (v == "gpt2")
-        config = nn::GPTConfig::gpt2();
-      else
-        args.fail("--preset " + v + ": expected ref or gpt2");
-    } else if (args.is("--n-layer")) {
-      config.n_layer = args.integer();
-    } else if (args.is("--n-head")) {
-      config.n_head = args.integer();
-    } else if (args.is("--n-embd")) {
-      config.n_embd = args.integer();
-    } else if (args.is("--block-size")) {
-      config.block_size = args.integer();
-    } else if (args.is("--vocab")) {
-      config.vocab_size = args.integer();
     } else if (args.is("--seq")) {
       seq = args.integer();
     } else if (args.is("--precision")) {
