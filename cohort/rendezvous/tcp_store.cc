@@ -194,4 +194,37 @@ int64_t TcpStore::num_keys() {
   return static_cast<int64_t>(d.u64());
 }
 
+void TcpStore::heartbeat(const std::string& id) {
+  call("heartbeat",
+       std::move(proto::Encoder().u8(static_cast<uint8_t>(Op::kHeartbeat)).str(id)).finish(),
+       timeout_);
+}
+
+Quorum TcpStore::quorum(const QuorumRequest& r, Duration timeout) {
+  auto reply = call("quorum",
+                    std::move(proto::Encoder()
+                                  .u8(static_cast<uint8_t>(Op::kQuorum))
+                                  .str(r.id)
+                                  .i64(r.step)
+                                  .u8(r.last_step_failed ? 1 : 0)
+                                  .u32(static_cast<uint32_t>(r.min_replicas))
+                                  .u64(static_cast<uint64_t>(r.join_timeout.count()))
+                                  .u64(static_cast<uint64_t>(r.heartbeat_timeout.count()))
+                                  .u64(to_ms(timeout)))
+                        .finish(),
+                    timeout);
+  proto::Decoder d(reply.data() + 1, reply.size() - 1);
+  Quorum q;
+  q.id = d.u64();
+  q.group_epoch = d.u64();
+  const uint32_t n = d.u32();
+  for (uint32_t i = 0; i < n; ++i) {
+    QuorumMember m;
+    m.id = d.str();
+    m.step = d.i64();
+    q.members.push_back(std::move(m));
+  }
+  return q;
+}
+
 }  // namespace cohort::rendezvous

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cohort/base/unique_fd.h"
+#include "cohort/rendezvous/quorum.h"
 #include "cohort/rendezvous/store.h"
 #include "cohort/rendezvous/tcp_store_protocol.h"
 
@@ -56,6 +57,13 @@ class TcpStore final : public Store {
   using Store::wait;
 
   int64_t num_keys();
+
+  // The quorum service (quorum.h) of the server: replica `id` is alive.
+  void heartbeat(const std::string& id);
+  // Asks to join the next quorum; blocks until it formed (returns it) or
+  // `timeout` passed (TimeoutError naming what it waited for). PeerLost when
+  // the server is gone.
+  Quorum quorum(const QuorumRequest& request, Duration timeout);
   // The server's port (the one it picked when options.port was 0).
   uint16_t port() const { return port_; }
   const std::string& host() const { return options_.host; }

@@ -14,6 +14,12 @@
 //     kDelete  key                          kOk u8
 //     kWait    keys u64 timeout_ms          kOk | kTimeout keys
 //     kNumKeys                              kOk u64
+//     kHeartbeat replica                    kOk
+//     kQuorum  replica i64 step u8 failed u32 min_replicas u64 join_ms
+//              u64 heartbeat_ms u64 timeout_ms
+//                                           kOk u64 id u64 epoch u32 n (replica i64 step)*n
+//                                           | kTimeout keys (what the quorum waited for)
+// (kHeartbeat and kQuorum: the quorum service, quorum.h.)
 // The server enforces kGet/kWait timeouts itself and replies kTimeout with the
 // keys still missing, so a connection never carries a stale reply.
 #pragma once
@@ -42,6 +48,8 @@ enum class Op : uint8_t {
   kDelete = 6,
   kWait = 7,
   kNumKeys = 8,
+  kHeartbeat = 9,
+  kQuorum = 10,
 };
 
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2, kRefused = 3 };

@@ -15,6 +15,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
+#include "cohort/rendezvous/quorum.h"
 #include "cohort/rendezvous/store_util.h"
 #include "cohort/rendezvous/tcp_store_protocol.h"
 #include "cohort/rendezvous/token.h"
@@ -42,6 +43,7 @@ struct Conn {
   Op parked_op = Op::kWait;
   std::vector<std::string> parked_keys;
   Clock::time_point parked_deadline;
+  std::string replica;  // the quorum service's replica this connection belongs to
 };
 
 Clock::time_point deadline_after_ms(uint64_t ms) {
@@ -101,6 +103,7 @@ class TcpStoreServer::Loop {
       }
       expire();
       resolve_parked();
+      resolve_quorum();
     }
   }
 
@@ -120,6 +123,7 @@ class TcpStoreServer::Loop {
       if (!c->authed) next = std::min(next, c->accepted + options_.handshake_timeout);
       if (c->parked) next = std::min(next, c->parked_deadline);
     }
+    if (auto q = quorum_.next_deadline(Clock::now())) next = std::min(next, *q);
     return transport::poll_timeout_ms(next);
   }
 
@@ -145,6 +149,11 @@ class TcpStoreServer::Loop {
 
   void close_conn(Conn& c) {
     if (c.authed) clients_->fetch_sub(1);
+    // A replica's process that died closes every connection it had.
+    if (!c.replica.empty()) {
+      quorum_.lost(c.replica);
+      quorum_changed_ = true;
+    }
     conns_.erase(c.fd.get());  // destroys c; epoll forgets the fd when it closes
   }
 
@@ -305,6 +314,31 @@ class TcpStoreServer::Loop {
         park(c, op, std::move(keys), ms);
         break;
       }
+      case Op::kHeartbeat: {
+        c.replica = d.str();
+        quorum_.heard(c.replica, Clock::now());
+        quorum_changed_ = true;
+        reply(c, ok());
+        break;
+      }
+      case Op::kQuorum: {
+        QuorumRequest r;
+        r.id = d.str();
+        r.step = d.i64();
+        r.last_step_failed = d.u8() != 0;
+        r.min_replicas = static_cast<int>(d.u32());
+        r.join_timeout = std::chrono::milliseconds(d.u64());
+        r.heartbeat_timeout = std::chrono::milliseconds(d.u64());
+        const uint64_t ms = d.u64();
+        c.replica = r.id;
+        quorum_.request(r, Clock::now());
+        quorum_changed_ = true;
+        c.parked = true;
+        c.parked_op = op;
+        c.parked_keys.clear();
+        c.parked_deadline = deadline_after_ms(ms);
+        break;
+      }
       case Op::kNumKeys:
         reply(c, std::move(proto::Encoder().u8(static_cast<uint8_t>(Status::kOk)).u64(data_.size()))
                      .finish());
@@ -333,6 +367,23 @@ class TcpStoreServer::Loop {
   // Replies to c's parked request when its keys exist (or, when expired, with
   // the missing ones). Returns whether the request was answered.
   bool try_unpark(Conn& c, bool expired) {
+    if (c.parked_op == Op::kQuorum) {
+      // Answered by resolve_quorum; here only its deadline.
+      if (!expired) return false;
+      c.parked = false;
+      quorum_.withdraw(c.replica);
+      std::vector<std::string> waited;
+      for (const auto& [fd, other] : conns_)
+        if (!other->replica.empty() && other->replica != c.replica &&
+            quorum_.is_live(other->replica, Clock::now()) && !quorum_.has_request(other->replica))
+          waited.push_back("a quorum request of live replica " + other->replica);
+      if (waited.empty()) waited.push_back("min_replicas replicas asking for a quorum");
+      std::sort(waited.begin(), waited.end());
+      waited.erase(std::unique(waited.begin(), waited.end()), waited.end());
+      reply(c, std::move(proto::Encoder().u8(static_cast<uint8_t>(Status::kTimeout)).keys(waited))
+                   .finish());
+      return true;
+    }
     std::vector<std::string> miss = missing(c.parked_keys);
     if (!miss.empty() && !expired) return false;
     c.parked = false;
@@ -377,6 +428,33 @@ class TcpStoreServer::Loop {
         if (it == conns_.end() || !it->second->parked) continue;
         if (try_unpark(*it->second, false) && conns_.count(fd)) process(*conns_.at(fd));
       }
+    }
+  }
+
+  // Answers every request of a quorum that formed.
+  void resolve_quorum() {
+    if (!quorum_changed_ && !quorum_.next_deadline(Clock::now())) return;
+    quorum_changed_ = false;
+    std::optional<Quorum> q = quorum_.try_form(Clock::now());
+    if (!q) return;
+    proto::Encoder e;
+    e.u8(static_cast<uint8_t>(Status::kOk)).u64(q->id).u64(q->group_epoch);
+    e.u32(static_cast<uint32_t>(q->members.size()));
+    for (const QuorumMember& m : q->members) e.str(m.id).i64(m.step);
+    const std::vector<uint8_t> frame = std::move(e).finish();
+    std::vector<int> fds;
+    for (auto& [fd, c] : conns_)
+      if (c->parked && c->parked_op == Op::kQuorum) fds.push_back(fd);
+    for (int fd : fds) {
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      Conn& c = *it->second;
+      bool member = false;
+      for (const QuorumMember& m : q->members) member = member || m.id == c.replica;
+      if (!member) continue;
+      c.parked = false;
+      reply(c, frame);
+      if (conns_.count(fd)) process(c);
     }
   }
 
@@ -432,6 +510,8 @@ class TcpStoreServer::Loop {
   std::map<int, std::unique_ptr<Conn>> conns_;
   std::map<std::string, Bytes> data_;
   bool mutated_ = false;
+  QuorumState quorum_;
+  bool quorum_changed_ = false;
 };
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
