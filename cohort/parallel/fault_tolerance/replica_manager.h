@@ -1,0 +1,152 @@
+// ReplicaManager: data-parallel training that goes on through failures,
+// without a restart (torchft's Manager). Each replica -- one process here,
+// with a stable id that its replacement keeps -- agrees with the others at
+// every step on who takes part (the quorum service in the TCP store's
+// server, rendezvous/quorum.h), averages its gradients over them, and
+// commits the step only if every participant finished it:
+//
+//   ReplicaManager m({.replica_id = "r1", .store_host = host, .store_port = port,
+//                     .state_dict = [&] { return state(); },
+//                     .load_state_dict = [&](const TensorDict& s) { load(s); }});
+//   while (m.step() < steps) {
+//     m.start_step();                          // quorum; new group, catch-up
+//     auto [begin, end] = cursor.range(m.rank(), m.num_participants(), batch);
+//     ... forward and backward on samples [begin, end) ...
+//     m.all_reduce_average(grads);             // errors are kept, not thrown
+//     if (m.should_commit()) { opt.step(); cursor.commit(...); }
+//   }
+//
+// A step: start_step() asks for the quorum with this replica's step count.
+// When the members differ from the previous quorum's, or one of them says its
+// last step failed, every member destroys its group and builds a new one
+// over the members (a new ProcessGroup through the store, ranks in id order:
+// the lowest id is rank 0 and does rank 0's duties), in place, no process
+// restarting. A member whose step count is behind the highest (a
+// replacement, or a replica that missed a commit) then receives the whole
+// state from the lowest-ranked member at the highest step (state_transfer.h)
+// and loads it (load_state_dict), so its parameters are bit-identical to its
+// peers'. all_reduce_average() averages over the participants; a failure (a
+// lost peer: PeerLost within about 0.1-0.3 s; a stopped one: the op's
+// deadline, op_timeout) is recorded, the group aborted so that the others
+// fail at once too, and the step goes on locally to should_commit(), which
+// returns true only if every participant's step succeeded (an all_reduce of
+// the votes; a failure there is a no). Not committing means: no optimizer
+// step, gradients dropped, the sampler not advanced; the next start_step
+// drops whoever is gone and the same samples are redone. Replicas that
+// disagree about a commit (a peer died half-way through the vote) differ in
+// their step counts, and the next quorum brings the behind ones up to date.
+// Every recovery is logged (the step, who was lost or joined, the cause).
+//
+// Failure: start_step throws Error when no quorum forms within
+// quorum_timeout (fewer than min_replicas alive) and when the quorum service
+// (the store's server) is gone, naming it: without it the replicas cannot
+// agree on membership, and they stop rather than guess. Backends: native
+// only (MPI cannot shrink a communicator without ULFM: refused).
+// Ownership: owns its store connection, its group and a heartbeat thread.
+// Thread safety: one training thread; the heartbeat thread is internal.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/core/tensor_dict.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/rendezvous/quorum.h"
+#include "cohort/rendezvous/tcp_store.h"
+
+namespace cohort::parallel {
+
+struct ReplicaManagerOptions {
+  std::string replica_id;  // unique among the replicas; a replacement reuses it
+  std::string store_host = "127.0.0.1";
+  uint16_t store_port = 0;
+  std::optional<std::string> token;  // nullopt: COHORT_TOKEN
+  // Fewer live replicas than this: no quorum (start_step waits, then throws).
+  int min_replicas = 1;
+  // This replica's first quorum waits for this many (the job's initial size,
+  // so that replicas starting a little apart begin together); 0: min_replicas.
+  int initial_replicas = 0;
+  std::chrono::milliseconds quorum_timeout{60'000};
+  // After the first request, how long a quorum waits for live replicas that
+  // have not asked yet.
+  std::chrono::milliseconds join_timeout{500};
+  // The step's deadline for each collective: a peer that stopped responding
+  // fails the step after it.
+  std::chrono::milliseconds op_timeout{5'000};
+  std::chrono::milliseconds heartbeat_interval{100};
+  std::chrono::milliseconds heartbeat_timeout{1'000};
+  distributed::BackendKind backend = distributed::BackendKind::kNative;
+  // The groups' options (transport, network); name and timeout are set here.
+  distributed::ProcessGroupOptions group_options;
+  // The state a replica that rejoins receives, and how it is loaded.
+  std::function<TensorDict()> state_dict;
+  std::function<void(const TensorDict&)> load_state_dict;
+  // Where recovery lines go (default: the log at INFO).
+  std::function<void(const std::string&)> log;
+};
+
+class ReplicaManager {
+ public:
+  explicit ReplicaManager(ReplicaManagerOptions options);
+  ~ReplicaManager();
+  ReplicaManager(const ReplicaManager&) = delete;
+  ReplicaManager& operator=(const ReplicaManager&) = delete;
+
+  // Joins this step's quorum (see the header comment).
+  void start_step();
+  // Averages `tensors` in place over the participants. A failure is kept
+  // for should_commit() (the tensors then hold partial results).
+  void all_reduce_average(std::vector<Tensor>& tensors);
+  // Whether every participant finished this step; true advances step().
+  bool should_commit();
+
+  // Committed steps (the same on every participant after start_step).
+  int64_t step() const { return step_; }
+  // This replica's rank among the step's participants, and their number.
+  int rank() const { return rank_; }
+  int num_participants() const { return static_cast<int>(members_.size()); }
+  const std::vector<std::string>& participants() const { return members_; }
+  // The step's group (null before the first start_step).
+  distributed::ProcessGroup* group() const { return pg_.get(); }
+  // Groups built and states received so far (for logs and tests).
+  int64_t groups_built() const { return groups_built_; }
+  int64_t states_received() const { return states_received_; }
+  // The first failure of this step, or "".
+  const std::string& step_error() const { return step_error_; }
+
+ private:
+  void heartbeats();
+  void note_failure(const std::string& what, const std::exception& e);
+  void rebuild_group(const rendezvous::Quorum& q);
+  void catch_up(const rendezvous::Quorum& q);
+  void log(const std::string& line) const;
+
+  ReplicaManagerOptions options_;
+  std::shared_ptr<rendezvous::TcpStore> store_;
+  std::shared_ptr<distributed::ProcessGroup> pg_;
+  uint64_t group_epoch_ = 0;
+  bool have_group_ = false;
+  std::vector<std::string> members_;
+  int rank_ = 0;
+  int64_t step_ = 0;
+  bool first_quorum_ = true;
+  bool last_step_failed_ = false;
+  std::string step_error_;
+  int64_t groups_built_ = 0;
+  int64_t states_received_ = 0;
+  std::thread heartbeat_thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<bool> heartbeating_{false};
+};
+
+}  // namespace cohort::parallel
