@@ -60,7 +60,14 @@ std::pair<Tensor, Tensor> samples(int64_t begin, int64_t end) {
 optim::SGDOptions sgd() { return {.lr = 0.05, .momentum = 0.9}; }
 
 // What a replica does at a given step, for the tests to inject failures.
-enum class Fault { kNone, kKillBeforeAllReduce, kStop };
+enum class Fault {
+  kNone,
+  kKillInForward,
+  kKillBeforeAllReduce,  // backward done, its gradients not yet averaged
+  kKillInOptimizerStep,  // after a commit the others made too
+  kStop,
+  kKillWhenSendingState,  // the source of a replica behind, as it starts sending
+};
 
 struct ReplicaSpec {
   std::string id;
@@ -91,6 +98,8 @@ int train_replica(const ReplicaSpec& spec, uint16_t port, const fs::path& dir) {
                     .heartbeat_timeout = 500ms,
                     .state_dict =
                         [&] {
+                          for (const auto& [step, fault] : spec.faults)
+                            if (fault == Fault::kKillWhenSendingState) ::raise(SIGKILL);
                           TensorDict s;
                           for (const auto& [name, p] : model->named_parameters())
                             s.insert("model." + name, p.detach());
@@ -111,18 +120,19 @@ int train_replica(const ReplicaSpec& spec, uint16_t port, const fs::path& dir) {
     m.start_step();
     const int n = m.num_participants();
     auto [x, y] = samples(cursor + m.rank() * kBatch, cursor + (m.rank() + 1) * kBatch);
+    auto found = spec.faults.find(m.step());
+    const Fault fault = found == spec.faults.end() ? Fault::kNone : found->second;
     opt.zero_grad();
+    if (fault == Fault::kKillInForward) ::raise(SIGKILL);
     mse_loss(model->forward(x), y).backward();
     std::vector<Tensor> grads;
     for (Tensor& p : model->parameters()) grads.push_back(p.grad());
-    auto fault = spec.faults.find(m.step());
-    if (fault != spec.faults.end()) {
-      if (fault->second == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
-      if (fault->second == Fault::kStop) ::raise(SIGSTOP);
-    }
+    if (fault == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
+    if (fault == Fault::kStop) ::raise(SIGSTOP);
     if (spec.step_time.count() > 0) std::this_thread::sleep_for(spec.step_time);
     m.all_reduce_average(grads);
     if (!m.should_commit()) continue;
+    if (fault == Fault::kKillInOptimizerStep) ::raise(SIGKILL);
     opt.step();
     cursor += n * kBatch;
     committed.push_back(n);
@@ -310,6 +320,46 @@ TEST_F(FaultTolerance, SurvivorsGoOnWhenAReplicaIsKilledMidStep) {
   const Committed c = expect_consistent({"r0", "r1"}, 10);
   EXPECT_EQ(c.participants, (std::vector<int>{3, 3, 3, 3, 2, 2, 2, 2, 2, 2}));
   EXPECT_NE(log_of("r0").find("lost [r2]"), std::string::npos) << log_of("r0");
+}
+
+TEST_F(FaultTolerance, ReplicasKilledInForwardAndInTheOptimizerStep) {
+  // r1 dies in step 2's forward; r2 in step 5's optimizer step, after the
+  // step committed everywhere (the survivors keep it: five participants'
+  // worth of samples, not redone).
+  std::vector<pid_t> pids;
+  for (const char* id : {"r0", "r1", "r2", "r3"}) {
+    ReplicaSpec s{.id = id, .steps = 8, .initial_replicas = 4};
+    if (s.id == "r1") s.faults[2] = Fault::kKillInForward;
+    if (s.id == "r2") s.faults[5] = Fault::kKillInOptimizerStep;
+    pids.push_back(start(s));
+  }
+  EXPECT_EQ(wait_exit(pids[0], 60s), 0) << log_of("r0");
+  EXPECT_EQ(wait_exit(pids[3], 60s), 0) << log_of("r3");
+  EXPECT_EQ(wait_exit(pids[1], 10s), 128 + SIGKILL);
+  EXPECT_EQ(wait_exit(pids[2], 10s), 128 + SIGKILL);
+  const Committed c = expect_consistent({"r0", "r3"}, 8);
+  EXPECT_EQ(c.participants, (std::vector<int>{4, 4, 3, 3, 3, 3, 2, 2}));
+}
+
+TEST_F(FaultTolerance, TheSourceDyingWhileAReplacementWaitsForItsState) {
+  // r2 dies; its replacement is behind; r0, the source of its state, dies
+  // as it starts sending; r1 sends it at the next quorum.
+  std::vector<pid_t> pids;
+  for (const char* id : {"r0", "r1", "r2"}) {
+    ReplicaSpec s{.id = id, .steps = 40, .initial_replicas = 3, .step_time = 10ms};
+    if (s.id == "r2") s.faults[3] = Fault::kKillBeforeAllReduce;
+    if (s.id == "r0") s.faults[1000] = Fault::kKillWhenSendingState;
+    pids.push_back(start(s));
+  }
+  EXPECT_EQ(wait_exit(pids[2], 60s), 128 + SIGKILL);
+  std::this_thread::sleep_for(100ms);
+  const pid_t replacement = start({.id = "r2", .seed = 99, .steps = 40, .step_time = 10ms});
+  EXPECT_EQ(wait_exit(pids[0], 60s), 128 + SIGKILL);
+  EXPECT_EQ(wait_exit(pids[1], 60s), 0) << log_of("r1");
+  EXPECT_EQ(wait_exit(replacement, 60s), 0) << log_of("r2");
+  const Committed c = expect_consistent({"r1", "r2"}, 40);
+  EXPECT_NE(log_of("r2").find("received the state of step"), std::string::npos) << log_of("r2");
+  EXPECT_NE(log_of("r1").find("lost [r0]"), std::string::npos) << log_of("r1");
 }
 
 TEST_F(FaultTolerance, TwoReplicasKilledInOneStep) {
