@@ -31,20 +31,20 @@
 namespace cohort::rendezvous {
 
 struct QuorumMember {
-  std::string id;
+  std::string id = {};
   int64_t step = 0;
   bool operator==(const QuorumMember&) const = default;
 };
 
 struct Quorum {
-  uint64_t id = 0;                    // counts the quorums formed, from 1
-  uint64_t group_epoch = 0;           // changes when the members must build a new group
-  std::vector<QuorumMember> members;  // by id
+  uint64_t id = 0;                         // counts the quorums formed, from 1
+  uint64_t group_epoch = 0;                // changes when the members must build a new group
+  std::vector<QuorumMember> members = {};  // by id
 };
 
 // What a replica sends with its request (the same on every replica of a job).
 struct QuorumRequest {
-  std::string id;
+  std::string id = {};
   int64_t step = 0;
   bool last_step_failed = false;
   int min_replicas = 1;

@@ -28,7 +28,7 @@ struct TcpStoreServerOptions {
   // Address to listen on (transport/socket.h, listen_tcp): "" for every
   // interface of both IP families, "0.0.0.0" for every IPv4 one, "127.0.0.1"
   // or "::1" for this host only.
-  std::string bind_host;
+  std::string bind_host = {};
   uint16_t port = 0;  // 0: the kernel picks a free port (see port())
   // nullopt: COHORT_TOKEN, or "" when unset; "" accepts clients that present "".
   std::optional<std::string> token;

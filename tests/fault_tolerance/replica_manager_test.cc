@@ -24,6 +24,7 @@
 #include "cohort/base/error.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/sgd.h"
+#include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/transport/socket.h"
@@ -73,10 +74,11 @@ struct ReplicaSpec {
   std::string id;
   uint64_t seed = 7;
   int64_t steps = 10;
-  std::map<int64_t, Fault> faults;  // by the step about to be committed
+  std::map<int64_t, Fault> faults = {};  // by the step about to be committed
   int initial_replicas = 0;
   std::chrono::milliseconds op_timeout{3000};
   std::chrono::milliseconds step_time{0};  // a sleep per step, to make time pass
+  bool ddp = false;                        // average through a DDP over the manager's comm hook
 };
 
 // One replica's loop; writes <dir>/<id>.params (raw floats), <id>.steps
@@ -116,6 +118,12 @@ int train_replica(const ReplicaSpec& spec, uint16_t port, const fs::path& dir) {
                           cursor = s.at("cursor").to_vector<int64_t>()[0];
                         },
                     .log = [&](const std::string& line) { log << line << std::endl; }});
+  std::unique_ptr<DistributedDataParallel> ddp;
+  if (spec.ddp)
+    ddp = std::make_unique<DistributedDataParallel>(
+        model, m.local_group(),
+        DistributedDataParallelOptions{.bucket_cap_mb = 0.0001, .comm_hook = m.comm_hook()});
+  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
   while (m.step() < spec.steps) {
     m.start_step();
     const int n = m.num_participants();
@@ -124,13 +132,13 @@ int train_replica(const ReplicaSpec& spec, uint16_t port, const fs::path& dir) {
     const Fault fault = found == spec.faults.end() ? Fault::kNone : found->second;
     opt.zero_grad();
     if (fault == Fault::kKillInForward) ::raise(SIGKILL);
-    mse_loss(model->forward(x), y).backward();
+    mse_loss(net.forward(x), y).backward();
     std::vector<Tensor> grads;
     for (Tensor& p : model->parameters()) grads.push_back(p.grad());
     if (fault == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
     if (fault == Fault::kStop) ::raise(SIGSTOP);
     if (spec.step_time.count() > 0) std::this_thread::sleep_for(spec.step_time);
-    m.all_reduce_average(grads);
+    if (!ddp) m.all_reduce_average(grads);
     if (!m.should_commit()) continue;
     if (fault == Fault::kKillInOptimizerStep) ::raise(SIGKILL);
     opt.step();
@@ -360,6 +368,21 @@ TEST_F(FaultTolerance, TheSourceDyingWhileAReplacementWaitsForItsState) {
   const Committed c = expect_consistent({"r1", "r2"}, 40);
   EXPECT_NE(log_of("r2").find("received the state of step"), std::string::npos) << log_of("r2");
   EXPECT_NE(log_of("r1").find("lost [r0]"), std::string::npos) << log_of("r1");
+}
+
+TEST_F(FaultTolerance, DistributedDataParallelThroughTheManagersHookGoesOnToo) {
+  // DDP's buckets (several, overlapping backward) over the step's group.
+  std::vector<pid_t> pids;
+  for (const char* id : {"r0", "r1", "r2"}) {
+    ReplicaSpec s{.id = id, .initial_replicas = 3, .ddp = true};
+    if (s.id == "r1") s.faults[4] = Fault::kKillBeforeAllReduce;
+    pids.push_back(start(s));
+  }
+  EXPECT_EQ(wait_exit(pids[0], 60s), 0) << log_of("r0");
+  EXPECT_EQ(wait_exit(pids[2], 60s), 0) << log_of("r2");
+  EXPECT_EQ(wait_exit(pids[1], 60s), 128 + SIGKILL);
+  const Committed c = expect_consistent({"r0", "r2"}, 10);
+  EXPECT_EQ(c.participants, (std::vector<int>{3, 3, 3, 3, 2, 2, 2, 2, 2, 2}));
 }
 
 TEST_F(FaultTolerance, TwoReplicasKilledInOneStep) {

@@ -37,10 +37,10 @@ namespace cohort::parallel {
 
 // One unit as a sharded hook sees it.
 struct ShardedGradBucket {
-  size_t index = 0;  // position in the reduce order (the same on every rank)
-  std::string unit;  // the unit's name ("" for the root unit)
-  Tensor input;      // [N * segment]: this rank's gradients, rank-major; the hook may overwrite it
-  Tensor output;     // [segment]: receives this rank's averaged segment
+  size_t index = 0;       // position in the reduce order (the same on every rank)
+  std::string unit = {};  // the unit's name ("" for the root unit)
+  Tensor input = {};  // [N * segment]: this rank's gradients, rank-major; the hook may overwrite it
+  Tensor output = {};  // [segment]: receives this rank's averaged segment
   bool is_last = false;
 };
 

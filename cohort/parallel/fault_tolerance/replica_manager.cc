@@ -8,6 +8,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/parallel/fault_tolerance/state_transfer.h"
+#include "cohort/rendezvous/hash_store.h"
 #include "cohort/rendezvous/prefix_store.h"
 
 namespace cohort::parallel {
@@ -213,6 +214,43 @@ void ReplicaManager::all_reduce_average(std::vector<Tensor>& tensors) {
   } catch (const std::exception& e) {
     note_failure("averaging the gradients", e);
   }
+}
+
+std::shared_ptr<distributed::ProcessGroup> ReplicaManager::local_group() {
+  if (local_group_ == nullptr) {
+    distributed::ProcessGroupOptions go;
+    go.name = "ft-local-" + options_.replica_id;
+    local_group_ = distributed::ProcessGroup::create(
+        distributed::BackendKind::kNative, std::make_shared<rendezvous::HashStore>(), 0, 1, go);
+  }
+  return local_group_;
+}
+
+CommHookPtr ReplicaManager::comm_hook() {
+  // DDP's own group is this process alone; the buckets go over the step's.
+  return make_comm_hook(
+      "replica_allreduce", this,
+      [](ReplicaManager* m, distributed::ProcessGroup&, GradBucket& bucket) -> BucketFuture {
+        if (!m->step_error_.empty() || !m->have_group_) return {};
+        distributed::Work w;
+        try {
+          Tensor b = bucket.buffer;
+          w = m->pg_->all_reduce(b, {.op = distributed::ReduceOp::kAvg}, distributed::async_op);
+        } catch (const std::exception& e) {
+          m->note_failure("averaging the gradients", e);
+          return {};
+        }
+        // Waited for in finish, so that a failure is kept, not thrown out of backward.
+        return {BucketReduction{{},
+                                [m, w]() mutable {
+                                  try {
+                                    w.wait();
+                                  } catch (const std::exception& e) {
+                                    m->note_failure("averaging the gradients", e);
+                                  }
+                                },
+                                bucket.buffer.nbytes()}};
+      });
 }
 
 bool ReplicaManager::should_commit() {

@@ -37,6 +37,16 @@
 // their step counts, and the next quorum brings the behind ones up to date.
 // Every recovery is logged (the step, who was lost or joined, the cause).
 //
+// With DistributedDataParallel (overlapping the averaging with backward, as
+// torchft's DDP): the DDP is built over local_group() (this process alone)
+// with comm_hook(), which all-reduces each bucket over the step's group as
+// all_reduce_average does, keeping failures for should_commit():
+//
+//   DistributedDataParallel ddp(model, m.local_group(), {.comm_hook = m.comm_hook()});
+//
+// (find_unused_parameters must stay off: its bitmap would be this replica's
+// alone; buffers are each replica's own and travel with the state.)
+//
 // Failure: start_step throws Error when no quorum forms within
 // quorum_timeout (fewer than min_replicas alive) and when the quorum service
 // (the store's server) is gone, naming it: without it the replicas cannot
@@ -59,16 +69,17 @@
 
 #include "cohort/core/tensor_dict.h"
 #include "cohort/distributed/process_group.h"
+#include "cohort/parallel/comm_hooks/comm_hook.h"
 #include "cohort/rendezvous/quorum.h"
 #include "cohort/rendezvous/tcp_store.h"
 
 namespace cohort::parallel {
 
 struct ReplicaManagerOptions {
-  std::string replica_id;  // unique among the replicas; a replacement reuses it
+  std::string replica_id = {};  // unique among the replicas; a replacement reuses it
   std::string store_host = "127.0.0.1";
   uint16_t store_port = 0;
-  std::optional<std::string> token;  // nullopt: COHORT_TOKEN
+  std::optional<std::string> token = {};  // nullopt: COHORT_TOKEN
   // Fewer live replicas than this: no quorum (start_step waits, then throws).
   int min_replicas = 1;
   // This replica's first quorum waits for this many (the job's initial size,
@@ -85,12 +96,12 @@ struct ReplicaManagerOptions {
   std::chrono::milliseconds heartbeat_timeout{1'000};
   distributed::BackendKind backend = distributed::BackendKind::kNative;
   // The groups' options (transport, network); name and timeout are set here.
-  distributed::ProcessGroupOptions group_options;
+  distributed::ProcessGroupOptions group_options = {};
   // The state a replica that rejoins receives, and how it is loaded.
-  std::function<TensorDict()> state_dict;
-  std::function<void(const TensorDict&)> load_state_dict;
+  std::function<TensorDict()> state_dict = {};
+  std::function<void(const TensorDict&)> load_state_dict = {};
   // Where recovery lines go (default: the log at INFO).
-  std::function<void(const std::string&)> log;
+  std::function<void(const std::string&)> log = {};
 };
 
 class ReplicaManager {
@@ -107,6 +118,11 @@ class ReplicaManager {
   void all_reduce_average(std::vector<Tensor>& tensors);
   // Whether every participant finished this step; true advances step().
   bool should_commit();
+  // For a DDP over local_group(): the hook that averages its buckets over the
+  // step's group (see the header comment). It refers to this manager.
+  CommHookPtr comm_hook();
+  // A group of this process alone (made once), for such a DDP.
+  std::shared_ptr<distributed::ProcessGroup> local_group();
 
   // Committed steps (the same on every participant after start_step).
   int64_t step() const { return step_; }
@@ -132,6 +148,7 @@ class ReplicaManager {
   ReplicaManagerOptions options_;
   std::shared_ptr<rendezvous::TcpStore> store_;
   std::shared_ptr<distributed::ProcessGroup> pg_;
+  std::shared_ptr<distributed::ProcessGroup> local_group_;
   uint64_t group_epoch_ = 0;
   bool have_group_ = false;
   std::vector<std::string> members_;
