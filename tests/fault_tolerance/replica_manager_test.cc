@@ -79,6 +79,7 @@ struct ReplicaSpec {
   std::chrono::milliseconds op_timeout{3000};
   std::chrono::milliseconds step_time{0};  // a sleep per step, to make time pass
   bool ddp = false;                        // average through a DDP over the manager's comm hook
+  bool tcp = false;  // the groups over TCP pairs (what ranks on other hosts use)
 };
 
 // One replica's loop; writes <dir>/<id>.params (raw floats), <id>.steps
@@ -98,6 +99,8 @@ int train_replica(const ReplicaSpec& spec, uint16_t port, const fs::path& dir) {
                     .op_timeout = spec.op_timeout,
                     .heartbeat_interval = 50ms,
                     .heartbeat_timeout = 500ms,
+                    .group_options = {.transport = spec.tcp ? collectives::TransportKind::kTcp
+                                                            : collectives::TransportKind::kAuto},
                     .state_dict =
                         [&] {
                           for (const auto& [step, fault] : spec.faults)
@@ -328,6 +331,25 @@ TEST_F(FaultTolerance, SurvivorsGoOnWhenAReplicaIsKilledMidStep) {
   const Committed c = expect_consistent({"r0", "r1"}, 10);
   EXPECT_EQ(c.participants, (std::vector<int>{3, 3, 3, 3, 2, 2, 2, 2, 2, 2}));
   EXPECT_NE(log_of("r0").find("lost [r2]"), std::string::npos) << log_of("r0");
+}
+
+TEST_F(FaultTolerance, SurvivorsGoOnOverTcpPairsAndAReplacementRejoins) {
+  std::vector<pid_t> pids;
+  for (const char* id : {"r0", "r1", "r2"}) {
+    ReplicaSpec s{.id = id, .steps = 40, .initial_replicas = 3, .step_time = 10ms, .tcp = true};
+    if (s.id == "r0") s.faults[3] = Fault::kKillBeforeAllReduce;  // rank 0 itself
+    pids.push_back(start(s));
+  }
+  EXPECT_EQ(wait_exit(pids[0], 60s), 128 + SIGKILL);
+  std::this_thread::sleep_for(100ms);
+  const pid_t replacement =
+      start({.id = "r0", .seed = 99, .steps = 40, .step_time = 10ms, .tcp = true});
+  EXPECT_EQ(wait_exit(pids[1], 60s), 0) << log_of("r1");
+  EXPECT_EQ(wait_exit(pids[2], 60s), 0) << log_of("r2");
+  EXPECT_EQ(wait_exit(replacement, 60s), 0) << log_of("r0");
+  expect_consistent({"r0", "r1", "r2"}, 40);
+  EXPECT_NE(log_of("r1").find("lost [r0]"), std::string::npos) << log_of("r1");
+  EXPECT_NE(log_of("r0").find("received the state of step"), std::string::npos) << log_of("r0");
 }
 
 TEST_F(FaultTolerance, ReplicasKilledInForwardAndInTheOptimizerStep) {
