@@ -143,6 +143,11 @@ void ReplicaManager::rebuild_group(const rendezvous::Quorum& q) {
                options_.replica_id);
   distributed::ProcessGroupOptions go = options_.group_options;
   go.name = fmt::format("ft-epoch{}", q.group_epoch);
+  // Advertise the address of the route to the store, which every member reaches.
+  if (go.network.master_addr.empty()) {
+    go.network.master_addr = options_.store_host;
+    go.network.master_port = options_.store_port;
+  }
   go.timeout = options_.op_timeout;
   // Every member meets under the same fresh prefix: the epoch is the server's.
   auto store =
