@@ -8,6 +8,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/data/mnist.h"
+#include "cohort/train/fault_tolerant_run.h"
 #include "cohort/train/workload.h"
 
 namespace cohort::train {
@@ -158,6 +159,7 @@ void TrainOptions::validate() const {
                "part in a checkpoint in the middle of an epoch; checkpoint at epoch ends only "
                "(--checkpoint-every 0)");
   COHORT_CHECK(epochs >= 1, "--epochs must be >= 1, got {}", epochs);
+  if (fault_tolerant) check_fault_tolerant_options(*this);
   COHORT_CHECK(batch_size >= 1, "--batch-size must be >= 1, got {}", batch_size);
   double l = effective_lr();
   COHORT_CHECK(l > 0 && std::isfinite(l), "--lr must be a positive finite number, got {}", l);

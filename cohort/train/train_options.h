@@ -74,6 +74,10 @@ struct TrainOptions {
   // --strategy ddp or auto, a model with BatchNorm (net-bn), the CPU.
   bool sync_batchnorm = false;
   Strategy strategy = Strategy::kAuto;
+  // Under `cohort run --fault-tolerant`: train through failures without a
+  // restart (fault_tolerant_run.h): the replicas still alive go on at the
+  // next step, a restarted worker takes the state from a live one.
+  bool fault_tolerant = false;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the
   // micro-batches each step's batch is cut into (unset: 4, or batch_size

@@ -16,6 +16,7 @@
 #include "cohort/distributed/backend_choice.h"
 #include "cohort/parallel/join.h"
 #include "cohort/rendezvous/env_bootstrap.h"
+#include "cohort/train/fault_tolerant_run.h"
 #include "cohort/train/metrics_writer.h"
 #include "cohort/train/run_trace.h"
 #include "cohort/train/train_strategy.h"
@@ -450,6 +451,7 @@ TrainResult Trainer::run(TrainObserver* observer) {
   // (the threads the run starts draw on) is the caller's to set.
   std::optional<ThreadBudgetGuard> budget;
   if (options_.threads > 0) budget.emplace(options_.threads);
+  if (options_.fault_tolerant) return run_fault_tolerant(options_, observer);
   Run run(options_, pg_, observer, result);
   try {
     run.resume();

@@ -1,0 +1,238 @@
+#include "cohort/train/fault_tolerant_run.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+#include "cohort/base/error.h"
+#include "cohort/base/log.h"
+#include "cohort/base/parallel.h"
+#include "cohort/checkpoint/checkpoint.h"
+#include "cohort/data/sampler.h"
+#include "cohort/optim/clip_grad.h"
+#include "cohort/parallel/fault_tolerance/replica_manager.h"
+#include "cohort/train/workload.h"
+
+namespace cohort::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Job {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr;
+  uint16_t master_port = 0;
+  bool replacement = false;
+};
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+Job read_job() {
+  Job j;
+  const std::string port = env_or("MASTER_PORT", "");
+  COHORT_CHECK(!port.empty() && std::getenv("RANK") != nullptr,
+               "cohort train --fault-tolerant: RANK and MASTER_PORT are not set; run it under "
+               "`cohort run --fault-tolerant`, whose store hosts the quorum service");
+  j.rank = std::stoi(env_or("RANK", "0"));
+  j.world_size = std::stoi(env_or("WORLD_SIZE", "1"));
+  j.master_addr = env_or("MASTER_ADDR", "127.0.0.1");
+  j.master_port = static_cast<uint16_t>(std::stoi(port));
+  j.replacement = env_or("COHORT_FT_REPLACEMENT", "0") == "1";
+  return j;
+}
+
+// The examples at global positions [begin, end) of the walk: position g is
+// example order(g / N)[g % N].
+class GlobalOrder {
+ public:
+  GlobalOrder(int64_t n, uint64_t seed) : n_(n), sampler_(n, seed) {}
+  std::vector<int64_t> at(int64_t begin, int64_t end) {
+    std::vector<int64_t> out;
+    for (int64_t g = begin; g < end; ++g) out.push_back(epoch(g / n_)[static_cast<size_t>(g % n_)]);
+    return out;
+  }
+
+ private:
+  const std::vector<int64_t>& epoch(int64_t e) {
+    auto it = orders_.find(e);
+    if (it != orders_.end()) return it->second;
+    if (orders_.size() > 2) orders_.erase(orders_.begin());
+    return orders_[e] = sampler_.indices(e);
+  }
+  int64_t n_;
+  data::RandomSampler sampler_;
+  std::map<int64_t, std::vector<int64_t>> orders_;
+};
+
+}  // namespace
+
+void check_fault_tolerant_options(const TrainOptions& o) {
+  COHORT_CHECK(!o.is_language_model(),
+               "--fault-tolerant trains the image models (net, net-bn, mlp, toy); a language "
+               "model's random windows are not a walked order yet");
+  COHORT_CHECK(o.strategy == Strategy::kAuto || o.strategy == Strategy::kDdp,
+               "--fault-tolerant is data parallel over replicas (--strategy ddp or auto), not "
+               "--strategy {}",
+               strategy_name(o.strategy));
+  COHORT_CHECK(o.resume.empty(),
+               "--fault-tolerant with --resume: a replacement takes the state from a live "
+               "replica, not from a checkpoint; start a new run, or resume without "
+               "--fault-tolerant");
+  COHORT_CHECK(o.device.is_cpu(),
+               "--fault-tolerant trains on the CPU (the nccl form is not written)");
+  COHORT_CHECK(o.checkpoint_every == 0,
+               "--fault-tolerant writes checkpoints at the end of each epoch and of the run "
+               "(--checkpoint-every 0)");
+  COHORT_CHECK(!o.drop_last.has_value(),
+               "--fault-tolerant walks one global order and drops the tail that does not fill a "
+               "step; --drop-last does not apply");
+}
+
+TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
+  check_fault_tolerant_options(o);
+  const Job job = read_job();
+  if (o.threads > 0) set_num_threads(o.threads);
+  Splits splits = make_splits(o);
+  Generator gen(o.seed);
+  nn::ModulePtr model = make_model(o, gen);
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(o, model->parameters());
+  const double clip = clip_max_norm(o.model);
+  const int64_t n_train = splits.train->size();
+  const int64_t total = o.epochs * n_train;
+  const int64_t batch = o.batch_size;
+  int64_t cursor = 0;
+  GlobalOrder order(n_train, o.seed);
+
+  parallel::ReplicaManagerOptions mo;
+  mo.replica_id = fmt::format("rank{}", job.rank);
+  mo.store_host = job.master_addr;
+  mo.store_port = job.master_port;
+  mo.initial_replicas = job.replacement ? 0 : job.world_size;
+  mo.state_dict = [&] {
+    TensorDict s;
+    s.merge(model->state_dict(), "model.");
+    s.merge(opt->state_dict(), "optim.");
+    s.insert("ft.cursor", Tensor::from_vector<int64_t>({cursor}));
+    s.insert("ft.rng", Tensor::from_vector<uint8_t>(gen.get_state()));
+    return s;
+  };
+  mo.load_state_dict = [&](const TensorDict& s) {
+    model->load_state_dict(s.sub("model."));
+    opt->load_state_dict(s.sub("optim."));
+    cursor = s.at("ft.cursor").to_vector<int64_t>()[0];
+    gen.set_state(s.at("ft.rng").to_vector<uint8_t>());
+  };
+  mo.log = [](const std::string& line) { COHORT_WARN("{}", line); };
+  parallel::ReplicaManager m(mo);
+
+  TrainResult result;
+  RunInfo& info = result.info;
+  info.strategy = Strategy::kDdp;
+  info.rank = job.rank;
+  info.world_size = job.world_size;
+  info.threads = o.threads > 0 ? o.threads : num_threads();
+  info.layout = "fault-tolerant replicas";
+  info.train_examples = n_train;
+  info.test_examples = splits.test->size();
+  info.data_description = splits.description;
+  info.steps_per_epoch = n_train / (batch * job.world_size);
+  info.global_batch_size = batch * job.world_size;
+  bool started = false;
+  int64_t epoch_steps = 0;
+  double epoch_loss = 0, epoch_samples = 0;
+  auto epoch_start = Clock::now();
+  auto finish_epoch = [&](int64_t epoch, bool complete) {
+    EpochStats e;
+    e.epoch = epoch + 1;
+    e.steps = epoch_steps;
+    e.samples = static_cast<int64_t>(epoch_samples);
+    e.train_loss = epoch_steps > 0 ? epoch_loss / static_cast<double>(epoch_steps) : 0;
+    e.seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+    e.samples_per_second = e.seconds > 0 ? epoch_samples / e.seconds : 0;
+    e.complete = complete;
+    e.test_accuracy = NAN;
+    try {
+      Evaluation ev = evaluate(*model, o.model, *splits.test, m.group());
+      e.test_loss = ev.loss;
+      e.test_accuracy = ev.accuracy;
+    } catch (const std::exception& ex) {
+      // A member lost during the evaluation: the next step's quorum drops it.
+      COHORT_WARN(
+          "cohort train --fault-tolerant: the evaluation at the end of epoch {} failed ({}); "
+          "training goes on",
+          epoch + 1, ex.what());
+      e.test_loss = NAN;
+    }
+    if (m.rank() == 0) {
+      if (observer != nullptr) observer->on_epoch_end(e);
+      if (!o.checkpoint_dir.empty()) {
+        checkpoint::TrainingState ts{.epoch = cursor / n_train, .step = m.step()};
+        result.last_checkpoint = checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(),
+                                                             ts, {.keep_last = o.keep_last});
+        if (observer != nullptr) observer->on_checkpoint(result.last_checkpoint, m.step());
+      }
+    }
+    result.epochs.push_back(e);
+    epoch_steps = 0;
+    epoch_loss = epoch_samples = 0;
+    epoch_start = Clock::now();
+  };
+
+  while (true) {
+    m.start_step();
+    if (!started && m.rank() == 0 && observer != nullptr) observer->on_start(info);
+    started = true;
+    const int n = m.num_participants();
+    if (cursor + n * batch > total || (o.max_steps > 0 && m.step() >= o.max_steps)) break;
+    const int64_t begin = cursor + m.rank() * batch;
+    data::Batch b = splits.train->get_batch(order.at(begin, begin + batch));
+    opt->zero_grad();
+    Tensor loss = compute_loss(o.model, model->forward(b.input), b.target);
+    loss.backward();
+    std::vector<Tensor> grads;
+    for (Tensor& p : model->parameters())
+      if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
+    m.all_reduce_average(grads);
+    if (!m.should_commit()) continue;
+    // Every participant holds the same averaged gradients: the same clip.
+    if (clip > 0) optim::clip_grad_norm(model->parameters(), clip);
+    opt->step();
+    const int64_t epoch_before = cursor / n_train;
+    cursor += n * batch;
+    const double l = loss.item<double>();
+    COHORT_CHECK(std::isfinite(l),
+                 "cohort train: loss is {} at step {} (replica rank{}); training "
+                 "diverged -- try a lower --lr",
+                 l, m.step(), job.rank);
+    ++epoch_steps;
+    epoch_loss += l;
+    epoch_samples += static_cast<double>(n * batch);
+    const int64_t in_epoch = epoch_steps;
+    if (m.rank() == 0 && observer != nullptr &&
+        (o.log_every > 0 ? in_epoch % o.log_every == 0 : in_epoch % 10 == 0)) {
+      StepInfo s;
+      s.epoch = epoch_before;
+      s.step = m.step();
+      s.step_in_epoch = in_epoch;
+      s.steps_in_epoch = n_train / (n * batch);
+      s.loss = l;
+      s.elapsed_seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+      s.samples_per_second = s.elapsed_seconds > 0 ? epoch_samples / s.elapsed_seconds : 0;
+      observer->on_step(s);
+    }
+    if (cursor / n_train > epoch_before) finish_epoch(epoch_before, true);
+  }
+  if (epoch_steps > 0)
+    finish_epoch(cursor / n_train, !(o.max_steps > 0 && m.step() >= o.max_steps));
+  result.steps = m.step();
+  return result;
+}
+
+}  // namespace cohort::train
