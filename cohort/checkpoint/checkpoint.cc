@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "cohort/checkpoint/checkpoint_writers_impl.h"
 #include "cohort/checkpoint/sharded_checkpoint.h"
 
 namespace cohort::checkpoint {
@@ -31,6 +32,18 @@ TrainingState load_sharded_whole(const std::string& dir, nn::Module& model,
 }
 
 }  // namespace
+
+namespace detail {
+
+void write_whole_files(const std::string& dir, const TensorDict& model_state,
+                       const TensorDict* optimizer_state, const TrainingState& state) {
+  save_safetensors((fs::path(dir) / kModelFile).string(), model_state,
+                   encode_training_state(state));
+  if (optimizer_state != nullptr)
+    save_safetensors((fs::path(dir) / kOptimizerFile).string(), *optimizer_state);
+}
+
+}  // namespace detail
 
 void check_state_dict_matches(const nn::Module& model, const TensorDict& dict,
                               const std::string& source) {
@@ -68,9 +81,9 @@ std::string save_checkpoint(const std::string& root, const nn::Module& model,
   const std::string name = step_dir_name(state.step);
   const fs::path tmp = begin_checkpoint_dir(root, name, "save_checkpoint");
   try {
-    save_safetensors((tmp / kModelFile).string(), model.state_dict(), encode_training_state(state));
-    if (optimizer != nullptr)
-      save_safetensors((tmp / kOptimizerFile).string(), optimizer->state_dict());
+    const TensorDict opt_state = optimizer != nullptr ? optimizer->state_dict() : TensorDict();
+    detail::write_whole_files(tmp.string(), model.state_dict(),
+                              optimizer != nullptr ? &opt_state : nullptr, state);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

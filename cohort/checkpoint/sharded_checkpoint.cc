@@ -10,6 +10,7 @@
 
 #include "cohort/base/unique_fd.h"
 #include "cohort/checkpoint/atomic_file.h"
+#include "cohort/checkpoint/checkpoint_writers_impl.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -66,41 +67,6 @@ int parse_world(const Metadata& m, const char* key, const std::string& path) {
                     "positive integer",
                     path, key));
   return static_cast<int>(v);
-}
-
-// Broadcasts a string from `root`.
-std::string broadcast_string(distributed::ProcessGroup& group, std::string s, int root) {
-  int64_t n = group.rank() == root ? static_cast<int64_t>(s.size()) : 0;
-  group.broadcast(&n, 1, distributed::DataType::kInt64, {.root = root});
-  s.resize(static_cast<size_t>(n));
-  if (n > 0)
-    group.broadcast(s.data(), static_cast<size_t>(n), distributed::DataType::kUInt8,
-                    {.root = root});
-  return s;
-}
-
-// Collective: every rank's outcome of a step. Throws on every rank when any
-// rank failed: the failing rank rethrows its own exception, the others an
-// IoError naming the first failing rank and its message.
-void agree(distributed::ProcessGroup& group, const char* op, std::exception_ptr error) {
-  std::string message;
-  if (error) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-  }
-  // The lowest failing rank (size() when none).
-  int64_t first = error ? group.rank() : group.size();
-  int64_t neg = -first;
-  group.all_reduce(&neg, 1, distributed::DataType::kInt64, {.op = distributed::ReduceOp::kMax});
-  first = -neg;
-  if (first == group.size()) return;
-  message = broadcast_string(group, message, static_cast<int>(first));
-  if (error) std::rethrow_exception(error);
-  throw IoError(fmt::format("{}: rank {} of {}: rank {} failed: {}", op, group.rank(), group.size(),
-                            first, message));
 }
 
 class ShardedSource final : public CheckpointSource {
@@ -299,6 +265,53 @@ class WholeSource final : public CheckpointSource {
 
 }  // namespace
 
+namespace detail {
+
+std::string broadcast_string(distributed::ProcessGroup& group, std::string s, int root) {
+  int64_t n = group.rank() == root ? static_cast<int64_t>(s.size()) : 0;
+  group.broadcast(&n, 1, distributed::DataType::kInt64, {.root = root});
+  s.resize(static_cast<size_t>(n));
+  if (n > 0)
+    group.broadcast(s.data(), static_cast<size_t>(n), distributed::DataType::kUInt8,
+                    {.root = root});
+  return s;
+}
+
+void agree(distributed::ProcessGroup& group, const char* op, std::exception_ptr error) {
+  std::string message;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+  }
+  // The lowest failing rank (size() when none).
+  int64_t first = error ? group.rank() : group.size();
+  int64_t neg = -first;
+  group.all_reduce(&neg, 1, distributed::DataType::kInt64, {.op = distributed::ReduceOp::kMax});
+  first = -neg;
+  if (first == group.size()) return;
+  message = broadcast_string(group, message, static_cast<int>(first));
+  if (error) std::rethrow_exception(error);
+  throw IoError(fmt::format("{}: rank {} of {}: rank {} failed: {}", op, group.rank(), group.size(),
+                            first, message));
+}
+
+void write_sharded_meta(const std::string& dir, const TrainingState& state, const Metadata& info,
+                        int world) {
+  Metadata meta = encode_training_state(state);
+  for (const auto& [k, v] : info) meta[k] = v;
+  meta[kVersionKey] = std::to_string(kShardedFormatVersion);
+  meta[kWorldKey] = std::to_string(world);
+  save_safetensors((fs::path(dir) / kShardedMetaFile).string(), TensorDict(), meta);
+}
+
+}  // namespace detail
+
+using detail::agree;
+using detail::broadcast_string;
+
 std::pair<int64_t, int64_t> shard_range(int64_t numel, int rank, int world) {
   COHORT_CHECK(world >= 1 && rank >= 0 && rank < world && numel >= 0,
                "shard_range: need 0 <= rank < world and numel >= 0, got rank {} of {}, numel {}",
@@ -376,11 +389,7 @@ std::string save_sharded_checkpoint(distributed::ProcessGroup& group, const std:
   std::string final_path;
   if (rank == 0) {
     try {
-      Metadata meta = encode_training_state(state);
-      for (const auto& [k, v] : info) meta[k] = v;
-      meta[kVersionKey] = std::to_string(kShardedFormatVersion);
-      meta[kWorldKey] = std::to_string(world);
-      save_safetensors((fs::path(tmp) / kShardedMetaFile).string(), TensorDict(), meta);
+      detail::write_sharded_meta(tmp, state, info, world);
       final_path = commit_checkpoint_dir(tmp, root, name, options);
     } catch (...) {
       error = std::current_exception();

@@ -175,6 +175,8 @@ void TrainOptions::validate() const {
   COHORT_CHECK(keep_last >= 0, "--keep-last must be >= 0, got {}", keep_last);
   COHORT_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty(),
                "--checkpoint-every needs --checkpoint-dir");
+  COHORT_CHECK(!checkpoint_async || !checkpoint_dir.empty(),
+               "--checkpoint-async true needs --checkpoint-dir");
   COHORT_CHECK(resume.empty() || resume != "auto" || !checkpoint_dir.empty(),
                "--resume auto needs --checkpoint-dir (where to look for the latest checkpoint)");
   COHORT_CHECK(checkpoint_format == "whole" || checkpoint_format == "sharded",

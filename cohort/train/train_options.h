@@ -60,6 +60,13 @@ struct TrainOptions {
   // "sharded": every rank writes its shards (checkpoint/sharded_checkpoint.h;
   // --strategy zero only). Either resumes at any world size.
   std::string checkpoint_format = "whole";
+  // --checkpoint-async: a checkpoint blocks the step only while the state is
+  // copied into host memory; a background thread writes it (atomically, as a
+  // synchronous one) while training goes on, and the last one is waited for
+  // before the run ends (checkpoint/async_checkpoint.h). Off by default: the
+  // copy doubles the host memory of the model and optimizer state, and a
+  // failed write is reported at the next checkpoint instead of at once.
+  bool checkpoint_async = false;
   std::string metrics_path;  // "": no metrics file
   // "": no trace. Else a Chrome/Perfetto trace of every rank (data, forward,
   // backward, each bucket's all_reduce, optimizer, checkpoints), merged into

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
@@ -89,6 +91,9 @@ class Run {
   // --bf16-weights: rounds the parameters to bf16 (optim/bf16_weights.h).
   void round_weights();
   void save(const data::SamplerState& sampler_state, double epoch_seconds, bool carry);
+  // --checkpoint-async: waits for the background checkpoint in flight on
+  // every rank (collective) and reports it once it is committed.
+  void confirm_checkpoint();
   void end_epoch(int64_t epoch, int64_t step_in_epoch, double seconds, bool complete);
   bool is_main() const { return strategy_->is_main_rank(); }
   void write_step_metrics(int64_t epoch, double loss, Clock::time_point t0);
@@ -117,6 +122,11 @@ class Run {
   int64_t log_every_ = 1;
   EpochTotals totals_;
   std::unique_ptr<Tracer> tracer_;  // --trace
+  // --checkpoint-async: the writer and the step of its checkpoint in flight.
+  // Last, so that a run ended by an error waits for its write (bounded)
+  // before anything else goes.
+  std::unique_ptr<checkpoint::AsyncCheckpointWriter> async_writer_;
+  int64_t async_step_ = -1;
 };
 
 void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
@@ -159,6 +169,8 @@ void Run::set_up(std::shared_ptr<distributed::ProcessGroup>& pg_slot) {
       checkpoint::check_writable_dir(o_.checkpoint_dir);
     }
   }
+  if (!o_.checkpoint_dir.empty() && o_.checkpoint_async)
+    async_writer_ = std::make_unique<checkpoint::AsyncCheckpointWriter>();
   metrics_ = MetricsWriter(o_.metrics_path);
   splits_ = make_splits(o_);
 
@@ -249,9 +261,26 @@ void Run::save(const data::SamplerState& sampler_state, double epoch_seconds, bo
     position.totals = totals_;
     position.totals.seconds = epoch_seconds;
   }
+  if (async_writer_ != nullptr) {
+    confirm_checkpoint();  // the previous one: every rank learns its outcome
+    save_run_checkpoint(o_, info_.strategy, *strategy_, pg_, gen_, position, async_writer_.get());
+    async_step_ = step_;
+    return;
+  }
   result_.last_checkpoint =
       save_run_checkpoint(o_, info_.strategy, *strategy_, pg_, gen_, position);
   if (is_main() && observer_ != nullptr) observer_->on_checkpoint(result_.last_checkpoint, step_);
+}
+
+void Run::confirm_checkpoint() {
+  if (async_writer_ == nullptr || async_step_ < 0) return;
+  TraceSpan span(tracer_.get(), "main", "checkpoint wait", "io");
+  std::optional<std::string> path =
+      pg_ != nullptr ? async_writer_->wait(*pg_) : async_writer_->wait();
+  const int64_t step = std::exchange(async_step_, -1);
+  if (!path) return;
+  result_.last_checkpoint = *path;
+  if (is_main() && observer_ != nullptr) observer_->on_checkpoint(*path, step);
 }
 
 void Run::report_step(int64_t epoch, int64_t step_in_epoch, double l, bool last,
@@ -426,6 +455,7 @@ void Run::train() {
     if (o_.max_steps > 0 && step_ >= o_.max_steps) break;
     run_epoch(epoch);
   }
+  confirm_checkpoint();  // the last checkpoint is on disk before the run ends
   strategy_->on_train_end();
   result_.steps = step_;
 }

@@ -46,7 +46,8 @@ void EpochTotals::reduce(distributed::ProcessGroup* pg) {
 
 std::string save_run_checkpoint(const TrainOptions& o, Strategy resolved, TrainStrategy& strategy,
                                 distributed::ProcessGroup* pg, const Generator& gen,
-                                const LoopPosition& position) {
+                                const LoopPosition& position,
+                                checkpoint::AsyncCheckpointWriter* async) {
   // Sharded: every rank writes its own pieces, nothing is gathered.
   const bool sharded =
       o.checkpoint_format == "sharded" && pg != nullptr && strategy.writes_sharded_checkpoints();
@@ -78,12 +79,17 @@ std::string save_run_checkpoint(const TrainOptions& o, Strategy resolved, TrainS
   if (sharded) {
     const checkpoint::Metadata info{
         {"cohort.sharded.strategy", std::string(strategy_name(resolved))}};
+    if (async != nullptr)
+      return async->save_sharded(*pg, o.checkpoint_dir, strategy.checkpoint_pieces(), st, info, so);
     return checkpoint::save_sharded_checkpoint(*pg, o.checkpoint_dir, strategy.checkpoint_pieces(),
                                                st, info, so);
   }
   // With a group: rank 0 writes, every rank learns the outcome (a barrier).
   nn::Module& model = strategy.full_model();
   optim::Optimizer* opt = &strategy.full_optimizer();
+  if (async != nullptr)
+    return pg != nullptr ? async->save(*pg, o.checkpoint_dir, model, opt, st, so)
+                         : async->save(o.checkpoint_dir, model, opt, st, so);
   return pg != nullptr ? checkpoint::save_checkpoint(*pg, o.checkpoint_dir, model, opt, st, so)
                        : checkpoint::save_checkpoint(o.checkpoint_dir, model, opt, st, so);
 }

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "cohort/checkpoint/async_checkpoint.h"
 #include "cohort/checkpoint/training_state.h"
 #include "cohort/core/random.h"
 #include "cohort/data/sampler.h"
@@ -51,10 +52,14 @@ struct LoopPosition {
 // Writes a checkpoint of the run into options.checkpoint_dir and returns its
 // path: each rank's shards when options.checkpoint_format is "sharded" and
 // the strategy writes them, else the whole model and optimizer (gathered by
-// sync_full_model; rank 0 writes when pg is not null).
+// sync_full_model; rank 0 writes when pg is not null). With `async`
+// (--checkpoint-async true) the state is copied and written in the
+// background: the path is where it will be once committed, and its outcome
+// comes at the writer's next save or wait (checkpoint/async_checkpoint.h).
 std::string save_run_checkpoint(const TrainOptions& options, Strategy resolved,
                                 TrainStrategy& strategy, distributed::ProcessGroup* pg,
-                                const Generator& gen, const LoopPosition& position);
+                                const Generator& gen, const LoopPosition& position,
+                                checkpoint::AsyncCheckpointWriter* async = nullptr);
 
 // What a resume restores: the loop's position in this job's terms (the
 // sampler position rescaled to this job's replicas and batch size, at most

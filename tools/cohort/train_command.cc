@@ -37,6 +37,7 @@ struct TrainArgs {
   double momentum = 0;
   std::string precision = "fp32", bf16_path = "auto", grad_reduce = "fp32", bf16_weights;
   std::string activation_checkpointing = "none";
+  std::string checkpoint_async = "false";
   std::string comm_hook;
   int64_t powersgd_start_iter = train::CommHookChoice{}.start_iter;
   train::TrainOptions options;
@@ -114,6 +115,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
     o.activation_checkpointing = nn::parse_gpt_checkpointing(args->activation_checkpointing);
     if (app->count("--bucket-cap-mb") > 0) o.bucket_cap_mb = args->bucket_cap_mb;
     if (app->count("--drop-last") > 0) o.drop_last = args->drop_last == "true";
+    o.checkpoint_async = args->checkpoint_async == "true";
     o.strategy = train::parse_strategy(args->strategy);
     o.device = Device(args->device);
     if (o.strategy == train::Strategy::kPipeline) {
@@ -245,6 +247,12 @@ std::function<int()> setup(CLI::App& app) {
                  "whole: rank 0 writes the whole model and optimizer; sharded (--strategy zero): "
                  "every rank writes its shards with their offsets (`cohort reshard` converts)")
       ->check(CLI::IsMember({"whole", "sharded"}))
+      ->capture_default_str();
+  app.add_option("--checkpoint-async", args->checkpoint_async,
+                 "true: a checkpoint blocks training only while the state is copied to host "
+                 "memory, a background thread writes it (atomically) and the last one is waited "
+                 "for before exit; false: written before the step goes on")
+      ->check(CLI::IsMember({"true", "false"}))
       ->capture_default_str();
   app.add_option("--metrics", o.metrics_path,
                  "Append one JSON object per step and per epoch to this file (draw it with "
