@@ -10,6 +10,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/base/parallel.h"
+#include "cohort/checkpoint/async_checkpoint.h"
 #include "cohort/checkpoint/checkpoint.h"
 #include "cohort/data/sampler.h"
 #include "cohort/optim/clip_grad.h"
@@ -29,15 +30,16 @@ struct Job {
   bool replacement = false;
 };
 
+// Unset and empty are the same.
 std::string env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
-  return v != nullptr ? v : fallback;
+  return v != nullptr && *v != '\0' ? v : fallback;
 }
 
 Job read_job() {
   Job j;
   const std::string port = env_or("MASTER_PORT", "");
-  COHORT_CHECK(!port.empty() && std::getenv("RANK") != nullptr,
+  COHORT_CHECK(!port.empty() && !env_or("RANK", "").empty(),
                "cohort train --fault-tolerant: RANK and MASTER_PORT are not set; run it under "
                "`cohort run --fault-tolerant`, whose store hosts the quorum service");
   j.rank = std::stoi(env_or("RANK", "0"));
@@ -115,6 +117,7 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   mo.store_host = job.master_addr;
   mo.store_port = job.master_port;
   mo.initial_replicas = job.replacement ? 0 : job.world_size;
+  mo.replacement = job.replacement;
   mo.state_dict = [&] {
     TensorDict s;
     s.merge(model->state_dict(), "model.");
@@ -144,6 +147,9 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   info.data_description = splits.description;
   info.steps_per_epoch = n_train / (batch * job.world_size);
   info.global_batch_size = batch * job.world_size;
+  // --checkpoint-async: the participant of rank 0 writes in the background.
+  std::optional<checkpoint::AsyncCheckpointWriter> writer;
+  if (o.checkpoint_async) writer.emplace();
   bool started = false;
   int64_t epoch_steps = 0;
   double epoch_loss = 0, epoch_samples = 0;
@@ -174,8 +180,11 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
       if (observer != nullptr) observer->on_epoch_end(e);
       if (!o.checkpoint_dir.empty()) {
         checkpoint::TrainingState ts{.epoch = cursor / n_train, .step = m.step()};
-        result.last_checkpoint = checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(),
-                                                             ts, {.keep_last = o.keep_last});
+        result.last_checkpoint =
+            writer
+                ? writer->save(o.checkpoint_dir, *model, opt.get(), ts, {.keep_last = o.keep_last})
+                : checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(), ts,
+                                              {.keep_last = o.keep_last});
         if (observer != nullptr) observer->on_checkpoint(result.last_checkpoint, m.step());
       }
     }
@@ -231,6 +240,7 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   }
   if (epoch_steps > 0)
     finish_epoch(cursor / n_train, !(o.max_steps > 0 && m.step() >= o.max_steps));
+  if (writer) writer->wait();
   result.steps = m.step();
   return result;
 }

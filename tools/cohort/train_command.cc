@@ -260,6 +260,10 @@ std::function<int()> setup(CLI::App& app) {
   app.add_option("--bucket-cap-mb", args->bucket_cap_mb,
                  "DDP gradient bucket size in MiB (smaller: all_reduce starts earlier in "
                  "backward; default: an eighth of the model's gradients, within 1..25 MiB)");
+  app.add_flag("--fault-tolerant", o.fault_tolerant,
+               "Train through failures without a restart (under `cohort run --fault-tolerant`): "
+               "when a worker dies the others go on at the next step, and its replacement takes "
+               "the state from a live one (docs/fault_tolerance.md)");
   app.add_flag("--sync-batchnorm", o.sync_batchnorm,
                "DDP: BatchNorm statistics over the whole global batch instead of each rank's "
                "share (SyncBatchNorm; --model net-bn)");

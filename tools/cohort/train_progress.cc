@@ -56,6 +56,7 @@ void ProgressPrinter::on_start(const train::RunInfo& info) {
                        native::bf16_path_name(options_.precision_policy().bf16_path));
   if (options_.grad_reduce == ComputePrecision::kBFloat16) how += ", bf16 gradient reduction";
   if (options_.sync_batchnorm && info.strategy == train::Strategy::kDdp) how += ", SyncBatchNorm";
+  if (options_.fault_tolerant) how += ", fault-tolerant (survivors go on, replacements rejoin)";
   if (options_.comm_hook) {
     how += fmt::format(", comm hook {}", train::comm_hook_name(*options_.comm_hook));
     if (train::is_powersgd(*options_.comm_hook))

@@ -84,10 +84,26 @@ void ReplicaManager::start_step() {
                               .join_timeout = options_.join_timeout,
                               .heartbeat_timeout = options_.heartbeat_timeout};
   rendezvous::Quorum q;
+  const auto deadline = std::chrono::steady_clock::now() + options_.quorum_timeout;
   try {
     store_->heartbeat(options_.replica_id);
     heartbeating_.store(true);
-    q = store_->quorum(r, options_.quorum_timeout);
+    while (true) {
+      q = store_->quorum(r, options_.quorum_timeout);
+      const bool ahead = std::any_of(q.members.begin(), q.members.end(),
+                                     [](const rendezvous::QuorumMember& m) { return m.step > 0; });
+      // Peers at step 0 too: the job itself is at its start.
+      if (!options_.replacement || !first_quorum_ || step_ > 0 || ahead || q.members.size() > 1)
+        break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw Error(fmt::format(
+            "ReplicaManager (replica {}): a replacement, and no live replica ahead of it to take "
+            "the state from within {} ms (the job may have ended); not training alone from the "
+            "start",
+            options_.replica_id, options_.quorum_timeout.count()));
+      }
+      std::this_thread::sleep_for(options_.heartbeat_interval);
+    }
   } catch (const PeerLost& e) {
     throw Error(fmt::format(
         "ReplicaManager (replica {}, step {}): the quorum service (the TCP store's server at "

@@ -85,6 +85,11 @@ struct ReplicaManagerOptions {
   // This replica's first quorum waits for this many (the job's initial size,
   // so that replicas starting a little apart begin together); 0: min_replicas.
   int initial_replicas = 0;
+  // A replacement of a replica that died: it needs a live peer to take the
+  // state from. A quorum of itself alone at step 0 (the job ended, everyone
+  // else is gone) is not one: it asks again until quorum_timeout, then throws
+  // rather than train alone from the start.
+  bool replacement = false;
   std::chrono::milliseconds quorum_timeout{60'000};
   // After the first request, how long a quorum waits for live replicas that
   // have not asked yet.

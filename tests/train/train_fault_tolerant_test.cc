@@ -1,0 +1,89 @@
+// `cohort train --fault-tolerant` with `cohort lighthouse` (the quorum
+// service in a process of its own) and three replicas started as a
+// scheduler would: one is SIGKILLed mid-run, the other two go on without
+// restarting, a replacement (COHORT_FT_REPLACEMENT=1) takes the state from a
+// live one and trains on, and all finish every epoch; the lost replica and
+// the state transfer are logged. What the loop does not do is refused, named.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include "tests/train/process_util.h"
+#include "tests/train/train_test_util.h"
+
+namespace cohort::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Waits until `b`'s output matches `pattern`; returns the first group, or "".
+std::string wait_for(const Background& b, const std::string& pattern,
+                     std::chrono::seconds limit = 60s) {
+  const std::regex re(pattern);
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    std::smatch m;
+    const std::string out = b.output();
+    if (std::regex_search(out, m, re)) return m.size() > 1 ? m[1].str() : m[0].str();
+    std::this_thread::sleep_for(10ms);
+  }
+  return "";
+}
+
+std::vector<std::string> replica_env(int rank, const std::string& port, bool replacement) {
+  std::vector<std::string> env = {"RANK=" + std::to_string(rank), "WORLD_SIZE=3",
+                                  "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+                                  "COHORT_TOKEN=ft-e2e"};
+  if (replacement) env.push_back("COHORT_FT_REPLACEMENT=1");
+  return env;
+}
+
+TEST(TrainFaultTolerant, SurvivorsGoOnAndAReplacementRejoinsUnderALighthouse) {
+  Background lighthouse({kCohort, "lighthouse", "--bind", "127.0.0.1", "--port", "0"},
+                        {"COHORT_TOKEN=ft-e2e"});
+  const std::string port = wait_for(lighthouse, "on 127\\.0\\.0\\.1:([0-9]+)");
+  ASSERT_FALSE(port.empty()) << lighthouse.output();
+  const std::vector<std::string> argv = train_argv(
+      {"--fault-tolerant", "--synthetic-train-size", "6000", "--epochs", "3", "--log-every", "1"});
+  std::vector<std::unique_ptr<Background>> r;
+  for (int rank = 0; rank < 3; ++rank)
+    r.push_back(std::make_unique<Background>(argv, replica_env(rank, port, false)));
+  ASSERT_FALSE(wait_for(*r[0], "epoch 1/3 step 5/").empty()) << r[0]->output();
+  ::kill(r[2]->pid(), SIGKILL);
+  EXPECT_EQ(r[2]->wait(10s), 128 + SIGKILL);
+  Background replacement(argv, replica_env(2, port, true));
+  EXPECT_EQ(r[0]->wait(120s), 0) << r[0]->output();
+  EXPECT_EQ(r[1]->wait(120s), 0) << r[1]->output();
+  EXPECT_EQ(replacement.wait(120s), 0) << replacement.output();
+  const std::string out = r[0]->output();
+  EXPECT_NE(out.find("lost [rank2]"), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch 3: train loss"), std::string::npos) << out;
+  EXPECT_NE(out.find("fault-tolerant"), std::string::npos) << out;
+  EXPECT_NE(replacement.output().find("received the state of step"), std::string::npos)
+      << replacement.output();
+}
+
+TEST(TrainFaultTolerant, WhatTheLoopDoesNotDoIsRefused) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--fault-tolerant", "--strategy", "zero"}, "--fault-tolerant is data parallel"},
+      {{"--fault-tolerant", "--resume", "auto", "--checkpoint-dir", "/tmp"},
+       "a replacement takes the state from a live replica"},
+      {{"--fault-tolerant"}, "run it under `cohort run --fault-tolerant`"},
+  };
+  for (const auto& [extra, message] : cases) {
+    // Whatever the caller's environment holds, no job here.
+    Finished f = run_command(train_argv(extra), {"RANK=", "MASTER_PORT="});
+    EXPECT_NE(f.exit_code, 0) << extra[1] << ": " << f.output;
+    EXPECT_NE(f.output.find(message), std::string::npos) << extra[1] << ": " << f.output;
+  }
+  Finished gpt =
+      run_command(train_argv_of(kCohort, "gpt", {"--fault-tolerant", "--dataset", "text"}));
+  EXPECT_NE(gpt.output.find("--fault-tolerant trains the image models"), std::string::npos)
+      << gpt.output;
+}
+
+}  // namespace
+}  // namespace cohort::test
