@@ -38,6 +38,12 @@ void validate(const LaunchOptions& o) {
   COHORT_CHECK(o.max_lost_workers >= 0 && o.max_lost_workers < o.nproc_per_node,
                "cohort run: --max-lost-workers must be in [0, --nproc-per-node = {}), got {}",
                o.nproc_per_node, o.max_lost_workers);
+  COHORT_CHECK(!o.fault_tolerant || (o.max_restarts == 0 && o.max_lost_workers == 0),
+               "cohort run: --fault-tolerant restarts a failed worker in place while the others "
+               "go on (--max-worker-restarts); --max-restarts and --max-lost-workers do not "
+               "combine with it");
+  COHORT_CHECK(o.max_worker_restarts >= 0, "cohort run: --max-worker-restarts must be >= 0, got {}",
+               o.max_worker_restarts);
   COHORT_CHECK(o.nnodes == 1 || o.master_port != 0,
                "cohort run: a job of {} nodes needs --master-port (the same on every node)",
                o.nnodes);
@@ -216,6 +222,7 @@ LaunchResult launch(const LaunchOptions& o) {
     go.stdout_fd = o.stdout_fd;
     go.stderr_fd = o.stderr_fd;
     go.max_lost_workers = o.max_lost_workers;
+    go.max_worker_restarts = o.fault_tolerant ? o.max_worker_restarts : -1;
     if (coord) {
       coord->start_watch(attempt);
       go.external_stop = [&coord] { return coord->failure(); };

@@ -68,6 +68,15 @@ struct LaunchOptions {
   // the job then succeeds when every other worker does, and the lost ones are
   // named in the summary.
   int max_lost_workers = 0;
+  // Fault-tolerant training (cohort train --fault-tolerant,
+  // parallel/fault_tolerance/): a failed worker is started again in its place
+  // while the others go on, up to max_worker_restarts times per worker
+  // (WorkerGroupOptions::max_worker_restarts); the job succeeds when every
+  // worker's last run does (one left without restarts is named as lost).
+  // Excludes max_restarts and max_lost_workers. A lost launcher still ends
+  // the job, as node 0's store serves the quorum service.
+  bool fault_tolerant = false;
+  int max_worker_restarts = 3;
   bool pin = true;            // split the CPUs between local workers
   bool host_store = true;     // node 0 serves the rendezvous store on MASTER_PORT
   bool prefix_output = true;  // "[rank N] " before every output line

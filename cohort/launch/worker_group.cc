@@ -21,6 +21,7 @@ struct Worker {
   std::unique_ptr<LinePrefixer> out, err;
   std::optional<ExitStatus> status;
   bool reported = false;  // its failure was looked at
+  int restarts = 0;       // started again in place (max_worker_restarts)
 };
 
 // Reads what is available on fd into prefixer; returns false at end of stream.
@@ -107,6 +108,39 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
       if (w.status->success() || result.interrupted_by || !result.stopped_by.empty() || w.reported)
         continue;
       w.reported = true;
+      if (options_.max_worker_restarts >= 0 && !stopping) {
+        bool others_run = false;
+        for (const auto& o : workers) others_run = others_run || (&o != &w && !o.status);
+        if (others_run && w.restarts < options_.max_worker_restarts) {
+          ++w.restarts;
+          ++result.worker_restarts;
+          report(fmt::format(
+              "cohort run: rank {} (local rank {}, pid {}) {}; restarting it into the running job "
+              "(restart {} of {} for this worker), the others go on\n",
+              w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe(), w.restarts,
+              options_.max_worker_restarts));
+          // Whatever the dead one still had in its pipes, then the new one's.
+          if (w.proc.stdout_fd() >= 0) pump(w.proc.stdout_fd(), *w.out);
+          if (w.proc.stderr_fd() >= 0) pump(w.proc.stderr_fd(), *w.err);
+          w.out->finish();
+          w.err->finish();
+          transport::remove_segments_of(w.proc.pid());
+          ChildSpec child = w.spec->child;
+          child.capture_output = true;
+          child.env.push_back("COHORT_FT_REPLACEMENT=1");
+          w.proc = ChildProcess::exec(child);
+          w.status.reset();
+          w.reported = false;
+          all_ended = false;
+          continue;
+        }
+        result.lost.push_back(
+            WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status});
+        report(fmt::format("cohort run: rank {} (local rank {}, pid {}) {}; {}, the others go on\n",
+                           w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe(),
+                           others_run ? "no restarts left for it" : "the others have ended"));
+        continue;
+      }
       if (!result.failure && !stopping &&
           static_cast<int>(result.lost.size()) < options_.max_lost_workers) {
         result.lost.push_back(

@@ -39,6 +39,7 @@ struct AttemptResult {
   int interrupted_by = 0;                // SIGINT/SIGTERM received, or 0
   std::string stopped_by;                // external_stop's reason, or ""
   std::vector<WorkerFailure> lost;       // failures tolerated (max_lost_workers), in order
+  int worker_restarts = 0;               // workers started again in place (max_worker_restarts)
 };
 
 struct WorkerGroupOptions {
@@ -47,6 +48,12 @@ struct WorkerGroupOptions {
   // running); the next failure stops the group as usual. For jobs that
   // survive losing workers (an asynchronous parameter server).
   int max_lost_workers = 0;
+  // Fault-tolerant jobs (parallel/fault_tolerance/): a worker that fails is
+  // started again in its place, with COHORT_FT_REPLACEMENT=1, while the
+  // others go on, up to this many times per worker (and only while another
+  // worker still runs: once the others ended there is no job to rejoin);
+  // past that it is lost (AttemptResult::lost) and the others go on. -1: off.
+  int max_worker_restarts = -1;
   // Polled every loop (about every 250 ms): a reason stops the workers as a
   // failure elsewhere in the job would (SIGTERM, grace, SIGKILL), and their
   // exits are not failures of their own. Must not block.

@@ -66,6 +66,25 @@ TEST(TrainFaultTolerant, SurvivorsGoOnAndAReplacementRejoinsUnderALighthouse) {
       << replacement.output();
 }
 
+TEST(TrainFaultTolerant, CohortRunRestartsADeadWorkerIntoTheRunningJob) {
+  std::vector<std::string> argv = {kCohort, "run", "--nproc-per-node", "3", "--fault-tolerant"};
+  for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "6000",
+                                          "--epochs", "3", "--log-every", "1"}))
+    argv.push_back(a);
+  Background job(argv);
+  ASSERT_FALSE(wait_for(job, "epoch 1/3 step 5/").empty()) << job.output();
+  const pid_t worker = find_worker(job.pid(), 2);
+  ASSERT_GT(worker, 0) << job.output();
+  ::kill(worker, SIGKILL);
+  EXPECT_EQ(job.wait(120s), 0) << job.output();
+  const std::string out = job.output();
+  EXPECT_NE(out.find("restarting it into the running job"), std::string::npos) << out;
+  EXPECT_NE(out.find("lost [rank2]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 2] "), std::string::npos) << out;
+  EXPECT_NE(out.find("received the state of step"), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch 3: train loss"), std::string::npos) << out;
+}
+
 TEST(TrainFaultTolerant, WhatTheLoopDoesNotDoIsRefused) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--fault-tolerant", "--strategy", "zero"}, "--fault-tolerant is data parallel"},

@@ -55,6 +55,14 @@ std::function<int()> setup_run(CLI::App& app) {
                  "Let up to N workers fail without stopping the others (jobs that survive "
                  "losing workers, e.g. --strategy ps --ps-mode async)")
       ->capture_default_str();
+  app.add_flag("--fault-tolerant", o.fault_tolerant,
+               "Restart a failed worker in place while the others go on (for cohort train "
+               "--fault-tolerant, whose replicas drop the lost one and take back its "
+               "replacement; docs/fault_tolerance.md)");
+  app.add_option("--max-worker-restarts", o.max_worker_restarts,
+                 "--fault-tolerant: restarts of each worker; past them it is lost and the others "
+                 "go on")
+      ->capture_default_str();
   app.add_flag("--no-pin", args->no_pin,
                "Do not pin workers to CPU shares or set their thread counts");
   app.add_flag("--no-prefix", args->no_prefix, "Do not prefix output lines with [rank N]");
