@@ -119,6 +119,40 @@ TEST(LaunchE2E, LosingMoreWorkersThanToleratedEndsTheJob) {
   EXPECT_NE(r.err.find("job failed: rank 2"), std::string::npos) << r.err;
 }
 
+TEST(LaunchE2E, FaultTolerantRestartsAFailedWorkerInPlace) {
+  // Rank 1 fails once; its replacement (COHORT_FT_REPLACEMENT=1) succeeds.
+  RunResult r = run_cohort(
+      {"run", "--nproc-per-node", "2", "--fault-tolerant", "--", "/bin/sh", "-c",
+       "if [ \"$RANK\" = 1 ] && [ -z \"$COHORT_FT_REPLACEMENT\" ]; then exit 3; fi; sleep 1; "
+       "echo done $RANK"},
+      60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 0) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.err.find("restarting it into the running job (restart 1 of 3 for this worker)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("[rank 0] done 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] done 1"), std::string::npos) << r.out;
+}
+
+TEST(LaunchE2E, FaultTolerantWorkerOutOfRestartsIsLostAndTheOthersFinish) {
+  RunResult r = run_cohort(
+      {"run", "--nproc-per-node", "2", "--fault-tolerant", "--max-worker-restarts", "1", "--",
+       "/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 4; fi; sleep 1.5; echo done $RANK"},
+      60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 0) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.err.find("restart 1 of 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no restarts left for it, the others go on"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] done 0"), std::string::npos) << r.out;
+  RunResult bad = run_cohort(
+      {"run", "--nproc-per-node", "2", "--fault-tolerant", "--max-restarts", "1", "--", "true"},
+      30s);
+  EXPECT_NE(bad.status.code, 0);
+  EXPECT_NE(bad.err.find("--max-restarts and --max-lost-workers do not combine"), std::string::npos)
+      << bad.err;
+}
+
 TEST(LaunchE2E, CrashedWorkerIsNamedWithItsSignal) {
   RunResult r =
       run_cohort({"run", "--nproc-per-node", "2", "--", COHORT_TEST_WORKER, "crash", "1"}, 30s);
