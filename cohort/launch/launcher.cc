@@ -44,6 +44,13 @@ void validate(const LaunchOptions& o) {
                "combine with it");
   COHORT_CHECK(o.max_worker_restarts >= 0, "cohort run: --max-worker-restarts must be >= 0, got {}",
                o.max_worker_restarts);
+  COHORT_CHECK(o.min_nnodes == 0 || o.fault_tolerant,
+               "cohort run: --nnodes {}:{} (nodes joining and leaving a running job) needs "
+               "--fault-tolerant",
+               o.min_nnodes, o.nnodes);
+  COHORT_CHECK(o.min_nnodes >= 0 && o.min_nnodes <= o.nnodes,
+               "cohort run: --nnodes MIN:MAX needs 1 <= MIN <= MAX, got {}:{}", o.min_nnodes,
+               o.nnodes);
   COHORT_CHECK(o.nnodes == 1 || o.master_port != 0,
                "cohort run: a job of {} nodes needs --master-port (the same on every node)",
                o.nnodes);
@@ -84,7 +91,8 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
   std::vector<std::pair<std::string, std::string>> env = {
       {"RANK", std::to_string(o.node_rank * o.nproc_per_node + local_rank)},
       {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc_per_node)},
+      {"WORLD_SIZE",
+       std::to_string((o.min_nnodes > 0 ? o.min_nnodes : o.nnodes) * o.nproc_per_node)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
       {"GROUP_RANK", std::to_string(o.node_rank)},
       {"MASTER_ADDR", o.master_addr},
@@ -93,6 +101,8 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
       {rendezvous::kStoreHostedEnv, o.host_store ? "1" : "0"},
       {rendezvous::kRestartCountEnv, std::to_string(restart_count)},
   };
+  if (o.min_nnodes > 0 && o.node_rank >= o.min_nnodes)
+    env.emplace_back("COHORT_FT_REPLACEMENT", "1");
   if (!o.interface.empty()) env.emplace_back("COHORT_SOCKET_IFNAME", o.interface);
   if (o.worker_connect_timeout_s > 0)
     env.emplace_back("COHORT_CONNECT_TIMEOUT", std::to_string(o.worker_connect_timeout_s));
@@ -137,7 +147,8 @@ LaunchResult launch(const LaunchOptions& o) {
   std::optional<SignalWatcher> signals;
   std::unique_ptr<JobCoordinator> coord;
   LeaveOnReturn leave_on_return{coord};
-  const bool coordinated = o.nnodes > 1 && o.host_store;
+  // An elastic job's nodes come and go on their own (see min_nnodes).
+  const bool coordinated = o.nnodes > 1 && o.host_store && o.min_nnodes == 0;
   auto connect_coordinator = [&](int port) {
     JobCoordinatorOptions co;
     co.master_addr = o.master_addr;

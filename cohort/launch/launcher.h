@@ -60,6 +60,15 @@ struct LaunchOptions {
   std::vector<std::string> argv;  // the worker program and its arguments
   int nproc_per_node = 1;
   int nnodes = 1;
+  // --nnodes MIN:MAX (fault_tolerant only): an elastic job of MIN to nnodes
+  // (= MAX) nodes, each started on its own with its --node-rank; no node
+  // waits for the others, their workers meet through the quorum service on
+  // node 0's store. WORLD_SIZE is MIN x nproc_per_node (the first quorum
+  // waits for that many); a node of rank >= MIN joins a running job
+  // (COHORT_FT_REPLACEMENT=1: its workers take the state from a live one).
+  // A node leaves by SIGTERM to its launcher (the workers leave at a step
+  // boundary). 0: not elastic.
+  int min_nnodes = 0;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port (one-node jobs only)

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 
@@ -21,6 +22,11 @@ namespace cohort::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// SIGTERM / SIGINT: this replica leaves at the next step boundary (a node
+// leaving an elastic job), so the others lose no step to it.
+volatile std::sig_atomic_t leave_requested = 0;
+extern "C" void request_leave(int) { leave_requested = 1; }
 
 struct Job {
   int rank = 0;
@@ -194,7 +200,20 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
     epoch_start = Clock::now();
   };
 
+  struct sigaction leave {};
+  leave.sa_handler = request_leave;
+  leave.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &leave, nullptr);
+  sigaction(SIGINT, &leave, nullptr);
   while (true) {
+    if (leave_requested) {
+      COHORT_WARN(
+          "cohort train --fault-tolerant (replica rank{}): leaving at step {} (asked to "
+          "stop); the others go on without it",
+          job.rank, m.step());
+      result.steps = m.step();
+      return result;
+    }
     m.start_step();
     if (!started && m.rank() == 0 && observer != nullptr) observer->on_start(info);
     started = true;

@@ -151,6 +151,17 @@ TEST(LaunchE2E, FaultTolerantWorkerOutOfRestartsIsLostAndTheOthersFinish) {
   EXPECT_NE(bad.status.code, 0);
   EXPECT_NE(bad.err.find("--max-restarts and --max-lost-workers do not combine"), std::string::npos)
       << bad.err;
+  RunResult elastic = run_cohort(
+      {"run", "--nnodes", "1:2", "--master-port", "29999", "--nproc-per-node", "1", "--", "true"},
+      30s);
+  EXPECT_NE(elastic.status.code, 0);
+  EXPECT_NE(elastic.err.find("--nnodes 1:2 (nodes joining and leaving a running job) needs "
+                             "--fault-tolerant"),
+            std::string::npos)
+      << elastic.err;
+  RunResult malformed = run_cohort({"run", "--nnodes", "2:x", "--", "true"}, 30s);
+  EXPECT_NE(malformed.err.find("--nnodes must be N or MIN:MAX"), std::string::npos)
+      << malformed.err;
 }
 
 TEST(LaunchE2E, CrashedWorkerIsNamedWithItsSignal) {

@@ -1,11 +1,17 @@
-// `cohort train --fault-tolerant` with `cohort lighthouse` (the quorum
+// `cohort train --fault-tolerant` under `cohort run --fault-tolerant` (a
+// worker killed and restarted in place; --nnodes 1:2, a node joining and
+// leaving the running job) and with `cohort lighthouse` (the quorum
 // service in a process of its own) and three replicas started as a
 // scheduler would: one is SIGKILLed mid-run, the other two go on without
 // restarting, a replacement (COHORT_FT_REPLACEMENT=1) takes the state from a
 // live one and trains on, and all finish every epoch; the lost replica and
 // the state transfer are logged. What the loop does not do is refused, named.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <regex>
@@ -83,6 +89,57 @@ TEST(TrainFaultTolerant, CohortRunRestartsADeadWorkerIntoTheRunningJob) {
   EXPECT_NE(out.find("[rank 2] "), std::string::npos) << out;
   EXPECT_NE(out.find("received the state of step"), std::string::npos) << out;
   EXPECT_NE(out.find("epoch 3: train loss"), std::string::npos) << out;
+}
+
+// A port that was free a moment ago (the launcher's store binds it next).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(TrainFaultTolerant, NnodesMinMaxTakesInANodeAndLetsOneLeave) {
+  // Node 0 starts alone (--nnodes 1:2); node 1 joins the running job, its
+  // two workers take the state from node 0's, and later leaves (SIGTERM to
+  // its launcher): its workers leave at a step boundary, node 0 finishes.
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int rank) {
+    std::vector<std::string> argv = {kCohort,
+                                     "run",
+                                     "--nnodes",
+                                     "1:2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--master-port",
+                                     port,
+                                     "--fault-tolerant"};
+    for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
+                                            "--epochs", "3", "--log-every", "1"}))
+      argv.push_back(a);
+    return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=elastic"});
+  };
+  auto n0 = node(0);
+  ASSERT_FALSE(wait_for(*n0, "epoch 1/3 step 3/").empty()) << n0->output();
+  auto n1 = node(1);
+  ASSERT_FALSE(wait_for(*n1, "received the state of step").empty()) << n1->output();
+  ASSERT_FALSE(wait_for(*n0, "quorum [0-9]+ of 4 replica").empty()) << n0->output();
+  ::kill(n1->pid(), SIGTERM);
+  EXPECT_EQ(n1->wait(60s), 128 + SIGTERM) << n1->output();
+  EXPECT_EQ(n0->wait(120s), 0) << n0->output();
+  const std::string out0 = n0->output(), out1 = n1->output();
+  EXPECT_NE(out0.find("lost [rank2, rank3]"), std::string::npos) << out0;
+  EXPECT_NE(out1.find("leaving at step"), std::string::npos) << out1;
+  EXPECT_NE(out0.find("epoch 3: train loss"), std::string::npos) << out0;
+  // Leaving at a step boundary fails no step of the others.
+  EXPECT_EQ(out0.find("the last step failed here"), std::string::npos) << out0;
 }
 
 TEST(TrainFaultTolerant, WhatTheLoopDoesNotDoIsRefused) {

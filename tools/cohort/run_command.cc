@@ -32,14 +32,43 @@ struct RunArgs {
   double grace_s = 5.0;
   int join_timeout_s = 300;
   int connect_timeout_s = 120;
+  std::string nnodes = "1";
 };
+
+// "N" or "MIN:MAX" into o.nnodes (MAX) and o.min_nnodes (MIN, 0 for "N").
+void parse_nnodes(const std::string& text, launch::LaunchOptions& o) {
+  const auto bad = [&] {
+    return InvalidArgument(fmt::format(
+        "cohort run: --nnodes must be N or MIN:MAX (positive integers), got '{}'", text));
+  };
+  const size_t colon = text.find(':');
+  try {
+    size_t end = 0;
+    if (colon == std::string::npos) {
+      o.nnodes = std::stoi(text, &end);
+      if (end != text.size()) throw bad();
+      return;
+    }
+    o.min_nnodes = std::stoi(text.substr(0, colon), &end);
+    if (end != colon) throw bad();
+    const std::string max = text.substr(colon + 1);
+    o.nnodes = std::stoi(max, &end);
+    if (end != max.size()) throw bad();
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+  if (o.min_nnodes < 1) throw bad();
+}
 
 std::function<int()> setup_run(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   auto& o = args->options;
   app.add_option("--nproc-per-node", o.nproc_per_node, "Workers on this node")
       ->capture_default_str();
-  app.add_option("--nnodes", o.nnodes, "Nodes in the job")->capture_default_str();
+  app.add_option("--nnodes", args->nnodes,
+                 "Nodes in the job, or MIN:MAX with --fault-tolerant (nodes join and leave the "
+                 "running job)")
+      ->capture_default_str();
   app.add_option("--node-rank", o.node_rank, "This node's rank in [0, nnodes)")
       ->capture_default_str();
   app.add_option("--master-addr", o.master_addr, "Address of node 0 (the rendezvous store)")
@@ -92,6 +121,7 @@ std::function<int()> setup_run(CLI::App& app) {
       "--nproc-per-node 2 -- cohort train --model net");
   return [args]() -> int {
     launch::LaunchOptions o = args->options;
+    parse_nnodes(args->nnodes, o);
     if (!o.argv.empty() && o.argv.front() == "cohort") o.argv.front() = self_path();
     o.pin = !args->no_pin;
     o.prefix_output = !args->no_prefix;
