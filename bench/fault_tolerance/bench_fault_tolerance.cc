@@ -13,10 +13,15 @@
 //   rejoin           a replacement's start -> its first committed step;
 //   samples          committed samples with faults / without;
 //   hangs, leftovers phases that did not end, processes left.
-// and the CPU. The quorum service runs in a process of its own.
+// and the CPU. The quorum service runs in a process of its own. With
+// --two-hosts (root: network namespaces, tests/multihost/two_hosts.h) the
+// service and the first half of the replicas run on host 0, the rest on host
+// 1, their groups over the veth link (TCP).
 //
 //   bench_fault_tolerance [--model net|gpt] [--replicas 4] [--seconds 60]
-//                         [--kill-every 5] [--batch 16] [--seed 1]
+//                         [--kill-every 5] [--batch 16] [--seed 1] [--two-hosts]
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +46,7 @@
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/transport/socket.h"
+#include "tests/multihost/two_hosts.h"
 
 namespace cohort {
 namespace {
@@ -61,12 +67,33 @@ struct Config {
   double kill_every = 5;
   int64_t batch = 16;
   uint64_t seed = 1;
+  bool two_hosts = false;
 };
+
+// Where the processes run: this host, or two network namespaces.
+struct Hosts {
+  const test::TwoHosts* two = nullptr;
+  std::string service_ip = "127.0.0.1";
+  // The namespace of replica r (half on each host), or "" for this one.
+  std::string ns_of(int r, int replicas) const {
+    return two == nullptr ? "" : two->ns(r < replicas / 2 ? 0 : 1);
+  }
+};
+
+// In a forked child: enters network namespace `ns` ("" stays).
+void enter(const std::string& ns) {
+  if (ns.empty()) return;
+  const int fd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0)
+    throw Error(fmt::format("bench_fault_tolerance: cannot enter network namespace {}", ns));
+  ::close(fd);
+}
 
 // A replica: trains until <dir>/stop exists; appends "commit <ns> <step> <n>"
 // per committed step to <dir>/<id>.<incarnation>.events.
 int replica(const Config& c, const std::string& id, int incarnation, uint16_t port,
-            const fs::path& dir) {
+            const fs::path& dir, const Hosts& hosts, const std::string& ns) {
+  enter(ns);
   set_num_threads(1);
   FILE* events = std::fopen((dir / fmt::format("{}.{}.events", id, incarnation)).c_str(), "w");
   std::fprintf(events, "start %lld\n", static_cast<long long>(now_ns()));
@@ -83,33 +110,37 @@ int replica(const Config& c, const std::string& id, int incarnation, uint16_t po
   }
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
   int64_t cursor = 0;
-  parallel::ReplicaManager m({.replica_id = id,
-                              .store_port = port,
-                              .token = std::string(kToken),
-                              .initial_replicas = incarnation == 0 ? c.replicas : 0,
-                              .quorum_timeout = std::chrono::seconds(30),
-                              .join_timeout = std::chrono::milliseconds(300),
-                              .op_timeout = std::chrono::seconds(5),
-                              .heartbeat_interval = std::chrono::milliseconds(50),
-                              .heartbeat_timeout = std::chrono::milliseconds(500),
-                              .state_dict =
-                                  [&] {
-                                    TensorDict s;
-                                    for (const auto& [name, p] : model->named_parameters())
-                                      s.insert("model." + name, p.detach());
-                                    s.merge(opt.state_dict(), "optim.");
-                                    s.insert("cursor", Tensor::from_vector<int64_t>({cursor}));
-                                    return s;
-                                  },
-                              .load_state_dict =
-                                  [&](const TensorDict& s) {
-                                    NoGradGuard no_grad;
-                                    for (const auto& [name, p] : model->named_parameters())
-                                      const_cast<Tensor&>(p).copy_(s.at("model." + name));
-                                    opt.load_state_dict(s.sub("optim."));
-                                    cursor = s.at("cursor").to_vector<int64_t>()[0];
-                                  },
-                              .log = [](const std::string&) {}});
+  parallel::ReplicaManager m(
+      {.replica_id = id,
+       .store_host = hosts.service_ip,
+       .store_port = port,
+       .token = std::string(kToken),
+       .initial_replicas = incarnation == 0 ? c.replicas : 0,
+       .quorum_timeout = std::chrono::seconds(30),
+       .join_timeout = std::chrono::milliseconds(300),
+       .op_timeout = std::chrono::seconds(5),
+       .heartbeat_interval = std::chrono::milliseconds(50),
+       .heartbeat_timeout = std::chrono::milliseconds(500),
+       .group_options = {.transport = hosts.two != nullptr ? collectives::TransportKind::kTcp
+                                                           : collectives::TransportKind::kAuto},
+       .state_dict =
+           [&] {
+             TensorDict s;
+             for (const auto& [name, p] : model->named_parameters())
+               s.insert("model." + name, p.detach());
+             s.merge(opt.state_dict(), "optim.");
+             s.insert("cursor", Tensor::from_vector<int64_t>({cursor}));
+             return s;
+           },
+       .load_state_dict =
+           [&](const TensorDict& s) {
+             NoGradGuard no_grad;
+             for (const auto& [name, p] : model->named_parameters())
+               const_cast<Tensor&>(p).copy_(s.at("model." + name));
+             opt.load_state_dict(s.sub("optim."));
+             cursor = s.at("cursor").to_vector<int64_t>()[0];
+           },
+       .log = [](const std::string&) {}});
   while (!fs::exists(dir / "stop")) {
     m.start_step();
     const int n = m.num_participants();
@@ -164,26 +195,35 @@ struct Phase {
 };
 
 // Runs one phase of `seconds` with kills every `kill_every` s (0: none).
-Phase run_phase(const Config& c, double kill_every, const fs::path& dir, std::mt19937& rng) {
+Phase run_phase(const Config& c, double kill_every, const fs::path& dir, std::mt19937& rng,
+                const Hosts& hosts) {
   fs::remove_all(dir);
   fs::create_directories(dir);
-  uint16_t port = 0;
-  UniqueFd listener = transport::listen_tcp("127.0.0.1", 0, &port);
-  const int lfd = listener.release();
-  const pid_t service = fork_run([lfd] {
-    rendezvous::TcpStoreServer server(UniqueFd(lfd), {.token = std::string(kToken)});
+  // The service binds in host 0's namespace and says its port through a file.
+  const fs::path port_file = dir / "port";
+  const pid_t service = fork_run([&] {
+    enter(hosts.ns_of(0, c.replicas));
+    rendezvous::TcpStoreServer server(
+        {.bind_host = hosts.service_ip, .token = std::string(kToken)});
+    std::ofstream(port_file.string() + ".tmp") << server.port();
+    fs::rename(port_file.string() + ".tmp", port_file);
     while (true) std::this_thread::sleep_for(std::chrono::hours(1));
     return 0;
   });
-  ::close(lfd);
+  for (int i = 0; i < 1000 && !fs::exists(port_file); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  uint16_t port = 0;
+  std::ifstream(port_file) >> port;
+  if (port == 0) throw Error("bench_fault_tolerance: the quorum service did not start");
   Phase p;
   std::vector<pid_t> pids(static_cast<size_t>(c.replicas));
   std::vector<int> incarnation(static_cast<size_t>(c.replicas), 0);
   std::vector<std::pair<std::string, int>> started;  // id, incarnation (replacements)
   int next_incarnation = 1;
   for (int r = 0; r < c.replicas; ++r)
-    pids[static_cast<size_t>(r)] =
-        fork_run([&c, r, port, &dir] { return replica(c, "r" + std::to_string(r), 0, port, dir); });
+    pids[static_cast<size_t>(r)] = fork_run([&c, r, port, &dir, &hosts] {
+      return replica(c, "r" + std::to_string(r), 0, port, dir, hosts, hosts.ns_of(r, c.replicas));
+    });
   p.t0 = now_ns();
   const auto end = Clock::now() + std::chrono::duration<double>(c.seconds);
   auto next_kill = Clock::now() + std::chrono::duration<double>(kill_every);
@@ -198,8 +238,9 @@ Phase run_phase(const Config& c, double kill_every, const fs::path& dir, std::mt
     const int inc = next_incarnation++;
     incarnation[static_cast<size_t>(r)] = inc;
     started.emplace_back("r" + std::to_string(r), inc);
-    pids[static_cast<size_t>(r)] = fork_run(
-        [&c, r, inc, port, &dir] { return replica(c, "r" + std::to_string(r), inc, port, dir); });
+    pids[static_cast<size_t>(r)] = fork_run([&c, r, inc, port, &dir, &hosts] {
+      return replica(c, "r" + std::to_string(r), inc, port, dir, hosts, hosts.ns_of(r, c.replicas));
+    });
   }
   p.t1 = now_ns();
   std::ofstream(dir / "stop") << "";
@@ -255,7 +296,7 @@ int run(int argc, char** argv) {
   Config c;
   bench::Args args(argc, argv,
                    "bench_fault_tolerance [--model net|gpt] [--replicas R] [--seconds D] "
-                   "[--kill-every S] [--batch B] [--seed N]");
+                   "[--kill-every S] [--batch B] [--seed N] [--two-hosts]");
   while (args.next()) {
     if (args.is("--model")) {
       c.model = args.value();
@@ -270,6 +311,8 @@ int run(int argc, char** argv) {
       c.batch = args.integer();
     } else if (args.is("--seed")) {
       c.seed = static_cast<uint64_t>(args.integer());
+    } else if (args.is("--two-hosts")) {
+      c.two_hosts = true;
     } else {
       args.unknown();
     }
@@ -278,9 +321,18 @@ int run(int argc, char** argv) {
   const fs::path root = fs::temp_directory_path() / fmt::format("bench_ft_{}", ::getpid());
   // The fault-free phase runs before and after the faulty one, and counts
   // their mean, so that a drift of the machine's speed cancels.
-  const Phase before = run_phase(c, 0, root / "baseline", rng);
-  const Phase faults = run_phase(c, c.kill_every, root / "faults", rng);
-  const Phase after = run_phase(c, 0, root / "baseline2", rng);
+  std::unique_ptr<test::TwoHosts> two;
+  Hosts hosts;
+  if (c.two_hosts) {
+    if (auto why = test::TwoHosts::unavailable())
+      throw Error("bench_fault_tolerance --two-hosts: " + *why);
+    two = std::make_unique<test::TwoHosts>();
+    hosts.two = two.get();
+    hosts.service_ip = two->ip(0);
+  }
+  const Phase before = run_phase(c, 0, root / "baseline", rng, hosts);
+  const Phase faults = run_phase(c, c.kill_every, root / "faults", rng, hosts);
+  const Phase after = run_phase(c, 0, root / "baseline2", rng, hosts);
   fs::remove_all(root);
   const double d = c.seconds;
   const auto steps_of = [](const Phase& p) { return static_cast<double>(p.commits.size()); };
@@ -303,10 +355,10 @@ int run(int argc, char** argv) {
   for (const auto& [start, first] : faults.rejoins)
     if (first > 0) rejoin.push_back((first - start) * 1e-9);
   std::printf(
-      "bench_fault_tolerance: %s, %d replicas, batch %lld each, %.0f s per phase, a kill "
+      "bench_fault_tolerance: %s, %d replicas on %s, batch %lld each, %.0f s per phase, a kill "
       "every %.1f s; CPU %s\n",
-      c.model.c_str(), c.replicas, static_cast<long long>(c.batch), d, c.kill_every,
-      cpu_features().model.c_str());
+      c.model.c_str(), c.replicas, c.two_hosts ? "two hosts (namespaces, TCP)" : "one host",
+      static_cast<long long>(c.batch), d, c.kill_every, cpu_features().model.c_str());
   std::printf(
       "  fault-free (mean of a run before and one after): %.0f committed steps (%.1f ms "
       "per step; %.0f and %.0f), %.0f samples\n",
