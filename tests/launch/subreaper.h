@@ -64,16 +64,26 @@ class Subreaper {
 
   bool ok() const { return ok_; }
 
+  // How a process ended: its status when this process reaped it; none when
+  // its own dying parent reaped it first (a shell blocked in wait() reaps a
+  // child that dies with it, its own pending SIGKILL notwithstanding).
+  struct Ended {
+    std::optional<cohort::launch::ExitStatus> status;
+  };
+
   // Waits until pid, a child of this process or a descendant that becomes
-  // one when its parent dies, has ended, and reaps it. nullopt when it has
-  // not ended (or never became our child) within limit: a hang guard.
-  std::optional<cohort::launch::ExitStatus> reap(pid_t pid, std::chrono::milliseconds limit) {
+  // one when its parent dies, has ended, and reaps it. nullopt when it is
+  // still running after limit: a hang guard.
+  std::optional<Ended> reap(pid_t pid, std::chrono::milliseconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (true) {
       int st = 0;
       const pid_t r = ::waitpid(pid, &st, WNOHANG);
-      if (r == pid) return cohort::launch::ExitStatus::from_wait_status(st);
-      // 0: our child, still running; ECHILD: not reparented to us yet.
+      if (r == pid) return Ended{cohort::launch::ExitStatus::from_wait_status(st)};
+      // 0: our child, still running; ECHILD: not reparented to us yet, or
+      // reaped by someone else once it is gone from /proc.
+      if (r < 0 && errno == ECHILD && !std::ifstream("/proc/" + std::to_string(pid) + "/stat"))
+        return Ended{};
       if (r < 0 && errno != ECHILD && errno != EINTR) return std::nullopt;
       if (std::chrono::steady_clock::now() >= until) return std::nullopt;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -280,15 +280,19 @@ TEST(TwoHostJob, KilledLaunchersWorkersAndWhatTheyStartedDieAtOnce) {
         reaper.reap(pid, 10s);
         continue;
       }
-      EXPECT_EQ(status->signal, SIGKILL) << "rank " << rank << " " << status->describe();
-      // They die in 1-70 ms here; the bound leaves room for a loaded machine.
+      if (status->status) {  // else its shell, dying too, reaped it first
+        EXPECT_EQ(status->status->signal, SIGKILL)
+            << "rank " << rank << " " << status->status->describe();
+      }
+      // They die in 2-190 ms here; the bound leaves room for a loaded machine.
       EXPECT_LT(took, 1.0) << "rank " << rank << "'s pid " << pid << " died " << took
                            << " s after its launcher";
     }
   }
   if (guard > 0) {
     const auto status = reaper.reap(guard, 10s);
-    EXPECT_TRUE(status && status->success()) << "node 0's orphan guard outlived it, or failed";
+    EXPECT_TRUE(status && (!status->status || status->status->success()))
+        << "node 0's orphan guard outlived it, or failed";
   }
   const int rc1 = b1.wait(60s), rc0 = b0.wait(10s);
   EXPECT_EQ(rc0, 128 + SIGKILL) << b0.output();
