@@ -92,7 +92,7 @@ Pipe make_pipe() {
 void setup_child(pid_t parent, const ChildSpec& spec, const cpu_set_t* cpus, int out_fd,
                  int err_fd) {
   ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (spec.die_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(126);  // the parent died before prctl took hold
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;

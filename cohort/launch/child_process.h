@@ -1,9 +1,11 @@
 // ChildProcess: one child process started by fork (and usually exec), owned
 // by this object. The child runs in its own process group (signals go to the
 // whole group, so a worker's own children stop with it), dies with its parent
-// (PR_SET_PDEATHSIG), may be pinned to CPUs, and may have its stdout/stderr
-// captured in pipes. Destroying a ChildProcess that is still running kills
-// its group with SIGKILL and reaps it, so no child outlives its owner.
+// (PR_SET_PDEATHSIG; the kernel signals the child alone, not what it started,
+// which is why the launcher also runs an OrphanGuard, orphan_guard.h), may be
+// pinned to CPUs, and may have its stdout/stderr captured in pipes.
+// Destroying a ChildProcess that is still running kills its group with
+// SIGKILL and reaps it, so no child outlives its owner.
 //
 // Thread safety: none; one owner at a time (move only).
 #pragma once
@@ -37,6 +39,9 @@ struct ChildSpec {
   std::vector<int> cpus;          // CPUs to pin to; empty: inherit
   bool capture_output = false;    // stdout and stderr into pipes (stdout_fd/stderr_fd)
   bool null_stdin = true;         // stdin from /dev/null
+  // SIGKILL when the thread that started it exits (PR_SET_PDEATHSIG), which
+  // for a launcher means when it dies; off only for what must outlive it.
+  bool die_with_parent = true;
 };
 
 class ChildProcess {

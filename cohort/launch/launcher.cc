@@ -14,6 +14,7 @@
 #include "cohort/launch/cpu_split.h"
 #include "cohort/launch/job_coordinator.h"
 #include "cohort/launch/line_prefixer.h"
+#include "cohort/launch/orphan_guard.h"
 #include "cohort/rendezvous/env_bootstrap.h"
 #include "cohort/rendezvous/tcp_store.h"
 #include "cohort/rendezvous/tcp_store_server.h"
@@ -117,6 +118,10 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
 
 LaunchResult launch(const LaunchOptions& o) {
   validate(o);
+  // Forked first, while this is the only thread. It ends with launch() (its
+  // destructor says goodbye and reaps it), or, if this process is killed, a
+  // moment later, once it has killed the workers' process groups.
+  OrphanGuard orphan_guard;
   auto report = fd_sink(o.stderr_fd);
   // A misspelt --interface fails here, naming the interfaces there are,
   // rather than in every worker after the job started.
@@ -234,6 +239,7 @@ LaunchResult launch(const LaunchOptions& o) {
     go.stderr_fd = o.stderr_fd;
     go.max_lost_workers = o.max_lost_workers;
     go.max_worker_restarts = o.fault_tolerant ? o.max_worker_restarts : -1;
+    go.orphan_guard = &orphan_guard;
     if (coord) {
       coord->start_watch(attempt);
       go.external_stop = [&coord] { return coord->failure(); };

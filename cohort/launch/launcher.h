@@ -38,7 +38,8 @@
 // that dies (any signal) or falls silent is seen at once by its peers over
 // the launchers' link (launcher_link.h): they stop their workers and fail,
 // naming it ("node 1's launcher (pid P on host H, address A) died: ..."),
-// without restart; its own workers die with it (PR_SET_PDEATHSIG). Node 0 leaves
+// without restart; its own workers die with it (PR_SET_PDEATHSIG), and what
+// they started is killed with their process groups (orphan_guard.h). Node 0 leaves
 // the exit barrier last, so it does not take the store away while workers
 // elsewhere still use it (torchrun's exit barrier).
 //

@@ -65,6 +65,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
     ChildSpec child = spec.child;
     child.capture_output = true;
     Worker w{&spec, ChildProcess::exec(child), nullptr, nullptr, std::nullopt, false};
+    if (options_.orphan_guard) options_.orphan_guard->watch(w.proc.pid());
     std::string prefix =
         options_.prefix_output ? fmt::format("[rank {}] ", spec.rank) : std::string();
     w.out = std::make_unique<LinePrefixer>(prefix, fd_sink(options_.stdout_fd));
@@ -100,7 +101,11 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
     }
     bool all_ended = true;
     for (auto& w : workers) {
-      if (!w.status) w.status = w.proc.poll();
+      if (!w.status) {
+        w.status = w.proc.poll();
+        // Reaped: its process group id may now be reused by someone else.
+        if (w.status && options_.orphan_guard) options_.orphan_guard->forget(w.proc.pid());
+      }
       if (!w.status) {
         all_ended = false;
         continue;
@@ -129,6 +134,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
           child.capture_output = true;
           child.env.push_back("COHORT_FT_REPLACEMENT=1");
           w.proc = ChildProcess::exec(child);
+          if (options_.orphan_guard) options_.orphan_guard->watch(w.proc.pid());
           w.status.reset();
           w.reported = false;
           all_ended = false;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cohort/launch/child_process.h"
+#include "cohort/launch/orphan_guard.h"
 #include "cohort/launch/signal_watcher.h"
 
 namespace cohort::launch {
@@ -64,6 +65,9 @@ struct WorkerGroupOptions {
   // Called once, after the first SIGINT/SIGTERM was forwarded to the
   // workers, so the other nodes of the job hear of it while this one stops.
   std::function<void(int sig)> on_interrupt;
+  // Told of each worker's process group while it runs, so that it kills them
+  // if the launcher dies (orphan_guard.h). Not owned; nullptr: none.
+  OrphanGuard* orphan_guard = nullptr;
   bool prefix_output = true;
   int stdout_fd = 1;
   int stderr_fd = 2;

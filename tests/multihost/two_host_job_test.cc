@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/launch/subreaper.h"
 #include "tests/multihost/two_hosts.h"
 #include "tests/train/process_util.h"
 #include "tests/train/train_test_util.h"
@@ -25,13 +26,17 @@ using namespace std::chrono_literals;
 
 constexpr int kPort = 29517;  // inside the namespaces: no clash with the host
 
-// `cohort run` for node `node` of 2 (nproc workers each) with `train` options.
+// `cohort run` for node `node` of 2 (nproc workers each) with `train` options; each
+// worker is `wrapper` (a shell, say) followed by `cohort train`.
 std::vector<std::string> node_argv(const TwoHosts& h, int node, std::vector<std::string> launcher,
-                                   std::vector<std::string> train, int nproc = 1) {
+                                   std::vector<std::string> train, int nproc = 1,
+                                   std::vector<std::string> wrapper = {}) {
   std::vector<std::string> argv = h.cohort_run(node, kCohort, kPort, nproc);
   argv.insert(argv.end(), launcher.begin(), launcher.end());
-  argv.insert(argv.end(), {"--", kCohort, "train", "--dataset", "synthetic", "--threads", "1",
-                           "--seed", "7", "--synthetic-test-size", "128"});
+  argv.push_back("--");
+  argv.insert(argv.end(), wrapper.begin(), wrapper.end());
+  argv.insert(argv.end(), {kCohort, "train", "--dataset", "synthetic", "--threads", "1", "--seed",
+                           "7", "--synthetic-test-size", "128"});
   argv.insert(argv.end(), train.begin(), train.end());
   return h.in(node, argv);
 }
@@ -223,6 +228,88 @@ TEST(TwoHostJob, KilledLauncherWithTwoWorkersPerNodeEndsTheJobAtOnce) {
   // bound leaves room for a busier one and still fails a launcher that waits
   // out a 2 s cause window.
   EXPECT_LT(took, 1.5) << "the job took " << took << " s to end\n" << out;
+}
+
+// Node 0's `cohort run` SIGKILLed, each of its two workers a shell wrapping
+// the trainer: the shells die of the parent-death signal, the trainers (which
+// that signal never reaches) through node 0's orphan guard, all within a
+// moment of the kill; node 1 ends naming node 0's launcher; nothing is left.
+// This test is a child subreaper, so it reaps node 0's orphans itself: what
+// it times is their death, not how soon init reaps them (issue 43: init here
+// reaps orphans on a timer, 1.1-1.9 s after the kill).
+TEST(TwoHostJob, KilledLaunchersWorkersAndWhatTheyStartedDieAtOnce) {
+  SKIP_WITHOUT_NAMESPACES();
+  TwoHosts h;
+  cohort_launch_test::Subreaper reaper;
+  ASSERT_TRUE(reaper.ok()) << "prctl(PR_SET_CHILD_SUBREAPER) failed";
+  const std::vector<std::string> train = {"--synthetic-train-size", "8192", "--epochs", "200"};
+  const std::vector<std::string> shell = {"/bin/sh", "-c", "\"$0\" \"$@\"; true"};
+  Background b0(node_argv(h, 0, {}, train, 2, shell), kEnv);
+  Background b1(node_argv(h, 1, {}, train, 2, shell), kEnv);
+  // Per rank: the shell (the launcher's child) and the trainer (the shell's).
+  std::vector<pid_t> shells, trainers;
+  for (int i = 0; i < 600 && trainers.size() < 4; ++i) {
+    std::this_thread::sleep_for(100ms);
+    if (b0.output().find("[rank 0] epoch 1/200 step") == std::string::npos) continue;
+    shells.clear();
+    trainers.clear();
+    for (int rank = 0; rank < 4; ++rank) {
+      const pid_t sh = find_worker((rank < 2 ? b0 : b1).pid(), rank);
+      const pid_t trainer = sh > 0 ? find_worker(sh, rank) : -1;
+      if (trainer > 0) {
+        shells.push_back(sh);
+        trainers.push_back(trainer);
+      }
+    }
+  }
+  ASSERT_EQ(trainers.size(), 4u) << "training did not start\n" << b0.output() << b1.output();
+  pid_t guard = -1;
+  for (const auto& c : cohort_launch_test::children_of(b0.pid()))
+    if (c.name == "cohort-guard") guard = c.pid;
+  EXPECT_GT(guard, 0) << "node 0's launcher has no orphan guard";
+  const auto killed_at = std::chrono::steady_clock::now();
+  ::kill(b0.pid(), SIGKILL);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (pid_t pid : {trainers[rank], shells[rank]}) {
+      const auto status = reaper.reap(pid, 10s);
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+      if (!status) {
+        ADD_FAILURE() << "rank " << rank << "'s pid " << pid << " outlived its launcher by 10 s";
+        ::kill(pid, SIGKILL);
+        reaper.reap(pid, 10s);
+        continue;
+      }
+      if (status->status) {  // else its shell, dying too, reaped it first
+        EXPECT_EQ(status->status->signal, SIGKILL)
+            << "rank " << rank << " " << status->status->describe();
+      }
+      // They die in 2-190 ms here; the bound leaves room for a loaded machine.
+      EXPECT_LT(took, 1.0) << "rank " << rank << "'s pid " << pid << " died " << took
+                           << " s after its launcher";
+    }
+  }
+  if (guard > 0) {
+    const auto status = reaper.reap(guard, 10s);
+    EXPECT_TRUE(status && (!status->status || status->status->success()))
+        << "node 0's orphan guard outlived it, or failed";
+  }
+  const int rc1 = b1.wait(60s), rc0 = b0.wait(10s);
+  EXPECT_EQ(rc0, 128 + SIGKILL) << b0.output();
+  EXPECT_NE(rc1, -1) << "node 1 hung\n" << b1.output();
+  EXPECT_NE(rc1, 0) << b1.output();
+  const std::string out = b1.output();
+  EXPECT_NE(
+      out.find("job failed: node 0's launcher (pid " + std::to_string(b0.pid()) + " on host "),
+      std::string::npos)
+      << out;
+  for (int rank = 2; rank < 4; ++rank) {
+    EXPECT_TRUE(process_gone(trainers[rank], 10s))
+        << "rank " << rank << "'s trainer outlived the job";
+    EXPECT_TRUE(process_gone(shells[rank], 10s)) << "rank " << rank << "'s shell outlived the job";
+    // A trainer whose shell ended first was orphaned to this test.
+    reaper.reap_if_orphaned(trainers[rank]);
+  }
 }
 
 TEST(TwoHostJob, DelayedLossyOrThrottledLinkStillCompletes) {
