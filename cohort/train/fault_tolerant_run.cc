@@ -98,6 +98,15 @@ void check_fault_tolerant_options(const TrainOptions& o) {
   COHORT_CHECK(o.checkpoint_every == 0,
                "--fault-tolerant writes checkpoints at the end of each epoch and of the run "
                "(--checkpoint-every 0)");
+  const bool plain = o.metrics_path.empty() && o.trace_path.empty() &&
+                     o.precision == ComputePrecision::kFloat32 &&
+                     o.grad_reduce == ComputePrecision::kFloat32 && !o.comm_hook &&
+                     !o.bf16_weights && !o.sync_batchnorm && !o.bucket_cap_mb;
+  COHORT_CHECK(plain,
+               "--fault-tolerant trains in float32 with its replicas' plain gradient average and "
+               "reports on stdout; --metrics, --trace, --precision bf16, --grad-reduce bf16, "
+               "--comm-hook, --bf16-weights, --sync-batchnorm and --bucket-cap-mb are not "
+               "supported with it yet");
   COHORT_CHECK(!o.drop_last.has_value(),
                "--fault-tolerant walks one global order and drops the tail that does not fill a "
                "step; --drop-last does not apply");

@@ -22,8 +22,9 @@
 // for that many), MASTER_ADDR / MASTER_PORT (the store, whose server runs
 // the quorum service), COHORT_TOKEN, and COHORT_FT_REPLACEMENT=1 on a worker
 // the launcher restarted. Image models only (a language model's random
-// windows are not a walked order yet); no --resume; the native backend on
-// the CPU. Errors: InvalidArgument for those before anything starts; the
+// windows are not a walked order yet); float32 with the plain average (no
+// bf16, comm hooks, SyncBatchNorm), no metrics file or trace, no --resume;
+// the native backend on the CPU. Errors: InvalidArgument for those before anything starts; the
 // ReplicaManager's when the quorum service is gone.
 #pragma once
 

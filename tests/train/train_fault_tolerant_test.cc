@@ -148,6 +148,7 @@ TEST(TrainFaultTolerant, WhatTheLoopDoesNotDoIsRefused) {
       {{"--fault-tolerant", "--resume", "auto", "--checkpoint-dir", "/tmp"},
        "a replacement takes the state from a live replica"},
       {{"--fault-tolerant"}, "run it under `cohort run --fault-tolerant`"},
+      {{"--fault-tolerant", "--metrics", "/tmp/m.jsonl"}, "--metrics, --trace, --precision bf16"},
   };
   for (const auto& [extra, message] : cases) {
     // Whatever the caller's environment holds, no job here.
