@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpt/gpt_flags.h"
 #include "bench/kernels/interleaved_timing.h"
 #include "cohort/autograd/ops.h"
 #include "cohort/base/cpu.h"
@@ -50,25 +51,16 @@ int run(int argc, char** argv) {
   bench::StepFlags timing{.batch = 1, .steps = 10, .warmup = 5, .threads = 1};
   std::string hook_name = "allreduce", iface;
   bench::Args args(argc, argv,
-                   "bench_ddp_hooks --comm-hook NAME [--iface NAME] [--n-layer L] [--n-head H] "
+                   "bench_ddp_hooks --comm-hook NAME [--iface NAME] [--preset ref|gpt2] [--n-layer "
+                   "L] [--n-head H] "
                    "[--n-embd C] [--block-size T] [--vocab V] [--batch B] [--steps N] "
                    "[--warmup N] [--threads N]");
   while (args.next()) {
-    if (timing.read(args)) continue;
+    if (timing.read(args) || bench::read_gpt_shape(args, config)) continue;
     if (args.is("--comm-hook")) {
       hook_name = args.value();
     } else if (args.is("--iface")) {
       iface = args.value();
-    } else if (args.is("--n-layer")) {
-      config.n_layer = args.integer();
-    } else if (args.is("--n-head")) {
-      config.n_head = args.integer();
-    } else if (args.is("--n-embd")) {
-      config.n_embd = args.integer();
-    } else if (args.is("--block-size")) {
-      config.block_size = args.integer();
-    } else if (args.is("--vocab")) {
-      config.vocab_size = args.integer();
     } else {
       args.unknown();
     }

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstdlib>
 #include <map>
 
 #include "cohort/base/error.h"
@@ -27,34 +26,6 @@ using Clock = std::chrono::steady_clock;
 // leaving an elastic job), so the others lose no step to it.
 volatile std::sig_atomic_t leave_requested = 0;
 extern "C" void request_leave(int) { leave_requested = 1; }
-
-struct Job {
-  int rank = 0;
-  int world_size = 1;
-  std::string master_addr;
-  uint16_t master_port = 0;
-  bool replacement = false;
-};
-
-// Unset and empty are the same.
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
-}
-
-Job read_job() {
-  Job j;
-  const std::string port = env_or("MASTER_PORT", "");
-  COHORT_CHECK(!port.empty() && !env_or("RANK", "").empty(),
-               "cohort train --fault-tolerant: RANK and MASTER_PORT are not set; run it under "
-               "`cohort run --fault-tolerant`, whose store hosts the quorum service");
-  j.rank = std::stoi(env_or("RANK", "0"));
-  j.world_size = std::stoi(env_or("WORLD_SIZE", "1"));
-  j.master_addr = env_or("MASTER_ADDR", "127.0.0.1");
-  j.master_port = static_cast<uint16_t>(std::stoi(port));
-  j.replacement = env_or("COHORT_FT_REPLACEMENT", "0") == "1";
-  return j;
-}
 
 // The examples at global positions [begin, end) of the walk: position g is
 // example order(g / N)[g % N].
@@ -114,7 +85,11 @@ void check_fault_tolerant_options(const TrainOptions& o) {
 
 TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   check_fault_tolerant_options(o);
-  const Job job = read_job();
+  const TrainOptions::FaultTolerantJob& job = o.fault_tolerant_job;
+  COHORT_CHECK(job.rank >= 0 && job.master_port > 0,
+               "cohort train --fault-tolerant: RANK and MASTER_PORT are not set; run it under "
+               "`cohort run --fault-tolerant`, whose store hosts the quorum service (or give "
+               "them, with `cohort lighthouse` serving it)");
   if (o.threads > 0) set_num_threads(o.threads);
   Splits splits = make_splits(o);
   Generator gen(o.seed);
@@ -130,7 +105,7 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   parallel::ReplicaManagerOptions mo;
   mo.replica_id = fmt::format("rank{}", job.rank);
   mo.store_host = job.master_addr;
-  mo.store_port = job.master_port;
+  mo.store_port = static_cast<uint16_t>(job.master_port);
   mo.initial_replicas = job.replacement ? 0 : job.world_size;
   mo.replacement = job.replacement;
   mo.state_dict = [&] {

@@ -17,11 +17,12 @@
 // over the participants; when a member is lost during it, it is skipped
 // (logged) and training goes on.
 //
-// The job comes from `cohort run`'s environment: RANK (the replica id
-// "rank<RANK>", kept by a replacement), WORLD_SIZE (the first quorum waits
-// for that many), MASTER_ADDR / MASTER_PORT (the store, whose server runs
-// the quorum service), COHORT_TOKEN, and COHORT_FT_REPLACEMENT=1 on a worker
-// the launcher restarted. Image models only (a language model's random
+// The job is options.fault_tolerant_job, which the CLI reads from `cohort
+// run`'s environment: RANK (the replica id "rank<RANK>", kept by a
+// replacement), WORLD_SIZE (the first quorum waits for that many),
+// MASTER_ADDR / MASTER_PORT (the store, whose server runs the quorum
+// service) and COHORT_FT_REPLACEMENT=1 on a worker the launcher restarted;
+// the store's token is COHORT_TOKEN. Image models only (a language model's random
 // windows are not a walked order yet); float32 with the plain average (no
 // bf16, comm hooks, SyncBatchNorm), no metrics file or trace, no --resume;
 // the native backend on the CPU. Errors: InvalidArgument for those before anything starts; the

@@ -85,6 +85,16 @@ struct TrainOptions {
   // restart (fault_tolerant_run.h): the replicas still alive go on at the
   // next step, a restarted worker takes the state from a live one.
   bool fault_tolerant = false;
+  // The job of a fault-tolerant run, from the launcher's environment (the
+  // CLI reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+  // COHORT_FT_REPLACEMENT into it; fault_tolerant_run.h). rank -1: none.
+  struct FaultTolerantJob {
+    int rank = -1;
+    int world_size = 1;
+    std::string master_addr = "127.0.0.1";
+    int master_port = 0;
+    bool replacement = false;  // started in place of a replica that died
+  } fault_tolerant_job;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the
   // micro-batches each step's batch is cut into (unset: 4, or batch_size

@@ -142,6 +142,27 @@ int run_train(CLI::App* app, TrainArgs* args) {
     // The environment is read at the edge (docs/design.md rule 11): here,
     // and by main (env_settings(): COHORT_NUM_THREADS, already applied as the
     // process default).
+    if (o.fault_tolerant) {
+      // The job as `cohort run --fault-tolerant` (or a scheduler) describes it.
+      auto env = [](const char* name) {
+        const char* v = std::getenv(name);
+        return std::string(v != nullptr ? v : "");
+      };
+      auto number = [&](const char* name, int fallback) {
+        const std::string v = env(name);
+        if (v.empty()) return fallback;
+        try {
+          return std::stoi(v);
+        } catch (const std::logic_error&) {
+          throw InvalidArgument(fmt::format("{} must be an integer, got '{}'", name, v));
+        }
+      };
+      o.fault_tolerant_job.rank = number("RANK", -1);
+      o.fault_tolerant_job.world_size = number("WORLD_SIZE", 1);
+      if (!env("MASTER_ADDR").empty()) o.fault_tolerant_job.master_addr = env("MASTER_ADDR");
+      o.fault_tolerant_job.master_port = number("MASTER_PORT", 0);
+      o.fault_tolerant_job.replacement = env("COHORT_FT_REPLACEMENT") == "1";
+    }
     const char* transport = std::getenv("COHORT_TRANSPORT");
     o.rpc_force_tcp = transport != nullptr && std::string(transport) == "tcp";
     if (o.threads == 0 && !env_settings().num_threads) {
