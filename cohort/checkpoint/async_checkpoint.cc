@@ -284,19 +284,8 @@ std::string AsyncCheckpointWriter::save_sharded(distributed::ProcessGroup& group
   const std::string path = (fs::path(root) / name).string();
   // Rank 0 makes the temporary directory and tells the others (collectives:
   // on this thread).
-  std::string tmp;
-  std::exception_ptr error;
-  if (rank == 0) {
-    try {
-      COHORT_CHECK(state.step >= 0, "save_sharded_checkpoint: step must be >= 0, got {}",
-                   state.step);
-      tmp = begin_checkpoint_dir(root, name, "background save_sharded_checkpoint");
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  detail::agree(group, "background save_sharded_checkpoint", error);
-  tmp = detail::broadcast_string(group, tmp, 0);
+  const std::string tmp = detail::begin_sharded_dir(group, root, name, state.step,
+                                                    "background save_sharded_checkpoint");
 
   begin_staging();
   const auto staging_start = Clock::now();

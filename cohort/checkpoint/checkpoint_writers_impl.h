@@ -34,4 +34,10 @@ std::string broadcast_string(distributed::ProcessGroup& group, std::string s, in
 // IoError naming `op`, the first failing rank and its message.
 void agree(distributed::ProcessGroup& group, const char* op, std::exception_ptr error);
 
+// Collective: rank 0 makes the temporary directory of a sharded checkpoint
+// of `step` in root (begin_checkpoint_dir) and every rank learns its path;
+// a failure there throws on every rank (agree, naming `op`).
+std::string begin_sharded_dir(distributed::ProcessGroup& group, const std::string& root,
+                              const std::string& name, int64_t step, const char* op);
+
 }  // namespace cohort::checkpoint::detail

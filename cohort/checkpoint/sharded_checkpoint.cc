@@ -267,6 +267,22 @@ class WholeSource final : public CheckpointSource {
 
 namespace detail {
 
+std::string begin_sharded_dir(distributed::ProcessGroup& group, const std::string& root,
+                              const std::string& name, int64_t step, const char* op) {
+  std::string tmp;
+  std::exception_ptr error;
+  if (group.rank() == 0) {
+    try {
+      COHORT_CHECK(step >= 0, "save_sharded_checkpoint: step must be >= 0, got {}", step);
+      tmp = begin_checkpoint_dir(root, name, op);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  agree(group, op, error);
+  return broadcast_string(group, tmp, 0);
+}
+
 std::string broadcast_string(distributed::ProcessGroup& group, std::string s, int root) {
   int64_t n = group.rank() == root ? static_cast<int64_t>(s.size()) : 0;
   group.broadcast(&n, 1, distributed::DataType::kInt64, {.root = root});
@@ -357,19 +373,9 @@ std::string save_sharded_checkpoint(distributed::ProcessGroup& group, const std:
   const int rank = group.rank(), world = group.size();
   const std::string name = step_dir_name(state.step);
   // 1. Rank 0 makes the temporary directory and tells the others.
-  std::string tmp;
+  const std::string tmp =
+      detail::begin_sharded_dir(group, root, name, state.step, "save_sharded_checkpoint");
   std::exception_ptr error;
-  if (rank == 0) {
-    try {
-      COHORT_CHECK(state.step >= 0, "save_sharded_checkpoint: step must be >= 0, got {}",
-                   state.step);
-      tmp = begin_checkpoint_dir(root, name, "save_sharded_checkpoint");
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  agree(group, "save_sharded_checkpoint", error);
-  tmp = broadcast_string(group, tmp, 0);
   // 2. Every rank writes its file.
   try {
     write_rank_file((fs::path(tmp) / rank_file_name(rank, world)).string(), pieces, rank, world);
