@@ -18,34 +18,13 @@
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
 #include "cohort/rendezvous/tcp_store_server.h"
 #include "cohort/transport/socket.h"
+#include "tests/fault_tolerance/replica_model.h"
 
 namespace cohort::parallel::ft_testing {
 
 using namespace std::chrono_literals;
 
 namespace {
-
-nn::ModulePtr make_model(uint64_t seed) {
-  Generator gen(seed);
-  return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
-      std::make_shared<nn::Linear>(4, 8, gen), std::make_shared<nn::Tanh>(),
-      std::make_shared<nn::Linear>(8, 1, gen)});
-}
-
-// Samples [begin, end) of the global order.
-std::pair<Tensor, Tensor> samples(int64_t begin, int64_t end) {
-  std::vector<float> x, y;
-  for (int64_t i = begin; i < end; ++i) {
-    Generator g(1000 + static_cast<uint64_t>(i));
-    std::vector<float> xi = randn({4}, g).to_vector<float>();
-    x.insert(x.end(), xi.begin(), xi.end());
-    y.push_back(xi[0] * 0.5f - xi[2] + 0.1f);
-  }
-  const int64_t n = end - begin;
-  return {Tensor::from_vector<float>(x, {n, 4}), Tensor::from_vector<float>(y, {n, 1})};
-}
-
-optim::SGDOptions sgd() { return {.lr = 0.05, .momentum = 0.9}; }
 
 // One replica's loop; writes <dir>/<id>.params (raw floats), <id>.steps
 // (the participants of each step it committed) and <id>.log.

@@ -45,6 +45,23 @@ struct ReplicaSpec {
   std::string store_host = "127.0.0.1";
 };
 
+// Replicas of several processes (replica_group_test.cc): ZeRO over each
+// replica's processes, averaged across replicas by the manager's sharded hook.
+struct ReplicaGroupSpec {
+  std::string id;  // the replica's; its processes write <id>.<group_rank>.*
+  int group_size = 2;
+  int group_rank = 0;
+  int zero_stage = 2;  // 0: DDP over the replica's processes
+  uint64_t seed = 7;
+  int64_t steps = 10;
+  std::map<int64_t, Fault> faults = {};  // kKillBeforeAllReduce, kStop
+  int initial_replicas = 0;
+  bool replacement = false;
+  std::chrono::milliseconds step_time{0};
+  std::chrono::milliseconds step_time_alone{0};  // instead, when the only replica
+};
+int run_replica_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& dir);
+
 // One replica's loop; writes <dir>/<id>.params (raw floats), <id>.steps
 // (the participants of each step it committed), <id>.log and, when it
 // throws, <id>.err (then returns 3).

@@ -47,6 +47,27 @@
 // (find_unused_parameters must stay off: its bitmap would be this replica's
 // alone; buffers are each replica's own and travel with the state.)
 //
+// A replica of several processes (group_size G > 1: a ZeRO shard group, a
+// pipeline or a tensor-parallel group, torchft's replica group) fails and
+// rejoins as one. Its processes meet once in replica_group() (built over the
+// store; the strategy inside the replica runs over it) and each asks the
+// quorum as "<replica_id>/<group_rank>", after a barrier of the replica, so
+// that they ask together. The quorum's replicas are those whose G processes
+// all asked; process g of each builds the step's group with process g of the
+// others (the cross-replica dimension of HSDP: per group rank, ranks in
+// replica order), averages over it, and receives a state from process g of
+// the source replica when behind. should_commit adds a vote of the replica's
+// processes, so that they commit together. When one of them is lost -- the
+// quorum lacks it, or a collective of replica_group() fails -- the others
+// throw Error (their replica is gone; the launcher restarts the replica's
+// processes together, and they meet again under a new start count) while the
+// other replicas go on. Inside a replica, the strategy's gradients are
+// reduced over replica_group() and then over the step's group: comm_hook()
+// for a DDP over replica_group(), sharded_comm_hook() for a
+// ShardedDataParallel over it (reduce_scatter in the replica, the segment
+// all-reduced across replicas), all_reduce_average() for a pipeline stage's
+// or a tensor-parallel shard's own gradients.
+//
 // Failure: start_step throws Error when no quorum forms within
 // quorum_timeout (fewer than min_replicas alive) and when the quorum service
 // (the store's server) is gone, naming it: without it the replicas cannot
@@ -70,6 +91,7 @@
 #include "cohort/core/tensor_dict.h"
 #include "cohort/distributed/process_group.h"
 #include "cohort/parallel/comm_hooks/comm_hook.h"
+#include "cohort/parallel/comm_hooks/sharded_comm_hook.h"
 #include "cohort/rendezvous/quorum.h"
 #include "cohort/rendezvous/tcp_store.h"
 
@@ -77,6 +99,10 @@ namespace cohort::parallel {
 
 struct ReplicaManagerOptions {
   std::string replica_id = {};  // unique among the replicas; a replacement reuses it
+  // Processes per replica (the same in every replica of a job) and this
+  // one's rank among them (see the header comment).
+  int group_size = 1;
+  int group_rank = 0;
   std::string store_host = "127.0.0.1";
   uint16_t store_port = 0;
   std::optional<std::string> token = {};  // nullopt: COHORT_TOKEN
@@ -128,10 +154,18 @@ class ReplicaManager {
   CommHookPtr comm_hook();
   // A group of this process alone (made once), for such a DDP.
   std::shared_ptr<distributed::ProcessGroup> local_group();
+  // The processes of this replica (group_size > 1; built once, on first use,
+  // when all of them call it); group_size 1: local_group().
+  std::shared_ptr<distributed::ProcessGroup> replica_group();
+  // For a ShardedDataParallel over replica_group(): its unit's gradients
+  // reduce-scattered (average) in the replica, then this process's segment
+  // averaged over the step's group, failures kept for should_commit().
+  ShardedCommHookPtr sharded_comm_hook();
 
   // Committed steps (the same on every participant after start_step).
   int64_t step() const { return step_; }
-  // This replica's rank among the step's participants, and their number.
+  // This replica's rank among the step's participating replicas, and their
+  // number (a replica of several processes has one rank).
   int rank() const { return rank_; }
   int num_participants() const { return static_cast<int>(members_.size()); }
   const std::vector<std::string>& participants() const { return members_; }
@@ -149,11 +183,22 @@ class ReplicaManager {
   void rebuild_group(const rendezvous::Quorum& q);
   void catch_up(const rendezvous::Quorum& q);
   void log(const std::string& line) const;
+  // "r1", or "r1 (process 0 of 2)"; and the quorum id of this process.
+  std::string who() const;
+  std::string process_id() const;
+  // group_size > 1: the quorum of processes as one of replicas (members by
+  // replica id, each at its processes' lowest step); throws when this
+  // process's replica is incomplete in it.
+  rendezvous::Quorum replicas_of(const rendezvous::Quorum& processes) const;
+  // Barrier of the replica's processes that also checks their step counts agree.
+  void meet_replica();
+  [[noreturn]] void replica_lost(const std::string& what, const std::string& cause) const;
 
   ReplicaManagerOptions options_;
   std::shared_ptr<rendezvous::TcpStore> store_;
   std::shared_ptr<distributed::ProcessGroup> pg_;
   std::shared_ptr<distributed::ProcessGroup> local_group_;
+  std::shared_ptr<distributed::ProcessGroup> replica_group_;
   uint64_t group_epoch_ = 0;
   bool have_group_ = false;
   std::vector<std::string> members_;
