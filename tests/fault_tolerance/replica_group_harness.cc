@@ -1,6 +1,7 @@
 // The loop of one process of a replica of several (ReplicaGroupSpec): ZeRO
-// (or, at stage 0, DDP) over the replica's processes (replica_group()), its
-// gradients averaged across replicas by the manager's (sharded) hook; each committed step takes
+// (stage 0: DDP; -1: a tensor-parallel MLP) over the replica's processes
+// (replica_group()), its gradients averaged across replicas by the manager's
+// (sharded) hook or all_reduce_average; each committed step takes
 // the next n x B samples for its n replicas, B per replica split evenly
 // among its processes.
 #include <signal.h>
@@ -10,6 +11,9 @@
 
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
+#include "cohort/parallel/tensor_parallel/column_parallel_linear.h"
+#include "cohort/parallel/tensor_parallel/full_state_dict.h"
+#include "cohort/parallel/tensor_parallel/row_parallel_linear.h"
 #include "cohort/parallel/zero/sharded_optimizer.h"
 #include "tests/fault_tolerance/replica_harness.h"
 #include "tests/fault_tolerance/replica_model.h"
@@ -27,7 +31,9 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
   std::vector<int> committed;
   std::unique_ptr<ShardedDataParallel> zero;
   std::unique_ptr<DistributedDataParallel> ddp;  // zero_stage 0: DDP over the replica
-  auto ddp_module = [&]() -> nn::Module& { return ddp->module(); };
+  nn::ModulePtr tp;
+  // What a process keeps and trains: the full model, or its tensor-parallel part.
+  auto own = [&]() -> nn::Module& { return zero ? zero->module() : tp ? *tp : ddp->module(); };
   std::unique_ptr<ShardedOptimizer> opt;
   std::unique_ptr<optim::Optimizer> dense_opt;  // DDP's (zero_stage 0)
   // Process g of the source replica sends to process g of the one behind:
@@ -36,8 +42,7 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
   auto state = [&] {
     TensorDict s;
     if (zero) zero->summon_full_params();
-    nn::Module& full = zero ? zero->module() : ddp_module();
-    for (const auto& [n, p] : full.named_parameters()) s.insert("model." + n, p.detach());
+    for (const auto& [n, p] : own().named_parameters()) s.insert("model." + n, p.detach());
     s.merge(zero ? opt->optimizer().state_dict() : dense_opt->state_dict(), "optim.");
     s.insert("cursor", Tensor::from_vector<int64_t>({cursor}));
     return s;
@@ -46,8 +51,7 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
     if (zero) zero->summon_full_params();
     {
       NoGradGuard no_grad;
-      nn::Module& full = zero ? zero->module() : ddp_module();
-      for (const auto& [n, p] : full.named_parameters())
+      for (const auto& [n, p] : own().named_parameters())
         const_cast<Tensor&>(p).copy_(s.at("model." + n));
     }
     if (zero) zero->load_full_params();
@@ -69,7 +73,16 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
                     .state_dict = state,
                     .load_state_dict = load,
                     .log = [&](const std::string& line) { log << line << std::endl; }});
-  if (spec.zero_stage == 0) {
+  if (spec.zero_stage == -1) {
+    Generator gen(spec.seed);
+    // The same full weights as make_model draws, each process keeping its part.
+    tp = std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<ColumnParallelLinear>(4, 8, m.replica_group(), gen,
+                                               ColumnParallelOptions{.gather_output = false}),
+        std::make_shared<nn::Tanh>(),
+        std::make_shared<RowParallelLinear>(8, 1, m.replica_group(), gen)});
+    dense_opt = std::make_unique<optim::SGD>(tp->parameters(), sgd());
+  } else if (spec.zero_stage == 0) {
     ddp = std::make_unique<DistributedDataParallel>(
         make_model(spec.seed), m.replica_group(),
         DistributedDataParallelOptions{.bucket_cap_mb = 0.0001, .comm_hook = m.comm_hook()});
@@ -81,14 +94,15 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
     opt = std::make_unique<ShardedOptimizer>(
         *zero, std::make_unique<optim::SGD>(zero->shard_parameters(), sgd()));
   }
-  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *zero;
-  nn::Module& full = ddp ? ddp->module() : zero->module();
-  optim::Optimizer& inner = ddp ? *dense_opt : opt->optimizer();
-  const int64_t share = kBatch / spec.group_size;
+  nn::Module& net = tp ? *tp : ddp ? static_cast<nn::Module&>(*ddp) : *zero;
+  optim::Optimizer& inner = zero ? opt->optimizer() : *dense_opt;
+  // Data parallel inside the replica: each process a part of its batch;
+  // tensor parallel: each the whole batch.
+  const int64_t share = tp ? kBatch : kBatch / spec.group_size;
   while (m.step() < spec.steps) {
     m.start_step();
     const int n = m.num_participants();
-    const int64_t begin = cursor + m.rank() * kBatch + spec.group_rank * share;
+    const int64_t begin = cursor + m.rank() * kBatch + (tp ? 0 : spec.group_rank * share);
     auto [x, y] = samples(begin, begin + share);
     auto found = spec.faults.find(m.step());
     const Fault fault = found == spec.faults.end() ? Fault::kNone : found->second;
@@ -99,6 +113,12 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
     if (fault == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
     if (fault == Fault::kStop) ::raise(SIGSTOP);
     loss.backward();
+    if (tp) {
+      // A tensor-parallel part's own gradients, over process g of each replica.
+      std::vector<Tensor> grads;
+      for (Tensor& p : tp->parameters()) grads.push_back(p.grad());
+      m.all_reduce_average(grads);
+    }
     std::this_thread::sleep_for(n == 1 ? spec.step_time_alone : spec.step_time);
     if (!m.should_commit()) continue;
     if (opt) {
@@ -110,8 +130,15 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
     committed.push_back(n);
   }
   if (zero) zero->summon_full_params();
+  std::vector<Tensor> full;
+  if (tp) {
+    const TensorDict whole = full_state_dict(*tp, *m.replica_group());
+    for (const auto& [n, p] : make_model(0)->named_parameters()) full.push_back(whole.at(n));
+  } else {
+    full = own().parameters();
+  }
   std::ofstream params(dir / (name + ".params"), std::ios::binary);
-  for (const Tensor& p : full.parameters()) {
+  for (const Tensor& p : full) {
     Tensor c = p.contiguous();
     params.write(static_cast<const char*>(c.raw_data()), static_cast<std::streamsize>(c.nbytes()));
   }

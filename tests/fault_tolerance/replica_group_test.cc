@@ -116,10 +116,14 @@ TEST_P(ReplicaGroups, AStoppedProcessDropsItsReplicaByTheDeadline) {
   ::kill(b[1], SIGKILL);
 }
 
-// 0: DDP over the replica's processes (its own average, then the replicas').
-INSTANTIATE_TEST_SUITE_P(Strategies, ReplicaGroups, ::testing::Values(0, 2, 3), [](const auto& i) {
-  return i.param == 0 ? std::string("Ddp") : fmt::format("ZeroStage{}", i.param);
-});
+// 0: DDP over the replica's processes (its own average, then the replicas');
+// -1: a tensor-parallel group as one replica (every process the same batch).
+INSTANTIATE_TEST_SUITE_P(Strategies, ReplicaGroups, ::testing::Values(0, 2, 3, -1),
+                         [](const auto& i) {
+                           return i.param == 0    ? std::string("Ddp")
+                                  : i.param == -1 ? std::string("TensorParallel")
+                                                  : fmt::format("ZeroStage{}", i.param);
+                         });
 
 }  // namespace
 }  // namespace cohort::parallel

@@ -361,7 +361,11 @@ std::shared_ptr<distributed::ProcessGroup> ReplicaManager::replica_group() {
     go.network.master_addr = options_.store_host;
     go.network.master_port = options_.store_port;
   }
-  go.timeout = options_.op_timeout;
+  // A process may wait here for a partner that waits out a cross-replica
+  // op's deadline first (a stopped peer elsewhere): the replica must not
+  // take that for a loss of its own. After one failure the step's other
+  // cross-replica ops are skipped, so one deadline's delay is the most.
+  go.timeout = 2 * options_.op_timeout;
   auto store = std::make_shared<rendezvous::PrefixStore>(fmt::format("{}{}/", base, start), store_);
   try {
     replica_group_ = distributed::ProcessGroup::create(options_.backend, store, options_.group_rank,

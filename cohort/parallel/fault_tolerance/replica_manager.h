@@ -61,7 +61,8 @@
 // quorum lacks it, or a collective of replica_group() fails -- the others
 // throw Error (their replica is gone; the launcher restarts the replica's
 // processes together, and they meet again under a new start count) while the
-// other replicas go on. Inside a replica, the strategy's gradients are
+// other replicas go on. replica_group()'s deadline is twice op_timeout (a
+// process may wait there for a partner that waits out a cross-replica op). Inside a replica, the strategy's gradients are
 // reduced over replica_group() and then over the step's group: comm_hook()
 // for a DDP over replica_group(), sharded_comm_hook() for a
 // ShardedDataParallel over it (reduce_scatter in the replica, the segment
