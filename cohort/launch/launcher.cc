@@ -45,6 +45,14 @@ void validate(const LaunchOptions& o) {
                "combine with it");
   COHORT_CHECK(o.max_worker_restarts >= 0, "cohort run: --max-worker-restarts must be >= 0, got {}",
                o.max_worker_restarts);
+  COHORT_CHECK(o.replica_size == 1 || o.fault_tolerant,
+               "cohort run: --replica-size {} (workers that fail and restart as one replica) "
+               "needs --fault-tolerant",
+               o.replica_size);
+  COHORT_CHECK(o.replica_size >= 1 && o.nproc_per_node % o.replica_size == 0,
+               "cohort run: --replica-size {} must divide --nproc-per-node {} (a replica's "
+               "workers are on one node)",
+               o.replica_size, o.nproc_per_node);
   COHORT_CHECK(o.min_nnodes == 0 || o.fault_tolerant,
                "cohort run: --nnodes {}:{} (nodes joining and leaving a running job) needs "
                "--fault-tolerant",
@@ -104,6 +112,8 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
   };
   if (o.min_nnodes > 0 && o.node_rank >= o.min_nnodes)
     env.emplace_back("COHORT_FT_REPLACEMENT", "1");
+  if (o.replica_size > 1)
+    env.emplace_back("COHORT_FT_REPLICA_SIZE", std::to_string(o.replica_size));
   if (!o.interface.empty()) env.emplace_back("COHORT_SOCKET_IFNAME", o.interface);
   if (o.worker_connect_timeout_s > 0)
     env.emplace_back("COHORT_CONNECT_TIMEOUT", std::to_string(o.worker_connect_timeout_s));
@@ -239,6 +249,7 @@ LaunchResult launch(const LaunchOptions& o) {
     go.stderr_fd = o.stderr_fd;
     go.max_lost_workers = o.max_lost_workers;
     go.max_worker_restarts = o.fault_tolerant ? o.max_worker_restarts : -1;
+    go.replica_size = o.replica_size;
     go.orphan_guard = &orphan_guard;
     if (coord) {
       coord->start_watch(attempt);

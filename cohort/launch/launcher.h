@@ -87,6 +87,9 @@ struct LaunchOptions {
   // the job, as node 0's store serves the quorum service.
   bool fault_tolerant = false;
   int max_worker_restarts = 3;
+  // fault_tolerant: workers per replica (WorkerGroupOptions::replica_size;
+  // divides nproc_per_node), told to them as COHORT_FT_REPLICA_SIZE.
+  int replica_size = 1;
   bool pin = true;            // split the CPUs between local workers
   bool host_store = true;     // node 0 serves the rendezvous store on MASTER_PORT
   bool prefix_output = true;  // "[rank N] " before every output line

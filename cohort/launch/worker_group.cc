@@ -3,7 +3,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <memory>
 
 #include "cohort/base/error.h"
@@ -84,6 +86,83 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
       if (!w.status) w.proc.signal(sig);
     }
   };
+  // Starts w again in its place, as a replacement.
+  auto restart = [&](Worker& w) {
+    // Whatever the dead one still had in its pipes, then the new one's.
+    if (w.proc.stdout_fd() >= 0) pump(w.proc.stdout_fd(), *w.out);
+    if (w.proc.stderr_fd() >= 0) pump(w.proc.stderr_fd(), *w.err);
+    w.out->finish();
+    w.err->finish();
+    transport::remove_segments_of(w.proc.pid());
+    ChildSpec child = w.spec->child;
+    child.capture_output = true;
+    child.env.push_back("COHORT_FT_REPLACEMENT=1");
+    w.proc = ChildProcess::exec(child);
+    if (options_.orphan_guard) options_.orphan_guard->watch(w.proc.pid());
+    w.status.reset();
+    w.reported = false;
+  };
+  // Replicas of replica_size workers (by local rank): the failing ones, and
+  // the restarts of each.
+  const int per = options_.replica_size;
+  std::vector<char> failing(workers.size() / static_cast<size_t>(per) + 1, 0);
+  std::vector<int> replica_restarts(failing.size(), 0);
+  auto members = [&](int k) {
+    std::vector<Worker*> out;
+    for (auto& o : workers)
+      if (o.spec->local_rank / per == k) out.push_back(&o);
+    return out;
+  };
+  auto fail_replica = [&](Worker& w) {
+    const int k = w.spec->local_rank / per;
+    if (failing[static_cast<size_t>(k)]) return;  // one of the replica's, stopped with it
+    failing[static_cast<size_t>(k)] = 1;
+    report(fmt::format(
+        "cohort run: rank {} (local rank {}, pid {}) {}; its replica (local ranks {}-{}) fails "
+        "as one: stopping its other workers\n",
+        w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe(), k * per,
+        k * per + per - 1));
+    for (Worker* o : members(k))
+      if (!o->status) o->proc.signal(SIGKILL);
+  };
+  // Failing replicas whose workers all ended: started again together, or lost.
+  auto restart_replicas = [&] {
+    bool any_success = false;
+    for (const auto& o : workers) any_success = any_success || (o.status && o.status->success());
+    bool restarted = false;
+    for (size_t k = 0; k < failing.size(); ++k) {
+      if (!failing[k]) continue;
+      const std::vector<Worker*> ws = members(static_cast<int>(k));
+      if (std::any_of(ws.begin(), ws.end(), [](Worker* o) { return !o->status; })) continue;
+      failing[k] = 0;
+      const int first = static_cast<int>(k) * per;
+      if (!any_success && replica_restarts[k] < options_.max_worker_restarts) {
+        ++replica_restarts[k];
+        report(fmt::format(
+            "cohort run: restarting the replica of local ranks {}-{} into the running job, its "
+            "{} workers together (restart {} of {} for this replica), the others go on\n",
+            first, first + per - 1, per, replica_restarts[k], options_.max_worker_restarts));
+        for (Worker* o : ws) {
+          ++o->restarts;
+          ++result.worker_restarts;
+          restart(*o);
+        }
+        restarted = true;
+        continue;
+      }
+      report(
+          fmt::format("cohort run: the replica of local ranks {}-{} is lost ({}), the others "
+                      "go on\n",
+                      first, first + per - 1,
+                      any_success ? "a worker of this node already finished the job"
+                                  : "no restarts left for it"));
+      for (Worker* o : ws)
+        if (!o->status->success())
+          result.lost.push_back(
+              WorkerFailure{o->spec->rank, o->spec->local_rank, o->proc.pid(), *o->status});
+    }
+    return restarted;
+  };
   auto begin_stop = [&] {
     if (stopping) return;
     stopping = true;
@@ -113,6 +192,10 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
       if (w.status->success() || result.interrupted_by || !result.stopped_by.empty() || w.reported)
         continue;
       w.reported = true;
+      if (options_.max_worker_restarts >= 0 && !stopping && options_.replica_size > 1) {
+        fail_replica(w);
+        continue;
+      }
       if (options_.max_worker_restarts >= 0 && !stopping) {
         bool others_run = false;
         for (const auto& o : workers) others_run = others_run || (&o != &w && !o.status);
@@ -124,19 +207,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
               "(restart {} of {} for this worker), the others go on\n",
               w.spec->rank, w.spec->local_rank, w.proc.pid(), w.status->describe(), w.restarts,
               options_.max_worker_restarts));
-          // Whatever the dead one still had in its pipes, then the new one's.
-          if (w.proc.stdout_fd() >= 0) pump(w.proc.stdout_fd(), *w.out);
-          if (w.proc.stderr_fd() >= 0) pump(w.proc.stderr_fd(), *w.err);
-          w.out->finish();
-          w.err->finish();
-          transport::remove_segments_of(w.proc.pid());
-          ChildSpec child = w.spec->child;
-          child.capture_output = true;
-          child.env.push_back("COHORT_FT_REPLACEMENT=1");
-          w.proc = ChildProcess::exec(child);
-          if (options_.orphan_guard) options_.orphan_guard->watch(w.proc.pid());
-          w.status.reset();
-          w.reported = false;
+          restart(w);
           all_ended = false;
           continue;
         }
@@ -179,6 +250,7 @@ AttemptResult WorkerGroup::run(SignalWatcher& signals) {
         result.failure = WorkerFailure{w.spec->rank, w.spec->local_rank, w.proc.pid(), *w.status};
       }
     }
+    if (!stopping && options_.replica_size > 1 && restart_replicas()) all_ended = false;
     if (all_ended) break;
     if (stopping && !killed && Clock::now() >= kill_deadline) {
       int left = 0;

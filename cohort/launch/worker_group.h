@@ -55,6 +55,12 @@ struct WorkerGroupOptions {
   // worker still runs: once the others ended there is no job to rejoin);
   // past that it is lost (AttemptResult::lost) and the others go on. -1: off.
   int max_worker_restarts = -1;
+  // With max_worker_restarts: local workers [k*R, (k+1)*R) are one replica
+  // of R processes, which fails and restarts as one (ReplicaManager's
+  // group_size): when one of them fails the others are SIGKILLed, and once
+  // all have ended they are started again together (a restart of each),
+  // unless a worker of this node already finished the job.
+  int replica_size = 1;
   // Polled every loop (about every 250 ms): a reason stops the workers as a
   // failure elsewhere in the job would (SIGTERM, grace, SIGKILL), and their
   // exits are not failures of their own. Must not block.

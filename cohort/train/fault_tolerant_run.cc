@@ -15,6 +15,7 @@
 #include "cohort/data/sampler.h"
 #include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
+#include "cohort/train/fault_tolerant_model.h"
 #include "cohort/train/workload.h"
 
 namespace cohort::train {
@@ -56,10 +57,23 @@ void check_fault_tolerant_options(const TrainOptions& o) {
   COHORT_CHECK(!o.is_language_model(),
                "--fault-tolerant trains the image models (net, net-bn, mlp, toy); a language "
                "model's random windows are not a walked order yet");
-  COHORT_CHECK(o.strategy == Strategy::kAuto || o.strategy == Strategy::kDdp,
-               "--fault-tolerant is data parallel over replicas (--strategy ddp or auto), not "
-               "--strategy {}",
+  COHORT_CHECK(o.strategy == Strategy::kAuto || o.strategy == Strategy::kDdp ||
+                   o.strategy == Strategy::kZero,
+               "--fault-tolerant is data parallel over replicas (--strategy ddp or auto, or zero "
+               "inside replicas of several processes), not --strategy {}",
                strategy_name(o.strategy));
+  const int g = o.fault_tolerant_job.replica_size;
+  COHORT_CHECK(o.strategy != Strategy::kZero || g > 1,
+               "--fault-tolerant --strategy zero shards over a replica's processes: run it under "
+               "`cohort run --fault-tolerant --replica-size N` with N > 1 (COHORT_FT_REPLICA_SIZE "
+               "is {})",
+               g);
+  COHORT_CHECK(g >= 1 && o.fault_tolerant_job.world_size % g == 0,
+               "--fault-tolerant: COHORT_FT_REPLICA_SIZE {} must divide WORLD_SIZE {}", g,
+               o.fault_tolerant_job.world_size);
+  COHORT_CHECK(o.zero_shard_size == 0,
+               "--fault-tolerant --strategy zero shards over each replica's processes; "
+               "--zero-shard-size (HSDP) does not apply: the replicas are its replicate dimension");
   COHORT_CHECK(o.resume.empty(),
                "--fault-tolerant with --resume: a replacement takes the state from a live "
                "replica, not from a checkpoint; start a new run, or resume without "
@@ -93,45 +107,41 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   if (o.threads > 0) set_num_threads(o.threads);
   Splits splits = make_splits(o);
   Generator gen(o.seed);
-  nn::ModulePtr model = make_model(o, gen);
-  std::unique_ptr<optim::Optimizer> opt = make_optimizer(o, model->parameters());
-  const double clip = clip_max_norm(o.model);
+  FaultTolerantModel model(o, gen);
   const int64_t n_train = splits.train->size();
   const int64_t total = o.epochs * n_train;
   const int64_t batch = o.batch_size;
+  // A replica of g processes takes g x batch examples a step, batch each.
+  const int g = job.replica_size;
+  const int group_rank = job.rank % g;
+  const int64_t replica_batch = batch * g;
   int64_t cursor = 0;
   GlobalOrder order(n_train, o.seed);
 
   parallel::ReplicaManagerOptions mo;
-  mo.replica_id = fmt::format("rank{}", job.rank);
+  mo.replica_id = g == 1 ? fmt::format("rank{}", job.rank) : fmt::format("replica{}", job.rank / g);
+  mo.group_size = g;
+  mo.group_rank = group_rank;
   mo.store_host = job.master_addr;
   mo.store_port = static_cast<uint16_t>(job.master_port);
-  mo.initial_replicas = job.replacement ? 0 : job.world_size;
+  mo.initial_replicas = job.replacement ? 0 : job.world_size / g;
   mo.replacement = job.replacement;
-  mo.state_dict = [&] {
-    TensorDict s;
-    s.merge(model->state_dict(), "model.");
-    s.merge(opt->state_dict(), "optim.");
-    s.insert("ft.cursor", Tensor::from_vector<int64_t>({cursor}));
-    s.insert("ft.rng", Tensor::from_vector<uint8_t>(gen.get_state()));
-    return s;
-  };
-  mo.load_state_dict = [&](const TensorDict& s) {
-    model->load_state_dict(s.sub("model."));
-    opt->load_state_dict(s.sub("optim."));
-    cursor = s.at("ft.cursor").to_vector<int64_t>()[0];
-    gen.set_state(s.at("ft.rng").to_vector<uint8_t>());
-  };
+  mo.state_dict = [&] { return model.state_dict(cursor, gen); };
+  mo.load_state_dict = [&](const TensorDict& s) { cursor = model.load_state_dict(s, gen); };
   mo.log = [](const std::string& line) { COHORT_WARN("{}", line); };
   parallel::ReplicaManager m(mo);
+  model.attach(m);
+  // Rank 0's duties (progress, checkpoints) go to process 0 of the
+  // participant of rank 0; a checkpoint is that replica's (collective).
+  auto leads = [&] { return m.rank() == 0 && group_rank == 0; };
 
   TrainResult result;
   RunInfo& info = result.info;
-  info.strategy = Strategy::kDdp;
+  info.strategy = o.strategy == Strategy::kZero ? Strategy::kZero : Strategy::kDdp;
   info.rank = job.rank;
   info.world_size = job.world_size;
   info.threads = o.threads > 0 ? o.threads : num_threads();
-  info.layout = "fault-tolerant replicas";
+  info.layout = model.layout();
   info.train_examples = n_train;
   info.test_examples = splits.test->size();
   info.data_description = splits.description;
@@ -155,7 +165,7 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
     e.complete = complete;
     e.test_accuracy = NAN;
     try {
-      Evaluation ev = evaluate(*model, o.model, *splits.test, m.group());
+      Evaluation ev = evaluate(model.full_model(), o.model, *splits.test, m.group());
       e.test_loss = ev.loss;
       e.test_accuracy = ev.accuracy;
     } catch (const std::exception& ex) {
@@ -166,17 +176,12 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
           epoch + 1, ex.what());
       e.test_loss = NAN;
     }
-    if (m.rank() == 0) {
-      if (observer != nullptr) observer->on_epoch_end(e);
-      if (!o.checkpoint_dir.empty()) {
-        checkpoint::TrainingState ts{.epoch = cursor / n_train, .step = m.step()};
-        result.last_checkpoint =
-            writer
-                ? writer->save(o.checkpoint_dir, *model, opt.get(), ts, {.keep_last = o.keep_last})
-                : checkpoint::save_checkpoint(o.checkpoint_dir, *model, opt.get(), ts,
-                                              {.keep_last = o.keep_last});
-        if (observer != nullptr) observer->on_checkpoint(result.last_checkpoint, m.step());
-      }
+    if (leads() && observer != nullptr) observer->on_epoch_end(e);
+    if (m.rank() == 0 && !o.checkpoint_dir.empty()) {
+      checkpoint::TrainingState ts{.epoch = cursor / n_train, .step = m.step()};
+      result.last_checkpoint =
+          model.save_checkpoint(o.checkpoint_dir, ts, writer ? &*writer : nullptr);
+      if (leads() && observer != nullptr) observer->on_checkpoint(result.last_checkpoint, m.step());
     }
     result.epochs.push_back(e);
     epoch_steps = 0;
@@ -199,25 +204,19 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
       return result;
     }
     m.start_step();
-    if (!started && m.rank() == 0 && observer != nullptr) observer->on_start(info);
+    if (!started && leads() && observer != nullptr) observer->on_start(info);
     started = true;
     const int n = m.num_participants();
-    if (cursor + n * batch > total || (o.max_steps > 0 && m.step() >= o.max_steps)) break;
-    const int64_t begin = cursor + m.rank() * batch;
+    if (cursor + n * replica_batch > total || (o.max_steps > 0 && m.step() >= o.max_steps)) break;
+    const int64_t begin = cursor + m.rank() * replica_batch + group_rank * batch;
     data::Batch b = splits.train->get_batch(order.at(begin, begin + batch));
-    opt->zero_grad();
-    Tensor loss = compute_loss(o.model, model->forward(b.input), b.target);
-    loss.backward();
-    std::vector<Tensor> grads;
-    for (Tensor& p : model->parameters())
-      if (p.requires_grad() && p.grad().defined()) grads.push_back(p.grad());
-    m.all_reduce_average(grads);
+    Tensor loss = model.forward_backward(b);
+    model.average_gradients(m);
     if (!m.should_commit()) continue;
     // Every participant holds the same averaged gradients: the same clip.
-    if (clip > 0) optim::clip_grad_norm(model->parameters(), clip);
-    opt->step();
+    model.step();
     const int64_t epoch_before = cursor / n_train;
-    cursor += n * batch;
+    cursor += n * replica_batch;
     const double l = loss.item<double>();
     COHORT_CHECK(std::isfinite(l),
                  "cohort train: loss is {} at step {} (replica rank{}); training "
@@ -225,15 +224,15 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
                  l, m.step(), job.rank);
     ++epoch_steps;
     epoch_loss += l;
-    epoch_samples += static_cast<double>(n * batch);
+    epoch_samples += static_cast<double>(n * replica_batch);
     const int64_t in_epoch = epoch_steps;
-    if (m.rank() == 0 && observer != nullptr &&
+    if (leads() && observer != nullptr &&
         (o.log_every > 0 ? in_epoch % o.log_every == 0 : in_epoch % 10 == 0)) {
       StepInfo s;
       s.epoch = epoch_before;
       s.step = m.step();
       s.step_in_epoch = in_epoch;
-      s.steps_in_epoch = n_train / (n * batch);
+      s.steps_in_epoch = n_train / (n * replica_batch);
       s.loss = l;
       s.elapsed_seconds = std::chrono::duration<double>(Clock::now() - epoch_start).count();
       s.samples_per_second = s.elapsed_seconds > 0 ? epoch_samples / s.elapsed_seconds : 0;

@@ -94,6 +94,7 @@ struct TrainOptions {
     std::string master_addr = "127.0.0.1";
     int master_port = 0;
     bool replacement = false;  // started in place of a replica that died
+    int replica_size = 1;      // processes per replica (COHORT_FT_REPLICA_SIZE)
   } fault_tolerant_job;
   int replicas = 2;  // DataParallel replicas
   // --strategy pipeline: "gpipe", "1f1b", "interleaved" or "zb-h1"; the

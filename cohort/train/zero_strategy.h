@@ -47,6 +47,9 @@ class ZeroStrategy final : public TrainStrategy {
   int threads() const override;
   std::string layout() const override;
   std::vector<parallel::Joinable*> joinables() override { return {zero_.get(), opt_.get()}; }
+  // For a loop of its own (fault_tolerant_model.h): the wrapper and its optimizer.
+  parallel::ShardedDataParallel& zero() { return *zero_; }
+  parallel::ShardedOptimizer& sharded_optimizer() { return *opt_; }
 
  private:
   TrainOptions options_;

@@ -135,6 +135,43 @@ TEST(LaunchE2E, FaultTolerantRestartsAFailedWorkerInPlace) {
   EXPECT_NE(r.out.find("[rank 1] done 1"), std::string::npos) << r.out;
 }
 
+TEST(LaunchE2E, FaultTolerantReplicaOfTwoWorkersRestartsAsOne) {
+  // Rank 3 fails once: its partner, rank 2, is stopped with it and both are
+  // started again together; ranks 0 and 1 (the other replica) go on.
+  RunResult r = run_cohort(
+      {"run", "--nproc-per-node", "4", "--fault-tolerant", "--replica-size", "2", "--", "/bin/sh",
+       "-c",
+       "if [ \"$RANK\" = 3 ] && [ -z \"$COHORT_FT_REPLACEMENT\" ]; then exit 3; fi; sleep 2; "
+       "echo done $RANK size $COHORT_FT_REPLICA_SIZE ${COHORT_FT_REPLACEMENT:-first}"},
+      60s);
+  ASSERT_FALSE(r.hung) << r.out << r.err;
+  EXPECT_EQ(r.status.code, 0) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.err.find("its replica (local ranks 2-3) fails as one: stopping its other workers"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("restarting the replica of local ranks 2-3 into the running job, its 2 "
+                       "workers together (restart 1 of 3 for this replica)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("[rank 0] done 0 size 2 first"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] done 1 size 2 first"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 2] done 2 size 2 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 3] done 3 size 2 1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[rank 2] done 2 size 2 first"), std::string::npos) << r.out;
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--fault-tolerant", "--replica-size", "3"}, "--replica-size 3 must divide"},
+           {{"--replica-size", "2"},
+            "--replica-size 2 (workers that fail and restart as one "
+            "replica) needs --fault-tolerant"}}) {
+    std::vector<std::string> argv = {"run", "--nproc-per-node", "4"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--", "true"});
+    RunResult bad = run_cohort(argv, 30s);
+    EXPECT_NE(bad.status.code, 0);
+    EXPECT_NE(bad.err.find(message), std::string::npos) << bad.err;
+  }
+}
+
 TEST(LaunchE2E, FaultTolerantWorkerOutOfRestartsIsLostAndTheOthersFinish) {
   RunResult r = run_cohort(
       {"run", "--nproc-per-node", "2", "--fault-tolerant", "--max-worker-restarts", "1", "--",

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -91,6 +92,43 @@ TEST(TrainFaultTolerant, CohortRunRestartsADeadWorkerIntoTheRunningJob) {
   EXPECT_NE(out.find("epoch 3: train loss"), std::string::npos) << out;
 }
 
+// Replicas of two workers with ZeRO-3 inside each: a worker killed, its
+// partner stopped with it, both restarted together; they take the state from
+// the live replica's two (process g from process g) and all finish.
+TEST(TrainFaultTolerant, CohortRunRestartsAZeroReplicaOfTwoWorkersAsOne) {
+  const std::string ckpt = make_temp_dir("ft_zero");
+  std::vector<std::string> argv = {
+      kCohort, "run", "--nproc-per-node", "4", "--fault-tolerant", "--replica-size", "2"};
+  for (const std::string& a : train_argv({"--fault-tolerant", "--strategy", "zero", "--zero-stage",
+                                          "3", "--synthetic-train-size", "12000", "--epochs", "3",
+                                          "--log-every", "1", "--checkpoint-dir", ckpt}))
+    argv.push_back(a);
+  Background job(argv);
+  ASSERT_FALSE(wait_for(job, "epoch 1/3 step 5/").empty()) << job.output();
+  const pid_t worker = find_worker(job.pid(), 3);
+  ASSERT_GT(worker, 0) << job.output();
+  ::kill(worker, SIGKILL);
+  EXPECT_EQ(job.wait(120s), 0) << job.output();
+  const std::string out = job.output();
+  EXPECT_NE(out.find("ZeRO stage 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("its replica (local ranks 2-3) fails as one"), std::string::npos) << out;
+  EXPECT_NE(out.find("restarting the replica of local ranks 2-3 into the running job"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("lost [replica1]"), std::string::npos) << out;
+  for (const char* rank : {"[rank 2] ", "[rank 3] "}) {
+    const std::regex received(std::string("\\") + rank +
+                              ".*received the state of step [0-9]+ from replica replica0");
+    EXPECT_TRUE(std::regex_search(out, received)) << rank << out;
+  }
+  EXPECT_NE(out.find("epoch 3: train loss"), std::string::npos) << out;
+  // The checkpoints of replica 0 (sharded, written by both of its workers).
+  int checkpoints = 0;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt))
+    checkpoints += e.path().filename().string().rfind("step-", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(checkpoints, 3) << out;
+}
+
 // A port that was free a moment ago (the launcher's store binds it next).
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -144,7 +182,8 @@ TEST(TrainFaultTolerant, NnodesMinMaxTakesInANodeAndLetsOneLeave) {
 
 TEST(TrainFaultTolerant, WhatTheLoopDoesNotDoIsRefused) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--fault-tolerant", "--strategy", "zero"}, "--fault-tolerant is data parallel"},
+      {{"--fault-tolerant", "--strategy", "pipeline"}, "--fault-tolerant is data parallel"},
+      {{"--fault-tolerant", "--strategy", "zero"}, "--fault-tolerant --replica-size N"},
       {{"--fault-tolerant", "--resume", "auto", "--checkpoint-dir", "/tmp"},
        "a replacement takes the state from a live replica"},
       {{"--fault-tolerant"}, "run it under `cohort run --fault-tolerant`"},

@@ -92,6 +92,11 @@ std::function<int()> setup_run(CLI::App& app) {
                  "--fault-tolerant: restarts of each worker; past them it is lost and the others "
                  "go on")
       ->capture_default_str();
+  app.add_option("--replica-size", o.replica_size,
+                 "--fault-tolerant: workers per replica (consecutive local ranks; divides "
+                 "--nproc-per-node), which fail and restart as one (cohort train "
+                 "--fault-tolerant --strategy zero shards over them)")
+      ->capture_default_str();
   app.add_flag("--no-pin", args->no_pin,
                "Do not pin workers to CPU shares or set their thread counts");
   app.add_flag("--no-prefix", args->no_prefix, "Do not prefix output lines with [rank N]");

@@ -162,6 +162,7 @@ int run_train(CLI::App* app, TrainArgs* args) {
       if (!env("MASTER_ADDR").empty()) o.fault_tolerant_job.master_addr = env("MASTER_ADDR");
       o.fault_tolerant_job.master_port = number("MASTER_PORT", 0);
       o.fault_tolerant_job.replacement = env("COHORT_FT_REPLACEMENT") == "1";
+      o.fault_tolerant_job.replica_size = number("COHORT_FT_REPLICA_SIZE", 1);
     }
     const char* transport = std::getenv("COHORT_TRANSPORT");
     o.rpc_force_tcp = transport != nullptr && std::string(transport) == "tcp";
