@@ -30,13 +30,17 @@ ReplicaManager::ReplicaManager(ReplicaManagerOptions options) : options_(std::mo
                "ReplicaManager (replica {}): a replica of several processes needs an id without "
                "'/' (its processes ask the quorum as <replica_id>/<group_rank>)",
                options_.replica_id);
-  if (options_.backend != distributed::BackendKind::kNative) {
+  const bool nccl = options_.backend == distributed::BackendKind::kNccl;
+  if (options_.backend != distributed::BackendKind::kNative && !nccl) {
     throw NotSupported(fmt::format(
-        "ReplicaManager (replica {}): training through failures needs the native backend: MPI "
-        "cannot shrink a communicator after a failure without ULFM, and the nccl path (abort "
-        "and re-create the communicator) is not written",
+        "ReplicaManager (replica {}): training through failures needs the native or the nccl "
+        "backend: MPI cannot shrink a communicator after a failure without ULFM",
         options_.replica_id));
   }
+  COHORT_CHECK(!nccl || options_.device.is_cuda(),
+               "ReplicaManager (replica {}): the nccl backend takes device buffers: give the "
+               "options' device (this process's GPU, e.g. cuda:0), not {}",
+               options_.replica_id, options_.device.str());
   rendezvous::TcpStoreOptions so;
   so.host = options_.store_host;
   so.port = options_.store_port;
@@ -216,13 +220,13 @@ rendezvous::Quorum ReplicaManager::replicas_of(const rendezvous::Quorum& process
 
 void ReplicaManager::meet_replica() {
   const double step = static_cast<double>(step_);
-  Tensor t = Tensor::from_vector<double>({step, -step});
+  Tensor t = Tensor::from_vector<double>({step, -step}).to(options_.device);
   try {
     replica_group()->all_reduce(t, {.op = distributed::ReduceOp::kMax});
   } catch (const Error& e) {
     replica_lost("meeting before the quorum", e.what());
   }
-  const std::vector<double> v = t.to_vector<double>();
+  const std::vector<double> v = t.cpu().to_vector<double>();
   COHORT_CHECK(v[0] == -v[1],
                "ReplicaManager (replica {}): the replica's processes are at steps {} to {}; they "
                "commit together, so this is a defect",
@@ -263,8 +267,7 @@ void ReplicaManager::rebuild_group(const rendezvous::Quorum& q) {
   auto store = std::make_shared<rendezvous::PrefixStore>(
       fmt::format("ft/epoch{}/{}", q.group_epoch, dim), store_);
   try {
-    pg_ = distributed::ProcessGroup::create(options_.backend, store, rank,
-                                            static_cast<int>(q.members.size()), go);
+    pg_ = create_group(store, rank, static_cast<int>(q.members.size()), go);
   } catch (const std::exception& e) {
     // A member that died between the quorum and the group: this step fails
     // and the next quorum goes on without it.
@@ -292,11 +295,11 @@ void ReplicaManager::catch_up(const rendezvous::Quorum& q) {
         COHORT_CHECK(options_.state_dict != nullptr,
                      "ReplicaManager (replica {}): a replica is behind and no state_dict was given",
                      who());
-        send_state(*pg_, options_.state_dict(), dst);
+        send_state(*pg_, options_.state_dict(), dst, options_.device);
       } else if (rank_ == dst) {
         COHORT_CHECK(options_.load_state_dict != nullptr,
                      "ReplicaManager (replica {}): behind and no load_state_dict was given", who());
-        TensorDict state = recv_state(*pg_, source);
+        TensorDict state = recv_state(*pg_, source, options_.device);
         options_.load_state_dict(state);
         log(fmt::format(
             "ReplicaManager (replica {}): received the state of step {} from replica {} (was "
@@ -328,6 +331,14 @@ void ReplicaManager::all_reduce_average(std::vector<Tensor>& tensors) {
   } catch (const std::exception& e) {
     note_failure("averaging the gradients", e);
   }
+}
+
+std::shared_ptr<distributed::ProcessGroup> ReplicaManager::create_group(
+    std::shared_ptr<rendezvous::Store> store, int rank, int size,
+    distributed::ProcessGroupOptions go) {
+  if (options_.device.is_cuda()) go.device_index = options_.device.index();
+  if (options_.make_group) return options_.make_group(std::move(store), rank, size, go);
+  return distributed::ProcessGroup::create(options_.backend, std::move(store), rank, size, go);
 }
 
 std::shared_ptr<distributed::ProcessGroup> ReplicaManager::local_group() {
@@ -368,8 +379,7 @@ std::shared_ptr<distributed::ProcessGroup> ReplicaManager::replica_group() {
   go.timeout = 2 * options_.op_timeout;
   auto store = std::make_shared<rendezvous::PrefixStore>(fmt::format("{}{}/", base, start), store_);
   try {
-    replica_group_ = distributed::ProcessGroup::create(options_.backend, store, options_.group_rank,
-                                                       options_.group_size, go);
+    replica_group_ = create_group(store, options_.group_rank, options_.group_size, go);
   } catch (const Error& e) {
     throw Error(fmt::format(
         "ReplicaManager (replica {}): its {} processes did not meet (start {} of this one; "
@@ -454,9 +464,9 @@ bool ReplicaManager::should_commit() {
   bool ok = step_error_.empty() && have_group_;
   if (have_group_ && step_error_.empty()) {
     try {
-      Tensor vote = Tensor::full({1}, 1.0, DType::kFloat32);
+      Tensor vote = Tensor::full({1}, 1.0, DType::kFloat32).to(options_.device);
       pg_->all_reduce(vote, {.op = distributed::ReduceOp::kMin});
-      ok = vote.item<float>() == 1.0f;
+      ok = vote.cpu().item<float>() == 1.0f;
     } catch (const std::exception& e) {
       note_failure("voting on the commit", e);
       ok = false;
@@ -464,13 +474,13 @@ bool ReplicaManager::should_commit() {
   }
   if (options_.group_size > 1) {
     // The replica's processes commit together, or its shards would part.
-    Tensor vote = Tensor::full({1}, ok ? 1.0 : 0.0, DType::kFloat32);
+    Tensor vote = Tensor::full({1}, ok ? 1.0 : 0.0, DType::kFloat32).to(options_.device);
     try {
       replica_group()->all_reduce(vote, {.op = distributed::ReduceOp::kMin});
     } catch (const Error& e) {
       replica_lost("voting on the commit in the replica", e.what());
     }
-    ok = vote.item<float>() == 1.0f;
+    ok = vote.cpu().item<float>() == 1.0f;
   }
   if (ok) {
     ++step_;

@@ -62,8 +62,8 @@
 // throw Error (their replica is gone; the launcher restarts the replica's
 // processes together, and they meet again under a new start count) while the
 // other replicas go on. replica_group()'s deadline is twice op_timeout (a
-// process may wait there for a partner that waits out a cross-replica op). Inside a replica, the strategy's gradients are
-// reduced over replica_group() and then over the step's group: comm_hook()
+// process may wait there for a partner that waits out a cross-replica op). Inside a replica, the
+// strategy's gradients are reduced over replica_group() and then over the step's group: comm_hook()
 // for a DDP over replica_group(), sharded_comm_hook() for a
 // ShardedDataParallel over it (reduce_scatter in the replica, the segment
 // all-reduced across replicas), all_reduce_average() for a pipeline stage's
@@ -72,8 +72,9 @@
 // Failure: start_step throws Error when no quorum forms within
 // quorum_timeout (fewer than min_replicas alive) and when the quorum service
 // (the store's server) is gone, naming it: without it the replicas cannot
-// agree on membership, and they stop rather than guess. Backends: native
-// only (MPI cannot shrink a communicator without ULFM: refused).
+// agree on membership, and they stop rather than guess. Backends: native,
+// and nccl (options.backend; written, never run on a GPU); MPI cannot
+// shrink a communicator without ULFM: refused.
 // Ownership: owns its store connection, its group and a heartbeat thread.
 // Thread safety: one training thread; the heartbeat thread is internal.
 #pragma once
@@ -126,7 +127,19 @@ struct ReplicaManagerOptions {
   std::chrono::milliseconds op_timeout{5'000};
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds heartbeat_timeout{1'000};
+  // native, or nccl (compiled, never run on a GPU here: only with a fake
+  // NCCL and a fake device): a failed step aborts the communicator (the
+  // watchdog does, at op_timeout, when a peer is gone) and the next quorum's
+  // group is a new communicator over the members. MPI: refused.
   distributed::BackendKind backend = distributed::BackendKind::kNative;
+  // Where the votes, barriers and state transfers' tensors live: the host
+  // for native, this process's GPU for nccl (which takes device buffers only).
+  Device device = Device();
+  // How a group is made (a test seam; empty: ProcessGroup::create(backend, ...)).
+  std::function<std::shared_ptr<distributed::ProcessGroup>(std::shared_ptr<rendezvous::Store>,
+                                                           int rank, int size,
+                                                           const distributed::ProcessGroupOptions&)>
+      make_group = {};
   // The groups' options (transport, network); name and timeout are set here.
   distributed::ProcessGroupOptions group_options = {};
   // The state a replica that rejoins receives, and how it is loaded.
@@ -194,6 +207,9 @@ class ReplicaManager {
   // Barrier of the replica's processes that also checks their step counts agree.
   void meet_replica();
   [[noreturn]] void replica_lost(const std::string& what, const std::string& cause) const;
+  std::shared_ptr<distributed::ProcessGroup> create_group(std::shared_ptr<rendezvous::Store> store,
+                                                          int rank, int size,
+                                                          distributed::ProcessGroupOptions go);
 
   ReplicaManagerOptions options_;
   std::shared_ptr<rendezvous::TcpStore> store_;

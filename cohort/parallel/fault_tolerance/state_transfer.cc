@@ -8,7 +8,8 @@ namespace cohort::parallel {
 
 // Header: [entries, name bytes], then per entry [dtype, ndim, dims...], then
 // the names concatenated (each prefixed by its length in the int64 part).
-void send_state(distributed::ProcessGroup& pg, const TensorDict& state, int dst) {
+void send_state(distributed::ProcessGroup& pg, const TensorDict& state, int dst, Device device) {
+  auto send = [&](const Tensor& t) { pg.send(t.to(device).contiguous(), dst); };
   std::vector<int64_t> meta;
   std::string names;
   for (const auto& [name, t] : state) {
@@ -21,36 +22,36 @@ void send_state(distributed::ProcessGroup& pg, const TensorDict& state, int dst)
   Tensor sizes = Tensor::from_vector<int64_t>({static_cast<int64_t>(state.size()),
                                                static_cast<int64_t>(meta.size()),
                                                static_cast<int64_t>(names.size())});
-  pg.send(sizes, dst);
-  if (!meta.empty()) pg.send(Tensor::from_vector<int64_t>(meta), dst);
+  send(sizes);
+  if (!meta.empty()) send(Tensor::from_vector<int64_t>(meta));
   if (!names.empty()) {
     Tensor bytes = Tensor::empty({static_cast<int64_t>(names.size())}, DType::kUInt8);
     std::memcpy(bytes.raw_data(), names.data(), names.size());
-    pg.send(bytes, dst);
+    send(bytes);
   }
   for (const auto& [name, t] : state) {
     if (t.numel() == 0) continue;
-    Tensor c = t.is_cpu() && t.is_contiguous() ? t : t.cpu().contiguous();
-    pg.send(c, dst);
+    send(t);
   }
 }
 
-TensorDict recv_state(distributed::ProcessGroup& pg, int src) {
-  Tensor sizes = Tensor::empty({3}, DType::kInt64);
-  pg.recv(sizes, src);
+TensorDict recv_state(distributed::ProcessGroup& pg, int src, Device device) {
+  auto recv = [&](Shape shape, DType dtype) {
+    Tensor t = Tensor::empty(std::move(shape), dtype, device);
+    pg.recv(t, src);
+    return t.cpu();
+  };
+  Tensor sizes = recv({3}, DType::kInt64);
   const std::vector<int64_t> n = sizes.to_vector<int64_t>();
   COHORT_CHECK(n[0] >= 0 && n[1] >= 0 && n[2] >= 0,
                "recv_state (rank {}): a malformed header from rank {}", pg.rank(), src);
   std::vector<int64_t> meta(static_cast<size_t>(n[1]));
   if (n[1] > 0) {
-    Tensor m = Tensor::empty({n[1]}, DType::kInt64);
-    pg.recv(m, src);
-    meta = m.to_vector<int64_t>();
+    meta = recv({n[1]}, DType::kInt64).to_vector<int64_t>();
   }
   std::string names(static_cast<size_t>(n[2]), '\0');
   if (n[2] > 0) {
-    Tensor bytes = Tensor::empty({n[2]}, DType::kUInt8);
-    pg.recv(bytes, src);
+    Tensor bytes = recv({n[2]}, DType::kUInt8);
     std::memcpy(names.data(), bytes.raw_data(), names.size());
   }
   TensorDict out;
@@ -67,8 +68,7 @@ TensorDict recv_state(distributed::ProcessGroup& pg, int src) {
     Shape shape(meta.begin() + static_cast<ptrdiff_t>(m),
                 meta.begin() + static_cast<ptrdiff_t>(m + ndim));
     m += ndim;
-    Tensor t = Tensor::empty(shape, dtype);
-    if (t.numel() > 0) pg.recv(t, src);
+    Tensor t = shape_numel(shape) > 0 ? recv(shape, dtype) : Tensor::empty(shape, dtype);
     out.insert(names.substr(at, len), std::move(t));
     at += len;
   }

@@ -8,7 +8,9 @@
 //
 // Failure: a lost peer or a timeout propagates from the group's send/recv
 // (PeerLost, TimeoutError); the receiver returns only a complete dict.
-// Device tensors travel through host memory. Thread safety: the caller's.
+// Everything travels as tensors on `device`: the host for native, the
+// group's GPU for nccl (which takes device buffers only); the received dict
+// is on the host. Thread safety: the caller's.
 #pragma once
 
 #include "cohort/core/tensor_dict.h"
@@ -16,7 +18,8 @@
 
 namespace cohort::parallel {
 
-void send_state(distributed::ProcessGroup& pg, const TensorDict& state, int dst);
-TensorDict recv_state(distributed::ProcessGroup& pg, int src);
+void send_state(distributed::ProcessGroup& pg, const TensorDict& state, int dst,
+                Device device = Device());
+TensorDict recv_state(distributed::ProcessGroup& pg, int src, Device device = Device());
 
 }  // namespace cohort::parallel
