@@ -79,7 +79,9 @@ void check_fault_tolerant_options(const TrainOptions& o) {
                "replica, not from a checkpoint; start a new run, or resume without "
                "--fault-tolerant");
   COHORT_CHECK(o.device.is_cpu(),
-               "--fault-tolerant trains on the CPU (the nccl form is not written)");
+               "--fault-tolerant trains on the CPU (the library's nccl form, "
+               "ReplicaManagerOptions::backend, "
+               "has never run on a GPU)");
   COHORT_CHECK(o.checkpoint_every == 0,
                "--fault-tolerant writes checkpoints at the end of each epoch and of the run "
                "(--checkpoint-every 0)");
