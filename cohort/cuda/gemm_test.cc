@@ -11,6 +11,7 @@
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/cuda/cuda_testing.h"
 #include "cohort/cuda/dense_testing.h"
+#include "cohort/cuda/gemm.h"
 
 namespace cohort::cuda {
 namespace {
@@ -146,6 +147,88 @@ TEST(CudaGemm, LinearGradients) {
   // a bound of 1e-5 relative to their magnitude plus that absolute slack.
   const char* names[] = {"out", "dx", "dw", "db"};
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(close(gpu[i], cpu[i], 1e-5, 1e-4)) << names[i];
+}
+
+// The padded fallback (gemm_padded), forced: bf16 x w^T with odd leading
+// dimensions everywhere (k = 51, an odd vocabulary of 1001), and a batched
+// float32 product with an odd k, each against the CPU.
+TEST(CudaGemm, PaddedFallbackMatchesCpu) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x16 = native::to_bf16(random({37, 51}, 90)), w16 = native::to_bf16(random({1001, 51}, 91));
+  Tensor want = native::linear_bf16(x16, w16, Tensor(), native::Bf16Path::kEmulated);
+  Tensor xd = x16.to(cuda0()), wd = w16.to(cuda0());
+  Tensor out = Tensor::empty({37, 1001}, kFloat32, cuda0());
+  GemmCall c;
+  c.op = "padded bf16";
+  c.ab = kBFloat16;
+  c.c = kFloat32;
+  c.m = 37;
+  c.n = 1001;
+  c.k = 51;
+  c.a = gemm_operand(xd);
+  c.b = gemm_operand(wd);
+  c.b.trans = !c.b.trans;
+  c.c_data = out.device_data();
+  c.ldc = 1001;
+  gemm_padded(cuda0(), c);
+  Tensor scale =
+      product_scale(native::bf16_to_float(x16), native::bf16_to_float(w16).transpose(0, 1));
+  EXPECT_TRUE(close(out, want, 1e-5, 1e-6, scale));
+
+  Tensor a = random({3, 5, 7}, 92), b = random({3, 7, 9}, 93);
+  Tensor ad = a.to(cuda0()), bd = b.to(cuda0());
+  Tensor got = Tensor::empty({3, 5, 9}, kFloat32, cuda0());
+  GemmCall f;
+  f.op = "padded float32";
+  f.m = 5;
+  f.n = 9;
+  f.k = 7;
+  f.batch = 3;
+  f.a = gemm_operand(ad);
+  f.b = gemm_operand(bd);
+  f.c_data = got.device_data();
+  f.ldc = 9;
+  f.c_batch_stride = 45;
+  gemm_padded(cuda0(), f);
+  EXPECT_TRUE(close(got, native::matmul(a, b), 1e-5, 1e-6, product_scale(a, b)));
+}
+
+// An untied GPT-2 vocabulary (50257 words) in bf16 through the public ops:
+// whichever path cuBLASLt takes (its own or the padded one), the CPU's.
+TEST(CudaGemm, Bf16OddVocabularyMatchesCpu) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x16 = native::to_bf16(random({8, 64}, 94));
+  Tensor w16 = native::to_bf16(random({50257, 64}, 95, -0.5, 0.5));
+  Tensor want = native::linear_bf16(x16, w16, Tensor(), native::Bf16Path::kEmulated);
+  Tensor got =
+      native::linear_bf16(x16.to(cuda0()), w16.to(cuda0()), Tensor(), native::Bf16Path::kEmulated);
+  Tensor scale =
+      product_scale(native::bf16_to_float(x16), native::bf16_to_float(w16).transpose(0, 1));
+  EXPECT_TRUE(close(got, want, 1e-5, 1e-6, scale));
+  // dx = dy w: dy [8, 50257] bf16, the odd leading dimension on A.
+  Tensor dy16 = native::to_bf16(random({8, 50257}, 96));
+  Tensor dwant = native::mm_bf16(dy16, w16, native::Bf16Path::kEmulated);
+  Tensor dgot = native::mm_bf16(dy16.to(cuda0()), w16.to(cuda0()), native::Bf16Path::kEmulated);
+  EXPECT_TRUE(close(dgot, dwant, 1e-5, 1e-6,
+                    product_scale(native::bf16_to_float(dy16), native::bf16_to_float(w16))));
+}
+
+// The second identical product finds its plan in the cache: no new miss
+// (no descriptor build, no heuristic), one more hit.
+TEST(CudaGemm, SecondIdenticalProductHitsThePlanCache) {
+  COHORT_REQUIRE_CUDA();
+  Tensor a = random({41, 24}, 97).to(cuda0()), b = random({24, 40}, 98).to(cuda0());
+  native::mm(a, b);
+  const PlanCacheStats first = gemm_plan_cache_stats();
+  Tensor again = native::mm(a, b);
+  const PlanCacheStats second = gemm_plan_cache_stats();
+  EXPECT_EQ(second.misses, first.misses);
+  EXPECT_EQ(second.hits, first.hits + 1);
+  EXPECT_TRUE(
+      close(again, native::mm(a.cpu(), b.cpu()), 1e-5, 1e-6, product_scale(a.cpu(), b.cpu())));
+  // Another shape is another plan.
+  native::mm(a, random({24, 48}, 99).to(cuda0()));
+  EXPECT_EQ(gemm_plan_cache_stats().misses, second.misses + 1);
 }
 
 TEST(CudaGelu, TanhFormForwardAndBackward) {
