@@ -61,6 +61,7 @@ struct Case {
   int64_t lda_extra, ldb_extra, ldc_extra;  // elements past the stored row
   bool share_b = false;                     // B's batch stride 0 (broadcast)
   int64_t a_offset = 0;                     // bytes past an aligned address
+  int64_t a_gap = 0;                        // elements between A's matrices
 };
 
 // Runs `cs` with elements E (A, B) and C (C), checking the rule's copies and
@@ -70,10 +71,10 @@ bool check_case(const Case& cs) {
   const int64_t ar = cs.ta ? cs.k : cs.m, ac = cs.ta ? cs.m : cs.k;
   const int64_t br = cs.tb ? cs.n : cs.k, bc = cs.tb ? cs.k : cs.n;
   const int64_t lda = ac + cs.lda_extra, ldb = bc + cs.ldb_extra, ldc = cs.n + cs.ldc_extra;
-  const int64_t sa = cs.batch > 1 ? ar * lda : 0;
+  const int64_t sa = cs.batch > 1 ? ar * lda + cs.a_gap : 0;
   const int64_t sb = cs.batch > 1 && !cs.share_b ? br * ldb : 0;
   const int64_t sc = cs.batch > 1 ? cs.m * ldc : 0;
-  const int64_t na = std::max<int64_t>(cs.batch, 1) * ar * lda;
+  const int64_t na = std::max<int64_t>(cs.batch, 1) * (ar * lda + cs.a_gap);
   const int64_t nb = (sb ? cs.batch : 1) * br * ldb,
                 nc = std::max<int64_t>(cs.batch, 1) * cs.m * ldc;
   Buffer ab(na * static_cast<int64_t>(sizeof(E)), cs.a_offset), bb(nb * sizeof(E));
@@ -147,6 +148,11 @@ TEST(GemmPadding, OddLeadingDimensionsArePaddedAndGiveTheSameProduct) {
     EXPECT_TRUE((check_case<Bf16Like, float>(c)));
     EXPECT_TRUE((check_case<float, float>(c)));
   }
+  // A's matrices apart by more than their size (a strided batch view): one
+  // copy per matrix, not one run.
+  Case gap{4, 6, 5, 3, false, false, 0, 0, 0};
+  gap.a_gap = 3;
+  EXPECT_TRUE((check_case<float, float>(gap)));
   // float64: 16 bytes are 2 elements; an odd ld is misaligned.
   EXPECT_TRUE((check_case<double, double>(cases[0])));
 }
