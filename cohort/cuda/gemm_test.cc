@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include "cohort/autograd/ops.h"
+#include "cohort/core/kernels/bf16_rows.h"
 #include "cohort/core/kernels/gelu.h"
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/native/linalg_bf16.h"
+#include "cohort/core/native/reduce.h"
 #include "cohort/cuda/cuda_testing.h"
 #include "cohort/cuda/dense_testing.h"
 #include "cohort/cuda/gemm.h"
+#include "cohort/cuda/pointwise_launch.h"
 
 namespace cohort::cuda {
 namespace {
@@ -313,6 +316,49 @@ TEST(CudaGelu, LinearGeluAtGpt2Size) {
   Tensor scale = product_scale(x, w.transpose(0, 1)).add(b.to(kFloat64).abs());
   EXPECT_TRUE(close(got.pre, want.pre, 1e-5, 1e-6, scale));
   EXPECT_TRUE(close(got.out, want.out, 1.0, 1e-6, gelu_out_bound(scale, want.pre, true)));
+}
+
+// The bias gradients' column sums (gelu.cc, bf16_rows.cc) are reduce.cu's,
+// split over the rows: at the GPT-2 benchmark's 16 x 1024 rows and widths 768
+// and 3072, blocks of 32 columns times the splits give several blocks per SM
+// of an H200's 132, where 32 columns a block alone gave 24 and 96.
+TEST(GeluBiasGradient, ColumnSumSplitFillsTheDevice) {
+  constexpr int64_t kSms = 132, kColumnsPerBlock = 32;
+  for (int64_t cols : {768, 3072}) {
+    const int64_t rows = 16 * 1024;
+    const int64_t splits = column_sum_splits(rows, cols);
+    EXPECT_GE((cols + kColumnsPerBlock - 1) / kColumnsPerBlock * splits, 4 * kSms) << cols;
+    EXPECT_EQ(column_sum_scratch(rows, cols), cols * splits);
+  }
+  EXPECT_EQ(column_sum_splits(100, 768), 1);  // few rows: one split
+}
+
+// The bias gradients on the device against the CPU's (float64 sums of the
+// same terms), over enough rows for many splits, and the same bits on a
+// second run (a fixed order of the partials).
+TEST(GeluBiasGradient, SplitSumsMatchCpuAndRepeat) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x = random({6, 700, 16}, 110), w = random({200, 16}, 111, -0.5, 0.5);
+  Tensor g = random({6, 700, 200}, 112);
+  kernels::LinearGeluResult fwd = kernels::linear_gelu(x, w, Tensor());
+  kernels::LinearGeluGrads want =
+      kernels::linear_gelu_backward(g, x, w, fwd.pre, false, false, true);
+  auto device_db = [&] {
+    return kernels::linear_gelu_backward(g.to(cuda0()), x.to(cuda0()), w.to(cuda0()),
+                                         fwd.pre.to(cuda0()), false, false, true)
+        .db;
+  };
+  Tensor db = device_db();
+  // 4200 terms |.| < 1.2 each: float32 rounding of the CPU's sum and of the
+  // device's (float64 partials) stays within 1e-5 relative + 1e-4.
+  EXPECT_TRUE(close(db, want.db, 1e-5, 1e-4));
+  EXPECT_TRUE(close(device_db(), db, 0, 0));
+
+  // bf16 linear layers: the float32 incoming gradient's column sums.
+  Tensor g32 = random({4200, 200}, 113);
+  kernels::Bf16Rows r = kernels::to_bf16_with_column_sums(g32.to(cuda0()), true);
+  EXPECT_TRUE(close(r.sums, native::sum(g32.to(kFloat64), {0}), 1e-6, 1e-5));
+  EXPECT_TRUE(close(kernels::to_bf16_with_column_sums(g32.to(cuda0()), true).sums, r.sums, 0, 0));
 }
 
 }  // namespace
