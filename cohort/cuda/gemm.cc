@@ -320,8 +320,12 @@ std::shared_ptr<GemmPlan> build_plan(Device device, const GemmCall& g, bool tf32
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
       cublaslt_handle(device), raw_desc, plan->first.get(), plan->second.get(), plan->out.get(),
       plan->out.get(), raw_pref, 1, &plan->result, &found);
-  // NOT_SUPPORTED is cuBLASLt's "no algorithm" as well as found == 0.
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED)
+  // "No algorithm" is found == 0, or NOT_SUPPORTED / INVALID_VALUE for a
+  // layout it cannot take (an epilogue's: whatever the cause, the parts then
+  // run apart, as before the cache); other failures are not kept.
+  const bool no_algorithm = st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                            st == CUBLAS_STATUS_INVALID_VALUE || g.epilogue != GemmEpilogue::kNone;
+  if (st != CUBLAS_STATUS_SUCCESS && !no_algorithm)
     throw_cublas_error(st, "cublasLtMatmulAlgoGetHeuristic");
   plan->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
   return plan;

@@ -64,8 +64,9 @@ struct GemmCall {
 
 // Enqueues the product on the current stream of `device`. Returns false,
 // having done nothing, when cuBLASLt has no algorithm for a fused epilogue
-// (the caller then runs the plain product and the epilogue apart); throws
-// when it has none for the plain product. m, n, k must be at least 1.
+// (the caller then runs the plain product and the epilogue apart); when it
+// has none for the plain product, runs gemm_padded. m, n, k must be at
+// least 1.
 bool gemm(Device device, const GemmCall& call);
 
 // The plain product (no epilogue) on padded copies of its misaligned

@@ -103,23 +103,20 @@ bool check_case(const Case& cs) {
   EXPECT_EQ(p.c.ld * static_cast<int64_t>(sizeof(C)) % kGemmAlignBytes, 0);
 
   Buffer pa(p.a.bytes), pb(p.b.bytes), pc(p.c.bytes);
-  const unsigned char* a_use = ab.data;
-  const unsigned char* b_use = bb.data;
+  // The operand the product reads: the padded copy, or the original.
+  auto operand = [](const PaddedMatrix& pm, Buffer& orig, Buffer& copy, int64_t cols,
+                    int64_t ld) -> const unsigned char* {
+    if (!pm.padded) {
+      EXPECT_EQ(pm.ld, ld);
+      return orig.data;
+    }
+    EXPECT_GE(pm.ld, cols);
+    run_copy(pm.to_padded, orig.data, copy.data);
+    return copy.data;
+  };
+  const unsigned char* a_use = operand(p.a, ab, pa, ac, lda);
+  const unsigned char* b_use = operand(p.b, bb, pb, bc, ldb);
   unsigned char* c_use = got_b.data;
-  if (p.a.padded) {
-    EXPECT_GE(p.a.ld, ac);
-    run_copy(p.a.to_padded, ab.data, pa.data);
-    a_use = pa.data;
-  } else {
-    EXPECT_EQ(p.a.ld, lda);
-  }
-  if (p.b.padded) {
-    EXPECT_GE(p.b.ld, bc);
-    run_copy(p.b.to_padded, bb.data, pb.data);
-    b_use = pb.data;
-  } else {
-    EXPECT_EQ(p.b.ld, ldb);
-  }
   if (p.c.padded) c_use = pc.data;
   reference_gemm(cs.m, cs.n, cs.k, cs.batch, reinterpret_cast<const E*>(a_use), cs.ta, p.a.ld,
                  p.a.batch_stride, reinterpret_cast<const E*>(b_use), cs.tb, p.b.ld,
