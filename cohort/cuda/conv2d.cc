@@ -4,7 +4,9 @@
 // kernel). float32 runs on TF32 tensor cores only when native::allow_tf32()
 // says so (the one switch for products and convolutions; PyTorch has a
 // second one for cuDNN). Algorithms: cuDNN's heuristic order, deterministic
-// ones first (the same bits every run), the first that runs.
+// ones first (the same bits every run), the first that runs. Descriptors and
+// the chosen algorithm of each shape and direction are kept (conv2d_plan.h),
+// so that the search runs on a shape's first call only.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/shape.h"
 #include "cohort/cuda/check.h"
+#include "cohort/cuda/conv2d_plan.h"
 #include "cohort/cuda/dense_kernels.h"
 #include "cohort/cuda/dense_register.h"
 #include "cohort/cuda/runtime.h"
@@ -48,7 +51,7 @@ struct ConvDescs {
   std::unique_ptr<cudnnConvolutionStruct, CudnnDeleter> conv;
   bool tf32 = false;
 
-  explicit ConvDescs(const kernels::Conv2dGeometry& g) : tf32(native::allow_tf32()) {
+  ConvDescs(const kernels::Conv2dGeometry& g, bool allow_tf32) : tf32(allow_tf32) {
     COHORT_CHECK(std::max({g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels}) < (1ll << 31),
                  "conv2d: sizes beyond cuDNN's int range");
     x = tensor_desc(g.batch, g.in_channels, g.in_h, g.in_w);
@@ -73,12 +76,57 @@ struct ConvDescs {
   cudnnMathType_t math() const { return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
 };
 
-// Runs `run(algo, workspace, bytes)` with the candidates of a cuDNN perf
-// list: successful ones within kMaxWorkspace, deterministic first, each in
-// cuDNN's order, until one is accepted by cuDNN.
-template <class Perf, class Run>
-void run_first(Device d, const char* op, const ConvDescs& descs, const std::vector<Perf>& perfs,
-               Run run) {
+// One shape and direction's descriptors and, once a call has run, the
+// algorithm that ran (its math type and scratch).
+struct ConvPlan {
+  ConvDescs descs;
+  bool chosen = false;
+  int algo = 0;  // the cuDNN algorithm enum of the plan's direction
+  cudnnMathType_t math = CUDNN_FMA_MATH;
+  size_t memory = 0;
+  ConvPlan(const kernels::Conv2dGeometry& g, bool tf32) : descs(g, tf32) {}
+};
+
+using ConvPlanCache = PlanCache<ConvKey, ConvPlan, Int64FieldsHash<ConvKey>>;
+
+ConvPlanCache& plan_cache() {
+  thread_local ConvPlanCache cache(kConvPlanCacheCapacity);
+  return cache;
+}
+
+int64_t address_alignment(const Tensor& t) {
+  const auto v = reinterpret_cast<uintptr_t>(t.device_data());
+  int64_t a = 16;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+std::shared_ptr<ConvPlan> find_plan(const kernels::Conv2dGeometry& g, Device d,
+                                    ConvDirection direction,
+                                    std::initializer_list<const Tensor*> operands) {
+  int64_t align = 16;
+  for (const Tensor* t : operands) align = std::min(align, address_alignment(*t));
+  const bool tf32 = native::allow_tf32();
+  return plan_cache().get(conv_key(g, DType::kFloat32, d, tf32, direction, align),
+                          [&] { return std::make_shared<ConvPlan>(g, tf32); });
+}
+
+// Runs `run(algo, workspace, bytes)` with the plan's algorithm; on the plan's
+// first call, with the candidates of search()'s cuDNN perf list: successful
+// ones within kMaxWorkspace, deterministic first, each in cuDNN's order,
+// until one is accepted by cuDNN, which the plan keeps.
+template <class Perf, class Search, class Run>
+void run_plan(Device d, const char* op, ConvPlan& plan, Search search, Run run) {
+  using Algo = decltype(Perf{}.algo);
+  cudnnConvolutionDescriptor_t conv = plan.descs.conv.get();
+  if (plan.chosen) {
+    COHORT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, plan.math));
+    void* ws = plan.memory > 0 ? workspace(d, plan.memory) : nullptr;
+    const cudnnStatus_t st = run(static_cast<Algo>(plan.algo), ws, plan.memory);
+    if (st != CUDNN_STATUS_SUCCESS) throw_cudnn_error(st, op);
+    return;
+  }
+  const std::vector<Perf> perfs = search();
   std::vector<const Perf*> order;
   for (int pass = 0; pass < 2; ++pass)
     for (const Perf& p : perfs)
@@ -88,15 +136,31 @@ void run_first(Device d, const char* op, const ConvDescs& descs, const std::vect
   for (const Perf* p : order) {
     // With TF32 allowed the algorithm runs with the math type cuDNN rated;
     // without, FMA only.
-    COHORT_CUDNN_CHECK(
-        cudnnSetConvolutionMathType(descs.conv.get(), descs.tf32 ? p->mathType : CUDNN_FMA_MATH));
+    const cudnnMathType_t math = plan.descs.tf32 ? p->mathType : CUDNN_FMA_MATH;
+    COHORT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
     void* ws = p->memory > 0 ? workspace(d, p->memory) : nullptr;
-    cudnnStatus_t st = run(p->algo, ws, p->memory);
-    if (st == CUDNN_STATUS_SUCCESS) return;
+    const cudnnStatus_t st = run(p->algo, ws, p->memory);
+    if (st == CUDNN_STATUS_SUCCESS) {
+      plan.chosen = true;
+      plan.algo = static_cast<int>(p->algo);
+      plan.math = math;
+      plan.memory = p->memory;
+      return;
+    }
     if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM) throw_cudnn_error(st, op);
   }
   throw NotSupported(fmt::format("{}: cuDNN has no algorithm for this convolution on {}{}", op,
-                                 d.str(), descs.tf32 ? "" : " without TF32"));
+                                 d.str(), plan.descs.tf32 ? "" : " without TF32"));
+}
+
+// cuDNN's perf list of a direction: up to `count` entries from `get`.
+template <class Perf, class Get>
+std::vector<Perf> perf_list(int count, Get get) {
+  std::vector<Perf> perfs(static_cast<size_t>(count));
+  int found = 0;
+  COHORT_CUDNN_CHECK(get(count, &found, perfs.data()));
+  perfs.resize(static_cast<size_t>(found));
+  return perfs;
 }
 
 void check_conv_operand(const Tensor& t, const char* what) {
@@ -115,19 +179,23 @@ Tensor cuda_conv2d(const kernels::Conv2dGeometry& g, const Tensor& x_in, const T
   Tensor y = Tensor::empty({g.batch, g.out_channels, g.out_h(), g.out_w()}, DType::kFloat32, d);
   cudaStream_t stream = current_cuda_stream(d);
   cudnnHandle_t h = cudnn_handle(d);
-  ConvDescs c(g);
-  int count = 0;
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
-  COHORT_CUDNN_CHECK(
-      cudnnGetConvolutionForwardAlgorithm_v7(h, c.x.get(), c.w.get(), c.conv.get(), c.y.get(),
-                                             static_cast<int>(perfs.size()), &count, perfs.data()));
-  perfs.resize(count);
+  std::shared_ptr<ConvPlan> plan = find_plan(g, d, ConvDirection::kForward, {&x, &w, &y});
+  const ConvDescs& c = plan->descs;
   const float one = 1.0f, zero = 0.0f;
-  run_first(d, "conv2d", c, perfs, [&](cudnnConvolutionFwdAlgo_t algo, void* ws, size_t bytes) {
-    return cudnnConvolutionForward(h, &one, c.x.get(), x.device_data(), c.w.get(), w.device_data(),
-                                   c.conv.get(), algo, ws, bytes, &zero, c.y.get(),
-                                   y.device_data());
-  });
+  run_plan<cudnnConvolutionFwdAlgoPerf_t>(
+      d, "conv2d", *plan,
+      [&] {
+        return perf_list<cudnnConvolutionFwdAlgoPerf_t>(
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, [&](int n, int* found, auto* out) {
+              return cudnnGetConvolutionForwardAlgorithm_v7(h, c.x.get(), c.w.get(), c.conv.get(),
+                                                            c.y.get(), n, found, out);
+            });
+      },
+      [&](cudnnConvolutionFwdAlgo_t algo, void* ws, size_t bytes) {
+        return cudnnConvolutionForward(h, &one, c.x.get(), x.device_data(), c.w.get(),
+                                       w.device_data(), c.conv.get(), algo, ws, bytes, &zero,
+                                       c.y.get(), y.device_data());
+      });
   if (b_in.defined()) {
     Tensor b = b_in.contiguous();
     COHORT_CUDNN_CHECK(
@@ -159,41 +227,52 @@ kernels::Conv2dGrads cuda_conv2d_backward(const kernels::Conv2dGeometry& g, cons
     dy = masked;
   }
   cudnnHandle_t h = cudnn_handle(d);
-  ConvDescs c(g);
   const float one = 1.0f, zero = 0.0f;
   kernels::Conv2dGrads r;
   if (need_dx) {
     r.dx = Tensor::empty({g.batch, g.in_channels, g.in_h, g.in_w}, DType::kFloat32, d);
-    int count = 0;
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
-    COHORT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        h, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), static_cast<int>(perfs.size()), &count,
-        perfs.data()));
-    perfs.resize(count);
-    run_first(d, "conv2d_backward (input)", c, perfs,
-              [&](cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t bytes) {
-                return cudnnConvolutionBackwardData(h, &one, c.w.get(), w.device_data(), c.y.get(),
-                                                    dy.device_data(), c.conv.get(), algo, ws, bytes,
-                                                    &zero, c.x.get(), r.dx.device_data());
+    std::shared_ptr<ConvPlan> plan =
+        find_plan(g, d, ConvDirection::kBackwardData, {&w, &dy, &r.dx});
+    const ConvDescs& c = plan->descs;
+    run_plan<cudnnConvolutionBwdDataAlgoPerf_t>(
+        d, "conv2d_backward (input)", *plan,
+        [&] {
+          return perf_list<cudnnConvolutionBwdDataAlgoPerf_t>(
+              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, [&](int n, int* found, auto* out) {
+                return cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                    h, c.w.get(), c.y.get(), c.conv.get(), c.x.get(), n, found, out);
               });
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t algo, void* ws, size_t bytes) {
+          return cudnnConvolutionBackwardData(h, &one, c.w.get(), w.device_data(), c.y.get(),
+                                              dy.device_data(), c.conv.get(), algo, ws, bytes,
+                                              &zero, c.x.get(), r.dx.device_data());
+        });
   }
   if (need_dw) {
     r.dw = Tensor::empty(w.sizes(), DType::kFloat32, d);
-    int count = 0;
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
-    COHORT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        h, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), static_cast<int>(perfs.size()), &count,
-        perfs.data()));
-    perfs.resize(count);
-    run_first(d, "conv2d_backward (weight)", c, perfs,
-              [&](cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t bytes) {
-                return cudnnConvolutionBackwardFilter(
-                    h, &one, c.x.get(), x.device_data(), c.y.get(), dy.device_data(), c.conv.get(),
-                    algo, ws, bytes, &zero, c.w.get(), r.dw.device_data());
+    std::shared_ptr<ConvPlan> plan =
+        find_plan(g, d, ConvDirection::kBackwardFilter, {&x, &dy, &r.dw});
+    const ConvDescs& c = plan->descs;
+    run_plan<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        d, "conv2d_backward (weight)", *plan,
+        [&] {
+          return perf_list<cudnnConvolutionBwdFilterAlgoPerf_t>(
+              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, [&](int n, int* found, auto* out) {
+                return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                    h, c.x.get(), c.y.get(), c.conv.get(), c.w.get(), n, found, out);
               });
+        },
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t bytes) {
+          return cudnnConvolutionBackwardFilter(h, &one, c.x.get(), x.device_data(), c.y.get(),
+                                                dy.device_data(), c.conv.get(), algo, ws, bytes,
+                                                &zero, c.w.get(), r.dw.device_data());
+        });
   }
   if (need_db) {
     r.db = Tensor::empty({g.out_channels}, DType::kFloat32, d);
+    std::shared_ptr<ConvPlan> plan = find_plan(g, d, ConvDirection::kBackwardBias, {&dy});
+    const ConvDescs& c = plan->descs;
     COHORT_CUDNN_CHECK(cudnnConvolutionBackwardBias(h, &one, c.y.get(), dy.device_data(), &zero,
                                                     c.bias.get(), r.db.device_data()));
   }
@@ -201,6 +280,31 @@ kernels::Conv2dGrads cuda_conv2d_backward(const kernels::Conv2dGeometry& g, cons
 }
 
 }  // namespace
+
+ConvKey conv_key(const kernels::Conv2dGeometry& g, DType dtype, Device device, bool allow_tf32,
+                 ConvDirection direction, int64_t alignment) {
+  ConvKey k{};
+  k.batch = g.batch;
+  k.in_channels = g.in_channels;
+  k.in_h = g.in_h;
+  k.in_w = g.in_w;
+  k.out_channels = g.out_channels;
+  k.kernel_h = g.kernel_h;
+  k.kernel_w = g.kernel_w;
+  k.stride_h = g.stride_h;
+  k.stride_w = g.stride_w;
+  k.pad_h = g.pad_h;
+  k.pad_w = g.pad_w;
+  k.dilation_h = k.dilation_w = k.groups = 1;  // the only ones conv2d has
+  k.dtype = static_cast<int64_t>(dtype);
+  k.tf32 = allow_tf32;
+  k.device = device.index();
+  k.direction = static_cast<int64_t>(direction);
+  k.alignment = std::min<int64_t>(alignment, 16);
+  return k;
+}
+
+PlanCacheStats conv2d_plan_cache_stats() { return plan_cache().stats(); }
 
 void register_conv2d_kernels() {
   kernels::conv2d_forward_device.set(DeviceType::kCUDA, &cuda_conv2d);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "cohort/autograd/ops.h"
+#include "cohort/cuda/conv2d_plan.h"
 #include "cohort/cuda/cuda_testing.h"
 #include "cohort/cuda/dense_testing.h"
 
@@ -56,6 +57,22 @@ TEST(CudaConv2d, ForwardAndGradientsMatchCpu) {
           << names[i] << " of x " << shape_str(c.x) << " w " << shape_str(c.w);
     }
   }
+}
+
+// A second identical convolution (forward and backward) reuses its
+// descriptors and algorithms: every lookup hits, none misses.
+TEST(CudaConv2d, SecondIdenticalCallHitsThePlanCache) {
+  COHORT_REQUIRE_CUDA();
+  const ConvCase c{{2, 3, 10, 10}, {4, 3, 3, 3}, {1, 1}, {1, 1}, true, false};
+  std::vector<Tensor> first = conv_run(c, cuda0(), 400);
+  const PlanCacheStats before = conv2d_plan_cache_stats();
+  std::vector<Tensor> second = conv_run(c, cuda0(), 400);
+  const PlanCacheStats after = conv2d_plan_cache_stats();
+  EXPECT_EQ(after.misses, before.misses);
+  // forward, backward data, backward filter, backward bias.
+  EXPECT_EQ(after.hits, before.hits + 4);
+  // The kept algorithm is the one chosen first: the same bits.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(close(second[i], first[i], 0, 0)) << i;
 }
 
 TEST(CudaMaxPool2d, ForwardArgmaxAndGradientMatchCpu) {

@@ -63,58 +63,54 @@ __device__ __forceinline__ double d_erf(double x) { return erf(x); }
 __device__ __forceinline__ float d_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double d_pow(double x, double y) { return pow(x, y); }
 
-// Host side: calls f(Tag<T>{}) with the device type of `t`; NotSupported
-// naming `op` for a dtype outside the list the caller allows (throw_dtype,
-// strided.h).
+// The cohort dtype of a device element type (only these have one).
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::kFloat64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::kInt64;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::kUInt8;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return DType::kBFloat16;
+  else if constexpr (std::is_same_v<T, __half>)
+    return DType::kFloat16;
+  else
+    static_assert(sizeof(T) == 0, "no cohort dtype for this element type");
+}
+
+// Host side: calls f(Tag<T>{}) with the T of Ts whose dtype is `t`;
+// NotSupported naming `op` for a dtype outside Ts (throw_dtype, strided.h).
+// A kernel lists the element types it is instantiated for.
+template <typename... Ts, typename F>
+void dispatch_types(DType t, const char* op, F&& f) {
+  const bool found = ((t == dtype_of<Ts>() ? (f(Tag<Ts>{}), true) : false) || ...);
+  if (!found) throw_dtype(op, t);
+}
+
+// Every dtype.
 template <typename F>
 void dispatch_all_types(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kFloat32:
-      return f(Tag<float>{});
-    case DType::kFloat64:
-      return f(Tag<double>{});
-    case DType::kInt32:
-      return f(Tag<int32_t>{});
-    case DType::kInt64:
-      return f(Tag<int64_t>{});
-    case DType::kUInt8:
-      return f(Tag<uint8_t>{});
-    case DType::kBFloat16:
-      return f(Tag<__nv_bfloat16>{});
-    case DType::kFloat16:
-      return f(Tag<__half>{});
-  }
-  throw_dtype(op, t);
+  dispatch_types<float, double, int32_t, int64_t, uint8_t, __nv_bfloat16, __half>(
+      t, op, static_cast<F&&>(f));
 }
 
 // float32, float64, bfloat16 (arithmetic in float).
 template <typename F>
 void dispatch_float_types(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kFloat32:
-      return f(Tag<float>{});
-    case DType::kFloat64:
-      return f(Tag<double>{});
-    case DType::kBFloat16:
-      return f(Tag<__nv_bfloat16>{});
-    default:
-      throw_dtype(op, t);
-  }
+  dispatch_types<float, double, __nv_bfloat16>(t, op, static_cast<F&&>(f));
 }
 
 // The float types and the integers (no float16: the CPU has no math on it).
 template <typename F>
 void dispatch_arith_types(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kInt32:
-      return f(Tag<int32_t>{});
-    case DType::kInt64:
-      return f(Tag<int64_t>{});
-    case DType::kUInt8:
-      return f(Tag<uint8_t>{});
-    default:
-      return dispatch_float_types(t, op, static_cast<F&&>(f));
-  }
+  dispatch_types<float, double, __nv_bfloat16, int32_t, int64_t, uint8_t>(t, op,
+                                                                          static_cast<F&&>(f));
 }
 
 inline constexpr int kThreads = 256;

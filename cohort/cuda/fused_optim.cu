@@ -197,16 +197,10 @@ void for_batches(const std::vector<FusedTensor>& tensors, F&& launch) {
   flush();
 }
 
+// The optimizers' kernels run on float32 and float64 parameters.
 template <typename F>
 void dispatch_optim(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return f(Tag<float>{});
-    case DType::kFloat64:
-      return f(Tag<double>{});
-    default:
-      throw_dtype(op, dtype);
-  }
+  dispatch_types<float, double>(dtype, op, static_cast<F&&>(f));
 }
 
 int norm_kind(double p) {

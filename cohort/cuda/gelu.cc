@@ -5,6 +5,7 @@
 #include "cohort/core/kernels/gelu.h"
 #include "cohort/base/error.h"
 #include "cohort/core/native/linalg.h"
+#include "cohort/core/native/reduce.h"
 #include "cohort/core/shape.h"
 #include "cohort/cuda/dense_kernels.h"
 #include "cohort/cuda/dense_register.h"
@@ -51,11 +52,10 @@ kernels::LinearGeluGrads cuda_linear_gelu_backward(const Tensor& grad, const Ten
   // d loss / d pre, [rows, out].
   Tensor dh = cuda_gelu_tanh_backward(grad, pre).reshape({-1, outf});
   kernels::LinearGeluGrads out;
-  if (need_db) {
-    out.db = Tensor::empty({outf}, dh.dtype(), dh.device());
-    launch_column_sums(dh.dtype(), dh.device_data(), out.db.device_data(), dh.sizes()[0], outf,
-                       current_cuda_stream(dh.device()));
-  }
+  // The bias gradient through reduce.cu's column sums: split over the rows
+  // as well as the columns (a block per 32 columns alone is 24 to 96 blocks
+  // at GPT-2's widths), the partials added in a fixed order.
+  if (need_db) out.db = native::sum(dh, {0});
   if (need_dx) out.dx = native::mm(dh, w).reshape(x.sizes());
   if (need_dw) out.dw = native::mm(dh.transpose(0, 1), x.reshape({-1, in}));
   return out;

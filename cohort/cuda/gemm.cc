@@ -12,6 +12,7 @@
 #include "cohort/cuda/check.h"
 #include "cohort/cuda/dense_kernels.h"
 #include "cohort/cuda/dense_register.h"
+#include "cohort/cuda/gemm_padding.h"
 #include "cohort/cuda/runtime.h"
 
 namespace cohort::cuda {
@@ -195,21 +196,78 @@ GemmOperand gemm_operand(const Tensor& t) {
   return o;
 }
 
-bool gemm(Device device, const GemmCall& g) {
-  COHORT_CHECK(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0,
-               "{}: empty product m={} n={} k={} batch={}", g.op, g.m, g.n, g.k, g.batch);
+GemmKey gemm_key(Device device, const GemmCall& g, bool allow_tf32) {
+  const bool batched = g.batch > 1;
+  GemmKey key{};
+  key.m = g.m;
+  key.n = g.n;
+  key.k = g.k;
+  key.batch = g.batch;
+  key.trans_a = g.a.trans;
+  key.trans_b = g.b.trans;
+  key.lda = g.a.ld;
+  key.ldb = g.b.ld;
+  key.ldc = g.ldc;
+  key.stride_a = batched ? g.a.batch_stride : 0;
+  key.stride_b = batched ? g.b.batch_stride : 0;
+  key.stride_c = batched ? g.c_batch_stride : 0;
+  key.ab = static_cast<int64_t>(g.ab);
+  key.c = static_cast<int64_t>(g.c);
+  key.tf32 = allow_tf32 && g.ab == DType::kFloat32;
+  key.epilogue = static_cast<int64_t>(g.epilogue);
+  key.device = device.index();
+  key.align_a = alignment(g.a.data);
+  key.align_b = alignment(g.b.data);
+  key.align_c = alignment(g.c_data);
+  key.align_bias = g.bias != nullptr ? alignment(g.bias) : 0;
+  key.align_aux = g.aux != nullptr ? alignment(g.aux) : 0;
+  return key;
+}
+
+namespace {
+
+// One shape's descriptors and the heuristic's algorithm (found false: it
+// has none). The descriptor's bias and aux pointers are set again on every
+// call, which is why the cache is per thread.
+struct GemmPlan {
+  MatmulDesc desc;
+  Layout first, second, out;
+  bool found = false;
+  cublasLtMatmulHeuristicResult_t result{};
+};
+
+using GemmPlanCache = PlanCache<GemmKey, GemmPlan, Int64FieldsHash<GemmKey>>;
+
+GemmPlanCache& plan_cache() {
+  thread_local GemmPlanCache cache(kGemmPlanCacheCapacity);
+  return cache;
+}
+
+cudaDataType scale_type(DType ab) { return ab == DType::kFloat64 ? CUDA_R_64F : CUDA_R_32F; }
+
+void set_pointers(cublasLtMatmulDesc_t desc, const GemmCall& g) {
+  if (g.epilogue == GemmEpilogue::kBias || g.epilogue == GemmEpilogue::kGeluAuxBias) {
+    COHORT_CHECK(g.bias != nullptr, "{}: bias epilogue without a bias", g.op);
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  }
+  if (g.epilogue == GemmEpilogue::kGeluAux || g.epilogue == GemmEpilogue::kGeluAuxBias) {
+    COHORT_CHECK(g.aux != nullptr, "{}: GELU epilogue without its aux output", g.op);
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(g.aux));
+  }
+}
+
+std::shared_ptr<GemmPlan> build_plan(Device device, const GemmCall& g, bool tf32) {
   const cudaDataType ab = cuda_type(g.ab, g.op), ct = cuda_type(g.c, g.op);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  cudaDataType scale = CUDA_R_32F;
   if (g.ab == DType::kFloat64) {
     compute = CUBLAS_COMPUTE_64F;
-    scale = CUDA_R_64F;
-  } else if (g.ab == DType::kFloat32 && native::allow_tf32()) {
+  } else if (tf32) {
     compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
+  auto plan = std::make_shared<GemmPlan>();
   cublasLtMatmulDesc_t raw_desc = nullptr;
-  COHORT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, scale));
-  MatmulDesc desc(raw_desc);
+  COHORT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, scale_type(g.ab)));
+  plan->desc.reset(raw_desc);
   // Column-major: C^T[n, m] = op(B)^T op(A)^T; cuBLASLt's first operand is
   // our B. A row-major stored matrix read column-major is its transpose, so
   // each operand is transposed exactly when ours is.
@@ -236,22 +294,18 @@ bool gemm(Device device, const GemmCall& g) {
                  g.batch);
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
   }
-  if (g.epilogue == GemmEpilogue::kBias || g.epilogue == GemmEpilogue::kGeluAuxBias) {
-    COHORT_CHECK(g.bias != nullptr, "{}: bias epilogue without a bias", g.op);
-    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+  if (g.epilogue == GemmEpilogue::kBias || g.epilogue == GemmEpilogue::kGeluAuxBias)
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(ct));
-  }
   if (g.epilogue == GemmEpilogue::kGeluAux || g.epilogue == GemmEpilogue::kGeluAuxBias) {
-    COHORT_CHECK(g.aux != nullptr, "{}: GELU epilogue without its aux output", g.op);
-    set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(g.aux));
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldc);
     set_desc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(ct));
   }
-  Layout first =
+  set_pointers(raw_desc, g);
+  plan->first =
       layout(ab, g.b.trans ? g.k : g.n, g.b.trans ? g.n : g.k, g.b.ld, g.batch, g.b.batch_stride);
-  Layout second =
+  plan->second =
       layout(ab, g.a.trans ? g.m : g.k, g.a.trans ? g.k : g.m, g.a.ld, g.batch, g.a.batch_stride);
-  Layout out = layout(ct, g.n, g.m, g.ldc, g.batch, g.c_batch_stride);
+  plan->out = layout(ct, g.n, g.m, g.ldc, g.batch, g.c_batch_stride);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   COHORT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -262,29 +316,110 @@ bool gemm(Device device, const GemmCall& g) {
   set_pref(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(g.c_data));
   set_pref(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(g.c_data));
 
-  cublasLtHandle_t handle = cublaslt_handle(device);
-  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, first.get(), second.get(), out.get(),
-                                     out.get(), raw_pref, 1, &result, &found);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) return false;
-    if (st != CUBLAS_STATUS_SUCCESS) throw_cublas_error(st, "cublasLtMatmulAlgoGetHeuristic");
-    throw NotSupported(fmt::format(
-        "{}: cuBLASLt has no algorithm for {} x {} -> {} (m={} n={} k={} batch={}) on {}", g.op,
-        dtype_name(g.ab), dtype_name(g.ab), dtype_name(g.c), g.m, g.n, g.k, g.batch, device.str()));
-  }
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      cublaslt_handle(device), raw_desc, plan->first.get(), plan->second.get(), plan->out.get(),
+      plan->out.get(), raw_pref, 1, &plan->result, &found);
+  // "No algorithm" is found == 0, or NOT_SUPPORTED / INVALID_VALUE for a
+  // layout it cannot take (an epilogue's: whatever the cause, the parts then
+  // run apart, as before the cache); other failures are not kept.
+  const bool no_algorithm = st == CUBLAS_STATUS_NOT_SUPPORTED ||
+                            st == CUBLAS_STATUS_INVALID_VALUE || g.epilogue != GemmEpilogue::kNone;
+  if (st != CUBLAS_STATUS_SUCCESS && !no_algorithm)
+    throw_cublas_error(st, "cublasLtMatmulAlgoGetHeuristic");
+  plan->found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  return plan;
+}
+
+std::shared_ptr<GemmPlan> find_plan(Device device, const GemmCall& g) {
+  const bool tf32 = native::allow_tf32();
+  return plan_cache().get(gemm_key(device, g, tf32), [&] { return build_plan(device, g, tf32); });
+}
+
+void run_plan(Device device, const GemmCall& g, GemmPlan& plan) {
+  set_pointers(plan.desc.get(), g);
   void* ws = workspace(device, kWorkspaceBytes);
   cudaStream_t stream = current_cuda_stream(device);
   const float alpha32 = static_cast<float>(g.alpha), beta32 = static_cast<float>(g.beta);
-  const void* alpha = scale == CUDA_R_64F ? static_cast<const void*>(&g.alpha) : &alpha32;
-  const void* beta = scale == CUDA_R_64F ? static_cast<const void*>(&g.beta) : &beta32;
-  COHORT_CUBLAS_CHECK(cublasLtMatmul(handle, raw_desc, alpha, g.b.data, first.get(), g.a.data,
-                                     second.get(), beta, g.c_data, out.get(), g.c_data, out.get(),
-                                     &result.algo, ws, kWorkspaceBytes, stream));
+  const bool f64 = scale_type(g.ab) == CUDA_R_64F;
+  const void* alpha = f64 ? static_cast<const void*>(&g.alpha) : &alpha32;
+  const void* beta = f64 ? static_cast<const void*>(&g.beta) : &beta32;
+  COHORT_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(device), plan.desc.get(), alpha, g.b.data,
+                                     plan.first.get(), g.a.data, plan.second.get(), beta, g.c_data,
+                                     plan.out.get(), g.c_data, plan.out.get(), &plan.result.algo,
+                                     ws, kWorkspaceBytes, stream));
+}
+
+NotSupported no_algorithm(Device device, const GemmCall& g, const char* why) {
+  return NotSupported(fmt::format(
+      "{}: cuBLASLt has no algorithm for {} x {} -> {} (m={} n={} k={} batch={}, leading "
+      "dimensions {} {} {}) on {}{}",
+      g.op, dtype_name(g.ab), dtype_name(g.ab), dtype_name(g.c), g.m, g.n, g.k, g.batch, g.a.ld,
+      g.b.ld, g.ldc, device.str(), why));
+}
+
+void run_copy(const PitchCopy& c, const void* src, void* dst, cudaStream_t stream) {
+  for (int64_t i = 0; i < c.count; ++i)
+    COHORT_CUDA_CHECK(cudaMemcpy2DAsync(
+        static_cast<char*>(dst) + i * c.dst_step, static_cast<size_t>(c.dst_pitch),
+        static_cast<const char*>(src) + i * c.src_step, static_cast<size_t>(c.src_pitch),
+        static_cast<size_t>(c.row_bytes), static_cast<size_t>(c.rows), cudaMemcpyDeviceToDevice,
+        stream));
+}
+
+}  // namespace
+
+bool gemm(Device device, const GemmCall& g) {
+  COHORT_CHECK(g.m > 0 && g.n > 0 && g.k > 0 && g.batch > 0,
+               "{}: empty product m={} n={} k={} batch={}", g.op, g.m, g.n, g.k, g.batch);
+  std::shared_ptr<GemmPlan> plan = find_plan(device, g);
+  if (plan->found) {
+    run_plan(device, g, *plan);
+    return true;
+  }
+  if (g.epilogue != GemmEpilogue::kNone) return false;
+  gemm_padded(device, g);
   return true;
 }
+
+void gemm_padded(Device device, const GemmCall& g) {
+  COHORT_CHECK(g.epilogue == GemmEpilogue::kNone, "{}: padded products take no epilogue", g.op);
+  const bool batched = g.batch > 1;
+  const auto address = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  const GemmPadding p = gemm_padding(
+      stored_a(g.m, g.k, g.a.trans, g.a.ld, batched ? g.a.batch_stride : 0, address(g.a.data)),
+      stored_b(g.k, g.n, g.b.trans, g.b.ld, batched ? g.b.batch_stride : 0, address(g.b.data)),
+      stored_c(g.m, g.n, g.ldc, batched ? g.c_batch_stride : 0, address(g.c_data)),
+      static_cast<int64_t>(dtype_size(g.ab)), static_cast<int64_t>(dtype_size(g.c)), g.batch);
+  if (!p.any()) throw no_algorithm(device, g, " (its operands are aligned)");
+  cudaStream_t stream = current_cuda_stream(device);
+  GemmCall q = g;
+  auto padded_operand = [&](const PaddedMatrix& pm, GemmOperand& o) {
+    if (!pm.padded) return;
+    Tensor t = Tensor::empty({pm.bytes}, DType::kUInt8, device);
+    run_copy(pm.to_padded, o.data, t.device_data(), stream);
+    o.keep = t;
+    o.data = t.device_data();
+    o.ld = pm.ld;
+    o.batch_stride = pm.batch_stride;
+  };
+  padded_operand(p.a, q.a);
+  padded_operand(p.b, q.b);
+  Tensor c_copy;
+  if (p.c.padded) {
+    c_copy = Tensor::empty({p.c.bytes}, DType::kUInt8, device);
+    if (g.beta != 0) run_copy(p.c.to_padded, g.c_data, c_copy.device_data(), stream);
+    q.c_data = c_copy.device_data();
+    q.ldc = p.c.ld;
+    q.c_batch_stride = p.c.batch_stride;
+  }
+  std::shared_ptr<GemmPlan> plan = find_plan(device, q);
+  if (!plan->found) throw no_algorithm(device, g, ", even with its operands padded to 16 bytes");
+  run_plan(device, q, *plan);
+  if (p.c.padded) run_copy(p.c.from_padded, c_copy.device_data(), g.c_data, stream);
+}
+
+PlanCacheStats gemm_plan_cache_stats() { return plan_cache().stats(); }
 
 LinearForward linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const char* op,
                              bool gelu) {

@@ -9,9 +9,14 @@
 // is a float64 product.
 // Ownership: operands are views of the caller's tensors; nothing is kept
 // past the call (the work is enqueued on the current stream of the device).
-// Thread safety: reentrant (cuBLASLt handles and workspaces are per thread).
-// Failure: an operand cuBLASLt cannot take, or a product it has no algorithm
-// for, throws cohort::Error naming the op and the shapes.
+// Plans: the descriptors, layouts and heuristic's algorithm of each shape
+// are built once and cached (per thread, bounded), keyed by GemmKey.
+// Thread safety: reentrant (cuBLASLt handles, workspaces and plan caches are
+// per thread).
+// Failure: a plain product cuBLASLt has no algorithm for runs on copies of
+// the misaligned operands padded to 16 bytes (gemm_padding.h); an operand
+// cuBLASLt cannot take, or a product it has no algorithm for even so, throws
+// cohort::Error naming the op and the shapes.
 #pragma once
 
 #include <cublasLt.h>
@@ -19,6 +24,7 @@
 #include <cstdint>
 
 #include "cohort/core/tensor.h"
+#include "cohort/cuda/plan_cache.h"
 
 namespace cohort::cuda {
 
@@ -58,9 +64,30 @@ struct GemmCall {
 
 // Enqueues the product on the current stream of `device`. Returns false,
 // having done nothing, when cuBLASLt has no algorithm for a fused epilogue
-// (the caller then runs the plain product and the epilogue apart); throws
-// when it has none for the plain product. m, n, k must be at least 1.
+// (the caller then runs the plain product and the epilogue apart); when it
+// has none for the plain product, runs gemm_padded. m, n, k must be at
+// least 1.
 bool gemm(Device device, const GemmCall& call);
+
+// The plain product (no epilogue) on padded copies of its misaligned
+// operands (gemm_padding.h): what gemm() falls back to. Throws NotSupported
+// when nothing is misaligned or cuBLASLt has no algorithm even so.
+void gemm_padded(Device device, const GemmCall& call);
+
+// What the heuristic's choice depends on: the shapes and layouts, dtypes,
+// compute type, epilogue, device and the operands' alignments (cuBLASLt's
+// MIN_ALIGNMENT preferences; capped at 256 bytes). Only int64_t fields.
+struct GemmKey {
+  int64_t m, n, k, batch;
+  int64_t trans_a, trans_b, lda, ldb, ldc, stride_a, stride_b, stride_c;
+  int64_t ab, c, tf32, epilogue, device;
+  int64_t align_a, align_b, align_c, align_bias, align_aux;
+  bool operator==(const GemmKey&) const = default;
+};
+GemmKey gemm_key(Device device, const GemmCall& call, bool allow_tf32);
+// The calling thread's plan cache's counts.
+PlanCacheStats gemm_plan_cache_stats();
+inline constexpr size_t kGemmPlanCacheCapacity = 256;
 
 // y = x w^T + b (linear / linear_bf16: x [..., in], w [out, in], b [out] of
 // y's dtype or undefined; bf16 x and w give float32 y), with the bias in the

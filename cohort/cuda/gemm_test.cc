@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include "cohort/autograd/ops.h"
+#include "cohort/core/kernels/bf16_rows.h"
 #include "cohort/core/kernels/gelu.h"
 #include "cohort/core/native/linalg.h"
 #include "cohort/core/native/linalg_bf16.h"
+#include "cohort/core/native/reduce.h"
 #include "cohort/cuda/cuda_testing.h"
 #include "cohort/cuda/dense_testing.h"
+#include "cohort/cuda/gemm.h"
+#include "cohort/cuda/pointwise_launch.h"
 
 namespace cohort::cuda {
 namespace {
@@ -148,6 +152,88 @@ TEST(CudaGemm, LinearGradients) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(close(gpu[i], cpu[i], 1e-5, 1e-4)) << names[i];
 }
 
+// The padded fallback (gemm_padded), forced: bf16 x w^T with odd leading
+// dimensions everywhere (k = 51, an odd vocabulary of 1001), and a batched
+// float32 product with an odd k, each against the CPU.
+TEST(CudaGemm, PaddedFallbackMatchesCpu) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x16 = native::to_bf16(random({37, 51}, 90)), w16 = native::to_bf16(random({1001, 51}, 91));
+  Tensor want = native::linear_bf16(x16, w16, Tensor(), native::Bf16Path::kEmulated);
+  Tensor xd = x16.to(cuda0()), wd = w16.to(cuda0());
+  Tensor out = Tensor::empty({37, 1001}, kFloat32, cuda0());
+  GemmCall c;
+  c.op = "padded bf16";
+  c.ab = kBFloat16;
+  c.c = kFloat32;
+  c.m = 37;
+  c.n = 1001;
+  c.k = 51;
+  c.a = gemm_operand(xd);
+  c.b = gemm_operand(wd);
+  c.b.trans = !c.b.trans;
+  c.c_data = out.device_data();
+  c.ldc = 1001;
+  gemm_padded(cuda0(), c);
+  Tensor scale =
+      product_scale(native::bf16_to_float(x16), native::bf16_to_float(w16).transpose(0, 1));
+  EXPECT_TRUE(close(out, want, 1e-5, 1e-6, scale));
+
+  Tensor a = random({3, 5, 7}, 92), b = random({3, 7, 9}, 93);
+  Tensor ad = a.to(cuda0()), bd = b.to(cuda0());
+  Tensor got = Tensor::empty({3, 5, 9}, kFloat32, cuda0());
+  GemmCall f;
+  f.op = "padded float32";
+  f.m = 5;
+  f.n = 9;
+  f.k = 7;
+  f.batch = 3;
+  f.a = gemm_operand(ad);
+  f.b = gemm_operand(bd);
+  f.c_data = got.device_data();
+  f.ldc = 9;
+  f.c_batch_stride = 45;
+  gemm_padded(cuda0(), f);
+  EXPECT_TRUE(close(got, native::matmul(a, b), 1e-5, 1e-6, product_scale(a, b)));
+}
+
+// An untied GPT-2 vocabulary (50257 words) in bf16 through the public ops:
+// whichever path cuBLASLt takes (its own or the padded one), the CPU's.
+TEST(CudaGemm, Bf16OddVocabularyMatchesCpu) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x16 = native::to_bf16(random({8, 64}, 94));
+  Tensor w16 = native::to_bf16(random({50257, 64}, 95, -0.5, 0.5));
+  Tensor want = native::linear_bf16(x16, w16, Tensor(), native::Bf16Path::kEmulated);
+  Tensor got =
+      native::linear_bf16(x16.to(cuda0()), w16.to(cuda0()), Tensor(), native::Bf16Path::kEmulated);
+  Tensor scale =
+      product_scale(native::bf16_to_float(x16), native::bf16_to_float(w16).transpose(0, 1));
+  EXPECT_TRUE(close(got, want, 1e-5, 1e-6, scale));
+  // dx = dy w: dy [8, 50257] bf16, the odd leading dimension on A.
+  Tensor dy16 = native::to_bf16(random({8, 50257}, 96));
+  Tensor dwant = native::mm_bf16(dy16, w16, native::Bf16Path::kEmulated);
+  Tensor dgot = native::mm_bf16(dy16.to(cuda0()), w16.to(cuda0()), native::Bf16Path::kEmulated);
+  EXPECT_TRUE(close(dgot, dwant, 1e-5, 1e-6,
+                    product_scale(native::bf16_to_float(dy16), native::bf16_to_float(w16))));
+}
+
+// The second identical product finds its plan in the cache: no new miss
+// (no descriptor build, no heuristic), one more hit.
+TEST(CudaGemm, SecondIdenticalProductHitsThePlanCache) {
+  COHORT_REQUIRE_CUDA();
+  Tensor a = random({41, 24}, 97).to(cuda0()), b = random({24, 40}, 98).to(cuda0());
+  native::mm(a, b);
+  const PlanCacheStats first = gemm_plan_cache_stats();
+  Tensor again = native::mm(a, b);
+  const PlanCacheStats second = gemm_plan_cache_stats();
+  EXPECT_EQ(second.misses, first.misses);
+  EXPECT_EQ(second.hits, first.hits + 1);
+  EXPECT_TRUE(
+      close(again, native::mm(a.cpu(), b.cpu()), 1e-5, 1e-6, product_scale(a.cpu(), b.cpu())));
+  // Another shape is another plan.
+  native::mm(a, random({24, 48}, 99).to(cuda0()));
+  EXPECT_EQ(gemm_plan_cache_stats().misses, second.misses + 1);
+}
+
 TEST(CudaGelu, TanhFormForwardAndBackward) {
   COHORT_REQUIRE_CUDA();
   Tensor x = random({7, 300}, 60, -6, 6), g = random({7, 300}, 61);
@@ -230,6 +316,49 @@ TEST(CudaGelu, LinearGeluAtGpt2Size) {
   Tensor scale = product_scale(x, w.transpose(0, 1)).add(b.to(kFloat64).abs());
   EXPECT_TRUE(close(got.pre, want.pre, 1e-5, 1e-6, scale));
   EXPECT_TRUE(close(got.out, want.out, 1.0, 1e-6, gelu_out_bound(scale, want.pre, true)));
+}
+
+// The bias gradients' column sums (gelu.cc, bf16_rows.cc) are reduce.cu's,
+// split over the rows: at the GPT-2 benchmark's 16 x 1024 rows and widths 768
+// and 3072, blocks of 32 columns times the splits give several blocks per SM
+// of an H200's 132, where 32 columns a block alone gave 24 and 96.
+TEST(GeluBiasGradient, ColumnSumSplitFillsTheDevice) {
+  constexpr int64_t kSms = 132, kColumnsPerBlock = 32;
+  for (int64_t cols : {768, 3072}) {
+    const int64_t rows = 16 * 1024;
+    const int64_t splits = column_sum_splits(rows, cols);
+    EXPECT_GE((cols + kColumnsPerBlock - 1) / kColumnsPerBlock * splits, 4 * kSms) << cols;
+    EXPECT_EQ(column_sum_scratch(rows, cols), cols * splits);
+  }
+  EXPECT_EQ(column_sum_splits(100, 768), 1);  // few rows: one split
+}
+
+// The bias gradients on the device against the CPU's (float64 sums of the
+// same terms), over enough rows for many splits, and the same bits on a
+// second run (a fixed order of the partials).
+TEST(GeluBiasGradient, SplitSumsMatchCpuAndRepeat) {
+  COHORT_REQUIRE_CUDA();
+  Tensor x = random({6, 700, 16}, 110), w = random({200, 16}, 111, -0.5, 0.5);
+  Tensor g = random({6, 700, 200}, 112);
+  kernels::LinearGeluResult fwd = kernels::linear_gelu(x, w, Tensor());
+  kernels::LinearGeluGrads want =
+      kernels::linear_gelu_backward(g, x, w, fwd.pre, false, false, true);
+  auto device_db = [&] {
+    return kernels::linear_gelu_backward(g.to(cuda0()), x.to(cuda0()), w.to(cuda0()),
+                                         fwd.pre.to(cuda0()), false, false, true)
+        .db;
+  };
+  Tensor db = device_db();
+  // 4200 terms |.| < 1.2 each: float32 rounding of the CPU's sum and of the
+  // device's (float64 partials) stays within 1e-5 relative + 1e-4.
+  EXPECT_TRUE(close(db, want.db, 1e-5, 1e-4));
+  EXPECT_TRUE(close(device_db(), db, 0, 0));
+
+  // bf16 linear layers: the float32 incoming gradient's column sums.
+  Tensor g32 = random({4200, 200}, 113);
+  kernels::Bf16Rows r = kernels::to_bf16_with_column_sums(g32.to(cuda0()), true);
+  EXPECT_TRUE(close(r.sums, native::sum(g32.to(kFloat64), {0}), 1e-6, 1e-5));
+  EXPECT_TRUE(close(kernels::to_bf16_with_column_sums(g32.to(cuda0()), true).sums, r.sums, 0, 0));
 }
 
 }  // namespace

@@ -226,6 +226,12 @@ void dispatch_bits(size_t elem_size, const char* op, F&& f) {
   }
 }
 
+// The element types index_add and scatter_add accumulate in (atomicAdd's).
+template <typename F>
+void dispatch_accumulate_types(DType t, const char* op, F&& f) {
+  dispatch_types<float, double, int32_t, int64_t>(t, op, static_cast<F&&>(f));
+}
+
 template <typename T>
 T host_value(double v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -271,18 +277,7 @@ void launch_index_add(DType dtype, void* out, const int64_t* index, const void* 
     }
     COHORT_CUDA_LAUNCH_CHECK();
   };
-  switch (dtype) {
-    case DType::kFloat32:
-      return run(Tag<float>{});
-    case DType::kFloat64:
-      return run(Tag<double>{});
-    case DType::kInt32:
-      return run(Tag<int32_t>{});
-    case DType::kInt64:
-      return run(Tag<int64_t>{});
-    default:
-      throw_dtype("index_add", dtype);
-  }
+  dispatch_accumulate_types(dtype, "index_add", run);
 }
 
 void launch_dropout(DType dtype, const void* x, void* out, void* mask, int64_t n, double p,
@@ -298,14 +293,7 @@ void launch_dropout(DType dtype, const void* x, void* out, void* mask, int64_t n
         seed, block);
     COHORT_CUDA_LAUNCH_CHECK();
   };
-  switch (dtype) {
-    case DType::kFloat32:
-      return run(Tag<float>{});
-    case DType::kFloat64:
-      return run(Tag<double>{});
-    default:
-      throw_dtype("dropout", dtype);
-  }
+  dispatch_types<float, double>(dtype, "dropout", run);
 }
 
 void launch_masked_fill(DType dtype, void* out, const void* x, DType mask_dtype, const void* mask,
@@ -318,16 +306,7 @@ void launch_masked_fill(DType dtype, void* out, const void* x, DType mask_dtype,
                         MaskedFillFn<T, K>{static_cast<T*>(out), static_cast<const T*>(x),
                                            static_cast<const K*>(mask), host_value<T>(value)});
     };
-    switch (mask_dtype) {
-      case DType::kUInt8:
-        return run(Tag<uint8_t>{});
-      case DType::kInt32:
-        return run(Tag<int32_t>{});
-      case DType::kInt64:
-        return run(Tag<int64_t>{});
-      default:
-        throw_dtype("masked_fill (mask)", mask_dtype);
-    }
+    dispatch_types<uint8_t, int32_t, int64_t>(mask_dtype, "masked_fill (mask)", run);
   });
 }
 
@@ -351,18 +330,7 @@ void launch_scatter_add(DType dtype, void* out, const void* src, const int64_t* 
                       ScatterAddFn<T>{static_cast<T*>(out), static_cast<const T*>(src), index,
                                       out_dim_stride, n});
   };
-  switch (dtype) {
-    case DType::kFloat32:
-      return run(Tag<float>{});
-    case DType::kFloat64:
-      return run(Tag<double>{});
-    case DType::kInt32:
-      return run(Tag<int32_t>{});
-    case DType::kInt64:
-      return run(Tag<int64_t>{});
-    default:
-      throw_dtype("scatter_add", dtype);
-  }
+  dispatch_accumulate_types(dtype, "scatter_add", run);
 }
 
 void launch_triangle(size_t elem_size, const void* x, void* out, int64_t batch, int64_t r,
