@@ -81,6 +81,13 @@ std::shared_ptr<const sdpa_graph::Plan> plan_for(Device dev, const SdpaRequest& 
 
 size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
 
+// The masked scores' value: -inf from cuDNN 9.1, the lowest float before
+// (frontend's get_negative_inf_value).
+float masked_score() {
+  return cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest()
+                                   : -std::numeric_limits<float>::infinity();
+}
+
 void execute(Device dev, const sdpa_graph::Plan& plan, const SdpaKey& key,
              const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, void* ws) {
   cudnnHandle_t handle = cudnn_handle(dev);
@@ -162,9 +169,10 @@ SdpaVerdict cudnn_sdpa_support(const SdpaRequest& r, const SdpaEnv& env) {
     if (!st)
       return no(fmt::format("{} has {} heads with strides [{}, {}] that q's {} heads cannot read",
                             kOperandNames[i], a.heads, a.batch_stride, a.head_stride, heads));
+    // Zero strides (a broadcast gradient) are left to the own kernel.
     for (int64_t x : *st)
-      if (x < 0 || x % 8 != 0)
-        return no(fmt::format("{} stride {} is not a multiple of 8 elements (16 bytes)",
+      if (x <= 0 || x % 8 != 0)
+        return no(fmt::format("{} stride {} is not a positive multiple of 8 elements (16 bytes)",
                               kOperandNames[i], x));
     if (reinterpret_cast<uintptr_t>(a.data) % 16 != 0)
       return no(fmt::format("{} is not 16-byte aligned", kOperandNames[i]));
@@ -183,7 +191,7 @@ bool cudnn_sdpa_forward(Device dev, const SdpaRequest& r, float* lse) {
   std::shared_ptr<const sdpa_graph::Plan> plan = plan_for(dev, r, key);
   if (!plan) return false;
   using namespace sdpa_graph;
-  float scale = r.dims.scale, neg_inf = -std::numeric_limits<float>::infinity();
+  float scale = r.dims.scale, neg_inf = masked_score();
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
   std::vector<void*> ptrs = {r.ops[0].data, r.ops[1].data, r.ops[2].data,
                              r.ops[3].data, lse,           &scale};
@@ -201,7 +209,7 @@ bool cudnn_sdpa_backward(Device dev, const SdpaRequest& r, const float* lse) {
   std::shared_ptr<const sdpa_graph::Plan> plan = plan_for(dev, r, key);
   if (!plan) return false;
   using namespace sdpa_graph;
-  float scale = r.dims.scale, neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  float scale = r.dims.scale, neg_inf = masked_score(), one = 1.0f;
   cudaStream_t stream = current_cuda_stream(dev);
   // One buffer: the plan's workspace, then softmax_sum and dq_accum.
   const size_t plan_ws = round_up(plan->plan_workspace);

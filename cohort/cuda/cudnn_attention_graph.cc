@@ -325,7 +325,11 @@ std::shared_ptr<const Plan> build_plan(cudnnHandle_t handle, const SdpaKey& key,
         "cudnnBackendSetAttribute(ENGINEHEUR_OPERATION_GRAPH)", key);
   check(cudnnBackendSetAttribute(hd, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode),
         "cudnnBackendSetAttribute(ENGINEHEUR_MODE)", key);
-  check(cudnnBackendFinalize(hd), "cudnnBackendFinalize(engine heuristics)", key);
+  if (cudnnStatus_t st = cudnnBackendFinalize(hd); st != CUDNN_STATUS_SUCCESS) {
+    if (st != CUDNN_STATUS_NOT_SUPPORTED) check(st, "cudnnBackendFinalize(engine heuristics)", key);
+    why = sdpa_error_text(static_cast<int>(st), "cudnnBackendFinalize(engine heuristics)", key);
+    return nullptr;
+  }
   int64_t count = 0;
   check(cudnnBackendGetAttribute(hd, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                  0, &count, nullptr),
