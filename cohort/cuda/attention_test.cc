@@ -7,8 +7,6 @@
 // The cuDNN tests were written without a GPU: compiled, not run.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "cohort/autograd/ops.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/cuda/cuda_testing.h"
@@ -101,11 +99,16 @@ TEST(CudaAttention, PackedQkvMatchesCpu) {
   EXPECT_TRUE(close(gpu[1], cpu[1], kRtol, kGradAtol));
 }
 
-// Sets COHORT_CUDNN_ATTENTION for its lifetime.
+// Switches the cuDNN path for its lifetime.
 class CudnnSwitch {
  public:
-  explicit CudnnSwitch(bool on) { ::setenv("COHORT_CUDNN_ATTENTION", on ? "1" : "0", 1); }
-  ~CudnnSwitch() { ::unsetenv("COHORT_CUDNN_ATTENTION"); }
+  explicit CudnnSwitch(bool on) : was_(cudnn_attention_enabled()) {
+    set_cudnn_attention_enabled(on);
+  }
+  ~CudnnSwitch() { set_cudnn_attention_enabled(was_); }
+
+ private:
+  bool was_;
 };
 
 std::vector<Tensor> sdpa_with(bool cudnn, const Tensor& q, const Tensor& k, const Tensor& v,

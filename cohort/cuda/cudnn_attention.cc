@@ -120,20 +120,41 @@ std::string SdpaKey::describe() const {
 }
 
 std::string sdpa_error_text(int status, const std::string& call, const SdpaKey& key) {
-  return fmt::format("{} failed: {} ({}) for {}; COHORT_CUDNN_ATTENTION=0 uses cohort's kernel",
-                     call, cudnnGetErrorString(static_cast<cudnnStatus_t>(status)), status,
-                     key.describe());
+  return fmt::format(
+      "{} failed: {} ({}) for {}; COHORT_CUDNN_ATTENTION=0 (or set_cudnn_attention_enabled(false)) "
+      "uses cohort's kernel",
+      call, cudnnGetErrorString(static_cast<cudnnStatus_t>(status)), status, key.describe());
+}
+
+namespace {
+// -1: not decided yet; 0 or 1.
+std::atomic<int> g_enabled{-1};
+}  // namespace
+
+bool parse_cudnn_attention_setting(const char* value, const char* name) {
+  for (const char* on : {"1", "on", "true"})
+    if (std::strcmp(value, on) == 0) return true;
+  for (const char* off : {"0", "off", "false"})
+    if (std::strcmp(value, off) == 0) return false;
+  throw InvalidArgument(
+      fmt::format("{}: '{}' is not a switch; expected 1, on, true, 0, off or false", name, value));
 }
 
 bool cudnn_attention_enabled() {
-  const char* v = std::getenv("COHORT_CUDNN_ATTENTION");
-  if (!v) return true;
-  return std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0 && std::strcmp(v, "false") != 0;
+  int v = g_enabled.load(std::memory_order_relaxed);
+  if (v >= 0) return v == 1;
+  const char* env = std::getenv("COHORT_CUDNN_ATTENTION");
+  const int from_env = env ? parse_cudnn_attention_setting(env, "COHORT_CUDNN_ATTENTION") : 1;
+  g_enabled.compare_exchange_strong(v, from_env);  // a concurrent set wins
+  return g_enabled.load(std::memory_order_relaxed) == 1;
 }
+
+void set_cudnn_attention_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
 
 SdpaVerdict cudnn_sdpa_support(const SdpaRequest& r, const SdpaEnv& env) {
   const AttentionDims& s = r.dims;
-  if (!env.enabled) return no("switched off by COHORT_CUDNN_ATTENTION");
+  if (!env.enabled)
+    return no("switched off (set_cudnn_attention_enabled / COHORT_CUDNN_ATTENTION)");
   if (env.cudnn_version < 90000)
     return no(fmt::format("cuDNN {} is older than 9.0", env.cudnn_version));
   if (env.cudnn_version == 91000 || env.cudnn_version == 91001)

@@ -16,8 +16,9 @@
 // dS = P (dO V^T - softmax_sum) * scale, dK = dS^T Q, dQ = dS K (float32
 // accumulated, then cast). Plans are built once per key (shape, layout,
 // dtype, device) and cached per thread, as cudnn_handle() is per thread.
-// COHORT_CUDNN_ATTENTION=0 switches the cuDNN path off (read at each call, so
-// a test can compare both paths in one process).
+// set_cudnn_attention_enabled(false) switches the cuDNN path off (tests
+// compare both paths in one process); COHORT_CUDNN_ATTENTION=0 gives the
+// default for processes that never call it (a benchmark run on the old path).
 // Thread safety: every function may be called from any thread.
 #pragma once
 
@@ -85,9 +86,14 @@ struct SdpaVerdict {
 // the query's heads). Pure: no device is touched.
 SdpaVerdict cudnn_sdpa_support(const SdpaRequest& r, const SdpaEnv& env);
 
-// The environment switch: false where COHORT_CUDNN_ATTENTION is "0", "off"
-// or "false".
+// Whether the cuDNN path is tried: what set_cudnn_attention_enabled last
+// set, else COHORT_CUDNN_ATTENTION's value at the first call, else on.
+// A malformed COHORT_CUDNN_ATTENTION throws InvalidArgument (at that call).
 bool cudnn_attention_enabled();
+void set_cudnn_attention_enabled(bool on);
+// "1", "on", "true" -> true; "0", "off", "false" -> false; else throws
+// InvalidArgument naming `name` and the accepted values.
+bool parse_cudnn_attention_setting(const char* value, const char* name);
 
 // The text of a failed backend call: the call, the cuDNN status by name and
 // number, and the shape it was building for.
