@@ -1,12 +1,16 @@
 // Parity of the CUDA flash attention (attention.cc, attention_kernels.cu)
 // with cohort's CPU kernels through autograd: [B, H, T, D] operands (causal
 // and not, T not a multiple of the tile, Tq != Tk, several head sizes),
-// GPT's packed [B, T, 3C] form, and bfloat16 operands.
+// GPT's packed [B, T, 3C] form, and bfloat16 operands; and cuDNN's fused
+// attention (cudnn_attention.h) against cohort's own kernel on the bf16
+// causal shapes it takes, and the shapes it does not take still correct.
+// The cuDNN tests were written without a GPU: compiled, not run.
 #include <gtest/gtest.h>
 
 #include "cohort/autograd/ops.h"
 #include "cohort/core/native/linalg_bf16.h"
 #include "cohort/cuda/cuda_testing.h"
+#include "cohort/cuda/cudnn_attention.h"
 #include "cohort/cuda/dense_testing.h"
 
 namespace cohort::cuda {
@@ -95,6 +99,24 @@ TEST(CudaAttention, PackedQkvMatchesCpu) {
   EXPECT_TRUE(close(gpu[1], cpu[1], kRtol, kGradAtol));
 }
 
+// Switches the cuDNN path for its lifetime.
+class CudnnSwitch {
+ public:
+  explicit CudnnSwitch(bool on) : was_(cudnn_attention_enabled()) {
+    set_cudnn_attention_enabled(on);
+  }
+  ~CudnnSwitch() { set_cudnn_attention_enabled(was_); }
+
+ private:
+  bool was_;
+};
+
+std::vector<Tensor> sdpa_with(bool cudnn, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& g, bool causal) {
+  CudnnSwitch s(cudnn);
+  return sdpa_run(q, k, v, g, causal, cuda0());
+}
+
 TEST(CudaAttention, Bf16OperandsComputeInFloat32) {
   COHORT_REQUIRE_CUDA();
   Tensor q16 = native::to_bf16(random({1, 2, 50, 64}, 670, -1, 1));
@@ -110,10 +132,105 @@ TEST(CudaAttention, Bf16OperandsComputeInFloat32) {
   // |out| sqrt(D) per row, through dS into dq and dk, about 1e-4 here, so an
   // absolute 1e-3.
   std::vector<Tensor> cpu = sdpa_run(f(q16), f(k16), f(v16), f(g16), true, kCPU);
-  std::vector<Tensor> gpu = sdpa_run(q16, k16, v16, g16, true, cuda0());
+  std::vector<Tensor> gpu = sdpa_with(false, q16, k16, v16, g16, true);  // the own kernel
   EXPECT_EQ(gpu[0].dtype(), kBFloat16);
   for (int i = 0; i < 4; ++i)
     EXPECT_TRUE(close(gpu[i], cpu[i], 1.0 / 128, i == 0 ? kOutAtol : 1e-3)) << i;
+}
+
+// cuDNN's bf16 kernels round P and dS to bf16 before their matmuls where the
+// own kernel keeps float32: 2^-8 relative on each term of a sum of O(1)
+// terms. Outputs: within 2 bf16 ulps of each other plus 1e-2; gradients
+// (sums over T of dS terms, O(1) here) 3e-2.
+constexpr double kBf16Rtol = 2.0 / 128, kBf16OutAtol = 1e-2, kBf16GradAtol = 3e-2;
+
+TEST(CudaAttention, CudnnMatchesOwnKernelOnBf16Causal) {
+  COHORT_REQUIRE_CUDA();
+  struct Case {
+    int64_t b, h, t, d;
+  };
+  // GPT-2's head size at a multiple of 64 and not, the largest head size,
+  // and a tiny T.
+  const std::vector<Case> cases = {{2, 4, 128, 64}, {1, 3, 70, 64}, {2, 2, 64, 128}, {1, 2, 8, 32}};
+  uint64_t seed = 700;
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  for (const Case& c : cases) {
+    Tensor q = native::to_bf16(random({c.b, c.h, c.t, c.d}, seed, -1, 1));
+    Tensor k = native::to_bf16(random({c.b, c.h, c.t, c.d}, seed + 1, -1, 1));
+    Tensor v = native::to_bf16(random({c.b, c.h, c.t, c.d}, seed + 2, -1, 1));
+    Tensor g = native::to_bf16(random({c.b, c.h, c.t, c.d}, seed + 3, -1, 1));
+    seed += 10;
+    const SdpaCacheStats before = cudnn_sdpa_cache_stats();
+    std::vector<Tensor> ref = sdpa_with(false, q, k, v, g, true);
+    std::vector<Tensor> got = sdpa_with(true, q, k, v, g, true);
+    const SdpaCacheStats after = cudnn_sdpa_cache_stats();
+    // The forward and the backward each looked a plan up, and an engine
+    // took both: the cuDNN path ran.
+    EXPECT_EQ(after.hits + after.misses - before.hits - before.misses, 2) << c.t;
+    EXPECT_EQ(after.no_engine, before.no_engine) << "no cuDNN engine for T " << c.t;
+    for (int i = 0; i < 4; ++i)
+      EXPECT_TRUE(close(got[i], ref[i], kBf16Rtol, i == 0 ? kBf16OutAtol : kBf16GradAtol))
+          << names[i] << " of B " << c.b << " H " << c.h << " T " << c.t << " D " << c.d;
+  }
+}
+
+TEST(CudaAttention, CudnnPackedQkvMatchesOwnKernelAndHitsItsPlans) {
+  COHORT_REQUIRE_CUDA();
+  const int64_t b = 2, t = 96, nh = 4, c = 256;  // head_dim 64, GPT's layout
+  Tensor qkv = native::to_bf16(random({b, t, 3 * c}, 720, -1, 1));
+  Tensor g = native::to_bf16(random({b, t, c}, 721, -1, 1));
+  auto run = [&](bool cudnn) {
+    CudnnSwitch s(cudnn);
+    Tensor x = qkv.to(cuda0());
+    x.set_requires_grad(true);
+    Tensor y = scaled_dot_product_attention_packed(x, nh, true);
+    y.backward(g.to(cuda0()));
+    return std::vector<Tensor>{y, x.grad()};
+  };
+  std::vector<Tensor> ref = run(false), first = run(true);
+  const SdpaCacheStats warm = cudnn_sdpa_cache_stats();
+  std::vector<Tensor> second = run(true);
+  const SdpaCacheStats after = cudnn_sdpa_cache_stats();
+  EXPECT_EQ(after.hits - warm.hits, 2);  // forward and backward plans reused
+  EXPECT_EQ(after.misses, warm.misses);
+  EXPECT_TRUE(close(first[0], ref[0], kBf16Rtol, kBf16OutAtol));
+  EXPECT_TRUE(close(first[1], ref[1], kBf16Rtol, kBf16GradAtol));
+  // One plan, one engine: the same bits on a rerun.
+  EXPECT_TRUE(close(second[0], first[0], 0, 0));
+}
+
+// What cuDNN does not take runs the own kernel, still right against the CPU
+// (bounds of Bf16OperandsComputeInFloat32), and looks no plan up.
+TEST(CudaAttention, ShapesCudnnDoesNotTakeFallBackCorrectly) {
+  COHORT_REQUIRE_CUDA();
+  struct Case {
+    int64_t tq, tk, d;
+    bool causal;
+  };
+  const std::vector<Case> cases = {
+      {50, 50, 64, false},  // not causal
+      {40, 57, 64, true},   // q_len != kv_len
+      {50, 50, 36, true},   // head_dim not a multiple of 8
+      {1, 1, 64, true},     // one row
+  };
+  CudnnSwitch on(true);
+  uint64_t seed = 740;
+  auto f = [](const Tensor& t) { return native::bf16_to_float(t); };
+  for (const Case& c : cases) {
+    Tensor q16 = native::to_bf16(random({1, 2, c.tq, c.d}, seed, -1, 1));
+    Tensor k16 = native::to_bf16(random({1, 2, c.tk, c.d}, seed + 1, -1, 1));
+    Tensor v16 = native::to_bf16(random({1, 2, c.tk, c.d}, seed + 2, -1, 1));
+    Tensor g16 = native::to_bf16(random({1, 2, c.tq, c.d}, seed + 3, -1, 1));
+    seed += 10;
+    const SdpaCacheStats before = cudnn_sdpa_cache_stats();
+    std::vector<Tensor> gpu = sdpa_run(q16, k16, v16, g16, c.causal, cuda0());
+    const SdpaCacheStats after = cudnn_sdpa_cache_stats();
+    EXPECT_EQ(after.hits + after.misses, before.hits + before.misses) << c.tq << " " << c.d;
+    std::vector<Tensor> cpu = sdpa_run(f(q16), f(k16), f(v16), f(g16), c.causal, kCPU);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_TRUE(close(gpu[i], cpu[i], 1.0 / 128, i == 0 ? kOutAtol : 1e-3))
+          << i << " of Tq " << c.tq << " Tk " << c.tk << " D " << c.d;
+  }
 }
 
 }  // namespace
