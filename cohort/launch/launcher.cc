@@ -162,8 +162,11 @@ LaunchResult launch(const LaunchOptions& o) {
   std::optional<SignalWatcher> signals;
   std::unique_ptr<JobCoordinator> coord;
   LeaveOnReturn leave_on_return{coord};
-  // An elastic job's nodes come and go on their own (see min_nnodes).
-  const bool coordinated = o.nnodes > 1 && o.host_store && o.min_nnodes == 0;
+  // An elastic job's nodes come and go on their own (see min_nnodes), and so
+  // do a fault-tolerant job's: its replicas agree on who takes part through
+  // the quorum service, so a lost node must not end the others' run.
+  const bool coordinated =
+      o.nnodes > 1 && o.host_store && o.min_nnodes == 0 && !o.fault_tolerant;
   auto connect_coordinator = [&](int port) {
     JobCoordinatorOptions co;
     co.master_addr = o.master_addr;

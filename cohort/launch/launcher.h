@@ -83,8 +83,11 @@ struct LaunchOptions {
   // while the others go on, up to max_worker_restarts times per worker
   // (WorkerGroupOptions::max_worker_restarts); the job succeeds when every
   // worker's last run does (one left without restarts is named as lost).
-  // Excludes max_restarts and max_lost_workers. A lost launcher still ends
-  // the job, as node 0's store serves the quorum service.
+  // Excludes max_restarts and max_lost_workers. The nodes are not linked
+  // (as min_nnodes's): a lost node's replicas are dropped and the others go
+  // on, a node started again (same --node-rank) joins the running job; node
+  // 0's launcher hosts the store and so the quorum service, whose loss stops
+  // every replica (parallel/fault_tolerance/replica_manager.h).
   bool fault_tolerant = false;
   int max_worker_restarts = 3;
   // fault_tolerant: workers per replica (WorkerGroupOptions::replica_size;

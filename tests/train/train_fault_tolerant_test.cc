@@ -180,6 +180,46 @@ TEST(TrainFaultTolerant, NnodesMinMaxTakesInANodeAndLetsOneLeave) {
   EXPECT_EQ(out0.find("the last step failed here"), std::string::npos) << out0;
 }
 
+TEST(TrainFaultTolerant, ALostNodeOfAFixedSizeJobIsDroppedAndItsRestartRejoins) {
+  // --nnodes 2 --fault-tolerant: the launchers are not linked, so node 1's
+  // launcher SIGKILLed (its workers die with it) leaves node 0 training;
+  // node 1 started again joins the running job and takes the state.
+  const std::string port = std::to_string(free_port());
+  auto node = [&](int rank) {
+    std::vector<std::string> argv = {kCohort,
+                                     "run",
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--master-port",
+                                     port,
+                                     "--fault-tolerant"};
+    for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
+                                            "--epochs", "3", "--log-every", "1"}))
+      argv.push_back(a);
+    return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=fixed"});
+  };
+  auto n0 = node(0);
+  auto n1 = node(1);
+  ASSERT_FALSE(wait_for(*n0, "epoch 1/3 step 3/").empty()) << n0->output() << n1->output();
+  ::kill(n1->pid(), SIGKILL);
+  EXPECT_EQ(n1->wait(30s), 128 + SIGKILL);
+  ASSERT_FALSE(wait_for(*n0, "lost \\[rank2, rank3\\]").empty()) << n0->output();
+  auto again = node(1);
+  EXPECT_EQ(n0->wait(120s), 0) << n0->output();
+  EXPECT_EQ(again->wait(120s), 0) << again->output();
+  const std::string out0 = n0->output(), out1 = again->output();
+  // Its workers join when each is ready (in one quorum or two).
+  for (const char* id : {"rank2", "rank3"})
+    EXPECT_TRUE(std::regex_search(out0, std::regex(std::string("joined \\[[^\\]]*") + id)))
+        << id << out0;
+  EXPECT_NE(out1.find("received the state of step"), std::string::npos) << out1;
+  EXPECT_NE(out0.find("epoch 3: train loss"), std::string::npos) << out0;
+}
+
 TEST(TrainFaultTolerant, WhatTheLoopDoesNotDoIsRefused) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--fault-tolerant", "--strategy", "pipeline"}, "--fault-tolerant is data parallel"},
