@@ -6,6 +6,8 @@
 #include <cmath>
 #include <csignal>
 #include <map>
+#include <optional>
+#include <span>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
@@ -13,6 +15,8 @@
 #include "cohort/checkpoint/async_checkpoint.h"
 #include "cohort/checkpoint/checkpoint.h"
 #include "cohort/data/sampler.h"
+#include "cohort/data/window_dataset.h"
+#include "cohort/data/window_sampler.h"
 #include "cohort/optim/clip_grad.h"
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
 #include "cohort/train/fault_tolerant_model.h"
@@ -54,9 +58,6 @@ class GlobalOrder {
 }  // namespace
 
 void check_fault_tolerant_options(const TrainOptions& o) {
-  COHORT_CHECK(!o.is_language_model(),
-               "--fault-tolerant trains the image models (net, net-bn, mlp, toy); a language "
-               "model's random windows are not a walked order yet");
   COHORT_CHECK(o.strategy == Strategy::kAuto || o.strategy == Strategy::kDdp ||
                    o.strategy == Strategy::kZero,
                "--fault-tolerant is data parallel over replicas (--strategy ddp or auto, or zero "
@@ -110,15 +111,25 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   Splits splits = make_splits(o);
   Generator gen(o.seed);
   FaultTolerantModel model(o, gen);
-  const int64_t n_train = splits.train->size();
-  const int64_t total = o.epochs * n_train;
   const int64_t batch = o.batch_size;
   // A replica of g processes takes g x batch examples a step, batch each.
   const int g = job.replica_size;
   const int group_rank = job.rank % g;
   const int64_t replica_batch = batch * g;
+  // A language model's examples are windows: an epoch is what the job at its
+  // initial size trains in its steps per epoch (as a run without faults).
+  const bool lm = o.is_language_model();
+  const int64_t block = lm ? gpt_config(o).block_size : 0;
+  const int64_t n_train =
+      lm ? (o.steps_per_epoch > 0 ? o.steps_per_epoch
+                                  : data::default_steps_per_epoch(splits.train_tokens->size(),
+                                                                  job.world_size, batch, block)) *
+               job.world_size * batch
+         : splits.train->size();
+  const int64_t total = o.epochs * n_train;
   int64_t cursor = 0;
-  GlobalOrder order(n_train, o.seed);
+  std::optional<GlobalOrder> order;
+  if (!lm) order.emplace(n_train, o.seed);
 
   parallel::ReplicaManagerOptions mo;
   mo.replica_id = g == 1 ? fmt::format("rank{}", job.rank) : fmt::format("replica{}", job.rank / g);
@@ -144,7 +155,9 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
   info.world_size = job.world_size;
   info.threads = o.threads > 0 ? o.threads : num_threads();
   info.layout = model.layout();
-  info.train_examples = n_train;
+  // A language model reports tokens, as without faults.
+  info.train_examples = lm ? splits.train_tokens->size() : n_train;
+  info.tokens_per_example = block;
   info.test_examples = splits.test->size();
   info.data_description = splits.description;
   info.steps_per_epoch = n_train / (batch * job.world_size);
@@ -167,7 +180,9 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
     e.complete = complete;
     e.test_accuracy = NAN;
     try {
-      Evaluation ev = evaluate(model.full_model(), o.model, *splits.test, m.group());
+      // Language models evaluate in batches of --batch-size windows, as without faults.
+      Evaluation ev =
+          evaluate(model.full_model(), o.model, *splits.test, m.group(), lm ? batch : 1000);
       e.test_loss = ev.loss;
       e.test_accuracy = ev.accuracy;
     } catch (const std::exception& ex) {
@@ -210,8 +225,23 @@ TrainResult run_fault_tolerant(const TrainOptions& o, TrainObserver* observer) {
     started = true;
     const int n = m.num_participants();
     if (cursor + n * replica_batch > total || (o.max_steps > 0 && m.step() >= o.max_steps)) break;
-    const int64_t begin = cursor + m.rank() * replica_batch + group_rank * batch;
-    data::Batch b = splits.train->get_batch(order.at(begin, begin + batch));
+    // This process's examples: the next ones of the global order, or, for a
+    // language model, its slice of the step's random windows drawn for n x g
+    // ranks (WindowSampler's draw: a pure function of the step and the
+    // participants, the same on every one).
+    const int64_t first = m.rank() * replica_batch + group_rank * batch;
+    data::Batch b;
+    if (lm) {
+      const std::vector<int64_t> offsets =
+          data::torch_cpu_randint(splits.train_tokens->size() - block, n * replica_batch,
+                                  o.seed + static_cast<uint64_t>(m.step()));
+      b = data::window_batch(*splits.train_tokens,
+                             std::span<const int64_t>(offsets).subspan(static_cast<size_t>(first),
+                                                                       static_cast<size_t>(batch)),
+                             block);
+    } else {
+      b = splits.train->get_batch(order->at(cursor + first, cursor + first + batch));
+    }
     Tensor loss = model.forward_backward(b);
     model.average_gradients(m);
     if (!m.should_commit()) continue;

@@ -1,8 +1,10 @@
 // `cohort train --fault-tolerant` under `cohort run --fault-tolerant`: the
 // training loop on a ReplicaManager (parallel/fault_tolerance/): every worker
-// is a replica; when one dies the others go on at the next step, and the
-// launcher's replacement receives the state from a live one and trains on.
-// No process but the dead one restarts, and no checkpoint is read.
+// is a replica, or every COHORT_FT_REPLICA_SIZE workers are one (ZeRO inside
+// it under --strategy zero; fault_tolerant_model.h); when one dies the others
+// go on at the next step, and the launcher's replacement receives the state
+// from a live one and trains on. No process but the dead replica's restarts,
+// and no checkpoint is read.
 //
 // Data: one global order (the single-process order: a seeded shuffle per
 // epoch, RandomSampler) walked by a cursor kept in the replicated state; a
@@ -22,8 +24,9 @@
 // replacement), WORLD_SIZE (the first quorum waits for that many),
 // MASTER_ADDR / MASTER_PORT (the store, whose server runs the quorum
 // service) and COHORT_FT_REPLACEMENT=1 on a worker the launcher restarted;
-// the store's token is COHORT_TOKEN. Image models only (a language model's random
-// windows are not a walked order yet); float32 with the plain average (no
+// the store's token is COHORT_TOKEN. A language model draws each step's
+// random windows for the ranks taking part (WindowSampler's draw at that
+// step and that many ranks: the same on every one); float32 with the plain average (no
 // bf16, comm hooks, SyncBatchNorm), no metrics file or trace, no --resume;
 // the native backend on the CPU. Errors: InvalidArgument for those before anything starts; the
 // ReplicaManager's when the quorum service is gone.
