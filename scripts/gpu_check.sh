@@ -22,7 +22,8 @@
 #              Net one epoch and GPT (the reference size) 50 steps on the GPU, against the CPU
 #              runs pack made here (refs/): test accuracy within 0.5 points, per-step losses
 #              within 2e-3 (fp32, TF32 off); train.tar.xz: probe.txt, net.txt, gpt.txt, metrics
-#   `tests train` in one command: 540 (one machine start fewer).
+#   `tests train` in one command: 540 (one machine start fewer); it returns summary.txt,
+#   tests.tar.xz and train.tar.xz.
 #   3. bench   setup 40, bench 460, archive 15                                = 515
 #              bench/gpu/run.sh: the bf16 GEMM peak, GPT-2 124M bf16 ms/step, MFU and peak memory
 #              against PyTorch eager and torch.compile, Net against PyTorch; bench.tar.xz:
@@ -39,20 +40,28 @@
 #   PASS / FAIL / SKIP and why, and last the check of what returns.
 #
 # THE COMMANDS, in order
-#   here:  scripts/gpu_check.sh pack           (builds build-gpu/: slow, nvcc on 2 cores) then
-#          check that .gpu/ is in the checkout the device tool sends (the session's own, which
-#          is /work/main for its helpers: copy .gpu/ there, and check `git status` shows none of it)
-#   there (device tool `run`, one at a time; the next right after a reply keeps the machine warm):
+#   here:  scripts/gpu_check.sh pack   builds build-gpu/ (slow: a fresh build with nvcc on 2
+#          cores), makes the CPU references, packs .gpu/, checks its sizes, and adds /.gpu/ to
+#          the repository's info/exclude (shared by its worktrees). The device tool sends the
+#          checkout the session was started in (/work/main for its helpers): .gpu/ must be in
+#          that checkout's root (copy it there), ignored (`git status` shows none of it).
+#   there: the device tool's `run`, one at a time; each next call right after the reply (the
+#          machine stays warm 30 s; a cold start costs 1-2 min of the 15):
 #     run(command="bash scripts/gpu_check.sh run tests train", timeout_s=600,
 #         carry=[".gpu/core", ".gpu/tests", ".gpu/data", ".gpu/refs"])
 #     run(command="bash scripts/gpu_check.sh run bench", timeout_s=600,
 #         carry=[".gpu/core", ".gpu/bench", ".gpu/data"])
 #     run(command="bash scripts/gpu_check.sh run dist", timeout_s=600,
 #         carry=[".gpu/core", ".gpu/dist", ".gpu/data"])
-#   `pack` prints each call's carry and size. Where `tests train` does not fit (pack says so),
-#   run `run tests` (carry core, tests) and `run train` (core, data, refs) as two calls. With
-#   less device time left than a call's budget plus a minute, prefix GPU_CHECK_CALL_S=SECONDS.
-#   Then give_back.
+#     then give_back.
+#   The time-outs are upper bounds: the three together could take 1,590 s, more than a
+#   session's 900 (no call has run on a GPU yet, so how long each really takes is unknown).
+#   Before each call read `status`'s budget_left_s and, where it is under the call's budget plus
+#   about 90 s (start, transfers), prefix GPU_CHECK_CALL_S=<budget_left_s - 90>: the parts then
+#   share that (the later ones "not started"). `pack` prints each command's carry and size;
+#   where `tests train` does not fit, run `run tests` (carry core, tests) and `run train`
+#   (core, data, refs) as two calls. GPU_CHECK_S_<part>=SECONDS changes a part's time-out
+#   (`run` refuses a call over 540 s).
 #
 # LIBRARIES. Each CUDA library set comes whole from one place (scripts/gpu_check/probe_libs.py):
 #   the toolkit's /usr/local/cuda/lib64 or lib, else the loader's cache, else PyTorch's pip
@@ -67,8 +76,10 @@
 #     (cohort, bench_gpt, cohort_cuda_tests, cohort_nccl_tests, cohort_parallel_tests: what is
 #     built), tiny sizes and --device cpu, through the same bundle, unpack and archive; writes
 #     what each call returns under DIR/<call>/ (default /tmp/gpu_check_dry) and checks it: at
-#     most 8 files, the sizes, each call's budget <= 540 s, the bundle's size. Exit 1 when a
-#     limit is broken. (tests/gpu_check runs it under ctest: GpuCheckScript.*)
+#     most 8 files, their sizes, depth and names, each call's budget <= 540 s. Exit 1 when a
+#     limit is broken. It prints its bundle's sizes but does not judge them (build/ links
+#     oneDNN and MPI and is packed at xz -0: pack's bundle has neither, and pack judges it). GPU_CHECK_DRY_CALLS="dist ..." runs only those calls; GPU_CHECK_BUILD
+#     another build. (tests/gpu_check runs it under ctest: GpuCheckScript.*)
 #   scripts/gpu_check.sh pack --dry [BUILD]   the bundle of BUILD (default build/) into a
 #     temporary folder, with its size check, without building
 #   scripts/gpu_check.sh budget [CALL...]     the plan: each call's parts and time-outs
@@ -242,6 +253,8 @@ check_bundle() {
   local dest=$1 tree rc=0 c x bytes
   tree=$(git -C "$repo" ls-files -co --exclude-standard -z | (cd "$repo" && xargs -0 stat -c %s 2>/dev/null) |
     awk '{s += $1} END {print s + 0}')
+  # A shared/ folder inside the checkout travels whole, ignored or not.
+  [ -d "$repo/shared" ] && tree=$((tree + $(du -sb "$repo/shared" | cut -f1)))
   echo "the tree that travels anyway: $((tree / 1024)) KiB"
   local runs=("${CALLS[@]}") r
   for r in "${PLANNED_RUNS[@]}"; do [[ $r == *" "* ]] && runs+=("$r"); done
@@ -323,11 +336,17 @@ result_line() {
 
 now() { date +%s; }
 # part_begin NAME: the part's deadline: its time-out, or the call's end if sooner.
+# Returns 1, saying so, when less than 3 s are left for it (the call's time is spent).
 part_begin() {
   part=$1
   part_deadline=$(($(now) + PART_S[$1]))
   ((part_deadline > call_deadline)) && part_deadline=$call_deadline
-  echo "-- part $1: time-out ${PART_S[$1]} s, $((part_deadline - $(now))) s granted ($(date -u +%T))" >>"$out/summary.txt"
+  local granted=$((part_deadline - $(now)))
+  echo "-- part $1: time-out ${PART_S[$1]} s, $granted s granted ($(date -u +%T))" >>"$out/summary.txt"
+  if ((granted < 3 && PART_S[$1] > 0)); then
+    summary "FAIL $1: not started, the call's time is spent (GPU_CHECK_CALL_S ${GPU_CHECK_CALL_S:-$PLANNED_S})"
+    return 1
+  fi
 }
 # limit T: T seconds, or what is left of the part if less (0 or less: nothing is left).
 limit() {
@@ -391,7 +410,10 @@ probe() {
     timeout "$(tl 5)" nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "no nvidia-smi"
     echo "-- bundle: $(tr '\n' ' ' <"$work/manifest.txt" 2>/dev/null)"
     echo "-- libraries (cohort's LD_LIBRARY_PATH):"
-    LD_LIBRARY_PATH=$cuda_path timeout "$(tl 10)" python3 "$here/probe_libs.py" probe 2>&1
+    local built
+    built=$(grep -oE 'CUDNN_MAJOR=[0-9]+ CUDNN_MINOR=[0-9]+ CUDNN_PATCHLEVEL=[0-9]+' "$work/manifest.txt" 2>/dev/null |
+      awk -F'[= ]' '{print $2 * 10000 + $4 * 100 + $6}')
+    COHORT_BUILT_CUDNN=$built LD_LIBRARY_PATH=$cuda_path timeout "$(tl 10)" python3 "$here/probe_libs.py" probe 2>&1
     echo "-- cohort info:"
     LD_LIBRARY_PATH=$cohort_libs timeout "$(tl 5)" "$bin/cohort" info 2>&1
     echo "-- PyTorch (its own libraries; the path above is cohort's alone):"
@@ -401,7 +423,7 @@ probe() {
 
 # One call's parts.
 check_cuda_tests() {
-  part_begin cuda_tests
+  part_begin cuda_tests || return 0
   [ -x "$bin/cohort_cuda_tests" ] || { summary "FAIL cuda tests: cohort_cuda_tests is not in the bundle"; return; }
   local t
   t=$(limit "${PART_S[cuda_tests]}")
@@ -412,7 +434,7 @@ check_cuda_tests() {
 }
 
 check_nccl_tests() {
-  part_begin nccl_tests
+  part_begin nccl_tests || return 0
   [ -x "$bin/cohort_nccl_tests" ] || { summary "SKIP nccl tests: the bundle was built without NCCL (no cohort_nccl_tests)"; return; }
   local t
   t=$(limit "${PART_S[nccl_tests]}")
@@ -424,9 +446,13 @@ check_nccl_tests() {
 # train_vs_ref NAME ARGS_FN DATA_FLAGS...: one run on $dev against the carried CPU reference.
 train_vs_ref() {
   local name=$1 a
-  part_begin "$name"
+  part_begin "$name" || return 0
   read -ra a <<<"$("${name}_args" "$size")"
-  if [ "$(cat "$refs/$name.args" 2>/dev/null)" != "${a[*]}" ]; then
+  if [ ! -f "$refs/$name.args" ]; then
+    summary "FAIL $name: no CPU reference ($refs/$name.args: pack makes it; carry .gpu/refs)"
+    return
+  fi
+  if [ "$(cat "$refs/$name.args")" != "${a[*]}" ]; then
     summary "FAIL $name: the carried reference ($refs/$name.args: $(cat "$refs/$name.args" 2>/dev/null)) was made with other flags than '${a[*]}': run pack again"
     return
   fi
@@ -446,7 +472,7 @@ check_net() { train_vs_ref net --data-dir "$data/fashion-mnist"; }
 check_gpt() { train_vs_ref gpt --data-file "$data/corpus.txt"; }
 
 check_bench() {
-  part_begin bench
+  part_begin bench || return 0
   [ -x "$bin/bench_gpt" ] || { summary "FAIL bench: bench_gpt is not in the bundle"; return; }
   local t verdict=DONE
   t=$(limit "${PART_S[bench]}")
@@ -510,7 +536,7 @@ run_calls() {
   ((cap > budget)) && cap=$budget
   # The archives' time is kept back from the parts.
   call_deadline=$((start + cap - $# * PART_S[archive]))
-  part_begin setup
+  part_begin setup || true
   work=$(mktemp -d /tmp/cohort_gpu.XXXXXX)
   bin=$work/bin
   data=$gpu_dir/data
@@ -534,7 +560,10 @@ run_calls() {
     if ((first)); then
       probe "$stage/probe.txt"
       result_line "$(grep -E '^(PASS|FAIL) libraries' "$stage/probe.txt" || echo 'FAIL libraries: the probe printed no verdict (probe.txt)')"
-      summary "GPUs: $gpus ($(timeout "$(tl 5)" nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | tr -s ' \n' ' ')); cuda path: ${cuda_path:-none}"
+      local names
+      names=$(timeout "$(tl 5)" nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | tr -s ' \n' ' ')
+      [ "$dry" = 1 ] && names="dry run: 2 pretended, so that the multi-GPU flow runs on the CPU"
+      summary "GPUs: $gpus (${names:-none}); cuda path: ${cuda_path:-none}"
       first=0
     else
       cp "$work/out/$1/probe.txt" "$stage/"
@@ -573,12 +602,14 @@ dry_run() {
   check_bundle "$gpu_dir" | sed 's/^\(PASS\|FAIL\) size/(dry bundle) size/'
   dev=cpu size=tiny dry=1
   gpt2=(--model gpt --n-layer 2 --n-embd 64 --n-head 2 --block-size 64 --batch-size 4)
-  for c in "${CALLS[@]}"; do
+  local calls
+  read -ra calls <<<"${GPU_CHECK_DRY_CALLS:-${CALLS[*]}}"
+  for c in "${calls[@]}"; do
     echo "== call $c"
     OUT=$dry_root/$c run_calls "$c" || rc=1
   done
   echo "== the returned files of each call"
-  for c in "${CALLS[@]}"; do python3 "$here/results.py" limits "$dry_root/$c" || rc=1; done
+  for c in "${calls[@]}"; do python3 "$here/results.py" limits "$dry_root/$c" || rc=1; done
   rm -rf "$gpu_dir"
   if ((rc)); then
     echo "FAIL: dry-run: a limit of the device tool is broken (above)"

@@ -5,8 +5,11 @@
 # summary, logrun, part_begin, limit, result_line.
 
 have_nccl() {
-  LD_LIBRARY_PATH=$cohort_libs "$bin/cohort" info 2>/dev/null | grep -E '^backends:' | grep -qw nccl
+  LD_LIBRARY_PATH=$cohort_libs "$bin/cohort" info 2>/dev/null | grep -E '^backends:' | grep -cw nccl >/dev/null
 }
+
+# (A pipe into grep counts, -c, rather than -q: grep -q ends at the first match and the writer
+# then dies of SIGPIPE, which pipefail reports as a failure.)
 
 # wrap: what runs a worker's program under `cohort run` for a backend on ONE GPU: nccl gets a
 # NCCL_HOSTID of its own per rank (LOCAL_RANK expanded in each worker's shell), so NCCL takes
@@ -32,7 +35,7 @@ asked_backend() {
 # ToyMpModel, two ranks on threads through native's host staging, against one CPU process; on
 # the CPU the fake device stands in).
 check_devtests() {
-  part_begin devtests
+  part_begin devtests || return 0
   if [ ! -x "$bin/cohort_parallel_tests" ]; then
     summary "SKIP device strategies: cohort_parallel_tests is not in the bundle"
     return
@@ -53,12 +56,19 @@ equal_train() {
     --max-steps 20 --device "$dev" --threads 2
 }
 
-# compare_equal NAME DIR: the run in DIR against the one-process reference.
+# compare_equal NAME DIR NOTE RC: the run in DIR (exit status RC; 125: never started) against
+# the one-process reference.
 compare_equal() {
+  if [ "$4" = 125 ]; then
+    summary "FAIL $1: not started, the part's time-out is spent"
+    return
+  fi
   python3 "$here/results.py" equal "$1" "$eroot/single.jsonl" "$2.jsonl" \
     "$eroot/single/step-00000020/model.safetensors" "$2/step-00000020/model.safetensors" \
     1e-3 2e-4 >>"$log" 2>&1
-  summary "$(grep "^RESULT .* $1:" "$log" | tail -1 | sed 's/^RESULT //')${3:-}"
+  local run_note=""
+  [ "$4" != 0 ] && run_note="; the run's exit status: $4$( [ "$4" = 124 ] && echo ' (timed out)')"
+  summary "$(grep "^RESULT .* $1:" "$log" | tail -1 | sed 's/^RESULT //')$3$run_note"
 }
 
 strategy_flags() {
@@ -70,7 +80,7 @@ strategy_flags() {
 
 # (a) DDP and ZeRO 1/2/3 at 2 ranks on one GPU against one process, through native and nccl.
 check_equal() {
-  part_begin equal
+  part_begin equal || return 0
   log=$stage/dist_equal.txt
   : >"$log"
   eroot=$work/equal
@@ -99,16 +109,17 @@ check_equal() {
       logrun "$log" 40 "$bin/cohort" run --nproc-per-node 2 --no-pin -- "${wrap[@]}" \
         "$bin/cohort" "${train[@]}" "${flags[@]}" --batch-size 64 --backend "$asked" \
         --checkpoint-dir "$eroot/$s-$backend" --metrics "$eroot/$s-$backend.jsonl"
+      local rc=$?
       note=""
       [ "$asked" != "$backend" ] && [ "$asked" != auto ] && note="; dry run: native in nccl's place"
       if [ "$asked" = auto ]; then
-        if tail -n +"$from" "$log" | grep -q 'backend native (2 local ranks share 1 GPU: NCCL refuses two ranks on one GPU'; then
+        if tail -n +"$from" "$log" | grep -c 'backend native (2 local ranks share 1 GPU: NCCL refuses two ranks on one GPU' >/dev/null; then
           note="; --backend auto said why native"
         else
           note="; FAIL: --backend auto's start-up line is missing or says otherwise"
         fi
       fi
-      compare_equal "$name" "$eroot/$s-$backend" "$note"
+      compare_equal "$name" "$eroot/$s-$backend" "$note" "$rc"
     done
   done
 }
@@ -116,7 +127,7 @@ check_equal() {
 # (a') Several GPUs: DDP and ZeRO 3 through real NCCL, each rank its own GPU (cuda:LOCAL_RANK,
 # what --device cuda gives a worker), --backend auto, which must pick nccl and say so.
 check_multi() {
-  part_begin multi
+  part_begin multi || return 0
   log=$stage/dist_multi.txt
   : >"$log"
   eroot=$work/equal
@@ -142,15 +153,16 @@ check_multi() {
     logrun "$log" 60 env NCCL_DEBUG=WARN "$bin/cohort" run --nproc-per-node 2 --no-pin -- \
       "$bin/cohort" "${train[@]}" "${flags[@]}" --batch-size 64 --backend "$asked" \
       --checkpoint-dir "$eroot/$s-multi" --metrics "$eroot/$s-multi.jsonl"
+    local rc=$?
     note="; dry run: native on the CPU in NCCL's place"
     if [ "$dry" != 1 ]; then
-      if tail -n +"$from" "$log" | grep -q 'backend nccl (CUDA tensors, and each of the 2 local ranks has its own GPU'; then
+      if tail -n +"$from" "$log" | grep -c 'backend nccl (CUDA tensors, and each of the 2 local ranks has its own GPU' >/dev/null; then
         note="; --backend auto chose nccl, each rank its own GPU"
       else
         note="; FAIL: --backend auto did not say nccl with each rank on its own GPU"
       fi
     fi
-    compare_equal "$s nccl $gpus GPUs" "$eroot/$s-multi" "$note"
+    compare_equal "$s nccl $gpus GPUs" "$eroot/$s-multi" "$note" "$rc"
   done
 }
 
@@ -165,7 +177,7 @@ running() {
 # started by hand with torchrun's environment, so what ends rank 0 is its own group noticing,
 # not a launcher stopping it.
 check_fault() {
-  part_begin fault
+  part_begin fault || return 0
   log=$stage/dist_fault.txt
   : >"$log"
   local backend
@@ -235,7 +247,7 @@ check_fault() {
     echo "--- rank 0 (exit $rc0) ---" >>"$log"
     tail -20 "$dir/rank0.txt" >>"$log"
     local named=no verdict=FAIL
-    grep -v '^epoch' "$dir/rank0.txt" | grep -qiE 'rank 1\b' && named=yes
+    grep -v '^epoch' "$dir/rank0.txt" | grep -ciE 'rank 1\b' >/dev/null && named=yes
     [ "$ms" -le 2000 ] && [ $named = yes ] && [ "$rc0" -ne 0 ] && [ -z "$still" ] && verdict=PASS
     local note=""
     [ "$asked" != "$backend" ] && note="; dry run: native in nccl's place"
@@ -245,7 +257,7 @@ check_fault() {
 
 # (c) overlap of the gradient all_reduce with backward at 2 ranks, and DDP's cost at world size 1.
 check_overlap() {
-  part_begin overlap
+  part_begin overlap || return 0
   log=$stage/dist_overlap.txt
   : >"$log"
   local oroot=$work/overlap backend=native

@@ -9,7 +9,9 @@ cuDNN opens its sub-libraries (graph, engines, heuristic, ops, cnn, adv) at firs
   probe_libs.py choose   prints the LD_LIBRARY_PATH for cohort's programs (one line)
   probe_libs.py probe    opens every library under the LD_LIBRARY_PATH it was started with and
                          prints one line each (soname, file, version), then one verdict line:
-                         "PASS libraries: ..." or "FAIL libraries: ..."; exit status 1 on FAIL
+                         "PASS libraries: ..." or "FAIL libraries: ..."; exit status 1 on FAIL;
+                         COHORT_BUILT_CUDNN (e.g. 91900): the cuDNN the bundle was built with,
+                         noted when the one found is older
 
 Each set of libraries comes whole from one place, the first that holds all of it: the toolkit
 (/usr/local/cuda/lib64, /usr/local/cuda/lib), then the loader's cache (ldconfig -p), then the pip
@@ -154,9 +156,13 @@ def probe():
     if failures:
         print("FAIL libraries: " + "; ".join(failures))
         return 1
+    have = version(handles["libcudnn.so.9"], "libcudnn.so.9")
+    built = os.environ.get("COHORT_BUILT_CUDNN", "")
+    note = ""
+    if built.isdigit() and have.isdigit() and int(have) < int(built):
+        note = f"; note: older than the {built} headers cohort was built with"
     print(f"PASS libraries: all {sum(len(v) for v in SETS.values())} opened; cuDNN from one "
-          f"folder ({cudnn_dirs[0] if cudnn_dirs else '-'}, version "
-          f"{version(handles['libcudnn.so.9'], 'libcudnn.so.9')})")
+          f"folder ({cudnn_dirs[0] if cudnn_dirs else '-'}, version {have}{note})")
     return 0
 
 

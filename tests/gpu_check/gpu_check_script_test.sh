@@ -78,7 +78,9 @@ for c in tests train bench dist; do
     bad "dry-run $c: returns '$files'"
   grep -q "^PASS returned files" "$work/dry/$c/summary.txt" 2>/dev/null && ok "dry-run $c: checked its files" ||
     bad "dry-run $c: no check of its returned files in summary.txt"
-  tar -tJf "$work/dry/$c/$c.tar.xz" 2>/dev/null | grep -q probe.txt && ok "dry-run $c: probe.txt archived" ||
+  # The list first: grep -q would end the pipe early (SIGPIPE, a failure under pipefail).
+  list=$(tar -tJf "$work/dry/$c/$c.tar.xz" 2>/dev/null)
+  grep -q probe.txt <<<"$list" && ok "dry-run $c: probe.txt archived" ||
     bad "dry-run $c: no probe.txt in $c.tar.xz"
 done
 for want in "train:^PASS net:" "train:^PASS gpt:" "tests:^(PASS|FAIL|SKIP) cuda tests:" \
