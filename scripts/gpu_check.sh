@@ -84,6 +84,8 @@
 #     temporary folder, with its size check, without building
 #   scripts/gpu_check.sh budget [CALL...]     the plan: each call's parts and time-outs
 #   scripts/gpu_check.sh limits DIR           what the device tool would return from DIR
+#   OUT=DIR scripts/gpu_check.sh gtest-run NAME PROGRAM [FILTER]   a gtest program run as the
+#     calls run theirs (re-run past a test it died in), its verdict in DIR/summary.txt
 #
 # Usage: scripts/gpu_check.sh pack [--dry [BUILD]] | run CALL... | dry-run [DIR] | budget [CALL...]
 #        | limits DIR
@@ -313,6 +315,10 @@ pack() {
   nice -n 19 ninja -C "$build" -j"${GPU_CHECK_JOBS:-2}" "${targets[@]}"
   set +e
   bundle "$build" .gpu 9 || return 1
+  local need
+  for need in core/core.tar.xz tests/tests.tar.xz bench/bench.tar.xz dist/dist.tar.xz; do
+    [ -f ".gpu/$need" ] || { echo "pack: FAIL: .gpu/$need was not made (a program is missing in $build)"; return 1; }
+  done
   LD_LIBRARY_PATH=/usr/local/cuda/lib64 make_refs "$build/tools/cohort/cohort" .gpu full || return 1
   exclude_bundle
   du -sh .gpu/*
@@ -413,7 +419,7 @@ probe() {
     local built
     built=$(grep -oE 'CUDNN_MAJOR=[0-9]+ CUDNN_MINOR=[0-9]+ CUDNN_PATCHLEVEL=[0-9]+' "$work/manifest.txt" 2>/dev/null |
       awk -F'[= ]' '{print $2 * 10000 + $4 * 100 + $6}')
-    COHORT_BUILT_CUDNN=$built LD_LIBRARY_PATH=$cuda_path timeout "$(tl 10)" python3 "$here/probe_libs.py" probe 2>&1
+    COHORT_BUILT_CUDNN=$built LD_LIBRARY_PATH=$cohort_libs timeout "$(tl 10)" python3 "$here/probe_libs.py" probe 2>&1
     echo "-- cohort info:"
     LD_LIBRARY_PATH=$cohort_libs timeout "$(tl 5)" "$bin/cohort" info 2>&1
     echo "-- PyTorch (its own libraries; the path above is cohort's alone):"
@@ -422,25 +428,42 @@ probe() {
 }
 
 # One call's parts.
+
+# run_gtest NAME PROGRAM STEM [FILTER]: a gtest program within the part's time-out, its XML and
+# log as STEM.N.xml / STEM.N.txt in the call's files. A run that dies (a crash, an abort) is
+# followed by one of the tests it had not reached, up to 4 runs, so that one broken kernel
+# does not hide the rest; a hung device wait throws after 30 s (not 300), failing one test.
+run_gtest() {
+  local name=$1 program=$2 stem=$3 filter=${4:-*} skip="" n t rc runs=()
+  for n in 1 2 3 4; do
+    t=$(limit "${PART_S[$part]}")
+    ((t < 3)) && break
+    COHORT_DEVICE_TIMEOUT_S=30 LD_LIBRARY_PATH=$cohort_libs timeout --kill-after=5 "$t" \
+      "$program" --gtest_filter="$filter${skip:+-$skip}" --gtest_output=xml:"$stage/$stem.$n.xml" \
+      >"$stage/$stem.$n.txt" 2>&1
+    rc=$?
+    runs+=("$stage/$stem.$n.xml:$stage/$stem.$n.txt:$rc")
+    [ -f "$stage/$stem.$n.xml" ] && break
+    ((rc == 124 || rc == 137)) && break
+    local done_now
+    done_now=$(python3 "$here/results.py" done-tests "$stage/$stem.$n.txt")
+    [ -n "$done_now" ] || break
+    skip=${skip:+$skip:}$done_now
+    echo "$name: run $n ended (exit $rc) without its XML; run $((n + 1)) leaves out what it reached" >>"$out/summary.txt"
+  done
+  result_line "$(python3 "$here/results.py" gtest "$name" "$t" "${runs[@]}")"
+}
+
 check_cuda_tests() {
   part_begin cuda_tests || return 0
   [ -x "$bin/cohort_cuda_tests" ] || { summary "FAIL cuda tests: cohort_cuda_tests is not in the bundle"; return; }
-  local t
-  t=$(limit "${PART_S[cuda_tests]}")
-  # A hung device wait throws after 30 s (not 300): one hang costs one test, not the call.
-  COHORT_DEVICE_TIMEOUT_S=30 LD_LIBRARY_PATH=$cohort_libs timeout --kill-after=5 "$t" \
-    "$bin/cohort_cuda_tests" --gtest_output=xml:"$stage/cuda_tests.xml" >"$stage/cuda_tests.txt" 2>&1
-  result_line "$(python3 "$here/results.py" gtest "cuda tests" "$stage/cuda_tests.xml" "$stage/cuda_tests.txt" $? "$t")"
+  run_gtest "cuda tests" "$bin/cohort_cuda_tests" cuda_tests
 }
 
 check_nccl_tests() {
   part_begin nccl_tests || return 0
   [ -x "$bin/cohort_nccl_tests" ] || { summary "SKIP nccl tests: the bundle was built without NCCL (no cohort_nccl_tests)"; return; }
-  local t
-  t=$(limit "${PART_S[nccl_tests]}")
-  COHORT_DEVICE_TIMEOUT_S=30 LD_LIBRARY_PATH=$cohort_libs timeout --kill-after=5 "$t" \
-    "$bin/cohort_nccl_tests" --gtest_output=xml:"$stage/nccl_tests.xml" >"$stage/nccl_tests.txt" 2>&1
-  result_line "$(python3 "$here/results.py" gtest "nccl tests" "$stage/nccl_tests.xml" "$stage/nccl_tests.txt" $? "$t")"
+  run_gtest "nccl tests" "$bin/cohort_nccl_tests" nccl_tests
 }
 
 # train_vs_ref NAME ARGS_FN DATA_FLAGS...: one run on $dev against the carried CPU reference.
@@ -627,6 +650,13 @@ case "$mode" in
   dry-run) dry_run "$@" ;;
   budget) budget "$@" ;;
   limits) python3 "$here/results.py" limits "$1" ;;
+  gtest-run)
+    # A gtest program run as the calls run theirs (the check of run_gtest): files in $OUT.
+    out=${OUT:?gtest-run writes to \$OUT} stage=$OUT cohort_libs=${LD_LIBRARY_PATH:-}
+    mkdir -p "$out" && : >"$out/summary.txt"
+    call_deadline=$(($(now) + PART_S[cuda_tests]))
+    part_begin cuda_tests && run_gtest "$1" "$2" gtest "${3:-*}"
+    ;;
   *)
     echo "usage: scripts/gpu_check.sh pack [--dry [BUILD]] | run CALL... | dry-run [DIR] | budget [CALL...] | limits DIR" >&2
     exit 2

@@ -40,13 +40,7 @@ check_devtests() {
     summary "SKIP device strategies: cohort_parallel_tests is not in the bundle"
     return
   fi
-  local t
-  t=$(limit "${PART_S[devtests]}")
-  LD_LIBRARY_PATH=$cohort_libs timeout --kill-after=5 "$t" "$bin/cohort_parallel_tests" \
-    --gtest_filter='DeviceStrategies*' --gtest_output=xml:"$stage/dev_strategies.xml" \
-    >"$stage/dev_strategies.txt" 2>&1
-  result_line "$(python3 "$here/results.py" gtest "device strategies" "$stage/dev_strategies.xml" \
-    "$stage/dev_strategies.txt" $? "$t")"
+  run_gtest "device strategies" "$bin/cohort_parallel_tests" dev_strategies 'DeviceStrategies*'
 }
 
 # A run of Net for the equality checks: 20 steps; the one-process reference takes the 128

@@ -3,9 +3,13 @@
 NAME: ...", that the script copies into summary.txt. Standard library only (it runs under the
 device machine's python3 and this machine's).
 
-  results.py gtest NAME XML LOG RC LIMIT_S   a gtest binary's run: passed, failed (by name),
-                                             skipped (by name and reason: one skipped test is one
-                                             skip; all skipped for want of a GPU is SKIP)
+  results.py gtest NAME LIMIT_S XML:LOG:RC...  a gtest binary's runs (a run that died is
+                                             followed by one of the tests it had not reached):
+                                             passed, failed (by name; the test a run died in
+                                             too), skipped (by name and reason: one skipped test
+                                             is one skip; all skipped for want of a GPU is SKIP)
+  results.py done-tests LOG                  the tests a run that died finished or died in
+                                             (':'-joined, for --gtest_filter=-...)
   results.py net NAME GPU_JSONL REF_JSONL RC  test accuracy of the last epoch, bound 0.5 points
   results.py gpt NAME GPU_JSONL REF_JSONL RC STEPS  per-step losses, bound 2e-3
   results.py equal NAME M1 M2 C1 C2 LOSS_BOUND WEIGHT_BOUND  two runs' losses and checkpoints
@@ -32,32 +36,65 @@ def result(verdict, name, text):
     print(f"RESULT {verdict} {name}: {text}")
 
 
-def gtest(name, xml, log, rc, limit):
-    rc = int(rc)
-    try:
-        root = ET.parse(xml).getroot()
-    except (OSError, ET.ParseError):
-        root = None
-    if root is None:
-        # No XML: the binary died or was stopped; the log says how far it got.
-        text = open(log, errors="replace").read() if os.path.exists(log) else ""
-        ok = len(re.findall(r"^\[       OK \]", text, re.M))
-        runs = re.findall(r"^\[ RUN      \] (\S+)", text, re.M)
-        last = runs[-1] if runs else "-"
-        why = f"timed out after {limit} s" if rc in (124, 137) else f"exit {rc}"
-        return result("FAIL", name, f"{why}, no XML; {ok} passed, the last one started: {last} (see its log)")
+def from_log(text):
+    """What a run without XML (it died or was stopped) finished, from its log: (passed, failed,
+    skipped, the test it was in when it ended or None)."""
+    passed, failed, skipped, current = [], [], [], None
+    for line in text.splitlines():
+        m = re.match(r"^\[ +(RUN|OK|FAILED|SKIPPED) +\] (\S+)( \(\d+ ms\))?$", line)
+        if not m:
+            continue
+        what, test = m.group(1), m.group(2)
+        if what == "RUN":
+            current = test
+        elif m.group(3):  # the per-test lines end with "(N ms)"; the summary's do not
+            {"OK": passed, "FAILED": failed, "SKIPPED": skipped}[what].append(test)
+            current = None
+    return passed, failed, skipped, current
+
+
+def done_tests(log):
+    """The tests a run without XML finished or died in, ':'-joined (a gtest negative filter)."""
+    text = open(log, errors="replace").read() if os.path.exists(log) else ""
+    passed, failed, skipped, current = from_log(text)
+    print(":".join(passed + failed + skipped + ([current] if current else [])))
+
+
+def gtest(name, limit, *runs):
+    """runs: XML:LOG:RC for each attempt; an attempt without XML died (or was stopped) in a test,
+    which is counted as failed, and the next attempt ran the tests it had not reached."""
     passed, failed, skipped = [], [], []
-    for case in root.iter("testcase"):
-        full = f"{case.get('classname')}.{case.get('name')}"
-        f = case.find("failure")
-        s = case.find("skipped")
-        if f is not None:
-            failed.append((full, (f.get("message") or "").splitlines()[-1:]))
-        elif s is not None or case.get("result") == "skipped":
-            msg = (s.get("message") if s is not None else "") or ""
-            skipped.append((full, msg.splitlines()[-1] if msg else "no reason given"))
-        elif case.get("status", "run") == "run":
-            passed.append(full)
+    rc_bad = []
+    for run in runs:
+        xml, log, rc = run.rsplit(":", 2)
+        rc = int(rc)
+        try:
+            root = ET.parse(xml).getroot()
+        except (OSError, ET.ParseError):
+            root = None
+        if root is None:
+            text = open(log, errors="replace").read() if os.path.exists(log) else ""
+            p, f, sk, current = from_log(text)
+            passed += p
+            failed += [(t, ["failed (see its log)"]) for t in f]
+            skipped += [(t, "skipped (see its log)") for t in sk]
+            why = f"timed out after {limit} s" if rc in (124, 137) else f"exit {rc}"
+            failed.append((current or "(before the first test)", [f"the run ended here: {why}"]))
+            continue
+        if rc != 0:
+            rc_bad.append(rc)
+        for case in root.iter("testcase"):
+            full = f"{case.get('classname')}.{case.get('name')}"
+            f = case.find("failure")
+            sk = case.find("skipped")
+            if f is not None:
+                failed.append((full, (f.get("message") or "").splitlines()[-1:]))
+            elif sk is not None or case.get("result") == "skipped":
+                msg = (sk.get("message") if sk is not None else "") or ""
+                skipped.append((full, msg.splitlines()[-1] if msg else "no reason given"))
+            elif case.get("status", "run") == "run":
+                passed.append(full)
+    rc = rc_bad[0] if rc_bad else 0
     total = len(passed) + len(failed) + len(skipped)
     counts = f"{len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped of {total}"
     lines = []
@@ -70,7 +107,8 @@ def gtest(name, xml, log, rc, limit):
     else:
         failed_note = ""
     if failed or rc != 0:
-        result("FAIL", name, counts + failed_note)
+        names = ", ".join(n for n, _ in failed[:3]) + (", ..." if len(failed) > 3 else "")
+        result("FAIL", name, counts + failed_note + (f"; failed: {names}" if failed else ""))
     elif total == 0:
         result("FAIL", name, "no test ran")
     elif len(skipped) == total:
@@ -215,8 +253,10 @@ def limits(top):
 
 def main():
     cmd, args = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
-    funcs = {"gtest": (gtest, 5), "net": (net, 4), "gpt": (gpt, 5), "equal": (equal, 7),
+    funcs = {"done-tests": (done_tests, 1), "net": (net, 4), "gpt": (gpt, 5), "equal": (equal, 7),
              "ddp1": (ddp1, 2), "limits": (limits, 1)}
+    if cmd == "gtest" and len(args) >= 3:
+        return gtest(*args) or 0
     if cmd not in funcs or len(args) != funcs[cmd][1]:
         print(__doc__, file=sys.stderr)
         return 2

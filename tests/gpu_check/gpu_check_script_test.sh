@@ -56,7 +56,30 @@ expect 1 "limits: a 17 MiB file" bash "$script" limits "$d/big"
 mkdir -p "$d/name" && echo n >"$d/name/a b.txt"
 expect 1 "limits: a name with a space" bash "$script" limits "$d/name"
 
-# 3. pack's size check on a fake build tree (small programs where pack takes cohort's):
+# 3. A gtest program that dies in a test is run again past it, and the test is named.
+fakeg=$work/fake_gtest.sh
+cat >"$fakeg" <<'EOF'
+#!/usr/bin/env bash
+# The first run dies in A.two (SIGSEGV); a run that leaves out A.one and A.two passes A.three.
+xml=${2#--gtest_output=xml:}
+case $1 in
+  *-*A.one*A.two*)
+    printf '[ RUN      ] A.three\n[       OK ] A.three (1 ms)\n'
+    printf '<testsuites><testsuite name="A"><testcase name="three" classname="A" status="run" result="completed"/></testsuite></testsuites>\n' >"$xml"
+    ;;
+  *)
+    printf '[ RUN      ] A.one\n[       OK ] A.one (1 ms)\n[ RUN      ] A.two\n'
+    kill -SEGV $$
+    ;;
+esac
+EOF
+chmod +x "$fakeg"
+OUT=$work/gtest expect 0 "gtest-run: a program that dies" bash "$script" gtest-run fake "$fakeg"
+grep -q '^FAIL fake: 2 passed, 1 failed, 0 skipped of 3.*failed: A.two' "$work/gtest/summary.txt" &&
+  ok "gtest-run: A.one and A.three passed, A.two named as the test it died in" ||
+  bad "gtest-run: summary.txt says: $(cat "$work/gtest/summary.txt")"
+
+# 4. pack's size check on a fake build tree (small programs where pack takes cohort's):
 # within 56 MiB it passes, with the limit lowered under Fashion-MNIST's 30 MB it fails.
 fake=$work/fake-build
 for p in tools/cohort/cohort cohort/cuda/cohort_cuda_tests bench/gpt/bench_gpt; do
@@ -69,7 +92,7 @@ GPU_CHECK_PACK_LIMIT_MIB=20 expect 1 "pack --dry: over a 20 MiB limit fails" bas
 grep -q "^FAIL size 'train'" "$work/last.txt" && ok "pack --dry: names the call over the limit" ||
   bad "pack --dry: no FAIL line for the train call"
 
-# 4. The dry run: every call's flow on the CPU with this build, each call's files checked.
+# 5. The dry run: every call's flow on the CPU with this build, each call's files checked.
 GPU_CHECK_BUILD=$build expect 0 "dry-run: every call fits" bash "$script" dry-run "$work/dry"
 cp "$work/last.txt" "$work/dry.txt"
 for c in tests train bench dist; do
