@@ -17,7 +17,8 @@
 # THE CALLS, in order (most valuable first), with their budgets in seconds and what they return
 #   1. tests   setup 40, cuda_tests 190, nccl_tests 60, archive 15          = 305
 #              every `cuda` test (cohort_cuda_tests, then cohort_nccl_tests: the nccl backend on
-#              the real NCCL at world size 1); tests.tar.xz: probe.txt, *_tests.xml / .txt
+#              the real NCCL at world size 1); tests.tar.xz: probe.txt, cuda_tests.N.xml / .txt,
+#              nccl_tests.N.xml / .txt (N: the run; a run that dies is followed by one past it)
 #   2. train   setup 40, net 120, gpt 100, archive 15                         = 275
 #              Net one epoch and GPT (the reference size) 50 steps on the GPU, against the CPU
 #              runs pack made here (refs/): test accuracy within 0.5 points, per-step losses
@@ -390,6 +391,25 @@ logrun() {
   return $rc
 }
 
+# The archives through tar and xz, or Python's tarfile where the machine has no xz.
+untar_xz() {
+  if command -v xz >/dev/null; then
+    tar -C "$2" -xJf "$1"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' "$1" "$2"
+  fi
+}
+tar_xz() {
+  if command -v xz >/dev/null; then
+    tar -C "$1" -cf - . | xz -T0 -6 >"$2"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[2], "w:xz").add(sys.argv[1], arcname=".")' "$1" "$2"
+  fi
+}
+list_xz() {
+  python3 -c 'import sys, tarfile; print(" ".join(m.name[2:] for m in tarfile.open(sys.argv[1]) if m.isfile()))' "$1"
+}
+
 # unpack FOLDER...: the bundle's folders into $work (data and refs are used where they are).
 unpack() {
   local x missing=""
@@ -398,7 +418,8 @@ unpack() {
       data | refs) [ -d "$gpu_dir/$x" ] || missing+=" .gpu/$x" ;;
       *)
         if [ -f "$gpu_dir/$x/$x.tar.xz" ]; then
-          timeout "$(tl 15)" tar -C "$work" -xJf "$gpu_dir/$x/$x.tar.xz" || missing+=" .gpu/$x(broken)"
+          timeout "$(tl 15)" bash -c "$(declare -f untar_xz); untar_xz \"\$0\" \"\$1\"" "$gpu_dir/$x/$x.tar.xz" "$work" ||
+            missing+=" .gpu/$x(broken)"
         else
           missing+=" .gpu/$x"
         fi
@@ -535,8 +556,8 @@ archive() {
   find "$stage" -type f -size +4M | while read -r f; do
     tail -c 4194304 "$f" >"$f.tail" && mv "$f.tail" "$f" && echo "archive: $f cut to its last 4 MiB" >>"$out/summary.txt"
   done
-  tar -C "$stage" -cf - . | xz -T0 -6 >"$out/$c.tar.xz"
-  echo "-- $c.tar.xz: $(du -k "$out/$c.tar.xz" | cut -f1) KiB: $(tar -tJf "$out/$c.tar.xz" | grep -v '/$' | sed 's|^\./||' | tr '\n' ' ')" >>"$out/summary.txt"
+  tar_xz "$stage" "$out/$c.tar.xz"
+  echo "-- $c.tar.xz: $(du -k "$out/$c.tar.xz" | cut -f1) KiB: $(list_xz "$out/$c.tar.xz")" >>"$out/summary.txt"
 }
 
 # run_calls CALL...: the calls in order, within one command. In the dry run: gpu_dir, dev=cpu,
