@@ -302,7 +302,7 @@ pack() {
   fi
   set -e
   local build=build-gpu
-  # sm_90 code only (no compute_90 PTX: half the CUDA code's bytes); no oneDNN, MPI or LibTorch,
+  # sm_90 machine code only (no compute_90 PTX for the driver to compile); no oneDNN, MPI or LibTorch,
   # whose libraries the bare device machine lacks; no RUNPATH, so LD_LIBRARY_PATH alone says
   # which CUDA libraries the programs load.
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_WITH_CUDA=ON \
@@ -313,7 +313,7 @@ pack() {
   local targets=(cohort cohort_cuda_tests bench_gpt cohort_parallel_tests)
   # The real-NCCL tests exist when the toolkit has NCCL (COHORT_HAVE_NCCL).
   grep -q 'define COHORT_HAVE_NCCL 1' "$build/include/cohort/base/config.h" && targets+=(cohort_nccl_tests)
-  nice -n 19 ninja -C "$build" -j"${GPU_CHECK_JOBS:-2}" "${targets[@]}"
+  nice -n 19 ninja -C "$build" -j"${GPU_CHECK_JOBS:-1}" "${targets[@]}"
   set +e
   bundle "$build" .gpu 9 || return 1
   local need
@@ -436,11 +436,13 @@ probe() {
     echo "-- GPUs:"
     timeout "$(tl 5)" nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "no nvidia-smi"
     echo "-- bundle: $(tr '\n' ' ' <"$work/manifest.txt" 2>/dev/null)"
-    echo "-- libraries (cohort's LD_LIBRARY_PATH):"
+    # cohort's LD_LIBRARY_PATH less the bundle's lib/ (Debian libraries, no CUDA one), which
+    # could displace python's own.
+    echo "-- libraries (cohort's LD_LIBRARY_PATH, less the bundle's lib/):"
     local built
     built=$(grep -oE 'CUDNN_MAJOR=[0-9]+ CUDNN_MINOR=[0-9]+ CUDNN_PATCHLEVEL=[0-9]+' "$work/manifest.txt" 2>/dev/null |
       awk -F'[= ]' '{print $2 * 10000 + $4 * 100 + $6}')
-    COHORT_BUILT_CUDNN=$built LD_LIBRARY_PATH=$cohort_libs timeout "$(tl 10)" python3 "$here/probe_libs.py" probe 2>&1
+    COHORT_BUILT_CUDNN=$built LD_LIBRARY_PATH=${cohort_libs#"$work/lib:"} timeout "$(tl 10)" python3 "$here/probe_libs.py" probe 2>&1
     echo "-- cohort info:"
     LD_LIBRARY_PATH=$cohort_libs timeout "$(tl 5)" "$bin/cohort" info 2>&1
     echo "-- PyTorch (its own libraries; the path above is cohort's alone):"
@@ -470,8 +472,12 @@ run_gtest() {
     done_now=$(python3 "$here/results.py" done-tests "$stage/$stem.$n.txt")
     [ -n "$done_now" ] || break
     skip=${skip:+$skip:}$done_now
-    echo "$name: run $n ended (exit $rc) without its XML; run $((n + 1)) leaves out what it reached" >>"$out/summary.txt"
+    ((n < 4)) && echo "$name: run $n ended (exit $rc) without its XML; run $((n + 1)) leaves out what it reached" >>"$out/summary.txt"
   done
+  if [ ${#runs[@]} -eq 0 ]; then
+    summary "FAIL $name: not started, the part's time-out is spent"
+    return
+  fi
   result_line "$(python3 "$here/results.py" gtest "$name" "$t" "${runs[@]}")"
 }
 
@@ -520,6 +526,10 @@ check_bench() {
   [ -x "$bin/bench_gpt" ] || { summary "FAIL bench: bench_gpt is not in the bundle"; return; }
   local t verdict=DONE
   t=$(limit "${PART_S[bench]}")
+  if ((t < 60)); then
+    summary "FAIL bench: not started, $t s left of its time-out (it needs 60 at least)"
+    return
+  fi
   # PyTorch's pieces get the caller's LD_LIBRARY_PATH, not cohort's (its own cuDNN, not ours).
   local envs=(COHORT_BIN_DIR="$bin" GPU_BENCH_OUT="$stage" GPU_BENCH_BUDGET_S=$((t - 30))
     GPU_BENCH_PY_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}")

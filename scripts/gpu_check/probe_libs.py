@@ -68,7 +68,11 @@ def pip_dirs():
 
 
 def sources():
-    """(place, folder) in the order of preference, each folder once (by its real path)."""
+    """(place, folder) in the order of preference, each folder once (by its real path).
+    GPU_CHECK_LIB_SOURCES="PLACE:DIR ..." replaces them (the script's test)."""
+    given = os.environ.get("GPU_CHECK_LIB_SOURCES")
+    if given is not None:
+        return [tuple(x.split(":", 1)) for x in given.split()]
     seen, out = set(), []
     for place, dirs in (("toolkit", toolkit_dirs()), ("ldconfig", ldconfig_dirs()),
                         ("pip", pip_dirs())):
@@ -153,6 +157,16 @@ def probe():
     if others:
         print("  other cuDNN copies, not used by cohort: " + ", ".join(others))
     print("\n".join(lines))
+    # The driver is the machine's (no set to choose): its absence is a note, as on machines
+    # without a GPU; the tests then say what it means.
+    try:
+        drv = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int()
+        drv.cuDriverGetVersion(ctypes.byref(v))
+        path = next((p for b, p in loaded_files().items() if b.startswith("libcuda.so")), "?")
+        print(f"  {'libcuda.so.1 (the driver)':42s} {os.path.realpath(path)}  version {v.value}")
+    except (OSError, AttributeError) as e:
+        print(f"  libcuda.so.1 (the driver): not found ({e})")
     if failures:
         print("FAIL libraries: " + "; ".join(failures))
         return 1

@@ -79,7 +79,26 @@ grep -q '^FAIL fake: 2 passed, 1 failed, 0 skipped of 3.*failed: A.two' "$work/g
   ok "gtest-run: A.one and A.three passed, A.two named as the test it died in" ||
   bad "gtest-run: summary.txt says: $(cat "$work/gtest/summary.txt")"
 
-# 4. pack's size check on a fake build tree (small programs where pack takes cohort's):
+# 4. The CUDA libraries: each set whole from one place, cuDNN's from one folder put first,
+# never mixed: here the toolkit's cuDNN lacks libcudnn_adv, so pip's whole set is taken.
+libs=$work/libs
+mkdir -p "$libs/tk" "$libs/pip/cudnn" "$libs/pip/nccl"
+for f in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libcudnn_graph.so.9 libcudnn_ops.so.9; do : >"$libs/tk/$f"; done
+for s in "" _graph _engines_precompiled _engines_runtime_compiled _heuristic _ops _cnn _adv; do
+  : >"$libs/pip/cudnn/libcudnn$s.so.9"
+done
+: >"$libs/pip/nccl/libnccl.so.2"
+probe=$(dirname "$script")/gpu_check/probe_libs.py
+got=$(GPU_CHECK_LIB_SOURCES="toolkit:$libs/tk pip:$libs/pip/cudnn pip:$libs/pip/nccl" python3 "$probe" choose)
+[ "$got" = "$libs/pip/cudnn:$libs/tk:$libs/pip/nccl" ] && ok "probe_libs: pip's whole cuDNN first, the toolkit's cudart and cuBLASLt, pip's NCCL" ||
+  bad "probe_libs choose: '$got'"
+: >"$libs/tk/libcudnn_adv.so.9"
+for s in _engines_precompiled _engines_runtime_compiled _heuristic _cnn; do : >"$libs/tk/libcudnn$s.so.9"; done
+got=$(GPU_CHECK_LIB_SOURCES="toolkit:$libs/tk pip:$libs/pip/cudnn pip:$libs/pip/nccl" python3 "$probe" choose)
+[ "$got" = "$libs/tk:$libs/pip/nccl" ] && ok "probe_libs: the toolkit's whole cuDNN, pip's left out" ||
+  bad "probe_libs choose (whole toolkit): '$got'"
+
+# 5. pack's size check on a fake build tree (small programs where pack takes cohort's):
 # within 56 MiB it passes, with the limit lowered under Fashion-MNIST's 30 MB it fails.
 fake=$work/fake-build
 for p in tools/cohort/cohort cohort/cuda/cohort_cuda_tests bench/gpt/bench_gpt; do
@@ -92,7 +111,7 @@ GPU_CHECK_PACK_LIMIT_MIB=20 expect 1 "pack --dry: over a 20 MiB limit fails" bas
 grep -q "^FAIL size 'train'" "$work/last.txt" && ok "pack --dry: names the call over the limit" ||
   bad "pack --dry: no FAIL line for the train call"
 
-# 5. The dry run: every call's flow on the CPU with this build, each call's files checked.
+# 6. The dry run: every call's flow on the CPU with this build, each call's files checked.
 GPU_CHECK_BUILD=$build expect 0 "dry-run: every call fits" bash "$script" dry-run "$work/dry"
 cp "$work/last.txt" "$work/dry.txt"
 for c in tests train bench dist; do
