@@ -17,8 +17,11 @@
 # the issue's targets met or not. A piece that fails prints its error and the
 # script goes on (a kernel missing in cohort leaves the PyTorch rows); each
 # piece has a time limit, and one that would start with under 15 s of the
-# budget left is not started. The table goes to stdout and, when OUT is set,
-# to $OUT/gpu_bench.txt, with each piece's output under $OUT/gpu_bench/.
+# budget left is not started. The table goes to stdout and to
+# GPU_BENCH_OUT/gpu_bench.txt, with each piece's output under GPU_BENCH_OUT/gpu_bench/
+# (scripts/gpu_check.sh archives that folder); without GPU_BENCH_OUT but with the
+# device tool's OUT set, to $OUT/gpu_bench.txt and $OUT/gpu_bench_pieces.tar.xz: two
+# files, as the tool returns at most 8.
 # Exit status: 0 when the table was written (whatever it says), 2 on a bad
 # command line.
 #
@@ -27,14 +30,17 @@
 #     or, with COHORT_BIN_DIR set, ignored: the programs are in that folder
 #     (scripts/gpu_check.sh's unpacked bundle, BIN/bench_gpt and BIN/cohort)
 #   DATA_DIR: Fashion-MNIST's four IDX .gz files
-# The Python pieces run with the LD_LIBRARY_PATH entries under the bundle
-# (COHORT_BIN_DIR's parent folder) left out: the Debian libraries carried
-# for cohort (an older libstdc++ among them) must not replace the device
-# image's own under PyTorch.
+# The Python pieces run with GPU_BENCH_PY_LD_LIBRARY_PATH where it is set
+# (scripts/gpu_check.sh: its caller's, without the CUDA libraries it chose for
+# cohort, so that PyTorch loads its own cuDNN), else with the LD_LIBRARY_PATH
+# entries under the bundle (COHORT_BIN_DIR's parent folder) left out: the
+# Debian libraries carried for cohort (an older libstdc++ among them) must not
+# replace the device image's own under PyTorch.
 # Environment: PYTHON (python3: the one with PyTorch), GPU_BENCH_DEVICE (cuda),
 #   GPU_BENCH_STEPS (10), GPU_BENCH_WARMUP (3), GPU_BENCH_BUDGET_S (270),
 #   GPU_BENCH_GPT (the GPT's shape flags, common to both programs),
-#   GPU_BENCH_PEAK_N (8192), GPU_BENCH_NET_MAX_STEPS (0: the whole epoch).
+#   GPU_BENCH_PEAK_N (8192), GPU_BENCH_NET_MAX_STEPS (0: the whole epoch),
+#   GPU_BENCH_OUT, GPU_BENCH_PY_LD_LIBRARY_PATH (above).
 #   The last three and GPU_BENCH_DEVICE=cpu exist to check this script on a
 #   machine without a GPU, on small shapes.
 set -u
@@ -61,6 +67,7 @@ for d in "${ld_dirs[@]}"; do
     py_ld=${py_ld:+$py_ld:}$d
   fi
 done
+[ -n "${GPU_BENCH_PY_LD_LIBRARY_PATH+x}" ] && py_ld=$GPU_BENCH_PY_LD_LIBRARY_PATH
 py=(env "LD_LIBRARY_PATH=$py_ld" "${PYTHON:-python3}")
 device=${GPU_BENCH_DEVICE:-cuda}
 steps=${GPU_BENCH_STEPS:-10}
@@ -74,7 +81,7 @@ peak_n=${GPU_BENCH_PEAK_N:-8192}
 net_max_steps=${GPU_BENCH_NET_MAX_STEPS:-0}
 threads=$(nproc)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$work.pieces"' EXIT
 deadline=$(($(date +%s) + budget))
 export PYTHONUNBUFFERED=1
 
@@ -143,12 +150,22 @@ echo
   >"$work/table.txt" 2>"$work/table.err" ||
   { echo "table.py failed:"; cat "$work/table.err"; }
 cat "$work/table.txt"
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT/gpu_bench"
-  cp "$work/table.txt" "$OUT/gpu_bench.txt"
-  # The last 200 kB of each (torch.compile's stderr can be long).
+# The last 200 kB of each piece's files (torch.compile's stderr can be long).
+keep_pieces() {
+  mkdir -p "$1"
   for f in "$work"/*; do
-    tail -c 200000 "$f" >"$OUT/gpu_bench/$(basename "$f")"
+    [ -f "$f" ] || continue
+    tail -c 200000 "$f" >"$1/$(basename "$f")"
   done
+}
+if [ -n "${GPU_BENCH_OUT:-}" ]; then
+  mkdir -p "$GPU_BENCH_OUT"
+  cp "$work/table.txt" "$GPU_BENCH_OUT/gpu_bench.txt"
+  keep_pieces "$GPU_BENCH_OUT/gpu_bench"
+elif [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  cp "$work/table.txt" "$OUT/gpu_bench.txt"
+  keep_pieces "$work.pieces/gpu_bench"
+  tar -C "$work.pieces" -cJf "$OUT/gpu_bench_pieces.tar.xz" gpu_bench
 fi
 exit 0
