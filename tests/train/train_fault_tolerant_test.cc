@@ -221,6 +221,43 @@ TEST(TrainFaultTolerant, ALostNodeOfAFixedSizeJobIsDroppedAndItsRestartRejoins) 
   EXPECT_NE(out0.find("epoch 3: train loss"), std::string::npos) << out0;
 }
 
+// With the quorum service in a `cohort lighthouse` and the launchers not
+// hosting the store, node 0 is a node like the others: its launcher
+// SIGKILLed, node 1's replicas go on, the lowest of them taking rank 0's duties.
+TEST(TrainFaultTolerant, UnderALighthouseNodeZeroMayBeLostToo) {
+  Background lighthouse({kCohort, "lighthouse", "--bind", "127.0.0.1", "--port", "0"},
+                        {"COHORT_TOKEN=ft-lh"});
+  const std::string port = wait_for(lighthouse, "on 127\\.0\\.0\\.1:([0-9]+)");
+  ASSERT_FALSE(port.empty()) << lighthouse.output();
+  auto node = [&](int rank) {
+    std::vector<std::string> argv = {kCohort,
+                                     "run",
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--master-port",
+                                     port,
+                                     "--no-host-store",
+                                     "--fault-tolerant"};
+    for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
+                                            "--epochs", "3", "--log-every", "1"}))
+      argv.push_back(a);
+    return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=ft-lh"});
+  };
+  auto n0 = node(0);
+  auto n1 = node(1);
+  ASSERT_FALSE(wait_for(*n0, "epoch 1/3 step 5/").empty()) << n0->output() << n1->output();
+  ::kill(n0->pid(), SIGKILL);
+  EXPECT_EQ(n0->wait(30s), 128 + SIGKILL);
+  EXPECT_EQ(n1->wait(120s), 0) << n1->output();
+  const std::string out = n1->output();
+  EXPECT_NE(out.find("lost [rank0, rank1]"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 2] epoch 3: train loss"), std::string::npos) << out;
+}
+
 // A language model: each step's random windows are drawn for the ranks
 // taking part (WindowSampler's draw), so without a fault the run equals DDP's
 // to the printed digits, and through a kill it goes on and finishes.
