@@ -44,7 +44,7 @@
 #   here:  scripts/gpu_check.sh pack   builds build-gpu/ (slow: a fresh build with nvcc on 2
 #          cores), makes the CPU references, packs .gpu/, checks its sizes, and adds /.gpu/ to
 #          the repository's info/exclude (shared by its worktrees). The device tool sends the
-#          checkout the session was started in (/work/main for its helpers): .gpu/ must be in
+#          checkout the session was started in (not a helper's worktree): .gpu/ must be in
 #          that checkout's root (copy it there), ignored (`git status` shows none of it).
 #   there: the device tool's `run`, one at a time; each next call right after the reply (the
 #          machine stays warm 30 s; a cold start costs 1-2 min of the 15):
