@@ -1,16 +1,19 @@
 // The loop of one process of a replica of several (ReplicaGroupSpec): ZeRO
-// (stage 0: DDP; -1: a tensor-parallel MLP) over the replica's processes
+// (stage 0: DDP; -1: a tensor-parallel MLP; -2: a pipeline of two stages)
+// over the replica's processes
 // (replica_group()), its gradients averaged across replicas by the manager's
 // (sharded) hook or all_reduce_average; each committed step takes
 // the next n x B samples for its n replicas, B per replica split evenly
 // among its processes.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
 #include "cohort/parallel/distributed_data_parallel.h"
 #include "cohort/parallel/fault_tolerance/replica_manager.h"
+#include "cohort/parallel/pipeline/pipeline.h"
 #include "cohort/parallel/tensor_parallel/column_parallel_linear.h"
 #include "cohort/parallel/tensor_parallel/full_state_dict.h"
 #include "cohort/parallel/tensor_parallel/row_parallel_linear.h"
@@ -32,8 +35,13 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
   std::unique_ptr<ShardedDataParallel> zero;
   std::unique_ptr<DistributedDataParallel> ddp;  // zero_stage 0: DDP over the replica
   nn::ModulePtr tp;
+  // zero_stage -2: every process holds the whole model and trains its stage.
+  nn::ModulePtr pipe_model;
+  std::unique_ptr<pipeline::Pipeline> pipe;
   // What a process keeps and trains: the full model, or its tensor-parallel part.
-  auto own = [&]() -> nn::Module& { return zero ? zero->module() : tp ? *tp : ddp->module(); };
+  auto own = [&]() -> nn::Module& {
+    return zero ? zero->module() : tp ? *tp : pipe ? *pipe_model : ddp->module();
+  };
   std::unique_ptr<ShardedOptimizer> opt;
   std::unique_ptr<optim::Optimizer> dense_opt;  // DDP's (zero_stage 0)
   // Process g of the source replica sends to process g of the one behind:
@@ -82,6 +90,13 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
         std::make_shared<nn::Tanh>(),
         std::make_shared<RowParallelLinear>(8, 1, m.replica_group(), gen)});
     dense_opt = std::make_unique<optim::SGD>(tp->parameters(), sgd());
+  } else if (spec.zero_stage == -2) {
+    pipe_model = make_model(spec.seed);
+    pipe = std::make_unique<pipeline::Pipeline>(
+        std::dynamic_pointer_cast<nn::Sequential>(pipe_model),
+        pipeline::make_pipeline_grid(m.replica_group(), spec.group_size),
+        pipeline::PipelineOptions{.micro_batches = 2, .cut_points = {2}});
+    dense_opt = std::make_unique<optim::SGD>(pipe->parameters(), sgd());
   } else if (spec.zero_stage == 0) {
     ddp = std::make_unique<DistributedDataParallel>(
         make_model(spec.seed), m.replica_group(),
@@ -94,29 +109,39 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
     opt = std::make_unique<ShardedOptimizer>(
         *zero, std::make_unique<optim::SGD>(zero->shard_parameters(), sgd()));
   }
-  nn::Module& net = tp ? *tp : ddp ? static_cast<nn::Module&>(*ddp) : *zero;
+  nn::Module* net = tp ? tp.get() : ddp ? static_cast<nn::Module*>(ddp.get()) : zero.get();
   optim::Optimizer& inner = zero ? opt->optimizer() : *dense_opt;
   // Data parallel inside the replica: each process a part of its batch;
-  // tensor parallel: each the whole batch.
-  const int64_t share = tp ? kBatch : kBatch / spec.group_size;
+  // tensor parallel and pipeline: each the whole batch.
+  const bool model_parallel = tp || pipe;
+  const int64_t share = model_parallel ? kBatch : kBatch / spec.group_size;
   while (m.step() < spec.steps) {
     m.start_step();
     const int n = m.num_participants();
-    const int64_t begin = cursor + m.rank() * kBatch + (tp ? 0 : spec.group_rank * share);
+    const int64_t begin =
+        cursor + m.rank() * kBatch + (model_parallel ? 0 : spec.group_rank * share);
     auto [x, y] = samples(begin, begin + share);
     auto found = spec.faults.find(m.step());
     const Fault fault = found == spec.faults.end() ? Fault::kNone : found->second;
     if (opt) opt->zero_grad();
     inner.zero_grad();
     if (fault == Fault::kKillInForward) ::raise(SIGKILL);
-    Tensor loss = mse_loss(net.forward(x), y);
-    if (fault == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
-    if (fault == Fault::kStop) ::raise(SIGSTOP);
-    loss.backward();
-    if (tp) {
-      // A tensor-parallel part's own gradients, over process g of each replica.
+    if (pipe) {
+      // The stages' forward and backward in one (its partner waits on it).
+      if (fault == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
+      if (fault == Fault::kStop) ::raise(SIGSTOP);
+      pipe->step(x, y, pipeline::mse_loss_fn);
+    } else {
+      Tensor loss = mse_loss(net->forward(x), y);
+      if (fault == Fault::kKillBeforeAllReduce) ::raise(SIGKILL);
+      if (fault == Fault::kStop) ::raise(SIGSTOP);
+      loss.backward();
+    }
+    if (model_parallel) {
+      // A tensor-parallel part's or a stage's own gradients, over process g
+      // of each replica.
       std::vector<Tensor> grads;
-      for (Tensor& p : tp->parameters()) grads.push_back(p.grad());
+      for (Tensor& p : tp ? tp->parameters() : pipe->parameters()) grads.push_back(p.grad());
       m.all_reduce_average(grads);
     }
     std::this_thread::sleep_for(n == 1 ? spec.step_time_alone : spec.step_time);
@@ -134,6 +159,16 @@ int train_process(const ReplicaGroupSpec& spec, uint16_t port, const fs::path& d
   if (tp) {
     const TensorDict whole = full_state_dict(*tp, *m.replica_group());
     for (const auto& [n, p] : make_model(0)->named_parameters()) full.push_back(whole.at(n));
+  } else if (pipe) {
+    // Each stage's parameters, the others' zero, summed over the replica.
+    const std::vector<Tensor> mine = pipe->parameters();
+    for (const Tensor& p : pipe_model->parameters()) {
+      const bool owned = std::any_of(mine.begin(), mine.end(),
+                                     [&](const Tensor& q) { return q.raw_data() == p.raw_data(); });
+      Tensor t = owned ? p.detach().clone() : Tensor::zeros(p.sizes());
+      m.replica_group()->all_reduce(t, {.op = distributed::ReduceOp::kSum});
+      full.push_back(t);
+    }
   } else {
     full = own().parameters();
   }

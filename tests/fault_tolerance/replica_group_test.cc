@@ -117,11 +117,13 @@ TEST_P(ReplicaGroups, AStoppedProcessDropsItsReplicaByTheDeadline) {
 }
 
 // 0: DDP over the replica's processes (its own average, then the replicas');
-// -1: a tensor-parallel group as one replica (every process the same batch).
-INSTANTIATE_TEST_SUITE_P(Strategies, ReplicaGroups, ::testing::Values(0, 2, 3, -1),
+// -1: a tensor-parallel group as one replica (every process the same batch);
+// -2: a pipeline of two stages as one replica.
+INSTANTIATE_TEST_SUITE_P(Strategies, ReplicaGroups, ::testing::Values(0, 2, 3, -1, -2),
                          [](const auto& i) {
                            return i.param == 0    ? std::string("Ddp")
                                   : i.param == -1 ? std::string("TensorParallel")
+                                  : i.param == -2 ? std::string("Pipeline")
                                                   : fmt::format("ZeroStage{}", i.param);
                          });
 

@@ -51,7 +51,8 @@ struct ReplicaGroupSpec {
   std::string id;  // the replica's; its processes write <id>.<group_rank>.*
   int group_size = 2;
   int group_rank = 0;
-  int zero_stage = 2;  // 0: DDP over the replica's processes; -1: tensor parallel
+  // 0: DDP over the replica's processes; -1: tensor parallel; -2: a pipeline
+  int zero_stage = 2;
   uint64_t seed = 7;
   int64_t steps = 10;
   std::map<int64_t, Fault> faults = {};  // kKillBeforeAllReduce, kStop
