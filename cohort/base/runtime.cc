@@ -37,6 +37,7 @@ void Runtime::configure(const RuntimeOptions& options) {
                "Runtime::configure: device_wait_timeout_s must be positive, got {}",
                options.device_wait_timeout_s);
   device_wait_timeout_s_.store(options.device_wait_timeout_s, std::memory_order_relaxed);
+  cudnn_attention_.store(options.cudnn_attention, std::memory_order_relaxed);
   storage_blocks_.set_limit(options.storage_cache_bytes);
   kernel_scratch_.set_limit(options.kernel_scratch_bytes);
   thread_buffer_limit_.store(options.thread_buffer_bytes, std::memory_order_relaxed);
@@ -50,6 +51,7 @@ RuntimeOptions Runtime::options() const {
   o.thread_buffer_bytes = thread_buffer_limit();
   o.num_threads = thread_pool_->default_threads();
   o.device_wait_timeout_s = device_wait_timeout_s_.load(std::memory_order_relaxed);
+  o.cudnn_attention = cudnn_attention_.load(std::memory_order_relaxed);
   return o;
 }
 

@@ -52,6 +52,9 @@ struct RuntimeOptions {
   // synchronisation) before TimeoutError: a hung kernel or a collective
   // whose peer died must not hang the process (core/device_runtime.h).
   double device_wait_timeout_s = 300;
+  // Attention on a GPU through cuDNN's fused flash attention where it takes
+  // the shape (cuda/cudnn_attention.h); false: cohort's own kernel always.
+  bool cudnn_attention = true;
 };
 
 // Something a later layer keeps process-wide (a device allocator's cache, a
@@ -104,6 +107,7 @@ class Runtime {
   CacheCounters thread_buffers_;
   std::atomic<size_t> thread_buffer_limit_;
   std::atomic<double> device_wait_timeout_s_{RuntimeOptions{}.device_wait_timeout_s};
+  std::atomic<bool> cudnn_attention_{RuntimeOptions{}.cudnn_attention};
   std::unique_ptr<ThreadPool> thread_pool_;
   mutable std::mutex mu_;  // guards resources_
   std::vector<std::shared_ptr<RuntimeResource>> resources_;

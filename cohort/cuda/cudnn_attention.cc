@@ -3,6 +3,8 @@
 // plans and their execution have never run.
 #include "cohort/cuda/cudnn_attention.h"
 
+#include "cohort/base/runtime.h"
+
 #include <cudnn.h>
 #include <fmt/format.h>
 
@@ -126,30 +128,16 @@ std::string sdpa_error_text(int status, const std::string& call, const SdpaKey& 
       call, cudnnGetErrorString(static_cast<cudnnStatus_t>(status)), status, key.describe());
 }
 
-namespace {
-// -1: not decided yet; 0 or 1.
-std::atomic<int> g_enabled{-1};
-}  // namespace
+namespace {}  // namespace
 
-bool parse_cudnn_attention_setting(const char* value, const char* name) {
-  for (const char* on : {"1", "on", "true"})
-    if (std::strcmp(value, on) == 0) return true;
-  for (const char* off : {"0", "off", "false"})
-    if (std::strcmp(value, off) == 0) return false;
-  throw InvalidArgument(
-      fmt::format("{}: '{}' is not a switch; expected 1, on, true, 0, off or false", name, value));
+bool cudnn_attention_enabled() { return Runtime::process().options().cudnn_attention; }
+
+void set_cudnn_attention_enabled(bool on) {
+  Runtime& rt = Runtime::process();
+  RuntimeOptions o = rt.options();
+  o.cudnn_attention = on;
+  rt.configure(o);
 }
-
-bool cudnn_attention_enabled() {
-  int v = g_enabled.load(std::memory_order_relaxed);
-  if (v >= 0) return v == 1;
-  const char* env = std::getenv("COHORT_CUDNN_ATTENTION");
-  const int from_env = env ? parse_cudnn_attention_setting(env, "COHORT_CUDNN_ATTENTION") : 1;
-  g_enabled.compare_exchange_strong(v, from_env);  // a concurrent set wins
-  return g_enabled.load(std::memory_order_relaxed) == 1;
-}
-
-void set_cudnn_attention_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
 
 SdpaVerdict cudnn_sdpa_support(const SdpaRequest& r, const SdpaEnv& env) {
   const AttentionDims& s = r.dims;

@@ -17,8 +17,9 @@
 // accumulated, then cast). Plans are built once per key (shape, layout,
 // dtype, device) and cached per thread, as cudnn_handle() is per thread.
 // set_cudnn_attention_enabled(false) switches the cuDNN path off (tests
-// compare both paths in one process); COHORT_CUDNN_ATTENTION=0 gives the
-// default for processes that never call it (a benchmark run on the old path).
+// compare both paths in one process): it is the process Runtime's
+// RuntimeOptions::cudnn_attention, which COHORT_CUDNN_ATTENTION=0 sets at
+// the edge (docs/configuration.md; a benchmark run on the old path).
 // Thread safety: every function may be called from any thread.
 #pragma once
 
@@ -86,14 +87,10 @@ struct SdpaVerdict {
 // the query's heads). Pure: no device is touched.
 SdpaVerdict cudnn_sdpa_support(const SdpaRequest& r, const SdpaEnv& env);
 
-// Whether the cuDNN path is tried: what set_cudnn_attention_enabled last
-// set, else COHORT_CUDNN_ATTENTION's value at the first call, else on.
-// A malformed COHORT_CUDNN_ATTENTION throws InvalidArgument (at that call).
+// Whether the cuDNN path is tried (RuntimeOptions::cudnn_attention, on by
+// default), and its setter (Runtime::configure).
 bool cudnn_attention_enabled();
 void set_cudnn_attention_enabled(bool on);
-// "1", "on", "true" -> true; "0", "off", "false" -> false; else throws
-// InvalidArgument naming `name` and the accepted values.
-bool parse_cudnn_attention_setting(const char* value, const char* name);
 
 // The text of a failed backend call: the call, the cuDNN status by name and
 // number, and the shape it was building for.

@@ -183,6 +183,14 @@ EnvSettings read_env_settings() {
     COHORT_CHECK(t == "0" || t == "1", "COHORT_STORAGE_CACHE='{}': expected 0 (off) or 1 (on)", v);
     s.storage_cache = t == "1";
   }
+  if (const char* v = env_str("COHORT_CUDNN_ATTENTION")) {
+    const std::string_view t(v);
+    COHORT_CHECK(t == "0" || t == "1",
+                 "COHORT_CUDNN_ATTENTION='{}': expected 0 (cohort's own attention kernel) or 1 "
+                 "(cuDNN's fused attention where it takes the shape)",
+                 v);
+    s.cudnn_attention = t == "1";
+  }
   if (const char* v = env_str("COHORT_DEVICE_TIMEOUT_S")) {
     char* end = nullptr;
     const double t = std::strtod(v, &end);
@@ -196,13 +204,16 @@ EnvSettings read_env_settings() {
 void apply_env_settings(const EnvSettings& settings) {
   g_env_settings_applied.store(true);
   if (settings.log_level) set_log_level(*settings.log_level);
-  if (!settings.num_threads && !settings.storage_cache && !settings.device_timeout_s) return;
+  if (!settings.num_threads && !settings.storage_cache && !settings.device_timeout_s &&
+      !settings.cudnn_attention)
+    return;
   Runtime& rt = Runtime::process();
   RuntimeOptions o = rt.options();
   if (settings.num_threads) o.num_threads = *settings.num_threads;
   if (settings.storage_cache)
     o.storage_cache_bytes = *settings.storage_cache ? RuntimeOptions{}.storage_cache_bytes : 0;
   if (settings.device_timeout_s) o.device_wait_timeout_s = *settings.device_timeout_s;
+  if (settings.cudnn_attention) o.cudnn_attention = *settings.cudnn_attention;
   rt.configure(o);
 }
 

@@ -109,6 +109,9 @@ struct EnvSettings {
   // COHORT_DEVICE_TIMEOUT_S: > 0, the time-out of host waits on GPU work
   // (RuntimeOptions::device_wait_timeout_s).
   std::optional<double> device_timeout_s;
+  // COHORT_CUDNN_ATTENTION: 0 (cohort's own attention kernel) or 1 (cuDNN's
+  // where it takes the shape; RuntimeOptions::cudnn_attention).
+  std::optional<bool> cudnn_attention;
 };
 EnvSettings read_env_settings();
 

@@ -56,6 +56,7 @@ class EnvGuard {
                              "COHORT_NUM_THREADS",
                              "COHORT_STORAGE_CACHE",
                              "COHORT_DEVICE_TIMEOUT_S",
+                             "COHORT_CUDNN_ATTENTION",
                              "COHORT_SHM_RING_BYTES",
                              "COHORT_SHM_SINGLE_COPY"}) {
       const char* v = std::getenv(name);
@@ -322,23 +323,27 @@ TEST(EnvSettings, VariablesMapToTheOptionsAndMalformedOnesAreNamed) {
   {
     EnvGuard env({});
     EnvSettings s = read_env_settings();
-    EXPECT_FALSE(s.log_level || s.num_threads || s.storage_cache || s.device_timeout_s);
+    EXPECT_FALSE(s.log_level || s.num_threads || s.storage_cache || s.device_timeout_s ||
+                 s.cudnn_attention);
   }
   {
     EnvGuard env({{"COHORT_LOG_LEVEL", "debug"},
                   {"COHORT_NUM_THREADS", "3"},
                   {"COHORT_STORAGE_CACHE", "0"},
-                  {"COHORT_DEVICE_TIMEOUT_S", "2.5"}});
+                  {"COHORT_DEVICE_TIMEOUT_S", "2.5"},
+                  {"COHORT_CUDNN_ATTENTION", "0"}});
     EnvSettings s = read_env_settings();
     EXPECT_EQ(s.log_level, LogLevel::kDebug);
     EXPECT_EQ(s.num_threads, 3);
     EXPECT_EQ(s.storage_cache, false);
     EXPECT_EQ(s.device_timeout_s, 2.5);
+    EXPECT_EQ(s.cudnn_attention, false);
   }
   for (auto [name, value] :
        {std::pair{"COHORT_LOG_LEVEL", "shout"}, std::pair{"COHORT_NUM_THREADS", "banana"},
         std::pair{"COHORT_NUM_THREADS", "0"}, std::pair{"COHORT_STORAGE_CACHE", "-1"},
-        std::pair{"COHORT_DEVICE_TIMEOUT_S", "0"}, std::pair{"COHORT_DEVICE_TIMEOUT_S", "5s"}}) {
+        std::pair{"COHORT_DEVICE_TIMEOUT_S", "0"}, std::pair{"COHORT_DEVICE_TIMEOUT_S", "5s"},
+        std::pair{"COHORT_CUDNN_ATTENTION", "maybe"}}) {
     EnvGuard env(std::map<std::string, std::string>{{name, value}});
     try {
       read_env_settings();
@@ -358,8 +363,10 @@ TEST(EnvSettings, ApplySetsTheLogLevelAndTheRuntime) {
   s.log_level = LogLevel::kError;
   s.num_threads = 5;
   s.storage_cache = false;
+  s.cudnn_attention = false;
   apply_env_settings(s);
   EXPECT_EQ(log_level(), LogLevel::kError);
+  EXPECT_FALSE(Runtime::process().options().cudnn_attention);
   EXPECT_EQ(Runtime::process().options().num_threads, 5);
   EXPECT_EQ(Runtime::process().options().storage_cache_bytes, 0u);
   s.storage_cache = true;
