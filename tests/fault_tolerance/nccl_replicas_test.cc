@@ -97,22 +97,9 @@ class NcclReplicas : public ::testing::Test {
            .device = kCuda,
            .make_group = [this](auto store, int rank, int size,
                                 const auto& go) { return worlds_.make(store, rank, size, go); },
-           .state_dict =
-               [&] {
-                 TensorDict s;
-                 for (const auto& [n, p] : model->named_parameters()) s.insert("model." + n, p);
-                 s.merge(opt.state_dict(), "optim.");
-                 s.insert("cursor", Tensor::from_vector<int64_t>({cursor}));
-                 return s;
-               },
+           .state_dict = [&] { return replica_state(*model, opt, cursor); },
            .load_state_dict =
-               [&](const TensorDict& s) {
-                 NoGradGuard no_grad;
-                 for (const auto& [n, p] : model->named_parameters())
-                   const_cast<Tensor&>(p).copy_(s.at("model." + n));
-                 opt.load_state_dict(s.sub("optim."));
-                 cursor = s.at("cursor").to_vector<int64_t>()[0];
-               },
+               [&](const TensorDict& s) { cursor = load_replica_state(s, *model, opt); },
            .log = [&](const std::string& line) { log << line << std::endl; }});
       while (m.step() < steps) {
         m.start_step();

@@ -34,38 +34,27 @@ int train_replica(const ReplicaSpec& spec, uint16_t port, const fs::path& dir) {
   int64_t cursor = 0;  // samples committed
   std::ofstream log(dir / (spec.id + ".log"));
   std::vector<int> committed;
-  ReplicaManager m({.replica_id = spec.id,
-                    .store_host = spec.store_host,
-                    .store_port = port,
-                    .token = std::string(kToken),
-                    .initial_replicas = spec.initial_replicas,
-                    .quorum_timeout = 20s,
-                    .join_timeout = 300ms,
-                    .op_timeout = spec.op_timeout,
-                    .heartbeat_interval = 50ms,
-                    .heartbeat_timeout = 500ms,
-                    .group_options = {.transport = spec.tcp ? collectives::TransportKind::kTcp
-                                                            : collectives::TransportKind::kAuto},
-                    .state_dict =
-                        [&] {
-                          for (const auto& [step, fault] : spec.faults)
-                            if (fault == Fault::kKillWhenSendingState) ::raise(SIGKILL);
-                          TensorDict s;
-                          for (const auto& [name, p] : model->named_parameters())
-                            s.insert("model." + name, p.detach());
-                          s.merge(opt.state_dict(), "optim.");
-                          s.insert("cursor", Tensor::from_vector<int64_t>({cursor}));
-                          return s;
-                        },
-                    .load_state_dict =
-                        [&](const TensorDict& s) {
-                          NoGradGuard no_grad;
-                          for (const auto& [name, p] : model->named_parameters())
-                            const_cast<Tensor&>(p).copy_(s.at("model." + name));
-                          opt.load_state_dict(s.sub("optim."));
-                          cursor = s.at("cursor").to_vector<int64_t>()[0];
-                        },
-                    .log = [&](const std::string& line) { log << line << std::endl; }});
+  ReplicaManager m(
+      {.replica_id = spec.id,
+       .store_host = spec.store_host,
+       .store_port = port,
+       .token = std::string(kToken),
+       .initial_replicas = spec.initial_replicas,
+       .quorum_timeout = 20s,
+       .join_timeout = 300ms,
+       .op_timeout = spec.op_timeout,
+       .heartbeat_interval = 50ms,
+       .heartbeat_timeout = 500ms,
+       .group_options = {.transport = spec.tcp ? collectives::TransportKind::kTcp
+                                               : collectives::TransportKind::kAuto},
+       .state_dict =
+           [&] {
+             for (const auto& [step, fault] : spec.faults)
+               if (fault == Fault::kKillWhenSendingState) ::raise(SIGKILL);
+             return replica_state(*model, opt, cursor);
+           },
+       .load_state_dict = [&](const TensorDict& s) { cursor = load_replica_state(s, *model, opt); },
+       .log = [&](const std::string& line) { log << line << std::endl; }});
   std::unique_ptr<DistributedDataParallel> ddp;
   if (spec.ddp)
     ddp = std::make_unique<DistributedDataParallel>(

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "cohort/core/tensor_dict.h"
 #include "cohort/nn/nn.h"
 #include "cohort/optim/sgd.h"
 
@@ -32,5 +33,23 @@ inline std::pair<Tensor, Tensor> samples(int64_t begin, int64_t end) {
 }
 
 inline optim::SGDOptions sgd() { return {.lr = 0.05, .momentum = 0.9}; }
+
+// A replica's state as the harness sends it: parameters, optimizer state,
+// the cursor; and its loading.
+inline TensorDict replica_state(const nn::Module& model, const optim::Optimizer& opt,
+                                int64_t cursor) {
+  TensorDict s;
+  for (const auto& [name, p] : model.named_parameters()) s.insert("model." + name, p.detach());
+  s.merge(opt.state_dict(), "optim.");
+  s.insert("cursor", Tensor::from_vector<int64_t>({cursor}));
+  return s;
+}
+inline int64_t load_replica_state(const TensorDict& s, nn::Module& model, optim::Optimizer& opt) {
+  NoGradGuard no_grad;
+  for (const auto& [name, p] : model.named_parameters())
+    const_cast<Tensor&>(p).copy_(s.at("model." + name));
+  opt.load_state_dict(s.sub("optim."));
+  return s.at("cursor").to_vector<int64_t>()[0];
+}
 
 }  // namespace cohort::parallel::ft_testing

@@ -143,28 +143,35 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+// One node of a fault-tolerant Net job: `cohort run --nnodes <nnodes>
+// --node-rank <rank> --nproc-per-node 2 --master-port <port> <extra>
+// --fault-tolerant`, three epochs, its output kept.
+std::unique_ptr<Background> ft_node(const std::string& nnodes, int rank, const std::string& port,
+                                    const std::string& token, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {kCohort,
+                                   "run",
+                                   "--nnodes",
+                                   nnodes,
+                                   "--node-rank",
+                                   std::to_string(rank),
+                                   "--nproc-per-node",
+                                   "2",
+                                   "--master-port",
+                                   port};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back("--fault-tolerant");
+  for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
+                                          "--epochs", "3", "--log-every", "1"}))
+    argv.push_back(a);
+  return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=" + token});
+}
+
 TEST(TrainFaultTolerant, NnodesMinMaxTakesInANodeAndLetsOneLeave) {
   // Node 0 starts alone (--nnodes 1:2); node 1 joins the running job, its
   // two workers take the state from node 0's, and later leaves (SIGTERM to
   // its launcher): its workers leave at a step boundary, node 0 finishes.
   const std::string port = std::to_string(free_port());
-  auto node = [&](int rank) {
-    std::vector<std::string> argv = {kCohort,
-                                     "run",
-                                     "--nnodes",
-                                     "1:2",
-                                     "--node-rank",
-                                     std::to_string(rank),
-                                     "--nproc-per-node",
-                                     "2",
-                                     "--master-port",
-                                     port,
-                                     "--fault-tolerant"};
-    for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
-                                            "--epochs", "3", "--log-every", "1"}))
-      argv.push_back(a);
-    return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=elastic"});
-  };
+  auto node = [&](int rank) { return ft_node("1:2", rank, port, "elastic"); };
   auto n0 = node(0);
   ASSERT_FALSE(wait_for(*n0, "epoch 1/3 step 3/").empty()) << n0->output();
   auto n1 = node(1);
@@ -186,23 +193,7 @@ TEST(TrainFaultTolerant, ALostNodeOfAFixedSizeJobIsDroppedAndItsRestartRejoins) 
   // launcher SIGKILLed (its workers die with it) leaves node 0 training;
   // node 1 started again joins the running job and takes the state.
   const std::string port = std::to_string(free_port());
-  auto node = [&](int rank) {
-    std::vector<std::string> argv = {kCohort,
-                                     "run",
-                                     "--nnodes",
-                                     "2",
-                                     "--node-rank",
-                                     std::to_string(rank),
-                                     "--nproc-per-node",
-                                     "2",
-                                     "--master-port",
-                                     port,
-                                     "--fault-tolerant"};
-    for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
-                                            "--epochs", "3", "--log-every", "1"}))
-      argv.push_back(a);
-    return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=fixed"});
-  };
+  auto node = [&](int rank) { return ft_node("2", rank, port, "fixed"); };
   auto n0 = node(0);
   auto n1 = node(1);
   ASSERT_FALSE(wait_for(*n0, "epoch 1/3 step 3/").empty()) << n0->output() << n1->output();
@@ -229,24 +220,7 @@ TEST(TrainFaultTolerant, UnderALighthouseNodeZeroMayBeLostToo) {
                         {"COHORT_TOKEN=ft-lh"});
   const std::string port = wait_for(lighthouse, "on 127\\.0\\.0\\.1:([0-9]+)");
   ASSERT_FALSE(port.empty()) << lighthouse.output();
-  auto node = [&](int rank) {
-    std::vector<std::string> argv = {kCohort,
-                                     "run",
-                                     "--nnodes",
-                                     "2",
-                                     "--node-rank",
-                                     std::to_string(rank),
-                                     "--nproc-per-node",
-                                     "2",
-                                     "--master-port",
-                                     port,
-                                     "--no-host-store",
-                                     "--fault-tolerant"};
-    for (const std::string& a : train_argv({"--fault-tolerant", "--synthetic-train-size", "12000",
-                                            "--epochs", "3", "--log-every", "1"}))
-      argv.push_back(a);
-    return std::make_unique<Background>(argv, std::vector<std::string>{"COHORT_TOKEN=ft-lh"});
-  };
+  auto node = [&](int rank) { return ft_node("2", rank, port, "ft-lh", {"--no-host-store"}); };
   auto n0 = node(0);
   auto n1 = node(1);
   ASSERT_FALSE(wait_for(*n0, "epoch 1/3 step 5/").empty()) << n0->output() << n1->output();
