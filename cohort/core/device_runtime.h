@@ -51,6 +51,17 @@ struct Event {
   bool valid() const { return handle != nullptr; }
 };
 
+// What a side stream is for. Each purpose has streams of its own, so that
+// unrelated work never queues behind another's: a data loader's copy behind
+// a collective that waits for a slow peer, or two groups' collectives in one
+// order that their peers do not share.
+enum class StreamPurpose {
+  kUser,          // streams the program asks for: a pool per device, round robin
+  kCollectives,   // a process group's: a stream of its own until release_stream
+  kDataLoader,    // the data loaders' host-to-device copies: one per device
+  kStagedCopies,  // device buffers staged through the host for host backends: one per device
+};
+
 struct DeviceProperties {
   int index = 0;
   std::string name;
@@ -107,8 +118,15 @@ class DeviceRuntime {
   virtual void fill_bytes(void* dst, int value, size_t nbytes, const Stream& stream) = 0;
 
   virtual Stream default_stream(int index) = 0;
-  // A stream from the runtime's pool (round robin, like PyTorch's).
-  virtual Stream new_stream(int index) = 0;
+  // A side stream of device `index` for `purpose` (non-blocking: it does not
+  // wait for the default stream's work).
+  virtual Stream side_stream(int index, StreamPurpose purpose) = 0;
+  // Gives a kCollectives stream back for a later group (a group's owner
+  // calls it once the group's work is done); other streams are shared and
+  // stay, so this does nothing for them.
+  virtual void release_stream(const Stream& stream) = 0;
+  // A stream of the program's pool (round robin, like PyTorch's).
+  Stream new_stream(int index) { return side_stream(index, StreamPurpose::kUser); }
   virtual Event record(const Stream& stream) = 0;
   // Makes `stream` wait for `event` on the device; the host does not wait.
   virtual void wait(const Stream& stream, const Event& event) = 0;

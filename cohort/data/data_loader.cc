@@ -120,7 +120,10 @@ class DataLoader::Epoch {
         if (!options_.device.is_cpu() && rt == nullptr) {
           Device d = resolve_device(options_.device);
           rt = &device_runtime(d, "DataLoader");
-          side.emplace(rt->new_stream(d.index()));
+          // This thread works for that device only: its first device call
+          // must not create a context on another (GPU 0 by default).
+          rt->set_device(d.index());
+          side.emplace(rt->side_stream(d.index(), StreamPurpose::kDataLoader));
         }
         ready.batch = to_device(make_batch(b));
         if (rt != nullptr) ready.copied = rt->record(current_stream(options_.device));

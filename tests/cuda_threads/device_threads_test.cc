@@ -1,0 +1,134 @@
+// A job on cuda:1 of a host of two (fake) GPUs: the threads cohort starts
+// for it -- a process group's queue, the nccl watchdog, the data loader's
+// prefetch thread -- make every CUDA call with cuda:1 current. A call with
+// cuda:0 current creates a context there (about 0.5 GB of GPU 0 on every
+// rank of an 8-GPU job), and a wait on the null stream then orders cuda:0's
+// default stream instead of the issuing one, so the step reads a
+// collective's results early.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/cuda/fake_cuda_api_testing.h"
+#include "cohort/cuda/runtime_impl.h"
+#include "cohort/data/data_loader.h"
+#include "cohort/data/tensor_dataset.h"
+#include "cohort/distributed/nccl/fake_nccl_comm_testing.h"
+#include "cohort/distributed/nccl/nccl_backend.h"
+#include "cohort/distributed/process_group.h"
+#include "cohort/rendezvous/hash_store.h"
+
+namespace cohort {
+namespace {
+
+using cuda::CudaRuntime;
+using cuda::testing::FakeCudaApi;
+
+const Device kCuda1(DeviceType::kCUDA, 1);
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& l : lines) out += "  " + l + "\n";
+  return out;
+}
+
+// The CUDA runtime over two fake GPUs, registered with core for the scope;
+// the main thread works on cuda:1, as init_worker_group makes it.
+class TwoFakeGpus {
+ public:
+  TwoFakeGpus() : runtime(api, false), previous_(find_device_runtime(DeviceType::kCUDA)) {
+    register_device_runtime(DeviceType::kCUDA, &runtime);
+    runtime.set_device(1);
+  }
+  ~TwoFakeGpus() { register_device_runtime(DeviceType::kCUDA, previous_); }
+
+  void expect_nothing_on_cuda0() const {
+    EXPECT_EQ(api.contexts(), std::set<int>{1}) << "contexts made:\n"
+                                                << joined(api.context_makers());
+    EXPECT_TRUE(api.calls_with_current(0).empty()) << "calls with cuda:0 current:\n"
+                                                   << joined(api.calls_with_current(0));
+    EXPECT_TRUE(api.misuses().empty()) << joined(api.misuses());
+  }
+  // The waits on cuda:1's default stream (the issuing stream of the tests).
+  int default_stream_waits_on_cuda1() const {
+    int n = 0;
+    for (const FakeCudaApi::Wait& w : api.waits()) n += w.stream_device == 1 && w.stream == 0;
+    return n;
+  }
+
+  FakeCudaApi api{2};
+  CudaRuntime runtime;
+
+ private:
+  DeviceRuntime* previous_;
+};
+
+TEST(CudaThreads, AnNcclGroupsQueueAndWatchdogWorkOnTheGroupsDevice) {
+  TwoFakeGpus gpus;
+  {
+    auto world = std::make_shared<distributed::testing::FakeNcclWorld>(1);
+    distributed::ProcessGroupOptions o;
+    o.name = "cuda1";
+    o.device_index = 1;
+    distributed::NcclBackendOptions no;
+    no.watchdog_interval = std::chrono::milliseconds(2);
+    auto backend = std::make_unique<distributed::NcclBackend>(
+        std::make_unique<distributed::testing::FakeNcclComm>(world, 0), o, no);
+    auto pg = distributed::ProcessGroup::create(std::move(backend),
+                                                std::make_shared<rendezvous::HashStore>(), o);
+    Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
+    pg->all_reduce(t);
+    // Blocking: the issuing stream (cuda:1's default) waits for the op, the
+    // wait issued on the queue thread.
+    EXPECT_EQ(gpus.default_stream_waits_on_cuda1(), 1) << "the issuing stream did not wait";
+    // The watchdog's rounds query the op's end event.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pg.reset();
+  }
+  gpus.expect_nothing_on_cuda0();
+}
+
+TEST(CudaThreads, AHostBackendsStagedOpsWorkOnTheTensorsDevice) {
+  TwoFakeGpus gpus;
+  {
+    distributed::ProcessGroupOptions o;
+    o.device_index = 1;
+    auto pg = distributed::ProcessGroup::create(distributed::BackendKind::kNative,
+                                                std::make_shared<rendezvous::HashStore>(), 0, 1, o);
+    Tensor t = Tensor::ones({4}).to(kCuda1);
+    pg->all_reduce(t);
+    EXPECT_EQ(t.to(kCPU).to_vector<float>(), std::vector<float>(4, 1.0f));
+    pg.reset();
+  }
+  gpus.expect_nothing_on_cuda0();
+}
+
+TEST(CudaThreads, TheDataLoadersPrefetchThreadWorksOnItsDevice) {
+  TwoFakeGpus gpus;
+  {
+    auto data = std::make_shared<data::TensorDataset>(Tensor::ones({8, 2}),
+                                                      Tensor::zeros({8}, DType::kInt64));
+    data::DataLoaderOptions options;
+    options.batch_size = 4;
+    options.device = kCuda1;
+    data::DataLoader loader(data, options);
+    int batches = 0;
+    for (data::Batch& b : loader) {
+      EXPECT_EQ(b.input.device(), kCuda1);
+      EXPECT_EQ(b.input.to(kCPU).to_vector<float>(), std::vector<float>(8, 1.0f));
+      ++batches;
+    }
+    EXPECT_EQ(batches, 2);
+    // The consumer's stream waited for each batch's copy.
+    EXPECT_GE(gpus.default_stream_waits_on_cuda1(), 2);
+  }
+  gpus.expect_nothing_on_cuda0();
+}
+
+}  // namespace
+}  // namespace cohort
