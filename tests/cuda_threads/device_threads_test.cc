@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -93,6 +94,38 @@ TEST(CudaThreads, AnNcclGroupsQueueAndWatchdogWorkOnTheGroupsDevice) {
   gpus.expect_nothing_on_cuda0();
 }
 
+// In a process that has a context on cuda:0 too (another rank's), the
+// runtime gives a thread its device back after each call; NCCL's calls on the
+// queue thread still find the group's device current.
+TEST(CudaThreads, NcclIsCalledWithTheGroupsDeviceCurrent) {
+  TwoFakeGpus gpus;
+  std::thread([&] { gpus.runtime.set_device(0); }).join();  // the other rank
+  std::mutex mu;
+  std::vector<std::string> wrong;
+  {
+    auto world = std::make_shared<distributed::testing::FakeNcclWorld>(1);
+    world->on_call = [&](int, const std::string& call) {
+      const int current = gpus.api.current_of_this_thread();
+      std::lock_guard<std::mutex> lock(mu);
+      if (current != 1)
+        wrong.push_back(call + " with cuda:" + std::to_string(current) + " current");
+    };
+    distributed::ProcessGroupOptions o;
+    o.name = "cuda1";
+    o.device_index = 1;
+    auto backend = std::make_unique<distributed::NcclBackend>(
+        std::make_unique<distributed::testing::FakeNcclComm>(world, 0), o);
+    auto pg = distributed::ProcessGroup::create(std::move(backend),
+                                                std::make_shared<rendezvous::HashStore>(), o);
+    Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
+    pg->all_reduce(t);
+    pg->broadcast(t);
+    pg.reset();
+  }
+  EXPECT_TRUE(wrong.empty()) << joined(wrong);
+  EXPECT_TRUE(gpus.api.misuses().empty()) << joined(gpus.api.misuses());
+}
+
 TEST(CudaThreads, AHostBackendsStagedOpsWorkOnTheTensorsDevice) {
   TwoFakeGpus gpus;
   {
@@ -108,26 +141,31 @@ TEST(CudaThreads, AHostBackendsStagedOpsWorkOnTheTensorsDevice) {
   gpus.expect_nothing_on_cuda0();
 }
 
+// "cuda" too: the consumer's current device (cuda:1), not the prefetch
+// thread's (cuda:0 until it selects one).
 TEST(CudaThreads, TheDataLoadersPrefetchThreadWorksOnItsDevice) {
-  TwoFakeGpus gpus;
-  {
-    auto data = std::make_shared<data::TensorDataset>(Tensor::ones({8, 2}),
-                                                      Tensor::zeros({8}, DType::kInt64));
-    data::DataLoaderOptions options;
-    options.batch_size = 4;
-    options.device = kCuda1;
-    data::DataLoader loader(data, options);
-    int batches = 0;
-    for (data::Batch& b : loader) {
-      EXPECT_EQ(b.input.device(), kCuda1);
-      EXPECT_EQ(b.input.to(kCPU).to_vector<float>(), std::vector<float>(8, 1.0f));
-      ++batches;
+  for (Device device : {kCuda1, Device(DeviceType::kCUDA)}) {
+    SCOPED_TRACE(device.str());
+    TwoFakeGpus gpus;
+    {
+      auto data = std::make_shared<data::TensorDataset>(Tensor::ones({8, 2}),
+                                                        Tensor::zeros({8}, DType::kInt64));
+      data::DataLoaderOptions options;
+      options.batch_size = 4;
+      options.device = device;
+      data::DataLoader loader(data, options);
+      int batches = 0;
+      for (data::Batch& b : loader) {
+        EXPECT_EQ(b.input.device(), kCuda1);
+        EXPECT_EQ(b.input.to(kCPU).to_vector<float>(), std::vector<float>(8, 1.0f));
+        ++batches;
+      }
+      EXPECT_EQ(batches, 2);
+      // The consumer's stream waited for each batch's copy.
+      EXPECT_GE(gpus.default_stream_waits_on_cuda1(), 2);
     }
-    EXPECT_EQ(batches, 2);
-    // The consumer's stream waited for each batch's copy.
-    EXPECT_GE(gpus.default_stream_waits_on_cuda1(), 2);
+    gpus.expect_nothing_on_cuda0();
   }
-  gpus.expect_nothing_on_cuda0();
 }
 
 }  // namespace
