@@ -7,6 +7,7 @@
 // collective's results early.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -69,10 +70,10 @@ class TwoFakeGpus {
   DeviceRuntime* previous_;
 };
 
-TEST(CudaThreads, AnNcclGroupsQueueAndWatchdogWorkOnTheGroupsDevice) {
-  TwoFakeGpus gpus;
-  {
-    auto world = std::make_shared<distributed::testing::FakeNcclWorld>(1);
+// A group on cuda:1, made and used by a main thread on cuda:1.
+struct Cuda1Group {
+  explicit Cuda1Group(std::shared_ptr<distributed::testing::FakeNcclWorld> w)
+      : world(std::move(w)) {
     distributed::ProcessGroupOptions o;
     o.name = "cuda1";
     o.device_index = 1;
@@ -80,16 +81,41 @@ TEST(CudaThreads, AnNcclGroupsQueueAndWatchdogWorkOnTheGroupsDevice) {
     no.watchdog_interval = std::chrono::milliseconds(2);
     auto backend = std::make_unique<distributed::NcclBackend>(
         std::make_unique<distributed::testing::FakeNcclComm>(world, 0), o, no);
-    auto pg = distributed::ProcessGroup::create(std::move(backend),
-                                                std::make_shared<rendezvous::HashStore>(), o);
-    Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
+    pg = distributed::ProcessGroup::create(std::move(backend),
+                                           std::make_shared<rendezvous::HashStore>(), o);
+  }
+  // An async op, then a blocking one while the first still runs (its NCCL
+  // call held `hold` long), so that both run on the group's queue thread and
+  // the blocking one's wait on the issuing stream is issued there.
+  void async_then_blocking(const Tensor& t, std::chrono::milliseconds hold) {
+    std::atomic<int> calls{0};
+    world->on_call = [&, on_call = world->on_call](int rank, const std::string& call) {
+      if (on_call) on_call(rank, call);
+      if (calls++ == 0) std::this_thread::sleep_for(hold);
+    };
+    distributed::Work w = pg->all_reduce(t, {}, distributed::async_op);
     pg->all_reduce(t);
-    // Blocking: the issuing stream (cuda:1's default) waits for the op, the
-    // wait issued on the queue thread.
-    EXPECT_EQ(gpus.default_stream_waits_on_cuda1(), 1) << "the issuing stream did not wait";
-    // The watchdog's rounds query the op's end event.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    pg.reset();
+    w.wait();
+    world->on_call = nullptr;
+    EXPECT_EQ(pg->stats().ops_queued, 2u) << "an op ran on the calling thread";
+  }
+
+  std::shared_ptr<distributed::testing::FakeNcclWorld> world;
+  std::shared_ptr<distributed::ProcessGroup> pg;
+};
+
+TEST(CudaThreads, AnNcclGroupsQueueAndWatchdogWorkOnTheGroupsDevice) {
+  TwoFakeGpus gpus;
+  {
+    Cuda1Group g(std::make_shared<distributed::testing::FakeNcclWorld>(1));
+    Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
+    g.async_then_blocking(t, std::chrono::milliseconds(50));
+    // The issuing stream (cuda:1's default) waited for both ops: the
+    // blocking op's wait was issued on the queue thread, the async op's in
+    // Work::wait on this one.
+    EXPECT_EQ(gpus.default_stream_waits_on_cuda1(), 2) << "the issuing stream did not wait";
+    // The watchdog's rounds query the ops' end events meanwhile and after.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   gpus.expect_nothing_on_cuda0();
 }
@@ -110,17 +136,9 @@ TEST(CudaThreads, NcclIsCalledWithTheGroupsDeviceCurrent) {
       if (current != 1)
         wrong.push_back(call + " with cuda:" + std::to_string(current) + " current");
     };
-    distributed::ProcessGroupOptions o;
-    o.name = "cuda1";
-    o.device_index = 1;
-    auto backend = std::make_unique<distributed::NcclBackend>(
-        std::make_unique<distributed::testing::FakeNcclComm>(world, 0), o);
-    auto pg = distributed::ProcessGroup::create(std::move(backend),
-                                                std::make_shared<rendezvous::HashStore>(), o);
+    Cuda1Group g(world);
     Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
-    pg->all_reduce(t);
-    pg->broadcast(t);
-    pg.reset();
+    g.async_then_blocking(t, std::chrono::milliseconds(30));
   }
   EXPECT_TRUE(wrong.empty()) << joined(wrong);
   EXPECT_TRUE(gpus.api.misuses().empty()) << joined(gpus.api.misuses());
@@ -134,7 +152,9 @@ TEST(CudaThreads, AHostBackendsStagedOpsWorkOnTheTensorsDevice) {
     auto pg = distributed::ProcessGroup::create(distributed::BackendKind::kNative,
                                                 std::make_shared<rendezvous::HashStore>(), 0, 1, o);
     Tensor t = Tensor::ones({4}).to(kCuda1);
-    pg->all_reduce(t);
+    // Async: staged on the group's queue thread.
+    pg->all_reduce(t, {}, distributed::async_op).wait();
+    EXPECT_EQ(pg->stats().ops_queued, 1u);
     EXPECT_EQ(t.to(kCPU).to_vector<float>(), std::vector<float>(4, 1.0f));
     pg.reset();
   }
