@@ -84,20 +84,30 @@ struct Cuda1Group {
     pg = distributed::ProcessGroup::create(std::move(backend),
                                            std::make_shared<rendezvous::HashStore>(), o);
   }
-  // An async op, then a blocking one while the first still runs (its NCCL
-  // call held `hold` long), so that both run on the group's queue thread and
-  // the blocking one's wait on the issuing stream is issued there.
+  // An async op, which runs on the group's queue thread (this thread does
+  // not wait for it until its NCCL call, held `hold` long, has begun there),
+  // then a blocking one queued behind it.
   void async_then_blocking(const Tensor& t, std::chrono::milliseconds hold) {
     std::atomic<int> calls{0};
+    std::atomic<bool> started{false};
+    std::thread::id first_caller;
     world->on_call = [&, on_call = world->on_call](int rank, const std::string& call) {
       if (on_call) on_call(rank, call);
-      if (calls++ == 0) std::this_thread::sleep_for(hold);
+      if (calls++ > 0) return;
+      first_caller = std::this_thread::get_id();
+      started = true;
+      std::this_thread::sleep_for(hold);
     };
     distributed::Work w = pg->all_reduce(t, {}, distributed::async_op);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!started && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(started) << "the queue thread never ran the async op";
     pg->all_reduce(t);
     w.wait();
     world->on_call = nullptr;
-    EXPECT_EQ(pg->stats().ops_queued, 2u) << "an op ran on the calling thread";
+    EXPECT_NE(first_caller, std::this_thread::get_id()) << "the async op ran on this thread";
+    EXPECT_EQ(pg->stats().ops_queued, 2u);
   }
 
   std::shared_ptr<distributed::testing::FakeNcclWorld> world;
@@ -152,9 +162,16 @@ TEST(CudaThreads, AHostBackendsStagedOpsWorkOnTheTensorsDevice) {
     auto pg = distributed::ProcessGroup::create(distributed::BackendKind::kNative,
                                                 std::make_shared<rendezvous::HashStore>(), 0, 1, o);
     Tensor t = Tensor::ones({4}).to(kCuda1);
-    // Async: staged on the group's queue thread.
-    pg->all_reduce(t, {}, distributed::async_op).wait();
-    EXPECT_EQ(pg->stats().ops_queued, 1u);
+    // Async, and not waited for until done: staged on the group's queue thread.
+    distributed::Work w = pg->all_reduce(t, {}, distributed::async_op);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!w.is_completed() && std::chrono::steady_clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    w.wait();
+    int copies_elsewhere = 0;  // the main thread is the fake's first
+    for (const FakeCudaApi::Call& c : gpus.api.calls())
+      copies_elsewhere += c.thread != 1 && c.name == "cudaMemcpyAsync";
+    EXPECT_EQ(copies_elsewhere, 2) << "the op was not staged on the queue thread";
     EXPECT_EQ(t.to(kCPU).to_vector<float>(), std::vector<float>(4, 1.0f));
     pg.reset();
   }
