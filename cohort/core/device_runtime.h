@@ -97,6 +97,13 @@ class DeviceRuntime {
   virtual std::string runtime_version() = 0;
   virtual int current_device() = 0;
   virtual void set_device(int index) = 0;
+  // Whether making device `index` current costs nothing more (CUDA: the
+  // process already has its primary context, which cudaSetDevice would
+  // otherwise create, taking some of the device's memory).
+  virtual bool device_initialized(int index) {
+    (void)index;
+    return true;
+  }
 
   // Memory, through the device's caching allocator: `nbytes` on device
   // `index` for use on `stream`. Throws OutOfMemory-style cohort::Error naming
@@ -158,6 +165,23 @@ Stream current_stream(Device device);
 void set_current_stream(const Stream& stream);
 // Host waits for the work enqueued so far on the current stream of `device`.
 void synchronize_device(Device device, std::string_view what);
+
+// Makes device `index` of `runtime` current on the calling thread for a
+// scope (torch.cuda.device), then the previous one again -- unless that one
+// is not initialised (device_initialized): selecting it would create a
+// context for a thread that never worked there, so the thread stays on
+// `index`, where it worked.
+class DeviceScope {
+ public:
+  DeviceScope(DeviceRuntime& runtime, int index);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  DeviceRuntime& runtime_;
+  int previous_ = -1;  // -1: nothing to restore
+};
 
 // Sets the current stream for a scope, restoring the previous one.
 class StreamGuard {

@@ -48,6 +48,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::string runtime_version() override;
   int current_device() override;
   void set_device(int index) override;
+  bool device_initialized(int index) override { return api_.has_context(index); }
 
   void* allocate(int index, size_t nbytes, const Stream& stream) override;
   void deallocate(int index, void* ptr) override;

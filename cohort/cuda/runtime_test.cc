@@ -84,6 +84,29 @@ TEST(CudaRuntimeDevices, EveryEntryPointSelectsTheDeviceOfItsStreamEventOrMemory
   EXPECT_TRUE(api.misuses().empty()) << joined(api.misuses());
 }
 
+// Core's DeviceScope over this runtime: the previous device comes back where
+// it has a context, and a thread that never chose one stays on the scope's.
+TEST(CudaRuntimeDevices, ADeviceScopeRestoresOnlyADeviceWithAContext) {
+  FakeCudaApi api(2);
+  CudaRuntime rt(api, false);
+  on_new_thread([&] {
+    {
+      DeviceScope scope(rt, 1);
+      EXPECT_EQ(rt.current_device(), 1);
+    }
+    EXPECT_EQ(rt.current_device(), 1) << "selecting cuda:0 again would create its context";
+  });
+  EXPECT_EQ(api.contexts(), std::set<int>{1}) << joined(api.context_makers());
+  on_new_thread([&] {
+    rt.set_device(0);
+    {
+      DeviceScope scope(rt, 1);
+      EXPECT_EQ(rt.current_device(), 1);
+    }
+    EXPECT_EQ(rt.current_device(), 0);
+  });
+}
+
 TEST(CudaRuntimeDevices, TheFakeRefusesAnEventRecordedOnAnotherDevicesStream) {
   // The fake itself: without this a runtime that forgot a device would pass.
   FakeCudaApi api(2);

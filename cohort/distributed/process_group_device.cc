@@ -36,7 +36,7 @@ size_t buffer_bytes(const collectives::BufferRule& rule, size_t elements, const 
 void run_staged(Backend& backend, OpArgs a, const DeviceOpContext& ctx, int rank, int size) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   DeviceRuntime& rt = device_runtime(ctx.device, info.name);
-  rt.set_device(ctx.device.index());
+  DeviceScope on_device(rt, ctx.device.index());
   const Stream side = rt.side_stream(ctx.device.index(), StreamPurpose::kStagedCopies);
   rt.wait(side, ctx.ready);
   const size_t send_bytes =
@@ -93,10 +93,10 @@ Work ProcessGroup::run_device_op(const OpArgs& a, Keep keep, bool async, Device 
   return submit(info.name, info.collective, a.timeout, async, std::move(keep),
                 [b, a, ctx = std::move(ctx), end, counts] {
                   DeviceRuntime& rt = device_runtime(ctx.device, "process group");
-                  // The queue thread works for the group's device: NCCL's
-                  // calls and the runtime's find it current, and no call
+                  // The op works for the tensors' device, on the queue thread
+                  // or a caller's: NCCL's calls find it current, and no call
                   // makes a context on another device.
-                  rt.set_device(ctx.device.index());
+                  DeviceScope on_device(rt, ctx.device.index());
                   DeviceCompletion done = b->run_on_device(a, ctx);
                   if (end) {
                     end->end = std::move(done.end);

@@ -91,7 +91,8 @@ struct Cuda1Group {
     std::atomic<int> calls{0};
     std::atomic<bool> started{false};
     std::thread::id first_caller;
-    world->on_call = [&, on_call = world->on_call](int rank, const std::string& call) {
+    const auto previous = world->on_call;
+    world->on_call = [&, on_call = previous](int rank, const std::string& call) {
       if (on_call) on_call(rank, call);
       if (calls++ > 0) return;
       first_caller = std::this_thread::get_id();
@@ -105,7 +106,7 @@ struct Cuda1Group {
     ASSERT_TRUE(started) << "the queue thread never ran the async op";
     pg->all_reduce(t);
     w.wait();
-    world->on_call = nullptr;
+    world->on_call = previous;
     EXPECT_NE(first_caller, std::this_thread::get_id()) << "the async op ran on this thread";
     EXPECT_EQ(pg->stats().ops_queued, 2u);
   }
@@ -121,8 +122,8 @@ TEST(CudaThreads, AnNcclGroupsQueueAndWatchdogWorkOnTheGroupsDevice) {
     Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
     g.async_then_blocking(t, std::chrono::milliseconds(50));
     // The issuing stream (cuda:1's default) waited for both ops: the
-    // blocking op's wait was issued on the queue thread, the async op's in
-    // Work::wait on this one.
+    // blocking op's wait issued where it ran (the queue thread, as a rule),
+    // the async op's in Work::wait on this one.
     EXPECT_EQ(gpus.default_stream_waits_on_cuda1(), 2) << "the issuing stream did not wait";
     // The watchdog's rounds query the ops' end events meanwhile and after.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -149,6 +150,14 @@ TEST(CudaThreads, NcclIsCalledWithTheGroupsDeviceCurrent) {
     Cuda1Group g(world);
     Tensor t = Tensor::empty({4}, DType::kFloat32, kCuda1);
     g.async_then_blocking(t, std::chrono::milliseconds(30));
+    // A blocking op on an idle group runs on its caller, here a thread on
+    // cuda:0: NCCL still finds cuda:1 current, and the caller gets cuda:0 back.
+    std::thread([&] {
+      gpus.runtime.set_device(0);
+      g.pg->all_reduce(t);
+      EXPECT_EQ(gpus.api.current_of_this_thread(), 0);
+    }).join();
+    EXPECT_GE(world->calls.load(), 3);
   }
   EXPECT_TRUE(wrong.empty()) << joined(wrong);
   EXPECT_TRUE(gpus.api.misuses().empty()) << joined(gpus.api.misuses());

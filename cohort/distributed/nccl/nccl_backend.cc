@@ -157,6 +157,8 @@ std::pair<uint64_t, Event> NcclBackend::enqueue(const OpArgs& a, const Event& re
                                                 const std::vector<void*>& blocks) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   const uint64_t seq = info.collective ? seq_++ : 0;
+  // NCCL enqueues on the current device, whichever thread issues the op.
+  DeviceScope on_device(*runtime_, device_.index());
   watchdog_->check_healthy();
   if (ready.valid()) runtime_->wait(stream_, ready);
   for (void* b : blocks) runtime_->record_stream(device_.index(), b, stream_);
