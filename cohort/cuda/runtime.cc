@@ -1,7 +1,6 @@
 #include "cohort/cuda/runtime.h"
 
 #include <algorithm>
-
 #include <cstring>
 #include <map>
 #include <mutex>

@@ -3,9 +3,10 @@
 // a pinned host pool (the same cache over cudaHostAlloc, its blocks reused only
 // after the copies that read them have completed), side streams per device
 // and purpose (runtime_impl.h), events, and the library handles kernels need
-// (cuBLASLt, cuDNN) per device and thread, with a workspace per stream. The allocator and the
-// pinned pool are attached to the process Runtime (base/runtime.h), so that
-// `Runtime::stats()` counts them and `release_caches()` empties them.
+// (cuBLASLt, cuDNN) per device and thread, with a workspace per stream. The
+// allocator and the pinned pool are attached to the process Runtime
+// (base/runtime.h), so that `Runtime::stats()` counts them and
+// `release_caches()` empties them.
 //
 // Kernels enqueue on current_cuda_stream(device), the calling thread's current
 // stream of core's StreamGuard.
