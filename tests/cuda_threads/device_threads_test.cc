@@ -153,9 +153,13 @@ TEST(CudaThreads, NcclIsCalledWithTheGroupsDeviceCurrent) {
     // A blocking op on an idle group runs on its caller, here a thread on
     // cuda:0: NCCL still finds cuda:1 current, and the caller gets cuda:0 back.
     std::thread([&] {
-      gpus.runtime.set_device(0);
-      g.pg->all_reduce(t);
-      EXPECT_EQ(gpus.api.current_of_this_thread(), 0);
+      try {
+        gpus.runtime.set_device(0);
+        g.pg->all_reduce(t);
+        EXPECT_EQ(gpus.api.current_of_this_thread(), 0);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "the blocking op failed: " << e.what();
+      }
     }).join();
     EXPECT_GE(world->calls.load(), 3);
   }
