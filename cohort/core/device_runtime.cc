@@ -83,6 +83,22 @@ void synchronize_device(Device device, std::string_view what) {
   rt.synchronize(rt.record(s), device_wait_timeout(), what);
 }
 
+DeviceScope::DeviceScope(DeviceRuntime& runtime, int index) : runtime_(runtime) {
+  const int current = runtime_.current_device();
+  if (current == index) return;
+  runtime_.set_device(index);
+  if (runtime_.device_initialized(current)) previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ < 0) return;
+  try {
+    runtime_.set_device(previous_);
+  } catch (...) {
+    // A destructor cannot report; the next call that needs a device selects it.
+  }
+}
+
 StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream.device)) {
   set_current_stream(stream);
 }

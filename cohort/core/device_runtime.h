@@ -51,6 +51,17 @@ struct Event {
   bool valid() const { return handle != nullptr; }
 };
 
+// What a side stream is for. Each purpose has streams of its own, so that
+// unrelated work never queues behind another's: a data loader's copy behind
+// a collective that waits for a slow peer, or two groups' collectives in one
+// order that their peers do not share.
+enum class StreamPurpose {
+  kUser,          // streams the program asks for: a pool per device, round robin
+  kCollectives,   // a process group's: a stream of its own until release_stream
+  kDataLoader,    // the data loaders' host-to-device copies: one per device
+  kStagedCopies,  // device buffers staged through the host for host backends: one per device
+};
+
 struct DeviceProperties {
   int index = 0;
   std::string name;
@@ -86,6 +97,13 @@ class DeviceRuntime {
   virtual std::string runtime_version() = 0;
   virtual int current_device() = 0;
   virtual void set_device(int index) = 0;
+  // Whether making device `index` current costs nothing more (CUDA: the
+  // process already has its primary context, which cudaSetDevice would
+  // otherwise create, taking some of the device's memory).
+  virtual bool device_initialized(int index) {
+    (void)index;
+    return true;
+  }
 
   // Memory, through the device's caching allocator: `nbytes` on device
   // `index` for use on `stream`. Throws OutOfMemory-style cohort::Error naming
@@ -107,8 +125,15 @@ class DeviceRuntime {
   virtual void fill_bytes(void* dst, int value, size_t nbytes, const Stream& stream) = 0;
 
   virtual Stream default_stream(int index) = 0;
-  // A stream from the runtime's pool (round robin, like PyTorch's).
-  virtual Stream new_stream(int index) = 0;
+  // A side stream of device `index` for `purpose` (non-blocking: it does not
+  // wait for the default stream's work).
+  virtual Stream side_stream(int index, StreamPurpose purpose) = 0;
+  // Gives a kCollectives stream back for a later group (a group's owner
+  // calls it once the group's work is done); other streams are shared and
+  // stay, so this does nothing for them.
+  virtual void release_stream(const Stream& stream) = 0;
+  // A stream of the program's pool (round robin, like PyTorch's).
+  Stream new_stream(int index) { return side_stream(index, StreamPurpose::kUser); }
   virtual Event record(const Stream& stream) = 0;
   // Makes `stream` wait for `event` on the device; the host does not wait.
   virtual void wait(const Stream& stream, const Event& event) = 0;
@@ -140,6 +165,23 @@ Stream current_stream(Device device);
 void set_current_stream(const Stream& stream);
 // Host waits for the work enqueued so far on the current stream of `device`.
 void synchronize_device(Device device, std::string_view what);
+
+// Makes device `index` of `runtime` current on the calling thread for a
+// scope (torch.cuda.device), then the previous one again -- unless that one
+// is not initialised (device_initialized): selecting it would create a
+// context for a thread that never worked there, so the thread stays on
+// `index`, where it worked.
+class DeviceScope {
+ public:
+  DeviceScope(DeviceRuntime& runtime, int index);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  DeviceRuntime& runtime_;
+  int previous_ = -1;  // -1: nothing to restore
+};
 
 // Sets the current stream for a scope, restoring the previous one.
 class StreamGuard {

@@ -11,8 +11,11 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -104,8 +107,16 @@ class FakeCudaDevice final : public DeviceRuntime {
   }
   std::string driver_version() override { return "fake"; }
   std::string runtime_version() override { return "fake"; }
-  int current_device() override { return current_; }
-  void set_device(int index) override { current_ = index; }
+  // Per thread, as CUDA's (0 on a thread that never chose).
+  int current_device() override {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    auto it = current_.find(std::this_thread::get_id());
+    return it == current_.end() ? 0 : it->second;
+  }
+  void set_device(int index) override {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    current_[std::this_thread::get_id()] = index;
+  }
   void* allocate(int index, size_t nbytes, const Stream& s) override {
     return allocators_.at(index)->allocate(nbytes, s);
   }
@@ -130,8 +141,29 @@ class FakeCudaDevice final : public DeviceRuntime {
   Stream default_stream(int index) override {
     return Stream{Device(DeviceType::kCUDA, index), nullptr, 0};
   }
-  Stream new_stream(int index) override {
-    return Stream{Device(DeviceType::kCUDA, index), nullptr, ++next_stream_};
+  // kUser: a new id each call; kCollectives: one of its own until
+  // released; the others: one per device and purpose.
+  Stream side_stream(int index, StreamPurpose purpose) override {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    const Device d(DeviceType::kCUDA, index);
+    if (purpose == StreamPurpose::kUser) return Stream{d, nullptr, ++next_stream_};
+    if (purpose == StreamPurpose::kCollectives) {
+      auto& free = released_[index];
+      if (free.empty()) {
+        collective_ids_.insert(++next_stream_);
+        return Stream{d, nullptr, next_stream_};
+      }
+      Stream s{d, nullptr, free.back()};
+      free.pop_back();
+      return s;
+    }
+    uint64_t& id = shared_[{index, static_cast<int>(purpose)}];
+    if (id == 0) id = ++next_stream_;
+    return Stream{d, nullptr, id};
+  }
+  void release_stream(const Stream& s) override {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (collective_ids_.count(s.id)) released_[s.device.index()].push_back(s.id);
   }
   Event record(const Stream& s) override { return Event{s.device, memory_.record(s)}; }
   void wait(const Stream&, const Event&) override { ++waits; }
@@ -149,8 +181,12 @@ class FakeCudaDevice final : public DeviceRuntime {
 
  private:
   int devices_;
-  int current_ = 0;
+  std::mutex streams_mu_;  // the members below
+  std::map<std::thread::id, int> current_;
   uint64_t next_stream_ = 0;
+  std::map<std::pair<int, int>, uint64_t> shared_;  // (device, purpose) -> stream id
+  std::set<uint64_t> collective_ids_;
+  std::map<int, std::vector<uint64_t>> released_;  // kCollectives ids given back
   FakeDeviceMemory memory_;
   std::vector<std::unique_ptr<CachingAllocator>> allocators_;
   DeviceRuntime* previous_ = nullptr;

@@ -1,8 +1,8 @@
 #include "cohort/cuda/runtime.h"
 
-#include <array>
+#include <algorithm>
 #include <cstring>
-#include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -12,11 +12,11 @@
 #include "cohort/cuda/check.h"
 #include "cohort/cuda/device_memory.h"
 #include "cohort/cuda/kernels.h"
+#include "cohort/cuda/runtime_impl.h"
 
 namespace cohort::cuda {
 namespace {
 
-constexpr int kStreamsPerDevice = 4;
 // The pinned pool's blocks belong to no device stream: every use is a copy
 // that record_stream() marks, so reuse waits for that copy's event.
 constexpr uint64_t kHostStreamId = ~uint64_t{0};
@@ -55,229 +55,270 @@ class AllocatorResource final : public RuntimeResource {
   CachingAllocator& allocator_;
 };
 
-class CudaRuntime final : public DeviceRuntime {
- public:
-  DeviceType type() const override { return DeviceType::kCUDA; }
+}  // namespace
 
-  int device_count() override {
-    probe();
-    return count_;
-  }
-  std::string unavailable_reason() override {
-    probe();
-    return reason_;
-  }
+CudaRuntime::CudaRuntime(CudaApi& api, bool attach_caches)
+    : api_(api), attach_caches_(attach_caches), pinned_memory_(api) {}
 
-  DeviceProperties properties(int index) override {
-    cudaDeviceProp p{};
-    COHORT_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
-    DeviceProperties d;
-    d.index = index;
-    d.name = p.name;
-    d.total_memory = p.totalGlobalMem;
-    d.major = p.major;
-    d.minor = p.minor;
-    d.multiprocessors = p.multiProcessorCount;
-    return d;
-  }
+int CudaRuntime::device_count() {
+  probe();
+  return count_;
+}
 
-  std::string driver_version() override {
-    int v = 0;
-    if (cudaDriverGetVersion(&v) != cudaSuccess) return "";
-    return v == 0 ? std::string("none (no CUDA driver is installed)") : version_text(v);
-  }
-  std::string runtime_version() override {
-    int v = 0;
-    cudaRuntimeGetVersion(&v);
-    return version_text(v);
-  }
+std::string CudaRuntime::unavailable_reason() {
+  probe();
+  return reason_;
+}
 
-  int current_device() override {
-    int d = 0;
-    COHORT_CUDA_CHECK(cudaGetDevice(&d));
-    return d;
-  }
-  void set_device(int index) override { COHORT_CUDA_CHECK(cudaSetDevice(index)); }
+DeviceProperties CudaRuntime::properties(int index) {
+  cudaDeviceProp p{};
+  COHORT_CUDA_CHECK(api_.get_device_properties(&p, index));
+  DeviceProperties d;
+  d.index = index;
+  d.name = p.name;
+  d.total_memory = p.totalGlobalMem;
+  d.major = p.major;
+  d.minor = p.minor;
+  d.multiprocessors = p.multiProcessorCount;
+  return d;
+}
 
-  void* allocate(int index, size_t nbytes, const Stream& stream) override {
-    return device(index).allocator->allocate(nbytes, stream);
-  }
-  void deallocate(int index, void* ptr) override { device(index).allocator->deallocate(ptr); }
-  void record_stream(int index, void* ptr, const Stream& stream) override {
-    device(index).allocator->record_stream(ptr, stream);
-  }
-  DeviceMemoryStats memory_stats(int index) override { return device(index).allocator->stats(); }
-  void reset_peak_memory_stats(int index) override { device(index).allocator->reset_peak(); }
-  void empty_cache() override {
-    std::lock_guard lock(mu_);
-    for (auto& [i, d] : devices_) d->allocator->empty_cache();
-    if (pinned_) pinned_->empty_cache();
-  }
+std::string CudaRuntime::driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) return "";
+  return v == 0 ? std::string("none (no CUDA driver is installed)") : version_text(v);
+}
 
-  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
-            const Stream& stream) override {
-    cudaStream_t s = raw_stream(stream);
-    COHORT_CUDA_CHECK(cudaSetDevice(stream.device.index()));
-    if (!src_device.is_cpu() && !dst_device.is_cpu()) {
-      if (src_device == dst_device) {
-        COHORT_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, s));
-      } else {
-        COHORT_CUDA_CHECK(
-            cudaMemcpyPeerAsync(dst, dst_device.index(), src, src_device.index(), nbytes, s));
-      }
-      return;
+std::string CudaRuntime::runtime_version() {
+  int v = 0;
+  cudaRuntimeGetVersion(&v);
+  return version_text(v);
+}
+
+int CudaRuntime::current_device() {
+  int d = 0;
+  COHORT_CUDA_CHECK(api_.get_device(&d));
+  return d;
+}
+
+void CudaRuntime::set_device(int index) { COHORT_CUDA_CHECK(api_.set_device(index)); }
+
+void* CudaRuntime::allocate(int index, size_t nbytes, const Stream& stream) {
+  return device(index).allocator->allocate(nbytes, stream);
+}
+void CudaRuntime::deallocate(int index, void* ptr) { device(index).allocator->deallocate(ptr); }
+void CudaRuntime::record_stream(int index, void* ptr, const Stream& stream) {
+  device(index).allocator->record_stream(ptr, stream);
+}
+DeviceMemoryStats CudaRuntime::memory_stats(int index) { return device(index).allocator->stats(); }
+void CudaRuntime::reset_peak_memory_stats(int index) { device(index).allocator->reset_peak(); }
+
+void CudaRuntime::empty_cache() {
+  std::lock_guard lock(mu_);
+  for (auto& [i, d] : devices_) d->allocator->empty_cache();
+  if (pinned_) pinned_->empty_cache();
+}
+
+void CudaRuntime::copy(void* dst, Device dst_device, const void* src, Device src_device,
+                       size_t nbytes, const Stream& stream) {
+  cudaStream_t s = raw_stream(stream);
+  // The pinned staging block too is allocated with the stream's device current.
+  DeviceGuard guard(api_, stream.device.index());
+  if (!src_device.is_cpu() && !dst_device.is_cpu()) {
+    if (src_device == dst_device) {
+      COHORT_CUDA_CHECK(api_.memcpy_async(dst, src, nbytes, cudaMemcpyDeviceToDevice, s));
+    } else {
+      COHORT_CUDA_CHECK(
+          api_.memcpy_peer_async(dst, dst_device.index(), src, src_device.index(), nbytes, s));
     }
-    CachingAllocator& pool = pinned();
-    const Stream host{kCPU, nullptr, kHostStreamId};
-    void* staging = pool.allocate(nbytes, host);
-    if (src_device.is_cpu()) {
-      // The caller may reuse src at once: the bytes wait in pinned memory,
-      // which the pool reuses only after this copy's event.
-      std::memcpy(staging, src, nbytes);
-      cudaError_t err = cudaMemcpyAsync(dst, staging, nbytes, cudaMemcpyHostToDevice, s);
+    return;
+  }
+  CachingAllocator& pool = pinned();
+  const Stream host{kCPU, nullptr, kHostStreamId};
+  void* staging = pool.allocate(nbytes, host);
+  if (src_device.is_cpu()) {
+    // The caller may reuse src at once: the bytes wait in pinned memory,
+    // which the pool reuses only after this copy's event.
+    std::memcpy(staging, src, nbytes);
+    cudaError_t err = api_.memcpy_async(dst, staging, nbytes, cudaMemcpyHostToDevice, s);
+    pool.record_stream(staging, stream);
+    pool.deallocate(staging);
+    if (err != cudaSuccess) throw_cuda_error(err, "cudaMemcpyAsync (host to device)");
+    return;
+  }
+  cudaError_t err = api_.memcpy_async(staging, src, nbytes, cudaMemcpyDeviceToHost, s);
+  if (err == cudaSuccess) {
+    try {
+      synchronize(record(stream), device_wait_timeout(), "copy from the device to the host");
+    } catch (...) {
       pool.record_stream(staging, stream);
       pool.deallocate(staging);
-      if (err != cudaSuccess) throw_cuda_error(err, "cudaMemcpyAsync (host to device)");
-      return;
+      throw;
     }
-    cudaError_t err = cudaMemcpyAsync(staging, src, nbytes, cudaMemcpyDeviceToHost, s);
-    if (err == cudaSuccess) {
-      try {
-        synchronize(record(stream), device_wait_timeout(), "copy from the device to the host");
-      } catch (...) {
-        pool.record_stream(staging, stream);
-        pool.deallocate(staging);
-        throw;
+    std::memcpy(dst, staging, nbytes);
+  }
+  pool.deallocate(staging);
+  if (err != cudaSuccess) throw_cuda_error(err, "cudaMemcpyAsync (device to host)");
+}
+
+void CudaRuntime::fill_bytes(void* dst, int value, size_t nbytes, const Stream& stream) {
+  DeviceGuard guard(api_, stream.device.index());
+  COHORT_CUDA_CHECK(api_.memset_async(dst, value, nbytes, raw_stream(stream)));
+}
+
+Stream CudaRuntime::default_stream(int index) {
+  return Stream{Device(DeviceType::kCUDA, index), nullptr, 0};
+}
+
+CudaRuntime::SideStream CudaRuntime::create_stream(int index, PerDevice& d) {
+  DeviceGuard guard(api_, index);
+  SideStream s;
+  // Non-blocking: a side stream (copies, collectives) must not wait for the
+  // legacy default stream's work, or nothing overlaps.
+  COHORT_CUDA_CHECK(api_.stream_create(&s.handle, cudaStreamNonBlocking));
+  s.id = d.next_id++;
+  d.handles[s.id] = s.handle;
+  return s;
+}
+
+Stream CudaRuntime::side_stream(int index, StreamPurpose purpose) {
+  PerDevice& d = device(index);
+  std::lock_guard lock(mu_);
+  SideStream s;
+  switch (purpose) {
+    case StreamPurpose::kUser: {
+      SideStream& slot = d.user[d.next_user++ % kUserStreams];
+      if (slot.handle == nullptr) slot = create_stream(index, d);
+      s = slot;
+      break;
+    }
+    case StreamPurpose::kDataLoader:
+      if (d.data_loader.handle == nullptr) d.data_loader = create_stream(index, d);
+      s = d.data_loader;
+      break;
+    case StreamPurpose::kStagedCopies:
+      if (d.staged.handle == nullptr) d.staged = create_stream(index, d);
+      s = d.staged;
+      break;
+    case StreamPurpose::kCollectives:
+      if (!d.free_collectives.empty()) {
+        s = d.free_collectives.back();
+        d.free_collectives.pop_back();
+      } else {
+        s = create_stream(index, d);
+        d.collective_ids.push_back(s.id);
       }
-      std::memcpy(dst, staging, nbytes);
+      break;
+  }
+  return Stream{Device(DeviceType::kCUDA, index), s.handle, s.id};
+}
+
+void CudaRuntime::release_stream(const Stream& stream) {
+  PerDevice& d = device(stream.device.index());
+  std::lock_guard lock(mu_);
+  if (std::find(d.collective_ids.begin(), d.collective_ids.end(), stream.id) ==
+      d.collective_ids.end())
+    return;  // shared by its purpose's users
+  for (const SideStream& s : d.free_collectives)
+    if (s.id == stream.id) return;  // given back already
+  d.free_collectives.push_back(SideStream{raw_stream(stream), stream.id});
+}
+
+Event CudaRuntime::record(const Stream& stream) {
+  return Event{stream.device, record_event(api_, stream)};
+}
+
+void CudaRuntime::wait(const Stream& stream, const Event& event) {
+  if (!event.valid()) return;
+  // The null handle is the default stream of the current device: without
+  // the stream's device selected, another device's stream would wait.
+  DeviceGuard guard(api_, stream.device.index());
+  COHORT_CUDA_CHECK(api_.stream_wait_event(raw_stream(stream), event_handle(event.handle), 0));
+}
+
+bool CudaRuntime::query(const Event& event) { return event_done(api_, event.handle); }
+
+void CudaRuntime::synchronize(const Event& event, std::chrono::milliseconds timeout,
+                              std::string_view what) {
+  // Polled rather than cudaEventSynchronize, which cannot time out: a hung
+  // kernel or a collective whose peer died must not hang the host.
+  auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(20);
+  while (!event_done(api_, event.handle)) {
+    auto waited = std::chrono::steady_clock::now() - start;
+    if (waited > timeout) {
+      throw TimeoutError(
+          fmt::format("{}: {} did not finish its work within {} s (a kernel that never ends, or a "
+                      "collective whose peer is gone; COHORT_DEVICE_TIMEOUT_S sets the limit)",
+                      what, event.device.str(),
+                      std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
     }
-    pool.deallocate(staging);
-    if (err != cudaSuccess) throw_cuda_error(err, "cudaMemcpyAsync (device to host)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
+}
 
-  void fill_bytes(void* dst, int value, size_t nbytes, const Stream& stream) override {
-    COHORT_CUDA_CHECK(cudaSetDevice(stream.device.index()));
-    COHORT_CUDA_CHECK(cudaMemsetAsync(dst, value, nbytes, raw_stream(stream)));
-  }
+int CudaRuntime::multiprocessors(int index) { return device(index).multiprocessors; }
 
-  Stream default_stream(int index) override {
-    return Stream{Device(DeviceType::kCUDA, index), nullptr, 0};
-  }
-
-  Stream new_stream(int index) override {
-    PerDevice& d = device(index);
-    std::lock_guard lock(mu_);
-    size_t slot = d.next_stream++ % kStreamsPerDevice;
-    if (d.streams[slot] == nullptr) {
-      COHORT_CUDA_CHECK(cudaSetDevice(index));
-      // Non-blocking: a side stream (copies, collectives) must not wait for
-      // the legacy default stream's work, or nothing overlaps.
-      COHORT_CUDA_CHECK(cudaStreamCreateWithFlags(&d.streams[slot], cudaStreamNonBlocking));
-    }
-    return Stream{Device(DeviceType::kCUDA, index), d.streams[slot], slot + 1};
-  }
-
-  Event record(const Stream& stream) override { return Event{stream.device, record_event(stream)}; }
-
-  void wait(const Stream& stream, const Event& event) override {
-    if (!event.valid()) return;
-    COHORT_CUDA_CHECK(
-        cudaStreamWaitEvent(raw_stream(stream), static_cast<cudaEvent_t>(event.handle.get()), 0));
-  }
-
-  bool query(const Event& event) override { return event_done(event.handle); }
-
-  void synchronize(const Event& event, std::chrono::milliseconds timeout,
-                   std::string_view what) override {
-    // Polled rather than cudaEventSynchronize, which cannot time out: a hung
-    // kernel or a collective whose peer died must not hang the host.
-    auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::microseconds(20);
-    while (!event_done(event.handle)) {
-      auto waited = std::chrono::steady_clock::now() - start;
-      if (waited > timeout) {
-        throw TimeoutError(fmt::format(
-            "{}: {} did not finish its work within {} s (a kernel that never ends, or a "
-            "collective whose peer is gone; COHORT_DEVICE_TIMEOUT_S sets the limit)",
-            what, event.device.str(),
-            std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
-  }
-
-  struct PerDevice {
-    std::unique_ptr<CudaDeviceMemory> memory;
-    std::unique_ptr<CachingAllocator> allocator;
-    std::array<cudaStream_t, kStreamsPerDevice> streams{};
-    size_t next_stream = 0;
-    int multiprocessors = 0;
-  };
-
-  PerDevice& device(int index) {
-    std::lock_guard lock(mu_);
-    auto it = devices_.find(index);
-    if (it != devices_.end()) return *it->second;
-    auto d = std::make_unique<PerDevice>();
-    d->memory = std::make_unique<CudaDeviceMemory>(index);
-    std::string name = fmt::format("cuda:{}", index);
-    d->allocator = std::make_unique<CachingAllocator>(name, *d->memory);
-    cudaDeviceGetAttribute(&d->multiprocessors, cudaDevAttrMultiProcessorCount, index);
+CudaRuntime::PerDevice& CudaRuntime::device(int index) {
+  std::lock_guard lock(mu_);
+  auto it = devices_.find(index);
+  if (it != devices_.end()) return *it->second;
+  auto d = std::make_unique<PerDevice>();
+  d->memory = std::make_unique<CudaDeviceMemory>(api_, index);
+  std::string name = fmt::format("cuda:{}", index);
+  d->allocator = std::make_unique<CachingAllocator>(name, *d->memory);
+  api_.device_get_attribute(&d->multiprocessors, cudaDevAttrMultiProcessorCount, index);
+  if (attach_caches_) {
     Runtime::process().attach(
         std::make_shared<AllocatorResource>(name + " allocator", *d->allocator));
-    return *devices_.emplace(index, std::move(d)).first->second;
   }
+  return *devices_.emplace(index, std::move(d)).first->second;
+}
 
-  CachingAllocator& pinned() {
-    std::lock_guard lock(mu_);
-    if (!pinned_) {
-      pinned_ = std::make_unique<CachingAllocator>("pinned host pool", pinned_memory_);
+CachingAllocator& CudaRuntime::pinned() {
+  std::lock_guard lock(mu_);
+  if (!pinned_) {
+    pinned_ = std::make_unique<CachingAllocator>("pinned host pool", pinned_memory_);
+    if (attach_caches_)
       Runtime::process().attach(std::make_shared<AllocatorResource>("cuda pinned", *pinned_));
+  }
+  return *pinned_;
+}
+
+void CudaRuntime::probe() {
+  std::call_once(probed_, [this] {
+    int n = 0;
+    cudaError_t err = api_.get_device_count(&n);
+    if (err != cudaSuccess) {
+      api_.get_last_error();
+      count_ = 0;
+      reason_ = fmt::format("cudaGetDeviceCount failed: {}{}", cuda_error_text(err),
+                            err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
+                                ? " -- this machine has no usable NVIDIA GPU and driver"
+                                : "");
+    } else if (n == 0) {
+      reason_ = "the CUDA driver reports no devices";
+    } else {
+      count_ = n;
     }
-    return *pinned_;
-  }
+  });
+}
 
- private:
-  void probe() {
-    std::call_once(probed_, [this] {
-      int n = 0;
-      cudaError_t err = cudaGetDeviceCount(&n);
-      if (err != cudaSuccess) {
-        cudaGetLastError();
-        count_ = 0;
-        reason_ = fmt::format("cudaGetDeviceCount failed: {}{}", cuda_error_text(err),
-                              err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
-                                  ? " -- this machine has no usable NVIDIA GPU and driver"
-                                  : "");
-      } else if (n == 0) {
-        reason_ = "the CUDA driver reports no devices";
-      } else {
-        count_ = n;
-      }
-    });
-  }
-
-  std::once_flag probed_;
-  int count_ = 0;
-  std::string reason_;
-  std::mutex mu_;
-  std::unordered_map<int, std::unique_ptr<PerDevice>> devices_;
-  PinnedHostMemory pinned_memory_;
-  std::unique_ptr<CachingAllocator> pinned_;
-};
+namespace {
 
 CudaRuntime& cuda_runtime() {
   // Never destroyed: tensors freed during static destruction still return
   // their blocks.
-  static CudaRuntime* rt = new CudaRuntime();
+  static CudaRuntime* rt = new CudaRuntime(real_cuda_api(), true);
   return *rt;
 }
 
 struct ThreadHandles {
   std::unordered_map<int, cublasLtHandle_t> cublaslt;
   std::unordered_map<int, cudnnHandle_t> cudnn;
-  std::unordered_map<int, Tensor> workspace;
+  // Per device and stream: work on two streams of one thread may overlap.
+  std::map<std::pair<int, uint64_t>, Tensor> workspace;
   // Handles are left to the driver's teardown at exit: destroying them after
   // the CUDA context is gone fails.
 };
@@ -325,18 +366,24 @@ cudnnHandle_t cudnn_handle(Device device) {
   return h;
 }
 
-void* workspace(Device device, size_t bytes) {
-  device = resolve_device(device);
-  Tensor& buffer = t_handles.workspace[device.index()];
+void* workspace(const Stream& stream, size_t bytes) {
+  Tensor& buffer = t_handles.workspace[{stream.device.index(), stream.id}];
   if (!buffer.defined() || buffer.nbytes() < bytes) {
     buffer = Tensor();  // back to the cache first, so a grown buffer can reuse it
-    buffer = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kUInt8, device);
+    // Allocated for the stream it serves, so the allocator orders its reuse
+    // after that stream's work.
+    StreamGuard on(stream);
+    buffer = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kUInt8, stream.device);
   }
   return buffer.device_data();
 }
 
+void* workspace(Device device, size_t bytes) {
+  return workspace(current_stream(resolve_device(device)), bytes);
+}
+
 int multiprocessors(Device device) {
-  return cuda_runtime().device(resolve_device(device).index()).multiprocessors;
+  return cuda_runtime().multiprocessors(resolve_device(device).index());
 }
 
 }  // namespace cohort::cuda

@@ -1,11 +1,12 @@
 // The CUDA implementation of core's DeviceRuntime (cohort/core/device_runtime.h):
 // one caching allocator per device (core's CachingAllocator over cudaMalloc),
 // a pinned host pool (the same cache over cudaHostAlloc, its blocks reused only
-// after the copies that read them have completed), a pool of streams per
-// device, events from a pool, and the library handles kernels need (cuBLASLt
-// with its workspace, cuDNN), per device and thread. The allocator and the
-// pinned pool are attached to the process Runtime (base/runtime.h), so that
-// `Runtime::stats()` counts them and `release_caches()` empties them.
+// after the copies that read them have completed), side streams per device
+// and purpose (runtime_impl.h), events, and the library handles kernels need
+// (cuBLASLt, cuDNN) per device and thread, with a workspace per stream. The
+// allocator and the pinned pool are attached to the process Runtime
+// (base/runtime.h), so that `Runtime::stats()` counts them and
+// `release_caches()` empties them.
 //
 // Kernels enqueue on current_cuda_stream(device), the calling thread's current
 // stream of core's StreamGuard.
@@ -37,10 +38,13 @@ cudaStream_t current_cuda_stream(Device device);
 // Per device and thread, bound to the current stream when returned.
 cublasLtHandle_t cublaslt_handle(Device device);
 cudnnHandle_t cudnn_handle(Device device);
-// Scratch for cuBLASLt / cuDNN on `device` for the current stream: at least
-// `bytes`, valid until the next call on this thread (one buffer per thread
-// and device, grown as needed; work on one stream is ordered, so reusing it
-// for the next call's work is safe).
+// Scratch for cuBLASLt / cuDNN for work on `stream`: at least `bytes`,
+// valid until the next call on this thread for that stream (one buffer per
+// thread and stream, grown as needed; work on one stream is ordered, so
+// reusing it for that stream's next call is safe, while two streams never
+// share one).
+void* workspace(const Stream& stream, size_t bytes);
+// The same for the current stream of `device`.
 void* workspace(Device device, size_t bytes);
 
 // Number of streaming multiprocessors of `device` (grid sizing), cached.

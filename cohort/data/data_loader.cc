@@ -19,7 +19,7 @@ class DataLoader::Epoch {
  public:
   Epoch(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices,
         const DataLoaderOptions& options)
-      : dataset_(std::move(dataset)), indices_(std::move(indices)), options_(options) {
+      : dataset_(std::move(dataset)), indices_(std::move(indices)), options_(resolved(options)) {
     const auto n = static_cast<int64_t>(indices_.size());
     num_batches_ = options.drop_last ? n / options.batch_size
                                      : (n + options.batch_size - 1) / options.batch_size;
@@ -68,6 +68,13 @@ class DataLoader::Epoch {
   }
 
  private:
+  // "cuda" is the consumer's current device: resolved on its thread, as the
+  // prefetch thread's own current device is another (0, until it selects).
+  static DataLoaderOptions resolved(DataLoaderOptions options) {
+    if (!options.device.is_cpu()) options.device = resolve_device(options.device);
+    return options;
+  }
+
   Batch make_batch(int64_t b) const {
     const int64_t begin = b * options_.batch_size;
     return dataset_->get_batch(
@@ -118,9 +125,12 @@ class DataLoader::Epoch {
       Ready ready;
       try {
         if (!options_.device.is_cpu() && rt == nullptr) {
-          Device d = resolve_device(options_.device);
+          const Device d = options_.device;
           rt = &device_runtime(d, "DataLoader");
-          side.emplace(rt->new_stream(d.index()));
+          // This thread works for that device only: its first device call
+          // must not create a context on another (GPU 0 by default).
+          rt->set_device(d.index());
+          side.emplace(rt->side_stream(d.index(), StreamPurpose::kDataLoader));
         }
         ready.batch = to_device(make_batch(b));
         if (rt != nullptr) ready.copied = rt->record(current_stream(options_.device));

@@ -36,7 +36,8 @@ size_t buffer_bytes(const collectives::BufferRule& rule, size_t elements, const 
 void run_staged(Backend& backend, OpArgs a, const DeviceOpContext& ctx, int rank, int size) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   DeviceRuntime& rt = device_runtime(ctx.device, info.name);
-  const Stream side = rt.new_stream(ctx.device.index());
+  DeviceScope on_device(rt, ctx.device.index());
+  const Stream side = rt.side_stream(ctx.device.index(), StreamPurpose::kStagedCopies);
   rt.wait(side, ctx.ready);
   const size_t send_bytes =
       a.send ? buffer_bytes(info.send, collectives::send_elements(a, size), a, rank) : 0;
@@ -91,6 +92,11 @@ Work ProcessGroup::run_device_op(const OpArgs& a, Keep keep, bool async, Device 
   std::shared_ptr<const std::vector<size_t>> counts = keep.counts;
   return submit(info.name, info.collective, a.timeout, async, std::move(keep),
                 [b, a, ctx = std::move(ctx), end, counts] {
+                  DeviceRuntime& rt = device_runtime(ctx.device, "process group");
+                  // The op works for the tensors' device, on the queue thread
+                  // or a caller's: NCCL's calls find it current, and no call
+                  // makes a context on another device.
+                  DeviceScope on_device(rt, ctx.device.index());
                   DeviceCompletion done = b->run_on_device(a, ctx);
                   if (end) {
                     end->end = std::move(done.end);
@@ -99,7 +105,7 @@ Work ProcessGroup::run_device_op(const OpArgs& a, Keep keep, bool async, Device 
                   }
                   // Blocking: the issuing stream waits for the op, the host
                   // does not (PyTorch's ProcessGroupNCCL).
-                  device_runtime(ctx.device, "process group").wait(ctx.stream, done.end);
+                  rt.wait(ctx.stream, done.end);
                 });
 }
 

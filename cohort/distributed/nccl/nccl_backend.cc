@@ -70,12 +70,15 @@ NcclBackend::NcclBackend(std::unique_ptr<NcclComm> comm, const ProcessGroupOptio
       runtime_(&device_runtime(device_, "nccl backend")),
       nccl_(std::move(nccl)) {
   COHORT_CHECK(comm_ != nullptr, "nccl backend: the communicator is null (group '{}')", group_);
-  stream_ = runtime_->new_stream(device_.index());
+  // A stream of the group's own: its collectives queue behind no other
+  // group's (whose peers may order them differently) nor behind copies.
+  stream_ = runtime_->side_stream(device_.index(), StreamPurpose::kCollectives);
   barrier_buffer_ = runtime_->allocate(device_.index(), sizeof(float), stream_);
   runtime_->fill_bytes(barrier_buffer_, 0, sizeof(float), stream_);
   NcclWatchdogOptions w;
   w.group = group_;
   w.rank = comm_->rank();
+  w.device = device_.index();
   w.interval = nccl_.watchdog_interval;
   w.flight_recorder_entries = options.flight_recorder_entries;
   watchdog_ = std::make_shared<NcclWatchdog>(*comm_, *runtime_, w);
@@ -91,6 +94,8 @@ NcclBackend::~NcclBackend() {
   }
   comm_.reset();
   runtime_->deallocate(device_.index(), barrier_buffer_);
+  // Nothing of the group's runs on it any more (finalized or aborted).
+  runtime_->release_stream(stream_);
 }
 
 std::unique_ptr<NcclBackend> NcclBackend::create(std::shared_ptr<rendezvous::Store> store, int rank,
@@ -152,6 +157,8 @@ std::pair<uint64_t, Event> NcclBackend::enqueue(const OpArgs& a, const Event& re
                                                 const std::vector<void*>& blocks) {
   const collectives::OpInfo& info = collectives::op_info(a.kind);
   const uint64_t seq = info.collective ? seq_++ : 0;
+  // NCCL enqueues on the current device, whichever thread issues the op.
+  DeviceScope on_device(*runtime_, device_.index());
   watchdog_->check_healthy();
   if (ready.valid()) runtime_->wait(stream_, ready);
   for (void* b : blocks) runtime_->record_stream(device_.index(), b, stream_);

@@ -245,21 +245,15 @@ class RealNcclComm final : public NcclComm {
 };
 
 // Sets the calling thread's current device for a scope (NCCL creates the
-// communicator on the current device).
+// communicator on the current device), as core's DeviceScope: the previous
+// one is restored only where that creates no context.
 class CurrentDevice {
  public:
   explicit CurrentDevice(int index)
-      : rt_(device_runtime(Device(DeviceType::kCUDA, index), "nccl backend")),
-        previous_(rt_.current_device()) {
-    rt_.set_device(index);
-  }
-  ~CurrentDevice() { rt_.set_device(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
+      : scope_(device_runtime(Device(DeviceType::kCUDA, index), "nccl backend"), index) {}
 
  private:
-  DeviceRuntime& rt_;
-  int previous_;
+  DeviceScope scope_;
 };
 
 }  // namespace

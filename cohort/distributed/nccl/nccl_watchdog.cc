@@ -145,6 +145,15 @@ void NcclWatchdog::poll() {
 }
 
 void NcclWatchdog::loop() {
+  try {
+    // Before any device call: a thread's first one otherwise creates a
+    // context on GPU 0, about 0.5 GB of it, on every rank.
+    runtime_.set_device(options_.device);
+  } catch (...) {
+    fail(with_message(std::current_exception(),
+                      fmt::format("nccl: rank {} of group '{}': watchdog: selecting cuda:{}: ",
+                                  options_.rank, options_.group, options_.device)));
+  }
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     cv_.wait_for(lk, options_.interval, [&] { return stopping_; });

@@ -33,6 +33,7 @@ namespace cohort::distributed {
 struct NcclWatchdogOptions {
   std::string group;  // for messages
   int rank = 0;
+  int device = 0;                          // the group's CUDA device: the thread's current one
   std::chrono::milliseconds interval{20};  // between rounds of checks
   size_t flight_recorder_entries = 2048;   // 0: none kept
 };
